@@ -1,0 +1,184 @@
+"""Activities that read and write Kubernetes objects of the served kinds.
+
+Status goes through the status subresource with the object's resourceVersion, so a concurrent
+writer causes a 409 that we retry on a fresh read instead of silently overwriting it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from api_models.conditions import merge_conditions
+from api_models.refs import ConditionUpdate, ObjectRef
+
+_CONFLICT_RETRIES = 10
+
+
+class ObjectGone(ApplicationError):
+    """The object no longer exists (or its name now belongs to another uid)."""
+
+
+class StatusPatch(BaseModel):
+    ref: ObjectRef
+    status: dict[str, Any] = {}
+    """Fields of status to set (merged into the current status; None deletes a field)."""
+    conditions: list[ConditionUpdate] = []
+    observed_generation: int | None = None
+
+
+class FinalizerChange(BaseModel):
+    ref: ObjectRef
+    finalizer: str
+
+
+class EventSpec(BaseModel):
+    ref: ObjectRef
+    type: str = "Normal"
+    reason: str
+    message: str
+    component: str = "servingops"
+
+
+class KubernetesActivities:
+    """Bound to one ApiClient for the life of the worker."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        try:
+            if ref.namespace:
+                obj = self.custom.get_namespaced_custom_object(ref.group, ref.version, ref.namespace,
+                                                               ref.plural, ref.name)
+            else:
+                obj = self.custom.get_cluster_custom_object(ref.group, ref.version, ref.plural, ref.name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        if ref.uid and obj["metadata"].get("uid") != ref.uid:
+            return None
+        return dict(obj)
+
+    def _replace(self, ref: ObjectRef, body: dict[str, Any], *, status: bool) -> dict[str, Any]:
+        if ref.namespace:
+            call = (self.custom.replace_namespaced_custom_object_status if status
+                    else self.custom.replace_namespaced_custom_object)
+            return dict(call(ref.group, ref.version, ref.namespace, ref.plural, ref.name, body))
+        cluster_call = (self.custom.replace_cluster_custom_object_status if status
+                        else self.custom.replace_cluster_custom_object)
+        return dict(cluster_call(ref.group, ref.version, ref.plural, ref.name, body))
+
+    def _update_with_retry(self, ref: ObjectRef, mutate: Any, *, status: bool) -> dict[str, Any] | None:
+        """Read, mutate, write with the read resourceVersion; on 409 start over."""
+        for _ in range(_CONFLICT_RETRIES):
+            obj = self._get(ref)
+            if obj is None:
+                return None
+            if not mutate(obj):
+                return obj
+            try:
+                return self._replace(ref, obj, status=status)
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue
+                if exc.status == 404:
+                    return None
+                if exc.status == 422:
+                    # The apiserver rejected what we wrote: retrying cannot help.
+                    raise ApplicationError(f"{ref.describe()}: {exc.body}", type="Invalid",
+                                           non_retryable=True) from exc
+                raise
+        raise ApplicationError(f"{ref.describe()}: still conflicting after {_CONFLICT_RETRIES} tries",
+                               type="Conflict")
+
+    # -- activities ---------------------------------------------------------------------------
+
+    @activity.defn(name="kube.read_object")
+    def read_object(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The live object, or None when it is gone (or its name belongs to another uid now)."""
+        return self._get(ref)
+
+    @activity.defn(name="kube.patch_status")
+    def patch_status(self, patch: StatusPatch) -> bool:
+        """Merge `patch` into the object's status; False when the object is gone."""
+
+        def mutate(obj: dict[str, Any]) -> bool:
+            status = dict(obj.get("status") or {})
+            before = dict(status)
+            for key, value in patch.status.items():
+                if value is None:
+                    status.pop(key, None)
+                else:
+                    status[key] = value
+            if patch.conditions:
+                status["conditions"] = merge_conditions(
+                    status.get("conditions"), patch.conditions,
+                    generation=int(obj["metadata"].get("generation", 0)), now=dt.datetime.now(dt.UTC),
+                )
+            if patch.observed_generation is not None:
+                status["observedGeneration"] = patch.observed_generation
+            obj["status"] = status
+            return status != before
+
+        return self._update_with_retry(patch.ref, mutate, status=True) is not None
+
+    @activity.defn(name="kube.ensure_finalizer")
+    def ensure_finalizer(self, change: FinalizerChange) -> bool:
+        """Add the finalizer unless the object is already being deleted; False when gone."""
+
+        def mutate(obj: dict[str, Any]) -> bool:
+            meta = obj["metadata"]
+            finalizers = list(meta.get("finalizers") or [])
+            if change.finalizer in finalizers or meta.get("deletionTimestamp"):
+                return False
+            meta["finalizers"] = [*finalizers, change.finalizer]
+            return True
+
+        return self._update_with_retry(change.ref, mutate, status=False) is not None
+
+    @activity.defn(name="kube.remove_finalizer")
+    def remove_finalizer(self, change: FinalizerChange) -> bool:
+        """Drop the finalizer; the apiserver then completes a pending deletion."""
+
+        def mutate(obj: dict[str, Any]) -> bool:
+            finalizers = list(obj["metadata"].get("finalizers") or [])
+            if change.finalizer not in finalizers:
+                return False
+            obj["metadata"]["finalizers"] = [f for f in finalizers if f != change.finalizer]
+            return True
+
+        self._update_with_retry(change.ref, mutate, status=False)
+        return True
+
+    @activity.defn(name="kube.emit_event")
+    def emit_event(self, spec: EventSpec) -> None:
+        """Record an Event on the object (Warning events are how bad input is reported)."""
+        now = dt.datetime.now(dt.UTC)
+        namespace = spec.ref.namespace or "default"
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{spec.ref.name}.", namespace=namespace),
+            involved_object=client.V1ObjectReference(
+                api_version=f"{spec.ref.group}/{spec.ref.version}", kind=spec.ref.kind,
+                name=spec.ref.name, namespace=spec.ref.namespace, uid=spec.ref.uid,
+            ),
+            type=spec.type, reason=spec.reason, message=spec.message[:1024],
+            first_timestamp=now, last_timestamp=now, count=1,
+            source=client.V1EventSource(component=spec.component),
+            reporting_component=spec.component, reporting_instance=spec.component,
+        )
+        self.core.create_namespaced_event(namespace, event)
+
+    def all(self) -> list[Any]:
+        return [self.read_object, self.patch_status, self.ensure_finalizer, self.remove_finalizer,
+                self.emit_event]

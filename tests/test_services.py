@@ -1,0 +1,73 @@
+"""The Temporal dev server, the registry and Prometheus answer over real connections."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+import urllib.parse
+import urllib.request
+
+import oras.client
+from temporalio.client import Client
+
+from devstack.services import OciRegistry, Prometheus, TemporalDevServer
+from workflows import search_attributes
+
+
+async def test_temporal_has_the_search_attributes(temporal_server: TemporalDevServer) -> None:
+    from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+
+    client = await Client.connect(temporal_server.address)
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace="default")
+    )
+    for key in search_attributes.ALL:
+        assert key.name in response.custom_attributes
+
+
+def test_registry_round_trips_an_artifact(oci_registry: OciRegistry, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    blob = tmp_path / "weights.bin"
+    blob.write_bytes(b"\x00\x01" * 4096)
+    client = oras.client.OrasClient(hostname=oci_registry.address, insecure=True)
+    target = f"{oci_registry.address}/smoke/model:v1"
+    client.push(files=[str(blob)], target=target, disable_path_validation=True)
+    out = tmp_path / "out"
+    pulled = client.pull(target=target, outdir=str(out))
+    assert [open(p, "rb").read() for p in pulled] == [blob.read_bytes()]
+
+
+def _serve_metric(value: float) -> tuple[http.server.ThreadingHTTPServer, int]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = f"# TYPE servingops_smoke gauge\nservingops_smoke {value}\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, server.server_address[1]
+
+
+def test_prometheus_scrapes_a_target_the_test_sets(prometheus: Prometheus) -> None:
+    exporter, port = _serve_metric(42.0)
+    try:
+        prometheus.set_targets([f"127.0.0.1:{port}"])
+        query = urllib.parse.urlencode({"query": "servingops_smoke"})
+        deadline = time.monotonic() + 60
+        result: list[dict[str, object]] = []
+        while time.monotonic() < deadline and not result:
+            with urllib.request.urlopen(f"{prometheus.url}/api/v1/query?{query}", timeout=5) as response:
+                result = json.load(response)["data"]["result"]
+            time.sleep(0.5)
+        assert result and result[0]["value"][1] == "42"  # type: ignore[index]
+    finally:
+        prometheus.set_targets([])
+        exporter.shutdown()

@@ -1,0 +1,1 @@
+"""Workers: wire workflows and activities to task queues and hold the process settings."""
