@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from api_models.conditions import merge_conditions
 from api_models.refs import ConditionUpdate, ObjectRef
+from runtime.kube import record_event
 
 _CONFLICT_RETRIES = 10
 
@@ -164,20 +165,10 @@ class KubernetesActivities:
     @activity.defn(name="kube.emit_event")
     def emit_event(self, spec: EventSpec) -> None:
         """Record an Event on the object (Warning events are how bad input is reported)."""
-        now = dt.datetime.now(dt.UTC)
-        namespace = spec.ref.namespace or "default"
-        event = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{spec.ref.name}.", namespace=namespace),
-            involved_object=client.V1ObjectReference(
-                api_version=f"{spec.ref.group}/{spec.ref.version}", kind=spec.ref.kind,
-                name=spec.ref.name, namespace=spec.ref.namespace, uid=spec.ref.uid,
-            ),
-            type=spec.type, reason=spec.reason, message=spec.message[:1024],
-            first_timestamp=now, last_timestamp=now, count=1,
-            source=client.V1EventSource(component=spec.component),
-            reporting_component=spec.component, reporting_instance=spec.component,
-        )
-        self.core.create_namespaced_event(namespace, event)
+        ref = spec.ref
+        record_event(self.core, api_version=f"{ref.group}/{ref.version}", kind=ref.kind, name=ref.name,
+                     namespace=ref.namespace, uid=ref.uid, event_type=spec.type, reason=spec.reason,
+                     message=spec.message, component=spec.component)
 
     def all(self) -> list[Any]:
         return [self.read_object, self.patch_status, self.ensure_finalizer, self.remove_finalizer,

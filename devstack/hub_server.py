@@ -94,7 +94,10 @@ def git_tree_oids(files: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
 
 @dataclass
 class RequestRecord:
-    """One answered request, kept so tests can prove what the client did (ranges, no Xet, auth)."""
+    """One answered request, kept so tests can prove what the client did (ranges, no Xet, auth).
+
+    Request header names are lower-cased; response headers are as sent.
+    """
 
     method: str
     path: str
@@ -223,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing -------------------------------------------------------------------------------------
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("hub %s - %s", self.address_string(), format % args)
 
     def do_GET(self) -> None:
@@ -284,7 +287,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _record(self, status: int, response_headers: Mapping[str, str]) -> None:
         self._responded = True
         self.hub._record(
-            RequestRecord(self.command, self.path, dict(self.headers.items()), status, dict(response_headers))
+            RequestRecord(
+                self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, status, dict(response_headers)
+            )
         )
 
     def _self_url(self, path: str, query: Mapping[str, list[str]]) -> str:
@@ -360,8 +365,8 @@ class _Handler(BaseHTTPRequestHandler):
             if kind == "models" and len(segs) >= 3:
                 repo_id, rest = self._split_repo(segs[2:])
                 tail = "/".join(segs[2 + len(repo_id.split("/")) :])
-                relocated = "/api/models/{repo}" + (f"/{tail}" if tail else "") + (
-                    f"?{split.query}" if split.query else ""
+                relocated = (
+                    "/api/models/{repo}" + (f"/{tail}" if tail else "") + (f"?{split.query}" if split.query else "")
                 )
                 return self._api_repo(method, repo_id, rest, access, query, relocated, split.path)
         elif len(segs) >= 4 and segs[0] not in {"datasets", "spaces", "api"} and method in {"GET", "HEAD"}:
@@ -521,7 +526,7 @@ class _Handler(BaseHTTPRequestHandler):
         files: dict[str, Any] = commit["files"]
         oids = self.hub.store.tree_oids(meta["id"], sha, files)
         if base not in oids:
-            raise HubError(404, "EntryNotFound", f"{base} does not exist on \"{sha}\"", {"X-Repo-Commit": sha})
+            raise HubError(404, "EntryNotFound", f'{base} does not exist on "{sha}"', {"X-Repo-Commit": sha})
         recursive = _truthy(query.get("recursive", [None])[0])
         expand = _truthy(query.get("expand", [None])[0])
         prefix = f"{base}/" if base else ""
@@ -589,9 +594,11 @@ class _Handler(BaseHTTPRequestHandler):
         wanted = self.headers.get("Range")
         if wanted:
             parsed = _parse_range(wanted, size)
-            if parsed == "unsatisfiable":
-                raise HubError(416, None, "Requested Range Not Satisfiable", {**headers, "Content-Range": f"bytes */{size}"})
-            if parsed is not None:
+            if not isinstance(parsed, tuple) and parsed is not None:
+                raise HubError(
+                    416, None, "Requested Range Not Satisfiable", {**headers, "Content-Range": f"bytes */{size}"}
+                )
+            if isinstance(parsed, tuple):
                 start, end = parsed
                 status = 206
                 headers["Content-Range"] = f"bytes {start}-{end}/{size}"
@@ -757,9 +764,14 @@ class HubServer:
         with self._lock:
             self.requests.clear()
 
-    def requests_for(self, needle: str) -> list[RequestRecord]:
+    def mark(self) -> int:
+        """A position in the request log, for `requests_for(..., since=mark)`."""
         with self._lock:
-            return [r for r in self.requests if needle in r.path]
+            return len(self.requests)
+
+    def requests_for(self, needle: str, since: int = 0) -> list[RequestRecord]:
+        with self._lock:
+            return [r for r in self.requests[since:] if needle in r.path]
 
     def _take_fault(self, repo_id: str, filename: str) -> int | None:
         with self._lock:
@@ -861,7 +873,7 @@ class HubServer:
         if card.get("license"):
             tags.append(f"license:{card['license']}")
 
-        blobs = _truthy((query.get("blobs") or [None])[0])
+        blobs = _truthy(next(iter(query.get("blobs") or []), None))
         siblings = []
         for path in sorted(files):
             sibling: dict[str, Any] = {"rfilename": path}

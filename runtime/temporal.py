@@ -27,10 +27,13 @@ class TemporalSettings:
         )
 
 
-async def connect(settings: TemporalSettings) -> Client:
+async def connect(settings: TemporalSettings, *, lazy: bool = False) -> Client:
+    """With lazy=True the connection is made on first use, so a process can start while Temporal
+    is still down and retry its calls."""
     return await Client.connect(
         settings.address,
         namespace=settings.namespace,
         data_converter=pydantic_data_converter,
         interceptors=[TracingInterceptor()],
+        lazy=lazy,
     )

@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.fixtures.kube",
     "tests.fixtures.hub",
     "tests.fixtures.services",
+    "tests.fixtures.bridge",
 ]

@@ -97,7 +97,8 @@ def test_auth_secret_ref_rules(kube_api: client.ApiClient, ns: str, source: dict
 
 def test_cluster_model_has_no_auth_secret_ref(kube_api: client.ApiClient) -> None:
     body = manifest(ClusterModel, {"source": {"url": HF, "authSecretRef": {"name": "tok"}}})
-    assert 'unknown field "spec.source.authSecretRef"' in rejection(lambda: create(kube_api, ClusterModel, body))
+    message = rejection(lambda: create(kube_api, ClusterModel, body))
+    assert "unknown field" in message and "spec.source.authSecretRef" in message
 
 
 @pytest.mark.parametrize("kind", [Model, ClusterModel])
@@ -205,7 +206,7 @@ def test_valid_catalog_sources(kube_api: client.ApiClient, spec: dict[str, Any])
         ({"type": "S3"}, "spec.type"),
         ({"url": "http://catalog.example/v1"}, "spec.url"),
         ({"url": "https://user@catalog/v1"}, "spec.url"),
-        ({"url": "https://a"}, "spec.url"),
+        ({"url": "https://"}, "spec.url"),
         ({"url": CATALOG_URL, "caSecretName": "Bad_Name"}, "spec.caSecretName"),
         ({"url": CATALOG_URL, "credentialsSecretName": "x" * 254}, "spec.credentialsSecretName"),
         ({"type": "HuggingFace", "huggingFace": {"tokenSecretName": "UP"}}, "spec.huggingFace.tokenSecretName"),

@@ -18,8 +18,8 @@ async def _count(client, query: str) -> int:  # type: ignore[no-untyped-def]
     return len([w async for w in client.list_workflows(query)])
 
 
-async def _eventually(client, query: str, expected: int, timeout: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
+async def _eventually(client, query: str, expected: int, wait_seconds: float = 30) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + wait_seconds
     while await _count(client, query) != expected:
         assert time.monotonic() < deadline, f"visibility never answered {expected} for {query}"
         await asyncio.sleep(0.3)

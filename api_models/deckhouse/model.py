@@ -31,7 +31,8 @@ VERSION = "v1alpha1"
 SOURCE_URL_PATTERN = (
     r"^https:\/\/(((www\.)?huggingface\.co|hf\.co)\/.+|(www\.)?ollama\.com\/library\/[^:\/?#]+(:[^\/?#]+)?([\/?#].*)?)$"
 )
-HUGGING_FACE_URL_PREFIX = r"^https://((www\.)?huggingface\.co|hf\.co)/"
+# Character classes instead of backslashes: CEL string literals do not take regex escapes.
+HUGGING_FACE_URL_PREFIX = "^https://((www[.])?huggingface[.]co|hf[.]co)/"
 
 _EXACTLY_ONE_SOURCE = cel(
     "[has(self.url), has(self.upload), has(self.catalog)].filter(x, x).size() == 1",

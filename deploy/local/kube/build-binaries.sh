@@ -11,6 +11,10 @@ set -euo pipefail
 KUBERNETES_VERSION=v1.35.4 # builds with go1.25+; its go.mod pins etcd client v3.6.5
 ETCD_VERSION=v3.6.8        # etcd 3.6 server, the line kubernetes 1.35 is tested against
 KWOK_VERSION=v0.8.0        # go 1.26.0, client-go v0.36 (one minor of skew is supported)
+# Not built: devstack/kube.py reads these pins to copy CRD manifests (and kwok's stages)
+# out of the module cache, so every version of the local cluster is pinned here.
+GATEWAY_API_VERSION=v1.4.1 # standard channel, incl. HTTPRoute
+KUEUE_VERSION=v0.17.0
 
 CACHE="${SERVINGOPS_CACHE:-$HOME/.cache/servingops}"
 BIN_DIR="$CACHE/bin"
@@ -125,8 +129,7 @@ build_kwok() {
   local dir="$WORK/kwok"
   new_module "$dir"
   resolve "$dir" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-  build kwok "$KWOK_VERSION" "$dir" sigs.k8s.io/kwok/cmd/kwok \
-    "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
+  build kwok "$KWOK_VERSION" "$dir" sigs.k8s.io/kwok/cmd/kwok
 }
 
 total_start="$(now)"

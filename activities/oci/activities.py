@@ -1,0 +1,352 @@
+"""Temporal activities that publish a model directory as a ModelPack OCI artifact.
+
+The workflow pushes each file with `oci.push_file` (one activity per file, so files upload in
+parallel and each retries on its own), then `oci.push_manifest`, and removes an artifact with
+`oci.delete_artifact`. All three are plain `def`s: they block on HTTP and disk, so the worker
+runs them in its thread pool.
+
+Retry safety: blobs are content addressed (an existing blob is skipped), an upload resumes from
+what the registry has committed (the resume point rides in the heartbeat details), the manifest
+bytes are deterministic (same inputs, same digest) and deleting a gone manifest answers False.
+
+No secret crosses a payload: a target names a Secret; the worker resolves it when it connects.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import oras.utils
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.oci import media_types as mt
+from activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, normalize_digest
+from activities.oci.registry_client import (
+    DEFAULT_CHUNK_SIZE,
+    ModelRegistry,
+    RegistryCredentials,
+    RegistryError,
+    UploadProgress,
+    UploadResume,
+    file_sha256,
+)
+
+HEARTBEAT_INTERVAL = 2.0
+"""Seconds between heartbeats while hashing or while one chunk is on the wire; set the
+activities' heartbeat timeout to several times this (30 s is comfortable)."""
+
+
+class SecretRef(BaseModel):
+    """A Kubernetes Secret holding registry credentials (dockerconfigjson or basic-auth)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    namespace: str
+    name: str
+
+
+class RegistryTarget(BaseModel):
+    """Where to publish: one repository of one registry."""
+
+    address: str
+    """host[:port] of the registry, no scheme."""
+    repository: str
+    insecure: bool = False
+    """Plain HTTP (loopback and in-cluster registries without TLS)."""
+    tls_verify: bool = True
+    credentials_secret: SecretRef | None = None
+
+    def reference(self, tag_or_digest: str) -> str:
+        sep = "@" if tag_or_digest.startswith("sha256:") else ":"
+        return f"{self.address}/{self.repository}{sep}{tag_or_digest}"
+
+
+class PushFileInput(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+    target: RegistryTarget = Field(validation_alias=AliasChoices("target", "registry"))
+    path: str
+    """Local path of the file on the worker."""
+    sha256: str | None = None
+    """Known digest (`<hex>` or `sha256:<hex>`); when None the activity hashes the file first."""
+    size: int | None = Field(default=None, ge=0)
+    """Expected size; a different size on disk fails the activity without retries."""
+    media_type: str
+    chunk_size: int = Field(default=DEFAULT_CHUNK_SIZE, ge=1)
+    mount_from: str | None = None
+    """Another repository of the same registry that may already hold the blob (cross-mount)."""
+
+
+class PushedBlob(BaseModel):
+    digest: str
+    size: int
+    media_type: str
+    transferred_bytes: int
+    """Bytes this attempt sent (0 when skipped or mounted; less than size when it resumed)."""
+    skipped: bool
+    mounted: bool = False
+    resumed_from: int = 0
+
+
+class PushedLayer(BaseModel):
+    """One pushed file as the manifest needs it."""
+
+    filepath: str
+    """Path relative to the model directory (the `org.cncf.model.filepath` annotation)."""
+    media_type: str
+    digest: str
+    size: int = Field(ge=0)
+    role_untested: bool = False
+
+
+class PushManifestInput(BaseModel):
+    target: RegistryTarget
+    tag: str | None = None
+    """Tag to publish under; None publishes by digest only."""
+    layers: list[PushedLayer]
+    meta: ModelPackMeta
+    annotations: dict[str, str] | None = None
+
+
+class ArtifactRef(BaseModel):
+    digest: str
+    """Digest of the manifest: what identifies the artifact."""
+    media_type: str
+    """The manifest's media type (OCI image manifest), as a descriptor of it would carry."""
+    artifact_type: str
+    """The ModelPack artifactType."""
+    size_bytes: int
+    """Manifest + config + every layer: the bytes the artifact occupies in the registry and a
+    full pull transfers, so Model status "sizeBytes" (the prepared artifact size) counts all of
+    it; it differs from the sum of layers by the config and manifest, a few kilobytes."""
+    layers_size_bytes: int
+    manifest_size: int
+    reference: str
+    """`address/repository@digest`, immutable; `tag` may move later."""
+    tag: str | None = None
+
+
+class DeleteArtifactInput(BaseModel):
+    target: RegistryTarget
+    digest: str
+
+
+CredentialsResolver = Callable[[SecretRef, str], RegistryCredentials | None]
+"""(secret reference, registry address) -> credentials; runs in the worker, never in a payload."""
+
+
+def _application_error(exc: RegistryError) -> ApplicationError:
+    return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=not exc.retryable)
+
+
+def _resume_point(details: Sequence[Any]) -> dict[str, Any]:
+    """The last heartbeat of a previous attempt, as a dict (the converter hands back dicts)."""
+    if not details:
+        return {}
+    last = details[-1]
+    if isinstance(last, BaseModel):
+        return last.model_dump()
+    return dict(last) if isinstance(last, Mapping) else {}
+
+
+class OciActivities:
+    """The OCI activities, bound to how this worker resolves credential Secrets."""
+
+    def __init__(self, credentials: CredentialsResolver | None = None, *,
+                 heartbeat_interval: float = HEARTBEAT_INTERVAL) -> None:
+        self._credentials = credentials
+        self._heartbeat_interval = heartbeat_interval
+
+    @contextmanager
+    def _registry(self, target: RegistryTarget) -> Iterator[ModelRegistry]:
+        creds = None
+        if target.credentials_secret is not None:
+            if self._credentials is None:
+                raise ApplicationError("this worker cannot read registry credential Secrets",
+                                       type="NoCredentialsResolver", non_retryable=True)
+            creds = self._credentials(target.credentials_secret, target.address)
+        registry = ModelRegistry(target.address, insecure=target.insecure, tls_verify=target.tls_verify,
+                                 credentials=creds)
+        try:
+            yield registry
+        except RegistryError as exc:
+            raise _application_error(exc) from exc
+        except ValueError as exc:
+            # Raised by our own validation (repository name, digest form): bad input, not bad luck.
+            raise ApplicationError(str(exc), type="InvalidInput", non_retryable=True) from exc
+        finally:
+            registry.close()
+
+    @activity.defn(name="oci.push_file")
+    def push_file(self, req: PushFileInput) -> PushedBlob:
+        """Upload one file as a blob: skip if present, resume a previous attempt's upload."""
+        path = req.path
+        if not os.path.isfile(path):
+            raise ApplicationError(f"{path} is not a file", type="FileMissing", non_retryable=True)
+        size = os.stat(path).st_size
+        if req.size is not None and req.size != size:
+            raise ApplicationError(f"{path} has {size} bytes, expected {req.size}", type="LocalFileChanged",
+                                   non_retryable=True)
+        previous = _resume_point(activity.info().heartbeat_details)
+        if req.sha256:
+            digest = normalize_digest(req.sha256)
+        else:
+            # Keep re-sending the previous attempt's resume point while hashing: a crash now must
+            # not make the next attempt forget where the upload stood.
+            def hashing(done: int) -> None:
+                activity.heartbeat({**previous, "hashed_bytes": done})
+
+            digest, size = file_sha256(path, on_progress=hashing, progress_interval=self._heartbeat_interval)
+        repo = req.target.repository
+        with self._registry(req.target) as registry:
+            if registry.blob_exists(repo, digest):
+                return PushedBlob(digest=digest, size=size, media_type=req.media_type, transferred_bytes=0,
+                                  skipped=True)
+            try:
+                resume = UploadResume.model_validate(previous) if previous.get("upload_location") else None
+            except ValidationError:
+                resume = None
+
+            def progress(p: UploadProgress) -> None:
+                activity.heartbeat(p.resume_point(repo, digest).model_dump())
+                if p.in_flight_bytes == 0 and activity.is_worker_shutdown():
+                    # Stop on a chunk boundary: the upload state just heartbeated stays valid. A
+                    # process killed inside a PATCH instead leaves distribution's signed upload
+                    # state stale, and distribution then cancels the upload on the next touch.
+                    raise ApplicationError(
+                        f"worker shutting down; {digest} resumes at byte {p.committed_offset}",
+                        type="WorkerShutdown")
+
+            result = registry.upload_blob_streaming(
+                repo, path, digest, size, chunk_size=req.chunk_size, resume=resume, on_progress=progress,
+                progress_interval=self._heartbeat_interval, mount_from=req.mount_from,
+            )
+        activity.logger.info("pushed %s (%d bytes, %d sent, resumed at %d)", digest, size,
+                             result.transferred_bytes, result.resumed_from)
+        return PushedBlob(digest=digest, size=size, media_type=req.media_type,
+                          transferred_bytes=result.transferred_bytes, skipped=False, mounted=result.mounted,
+                          resumed_from=result.resumed_from)
+
+    @activity.defn(name="oci.push_manifest")
+    def push_manifest(self, req: PushManifestInput) -> ArtifactRef:
+        """Upload the ModelPack config blob and the manifest (under the tag, if any)."""
+        try:
+            layers = [
+                LayerFile(path=layer.filepath, role=_role_of(layer.media_type), sha256=layer.digest,
+                          size=layer.size, role_untested=layer.role_untested)
+                for layer in req.layers
+            ]
+            built = build_artifact(layers, req.meta, req.annotations)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError too
+            raise ApplicationError(f"cannot build the model manifest: {exc}", type="InvalidModelLayers",
+                                   non_retryable=True) from exc
+        repo = req.target.repository
+        with self._registry(req.target) as registry:
+            stored = {layer.path: registry.blob_size(repo, layer.sha256) for layer in built.layers}
+            missing = [path for path, size in stored.items() if size is None]
+            if missing:
+                # Retrying this activity cannot help; the workflow has to push these files again.
+                raise ApplicationError(f"layers not in {repo}: {', '.join(missing)}", missing,
+                                       type="LayerMissing", non_retryable=True)
+            # distribution checks only that referenced blobs exist; a wrong size would make
+            # every later pull fail, so refuse it here.
+            wrong = [f"{layer.path} ({layer.size} != {stored[layer.path]})" for layer in built.layers
+                     if stored[layer.path] not in (layer.size, -1)]
+            if wrong:
+                raise ApplicationError(f"layer sizes differ from the registry's: {', '.join(wrong)}",
+                                       type="LayerSizeMismatch", non_retryable=True)
+            registry.put_blob_bytes(repo, built.config, built.config_descriptor.digest)
+            digest = registry.put_manifest(repo, req.tag or built.manifest_descriptor.digest, built.manifest,
+                                           mt.OCI_MANIFEST)
+        return ArtifactRef(
+            digest=digest,
+            media_type=mt.OCI_MANIFEST,
+            artifact_type=mt.ARTIFACT_TYPE_MODEL_MANIFEST,
+            size_bytes=built.total_size,
+            layers_size_bytes=sum(layer.size for layer in built.layers),
+            manifest_size=built.manifest_descriptor.size,
+            reference=req.target.reference(digest),
+            tag=req.tag,
+        )
+
+    @activity.defn(name="oci.delete_artifact")
+    def delete_artifact(self, req: DeleteArtifactInput) -> bool:
+        """Delete the manifest (and its tags); False when it was already gone.
+
+        Blobs stay until the registry's garbage collector runs: they may be shared with other
+        artifacts, and only the registry knows.
+        """
+        try:
+            digest = normalize_digest(req.digest)
+        except ValueError as exc:
+            raise ApplicationError(str(exc), type="InvalidDigest", non_retryable=True) from exc
+        with self._registry(req.target) as registry:
+            return registry.delete_manifest(req.target.repository, digest)
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.push_file, self.push_manifest, self.delete_artifact]
+
+
+def _role_of(media_type: str) -> mt.FileRole:
+    for role, raw in mt.RAW_LAYER_MEDIA_TYPE.items():
+        if raw == media_type:
+            return role
+    raise ValueError(f"{media_type!r} is not a raw ModelPack layer media type")
+
+
+# -- credentials from Kubernetes Secrets -----------------------------------------------------
+
+
+def credentials_from_secret_data(data: Mapping[str, str], registry: str) -> RegistryCredentials | None:
+    """Credentials for `registry` from a Secret's decoded data.
+
+    Understands `kubernetes.io/dockerconfigjson` (`.dockerconfigjson`), the legacy `.dockercfg`
+    and `kubernetes.io/basic-auth` (`username`, `password`).
+    """
+    raw = data.get(".dockerconfigjson") or data.get(".dockercfg")
+    if raw:
+        config = json.loads(raw)
+        auths = config.get("auths", config) if ".dockerconfigjson" in data else config
+        wanted = set(oras.utils.iter_localhosts(registry))
+        for key, entry in auths.items():
+            host = key.split("://", 1)[-1].split("/", 1)[0]
+            if host not in wanted or not isinstance(entry, dict):
+                continue
+            if entry.get("username") and entry.get("password"):
+                return RegistryCredentials(entry["username"], entry["password"])
+            if entry.get("auth"):
+                user, _, password = base64.b64decode(entry["auth"]).decode("utf-8").partition(":")
+                return RegistryCredentials(user, password)
+        return None
+    if data.get("username") and data.get("password"):
+        return RegistryCredentials(data["username"], data["password"])
+    return None
+
+
+def kubernetes_secret_credentials(core_v1: Any) -> CredentialsResolver:
+    """A resolver reading Secrets through a `kubernetes.client.CoreV1Api`."""
+    from kubernetes.client.exceptions import ApiException
+
+    def resolve(ref: SecretRef, registry: str) -> RegistryCredentials | None:
+        try:
+            secret = core_v1.read_namespaced_secret(ref.name, ref.namespace)
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                raise ApplicationError(f"Secret {ref.namespace}/{ref.name}: HTTP {exc.status}",
+                                       type="SecretUnavailable", non_retryable=True) from exc
+            raise
+        data = {key: base64.b64decode(value).decode("utf-8") for key, value in (secret.data or {}).items()}
+        creds = credentials_from_secret_data(data, registry)
+        if creds is None:
+            raise ApplicationError(f"Secret {ref.namespace}/{ref.name} has no credentials for {registry}",
+                                   type="SecretUnavailable", non_retryable=True)
+        return creds
+
+    return resolve

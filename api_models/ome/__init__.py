@@ -1,0 +1,34 @@
+"""Pydantic models of the ome.io/v1beta1 kinds this project serves, the single source of their CRDs.
+
+Root kinds: InferenceService, RolloutPolicy, InferenceReplica (namespaced) and WorkloadCluster
+(cluster-scoped). Every OME type they reference is modelled field by field; core Kubernetes types
+(Container, Volume, Affinity, ...) are embedded opaquely.
+"""
+
+from api_models.base import KubeResource
+from api_models.ome.constants import API_VERSION, GROUP, VERSION
+from api_models.ome.inference_service import InferenceService, InferenceServiceSpec, InferenceServiceStatus
+from api_models.ome.replica import InferenceReplica, InferenceReplicaSpec, InferenceReplicaStatus
+from api_models.ome.rollout_policy import RolloutPolicy, RolloutPolicySpec, RolloutPolicyStatus
+from api_models.ome.workload_cluster import WorkloadCluster, WorkloadClusterSpec, WorkloadClusterStatus
+
+OME_KINDS: list[type[KubeResource]] = [InferenceService, RolloutPolicy, InferenceReplica, WorkloadCluster]
+
+__all__ = [
+    "API_VERSION",
+    "GROUP",
+    "OME_KINDS",
+    "VERSION",
+    "InferenceReplica",
+    "InferenceReplicaSpec",
+    "InferenceReplicaStatus",
+    "InferenceService",
+    "InferenceServiceSpec",
+    "InferenceServiceStatus",
+    "RolloutPolicy",
+    "RolloutPolicySpec",
+    "RolloutPolicyStatus",
+    "WorkloadCluster",
+    "WorkloadClusterSpec",
+    "WorkloadClusterStatus",
+]

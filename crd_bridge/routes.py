@@ -1,0 +1,149 @@
+"""Which workflow each served kind's events go to, and what an event becomes.
+
+Pure mapping, no I/O: `plan()` compares an object with the fingerprint of what was last sent for
+it and returns the dispatches to make. Unchanged generation plus unchanged watched annotations
+means nothing to send.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from api_models import contract
+from api_models.contract import (
+    AnnotationEvent,
+    BadAnnotation,
+    MigrationStart,
+    ObjectEvent,
+    Signal,
+    StartObject,
+    WorkflowType,
+)
+from api_models.refs import ObjectRef
+
+
+@dataclass(frozen=True)
+class Route:
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+    workflow_type: WorkflowType
+    workflow_id: Callable[[str | None, str, str], str]
+    annotations: tuple[str, ...] = ()
+    migration_requests: bool = False
+
+    def ref(self, obj: dict[str, Any]) -> ObjectRef:
+        meta = obj["metadata"]
+        return ObjectRef(group=self.group, version=self.version, plural=self.plural, kind=self.kind,
+                         name=meta["name"], namespace=meta.get("namespace") if self.namespaced else None,
+                         uid=meta.get("uid"))
+
+
+def _ns(namespace: str | None) -> str:
+    return namespace or ""
+
+
+ROUTES: dict[str, Route] = {
+    route.kind: route
+    for route in (
+        Route("Model", "ai.deckhouse.io", "v1alpha1", "models", True, WorkflowType.MODEL,
+              contract.model_workflow_id),
+        Route("ClusterModel", "ai.deckhouse.io", "v1alpha1", "clustermodels", False, WorkflowType.MODEL,
+              contract.model_workflow_id),
+        Route("ModelCatalogSource", "ai.deckhouse.io", "v1alpha1", "modelcatalogsources", False,
+              WorkflowType.CATALOG, lambda _ns_, name, uid: contract.catalog_workflow_id(name, uid)),
+        Route("InferenceService", "ome.io", "v1beta1", "inferenceservices", True, WorkflowType.INFERENCE_SERVICE,
+              lambda ns, name, uid: contract.inference_service_workflow_id(_ns(ns), name, uid),
+              annotations=contract.ROLLOUT_ANNOTATIONS, migration_requests=True),
+        Route("InferenceReplica", "ome.io", "v1beta1", "inferencereplicas", True, WorkflowType.INFERENCE_REPLICA,
+              lambda ns, name, uid: contract.replica_workflow_id(_ns(ns), name, uid)),
+        Route("RolloutPolicy", "ome.io", "v1beta1", "rolloutpolicies", True, WorkflowType.ROLLOUT_POLICY,
+              lambda ns, name, uid: contract.rollout_policy_workflow_id(_ns(ns), name, uid)),
+        Route("WorkloadCluster", "ome.io", "v1beta1", "workloadclusters", False, WorkflowType.WORKLOAD_CLUSTER,
+              lambda _ns_, name, uid: contract.workload_cluster_workflow_id(name, uid)),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What was last sent for one object: enough to tell whether an event is news."""
+
+    uid: str
+    generation: int
+    deleting: bool
+    annotations: tuple[tuple[str, str], ...] = ()
+    migrations: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """One signal-with-start (or a plain start when signal is None)."""
+
+    workflow_type: WorkflowType
+    workflow_id: str
+    start_arg: Any
+    signal: Signal | None = None
+    signal_arg: Any = None
+
+
+@dataclass
+class Plan:
+    dispatches: list[Dispatch] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    """(reason, message) pairs to record as Warning Events on the object."""
+    fingerprint: Fingerprint | None = None
+
+
+def plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, *, gone: bool = False) -> Plan:
+    meta = obj["metadata"]
+    uid = str(meta.get("uid", ""))
+    generation = int(meta.get("generation", 0))
+    version = str(meta.get("resourceVersion", ""))
+    deleting = gone or bool(meta.get("deletionTimestamp"))
+    annotations: dict[str, str] = meta.get("annotations") or {}
+    watched = tuple(sorted((k, v) for k, v in annotations.items() if k in route.annotations))
+    requests = {k: v for k, v in annotations.items() if route.migration_requests
+                and k.startswith(contract.MIGRATION_REQUEST_PREFIX)}
+    if previous is not None and previous.uid != uid:
+        previous = None  # the name was reused by a new object: a new workflow, nothing carried over
+
+    ref = route.ref(obj)
+    workflow_id = route.workflow_id(ref.namespace, ref.name, uid)
+    start = StartObject(ref=ref)
+    result = Plan(fingerprint=Fingerprint(uid, generation, deleting, watched, frozenset(requests)))
+
+    if previous is None or (previous.generation, previous.deleting) != (generation, deleting):
+        event = ObjectEvent(uid=uid, generation=generation, resource_version=version, deleting=deleting)
+        result.dispatches.append(Dispatch(route.workflow_type, workflow_id, start,
+                                          Signal.DELETE if deleting else Signal.OBJECT_CHANGED, event))
+
+    before = dict(previous.annotations) if previous else {}
+    after = dict(watched)
+    for name in sorted(set(before) | set(after)):
+        if before.get(name) != after.get(name) and not deleting:
+            event = AnnotationEvent(uid=uid, generation=generation, resource_version=version, name=name,
+                                    value=after.get(name))
+            result.dispatches.append(Dispatch(route.workflow_type, workflow_id, start, Signal.ANNOTATION, event))
+
+    already = previous.migrations if previous else frozenset()
+    for key in sorted(set(requests) - already):
+        if deleting:
+            break
+        try:
+            request_uuid, request = contract.parse_migration_request(key, requests[key])
+        except BadAnnotation as exc:
+            result.warnings.append(("InvalidMigrationRequest", str(exc)))
+            continue
+        replica = f"{ref.name}-{request.component}"
+        migration = MigrationStart(isvc=ref, request_uuid=request_uuid, annotation=key, request=request)
+        result.dispatches.append(Dispatch(
+            WorkflowType.MIGRATION,
+            contract.migration_workflow_id(ref.namespace or "", replica, request_uuid),
+            migration,
+        ))
+    return result

@@ -1,0 +1,126 @@
+"""List-then-watch of one kind, resumed from the last resourceVersion, relisted on 410 Gone.
+
+Runs in its own thread (the kubernetes client is blocking). Every object it learns about is
+handed to `sink`; objects that vanished while the watch was down are found by the relist and
+handed over as gone, so no deletion is missed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from crd_bridge.routes import Route
+
+log = logging.getLogger("servingops.bridge.watch")
+
+WATCH_TIMEOUT_SECONDS = 240
+LIST_PAGE = 500
+
+
+@dataclass(frozen=True)
+class Observed:
+    """An object as last seen, or (gone=True) its last state before it disappeared."""
+
+    route: Route
+    obj: dict[str, Any]
+    gone: bool
+    seen_at: float
+    """time.monotonic() when the watch delivered it: the start of the bridge's lag."""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        meta = self.obj["metadata"]
+        return self.route.kind, meta.get("namespace") or "", meta["name"]
+
+
+class KindWatcher(threading.Thread):
+    def __init__(self, api_client: client.ApiClient, route: Route, sink: Callable[[Observed], None],
+                 stop: threading.Event, on_event: Callable[[str], None] | None = None) -> None:
+        super().__init__(name=f"watch-{route.kind}", daemon=True)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.route = route
+        self.sink = sink
+        self.stop_event = stop
+        self.on_event = on_event or (lambda _type: None)
+        self.known: dict[tuple[str, str], dict[str, Any]] = {}
+        self.synced = threading.Event()
+        self.relists = 0
+
+    def _list_page(self, **kwargs: Any) -> dict[str, Any]:
+        r = self.route
+        return dict(self.custom.list_cluster_custom_object(r.group, r.version, r.plural, **kwargs))
+
+    def run(self) -> None:
+        backoff = 0.5
+        while not self.stop_event.is_set():
+            try:
+                version = self.relist()
+                self.synced.set()
+                backoff = 0.5
+                self.watch_from(version)
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.info("%s: resourceVersion expired, relisting", self.route.kind)
+                    continue
+                log.warning("%s: API error %s, retrying in %.1fs", self.route.kind, exc.status, backoff)
+            except Exception:
+                log.exception("%s: watch failed, retrying in %.1fs", self.route.kind, backoff)
+            self.stop_event.wait(backoff)
+            backoff = min(backoff * 2, 30)
+
+    def relist(self) -> str:
+        """Hand every current object to the sink, and every vanished one as gone."""
+        self.relists += 1
+        current: dict[tuple[str, str], dict[str, Any]] = {}
+        token: str | None = None
+        version = ""
+        while True:
+            page = self._list_page(limit=LIST_PAGE, **({"_continue": token} if token else {}))
+            now = time.monotonic()
+            for obj in page.get("items", []):
+                meta = obj["metadata"]
+                current[(meta.get("namespace") or "", meta["name"])] = obj
+                self.sink(Observed(self.route, obj, False, now))
+            token = page["metadata"].get("continue")
+            version = page["metadata"].get("resourceVersion", version)
+            if not token:
+                break
+        for key, obj in self.known.items():
+            if key not in current:
+                self.sink(Observed(self.route, obj, True, time.monotonic()))
+        self.known = current
+        return version
+
+    def watch_from(self, version: str) -> None:
+        r = self.route
+        while not self.stop_event.is_set():
+            stream = watch.Watch().stream(
+                self.custom.list_cluster_custom_object, r.group, r.version, r.plural,
+                resource_version=version, allow_watch_bookmarks=True,
+                timeout_seconds=WATCH_TIMEOUT_SECONDS, _request_timeout=WATCH_TIMEOUT_SECONDS + 30,
+            )
+            for event in stream:
+                kind = event["type"]
+                obj = event["object"]
+                version = obj.get("metadata", {}).get("resourceVersion", version)
+                self.on_event(kind)
+                if kind == "BOOKMARK":
+                    continue
+                meta = obj["metadata"]
+                key = (meta.get("namespace") or "", meta["name"])
+                if kind == "DELETED":
+                    self.known.pop(key, None)
+                    self.sink(Observed(r, obj, True, time.monotonic()))
+                else:
+                    self.known[key] = obj
+                    self.sink(Observed(r, obj, False, time.monotonic()))
+                if self.stop_event.is_set():
+                    return

@@ -1,0 +1,535 @@
+"""A real local Kubernetes cluster for tests and `servingops dev up`.
+
+etcd, kube-apiserver, kube-controller-manager and kube-scheduler run as plain processes on
+loopback; kwok plays the kubelets of a few fake nodes, so pods get scheduled, Running and
+Ready without a container runtime. Every version is pinned in
+deploy/local/kube/build-binaries.sh, which builds the binaries from their upstream Go
+modules when they are not already on this machine.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import ipaddress
+import json
+import logging
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from devstack.process import ManagedProcess, ProcessFailed, cache_dir, find_binary, free_port, http_ok
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_SCRIPT = REPO_ROOT / "deploy" / "local" / "kube" / "build-binaries.sh"
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+BIN_DIR_ENV = "SERVINGOPS_KUBE_BIN_DIR"
+
+SERVICE_CIDR = "10.96.0.0/16"
+POD_CIDR = "10.244.0.0/16"  # kwok hands out pod IPs from here
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+FIELD_MANAGER = "servingops-devstack"
+
+# What one fake node offers; GPUs so that `nvidia.com/gpu` requests schedule.
+NODE_CAPACITY = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
+
+# kwok's own default stages (what kwokctl installs): nodes become Ready and keep their
+# lease, pods become Running/Ready, complete, and go away when deleted.
+KWOK_STAGE_FILES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+)
+
+# name in the cache -> (Go module, pin in build-binaries.sh, folder in the module, glob)
+UPSTREAM_CRDS = {
+    "gateway-api": ("sigs.k8s.io/gateway-api", "GATEWAY_API_VERSION", "config/crd/standard", "*.yaml"),
+    "kueue": ("sigs.k8s.io/kueue", "KUEUE_VERSION", "config/components/crd/bases", "*.yaml"),
+}
+
+
+def pinned_versions() -> dict[str, str]:
+    """The `*_VERSION=` pins at the top of build-binaries.sh: the one place versions live."""
+    text = BUILD_SCRIPT.read_text()
+    return dict(re.findall(r"^([A-Z_]+_VERSION)=(\S+)", text, flags=re.MULTILINE))
+
+
+def go_module_dir(module: str, version: str) -> Path:
+    """Download module@version into the Go module cache (a no-op when there) and return its folder."""
+    proc = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        capture_output=True,
+        text=True,
+        cwd=cache_dir(),  # outside any Go module, so no go.mod is consulted or changed
+        check=False,
+    )
+    info = json.loads(proc.stdout or "{}")
+    if proc.returncode != 0 or "Dir" not in info:
+        raise RuntimeError(f"go mod download {module}@{version} failed: {info.get('Error') or proc.stderr}")
+    return Path(info["Dir"])
+
+
+def upstream_crd_dirs() -> list[Path]:
+    """Copy the Gateway API (standard channel) and Kueue CRDs into `<cache>/crds/<name>/`.
+
+    Idempotent: a folder whose `.version` stamp matches the pin is left alone.
+    """
+    versions = pinned_versions()
+    dirs = []
+    for name, (module, pin, folder, pattern) in UPSTREAM_CRDS.items():
+        version = versions[pin]
+        target = cache_dir() / "crds" / name
+        stamp = target / ".version"
+        if not (stamp.is_file() and stamp.read_text().strip() == version):
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(parents=True)
+            for source in sorted((go_module_dir(module, version) / folder).glob(pattern)):
+                shutil.copyfile(source, target / source.name)  # copyfile: the cache copy is read-only
+            stamp.write_text(version + "\n")
+        dirs.append(target)
+    return dirs
+
+
+def ensure_binaries() -> dict[str, str]:
+    """Paths of the five binaries; runs the build script only when one is missing."""
+    if any(find_binary(name, BIN_DIR_ENV) is None for name in BINARIES):
+        log.info("building local cluster binaries with %s (minutes on a cold cache)", BUILD_SCRIPT)
+        subprocess.run(["bash", str(BUILD_SCRIPT)], check=True)
+    paths = {name: find_binary(name, BIN_DIR_ENV) for name in BINARIES}
+    missing = [name for name, path in paths.items() if path is None]
+    if missing:
+        raise RuntimeError(f"binaries still missing after {BUILD_SCRIPT}: {missing}")
+    return {name: str(path) for name, path in paths.items()}
+
+
+def condition_true(conditions: Sequence[Any] | None, kind: str) -> bool:
+    """Whether a status condition list (any Kubernetes kind) has `kind` with status "True"."""
+    return any(c.type == kind and c.status == "True" for c in conditions or ())
+
+
+# --- certificates -------------------------------------------------------------------------
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def _issue(
+    subject: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
+    *,
+    usage: x509.ObjectIdentifier | None = None,
+    sans: list[x509.GeneralName] | None = None,
+) -> x509.Certificate:
+    now = dt.datetime.now(dt.UTC)
+    issuer_name, signing_key = (issuer[0].subject, issuer[1]) if issuer else (subject, key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1))
+        .not_valid_after(now + dt.timedelta(days=3650))
+        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
+    )
+    if issuer is None:
+        builder = builder.add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
+        )
+    else:
+        builder = builder.add_extension(
+            x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True
+        )
+    if usage is not None:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return builder.sign(signing_key, hashes.SHA256())
+
+
+def _name(common_name: str, org: str | None = None) -> x509.Name:
+    attrs = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if org:
+        attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+    return x509.Name(attrs)
+
+
+def write_pki(pki: Path) -> None:
+    """CA, apiserver serving cert, admin client cert and service-account keys (ECDSA P-256).
+
+    Kept when present, so a dev cluster's etcd data stays readable across restarts.
+    """
+    if (pki / "admin.key").is_file():
+        return
+    pki.mkdir(parents=True, exist_ok=True)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _issue(_name("servingops-local-ca"), ca_key, None)
+    first_service_ip = ipaddress.IPv4Network(SERVICE_CIDR)[1]  # the `kubernetes` Service's ClusterIP
+    sans: list[x509.GeneralName] = [
+        x509.DNSName(dns)
+        for dns in ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                    "kubernetes.default.svc.cluster.local")
+    ]
+    sans += [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.IPAddress(first_service_ip)]
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server = _issue(_name("kube-apiserver"), server_key, (ca, ca_key),
+                    usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans)
+    # system:masters is bound to cluster-admin by RBAC's bootstrap policy.
+    admin_key = ec.generate_private_key(ec.SECP256R1())
+    admin = _issue(_name("servingops-admin", "system:masters"), admin_key, (ca, ca_key),
+                   usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    sa_key = ec.generate_private_key(ec.SECP256R1())
+    files = {
+        "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
+        "ca.key": _pem_key(ca_key),
+        "apiserver.crt": server.public_bytes(serialization.Encoding.PEM),
+        "apiserver.key": _pem_key(server_key),
+        "sa.key": _pem_key(sa_key),
+        "sa.pub": sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+        "admin.crt": admin.public_bytes(serialization.Encoding.PEM),
+        "admin.key": _pem_key(admin_key),  # written last: its presence means "all done"
+    }
+    for filename, data in files.items():
+        path = pki / filename
+        path.write_bytes(data)
+        path.chmod(0o600)
+
+
+# --- manifests ----------------------------------------------------------------------------
+
+
+def _yaml_docs(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
+    for path in paths:
+        files = sorted([*path.glob("*.yaml"), *path.glob("*.yml")]) if path.is_dir() else [path]
+        for file in files:
+            for doc in yaml.safe_load_all(file.read_text()):
+                if isinstance(doc, dict) and doc:
+                    yield doc
+
+
+class LocalKubeCluster:
+    """One local cluster; files (certs, etcd data, kubeconfig) under `workdir`, logs in `log_dir`."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        log_dir: Path,
+        *,
+        nodes: int = 3,
+        api_port: int | None = None,
+        install_upstream_crds: bool = True,
+    ) -> None:
+        self.workdir = Path(workdir)
+        self.log_dir = Path(log_dir)
+        self.nodes = nodes
+        self.api_port = api_port
+        self.install_upstream_crds = install_upstream_crds
+        self.pki = self.workdir / "pki"
+        self.kubeconfig_path = self.workdir / "kubeconfig"
+        self._processes: list[ManagedProcess] = []
+        self._client: client.ApiClient | None = None
+
+    @property
+    def api_url(self) -> str:
+        if self.api_port is None:
+            raise RuntimeError("cluster not started")
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def node_names(self) -> list[str]:
+        return [f"kwok-node-{i}" for i in range(self.nodes)]
+
+    def __enter__(self) -> LocalKubeCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- lifecycle --
+
+    def start(self, timeout: float = 180.0) -> LocalKubeCluster:
+        began = time.monotonic()
+        binaries = ensure_binaries()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        write_pki(self.pki)
+        self.api_port = self.api_port or free_port()
+        self._write_kubeconfig()
+        self._client = self.api_client()
+        try:
+            self._start_etcd_and_apiserver(binaries, timeout)
+            self._start_controllers(binaries)
+            self._create_nodes()
+            if self.install_upstream_crds:
+                self.apply_crds(upstream_crd_dirs())
+            self._wait("nodes Ready", self._nodes_ready, timeout)
+            self._wait("default ServiceAccount", self._default_service_account, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        log.info("local kube cluster at %s ready in %.1fs", self.api_url, time.monotonic() - began)
+        return self
+
+    def stop(self) -> None:
+        # Reverse start order: clients first, etcd last.
+        for proc in reversed(self._processes):
+            proc.stop()
+        self._processes.clear()
+        if self._client is not None:
+            self._client.close()  # type: ignore[no-untyped-call]
+            self._client = None
+
+    def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
+        proc = ManagedProcess(name, argv, self.log_dir).start()
+        self._processes.append(proc)
+        return proc
+
+    def _start_etcd_and_apiserver(self, binaries: dict[str, str], timeout: float) -> None:
+        client_port, peer_port = free_port(), free_port()
+        client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
+        etcd = self._spawn("etcd", [
+            binaries["etcd"],
+            "--name=local",
+            f"--data-dir={self.workdir / 'etcd'}",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=local={peer_url}",
+            # A throwaway local store: skipping fsync makes every write (and test) faster.
+            "--unsafe-no-fsync",
+            # Room for big CRDs (Kueue's Workload schema is ~1.4 MB of YAML) plus managedFields.
+            "--max-request-bytes=8388608",
+            "--log-level=warn",
+        ])
+        etcd.wait_ready(lambda: http_ok(f"{client_url}/health"), timeout)
+
+        pki = self.pki
+        apiserver = self._spawn("kube-apiserver", [
+            binaries["kube-apiserver"],
+            f"--etcd-servers={client_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.api_port}",
+            f"--cert-dir={pki}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # Real authorization, as in production: RBAC checks what our controllers may do.
+            "--authorization-mode=Node,RBAC",
+            "--allow-privileged=true",
+            # The `kubernetes` Service's endpoints would be 127.0.0.1, which endpoint
+            # validation rejects (loopback); nothing here dials the apiserver through it.
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+        ])
+        apiserver.wait_ready(lambda: http_ok(f"{self.api_url}/readyz", ssl_context=self._ssl_context()), timeout)
+
+    def _start_controllers(self, binaries: dict[str, str]) -> None:
+        pki, kubeconfig = self.pki, str(self.kubeconfig_path)
+        self._spawn("kube-controller-manager", [
+            binaries["kube-controller-manager"],
+            f"--kubeconfig={kubeconfig}",
+            "--secure-port=0",  # no health port: several clusters may run side by side
+            "--controllers=*",
+            "--leader-elect=false",
+            # Each controller acts as its own ServiceAccount, so RBAC applies as in a real cluster.
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={pki / 'ca.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--cluster-name=servingops-local",
+        ])
+        self._spawn("kube-scheduler", [
+            binaries["kube-scheduler"],
+            f"--kubeconfig={kubeconfig}",
+            "--secure-port=0",
+            "--leader-elect=false",
+        ])
+        kwok_config = self.workdir / "kwok.yaml"
+        kwok_config.write_text(self._kwok_stages())
+        self._spawn("kwok", [
+            binaries["kwok"],
+            f"--kubeconfig={kubeconfig}",
+            f"--config={kwok_config}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+            f"--cidr={POD_CIDR}",
+            "--node-lease-duration-seconds=40",  # matches the heartbeat-with-lease stage
+        ])
+
+    @staticmethod
+    def _kwok_stages() -> str:
+        # kwok itself ships no default stages (kwokctl adds them); without any it refuses to run.
+        root = go_module_dir("sigs.k8s.io/kwok", pinned_versions()["KWOK_VERSION"])
+        return "\n---\n".join((root / rel).read_text() for rel in KWOK_STAGE_FILES)
+
+    def _write_kubeconfig(self) -> None:
+        def b64(name: str) -> str:
+            return base64.b64encode((self.pki / name).read_bytes()).decode()
+
+        kubeconfig = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "local", "cluster": {
+                "server": self.api_url, "certificate-authority-data": b64("ca.crt")}}],
+            "users": [{"name": "admin", "user": {
+                "client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")}}],
+            "contexts": [{"name": "servingops-local", "context": {"cluster": "local", "user": "admin"}}],
+            "current-context": "servingops-local",
+        }
+        self.kubeconfig_path.write_text(yaml.safe_dump(kubeconfig))
+        self.kubeconfig_path.chmod(0o600)
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        context.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        return context
+
+    def _wait(self, what: str, probe: Callable[[], bool], timeout: float, interval: float = 0.5) -> None:
+        """Poll `probe`; fail at once with the log tail when one of our processes has died."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for proc in self._processes:
+                if not proc.alive:
+                    raise ProcessFailed(f"{proc.name} exited while waiting for {what}:\n{proc.log_tail()}")
+            if probe():
+                return
+            time.sleep(interval)
+        raise TimeoutError(f"{what}: not reached in {timeout}s; logs in {self.log_dir}")
+
+    # -- API --
+
+    def api_client(self) -> client.ApiClient:
+        """A fresh ApiClient for the admin user (the same identity as the kubeconfig)."""
+        configuration = client.Configuration(host=self.api_url)
+        configuration.ssl_ca_cert = str(self.pki / "ca.crt")
+        configuration.cert_file = str(self.pki / "admin.crt")
+        configuration.key_file = str(self.pki / "admin.key")
+        return client.ApiClient(configuration)
+
+    @property
+    def _api(self) -> client.ApiClient:
+        if self._client is None:
+            self._client = self.api_client()
+        return self._client
+
+    def _create_nodes(self) -> None:
+        core = client.CoreV1Api(self._api)
+        for name in self.node_names:
+            node = client.V1Node(
+                metadata=client.V1ObjectMeta(
+                    name=name,
+                    annotations={KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    labels={
+                        "type": "kwok",
+                        "kubernetes.io/hostname": name,
+                        "kubernetes.io/os": "linux",
+                        "kubernetes.io/arch": "amd64",
+                    },
+                ),
+                # Status is kept on create (it is how kubelets register); kwok's node stage
+                # keeps what is set here and only fills in conditions and addresses.
+                status=client.V1NodeStatus(capacity=NODE_CAPACITY, allocatable=NODE_CAPACITY),
+            )
+            try:
+                core.create_node(node)
+            except ApiException as exc:
+                if exc.status != 409:  # already there: a restarted dev cluster
+                    raise
+
+    def _nodes_ready(self) -> bool:
+        nodes = client.CoreV1Api(self._api).list_node().items
+        ready = {
+            n.metadata.name for n in nodes if n.metadata and n.status and condition_true(n.status.conditions, "Ready")
+        }
+        return set(self.node_names) <= ready
+
+    def _default_service_account(self) -> bool:
+        try:
+            client.CoreV1Api(self._api).read_namespaced_service_account("default", "default")
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def apply_crds(self, paths: Iterable[Path], timeout: float = 120.0) -> list[str]:
+        """Server-side apply every CustomResourceDefinition in `paths` (files or folders of
+        YAML) and wait until each is Established. Returns the CRD names."""
+        api = client.ApiextensionsV1Api(self._api)
+        names = []
+        for doc in _yaml_docs(paths):
+            if doc.get("kind") != "CustomResourceDefinition":
+                continue
+            name = doc["metadata"]["name"]
+            # Apply needs no resourceVersion, so it races with nothing (the CRD's own
+            # controller writes its status meanwhile) and updates in place.
+            api.patch_custom_resource_definition(
+                name, doc, field_manager=FIELD_MANAGER, force=True,
+                _content_type="application/apply-patch+yaml",
+            )
+            names.append(name)
+
+        def established(name: str) -> bool:
+            status = api.read_custom_resource_definition(name).status
+            return status is not None and condition_true(status.conditions, "Established")
+
+        for name in names:
+            self._wait(f"CRD {name} Established", partial(established, name), timeout, 0.2)
+        return names
+
+    # -- `servingops dev up` --
+
+    @classmethod
+    def run_foreground(cls, workdir: Path | None = None, *, nodes: int = 3, api_port: int | None = None) -> None:
+        """Run a cluster until SIGINT/SIGTERM. Its state (certs, etcd) persists in `workdir`."""
+        workdir = workdir or cache_dir() / "dev" / "kube"
+        cluster = cls(workdir, workdir / "logs", nodes=nodes, api_port=api_port)
+        stopping = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stopping.set())
+        with cluster:
+            print(f"kube-apiserver: {cluster.api_url}")
+            print(f"export KUBECONFIG={cluster.kubeconfig_path}")
+            print(f"logs: {cluster.log_dir}", flush=True)
+            while not stopping.wait(1.0):
+                dead = [p.name for p in cluster._processes if not p.alive]
+                if dead:
+                    raise ProcessFailed(f"exited: {dead}; logs in {cluster.log_dir}")
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    LocalKubeCluster.run_foreground()

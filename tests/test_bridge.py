@@ -1,0 +1,180 @@
+"""The bridge as its own process, against the real apiserver and the real Temporal server.
+
+No worker serves these task queues: what is checked is exactly what the bridge did, i.e. which
+workflows exist, how many runs each has, and which signals their histories hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from api_models.deckhouse import Model
+from devstack.process import free_port
+from devstack.services import TemporalDevServer
+from runtime.temporal import TemporalSettings, connect
+from tests.crd_helpers import create, manifest, new_namespace
+from tests.fixtures.bridge import BridgeLauncher
+
+
+@pytest.fixture
+async def temporal(temporal_server: TemporalDevServer) -> Client:
+    return await connect(TemporalSettings(address=temporal_server.address))
+
+
+def _create_models(api: client.ApiClient, ns: str, count: int, start: int = 0, threads: int = 8) -> None:
+    def one(i: int) -> None:
+        create(api, Model, manifest(Model, {"source": {"url": f"https://huggingface.co/org/m{i}"}}, name=f"m{i}"), ns)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, range(start, start + count)))
+
+
+async def _executions(temporal: Client, query: str) -> list[tuple[str, str]]:
+    return [(w.id, w.run_id) async for w in temporal.list_workflows(query)]
+
+
+async def _wait_for_count(temporal: Client, query: str, expected: int, wait_seconds: float = 120) -> None:
+    deadline = time.monotonic() + wait_seconds
+    count = -1
+    while time.monotonic() < deadline:
+        count = (await temporal.count_workflows(query)).count
+        if count >= expected:
+            return
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{query}: {count} workflows, expected {expected}")
+
+
+def _assert_each_started_once(executions: list[tuple[str, str]], expected: int) -> None:
+    runs_per_id = Counter(workflow_id for workflow_id, _ in executions)
+    assert len(runs_per_id) == expected, f"{len(runs_per_id)} workflows for {expected} objects"
+    assert set(runs_per_id.values()) == {1}, "a workflow was started more than once"
+
+
+async def _signals(temporal: Client, workflow_id: str) -> list[tuple[str, dict[str, Any]]]:
+    history = await temporal.get_workflow_handle(workflow_id).fetch_history()
+    out = []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            attrs = event.workflow_execution_signaled_event_attributes
+            payload = json.loads(attrs.input.payloads[0].data) if attrs.input.payloads else {}
+            out.append((attrs.signal_name, payload))
+    return out
+
+
+async def test_a_thousand_models_make_a_thousand_workflows(kube_api: client.ApiClient, bridges: BridgeLauncher,
+                                                           temporal: Client) -> None:
+    ns = new_namespace(kube_api, "burst")
+    bridges.start(task_queue=f"q-{ns}", kinds="Model")
+    await asyncio.to_thread(_create_models, kube_api, ns, 1000)
+    query = f'ServingopsKind = "Model" AND ServingopsNamespace = "{ns}"'
+    await _wait_for_count(temporal, query, 1000)
+    await asyncio.sleep(2)  # anything duplicated would show up by now
+    executions = await _executions(temporal, query)
+    _assert_each_started_once(executions, 1000)
+    sample = sorted(executions)[0][0]
+    uid = sample.rsplit("/", 1)[1]
+    [(name, payload)] = await _signals(temporal, sample)
+    assert name == "object-changed"
+    assert (payload["uid"], payload["generation"], payload["deleting"]) == (uid, 1, False)
+
+
+async def test_killed_mid_burst_loses_nothing_and_starts_nothing_twice(
+        kube_api: client.ApiClient, bridges: BridgeLauncher, temporal: Client) -> None:
+    ns = new_namespace(kube_api, "crash")
+    lease = f"lease-{ns}"
+    first = bridges.start(task_queue=f"q-{ns}", kinds="Model", lease_name=lease)
+    creating = asyncio.ensure_future(asyncio.to_thread(_create_models, kube_api, ns, 400))
+    query = f'ServingopsKind = "Model" AND ServingopsNamespace = "{ns}"'
+    await _wait_for_count(temporal, query, 50)
+    first.process.kill()  # mid-burst: creates are still going on
+    await creating
+    # A restarted replica takes the same (now stale) lease once it expires.
+    bridges.start(task_queue=f"q-{ns}", kinds="Model", lease_name=lease)
+    await _wait_for_count(temporal, query, 400)
+    await asyncio.sleep(2)
+    _assert_each_started_once(await _executions(temporal, query), 400)
+
+
+async def test_one_leader_and_failover(kube_api: client.ApiClient, bridges: BridgeLauncher, temporal: Client) -> None:
+    ns = new_namespace(kube_api, "ha")
+    lease = f"lease-{ns}"
+    a = bridges.start(task_queue=f"q-{ns}", kinds="Model", lease_name=lease, lease_seconds=5)
+    b = bridges.start(task_queue=f"q-{ns}", kinds="Model", lease_name=lease, lease_seconds=5, wait_leader=False)
+    await asyncio.sleep(3)
+    assert a.is_leader() and not b.is_leader(), "exactly one replica leads"
+    holder = client.CoordinationV1Api(kube_api).read_namespaced_lease(lease, "default").spec.holder_identity
+    assert holder == a.identity
+    await asyncio.to_thread(_create_models, kube_api, ns, 20)
+    query = f'ServingopsKind = "Model" AND ServingopsNamespace = "{ns}"'
+    await _wait_for_count(temporal, query, 20)
+    a.process.kill()
+    killed = time.monotonic()
+    await asyncio.to_thread(_create_models, kube_api, ns, 20, 20)  # events while nobody leads
+    b.process.wait_ready(b.is_leader, timeout=30)
+    takeover = time.monotonic() - killed
+    print(f"\nfailover: replica B led {takeover:.1f}s after A was killed (lease 5s)")
+    await _wait_for_count(temporal, query, 40)
+    _assert_each_started_once(await _executions(temporal, query), 40)
+
+
+async def test_temporal_down_then_up_drains_the_backlog(kube_api: client.ApiClient, bridges: BridgeLauncher,
+                                                        tmp_path: Path, stack_logs: Path) -> None:
+    server = TemporalDevServer(tmp_path / "temporal", stack_logs, port=free_port(), headless=True).start()
+    try:
+        ns = new_namespace(kube_api, "outage")
+        bridges.start(task_queue=f"q-{ns}", kinds="Model", temporal_address=server.address)
+        server.stop()
+        await asyncio.to_thread(_create_models, kube_api, ns, 60)
+        await asyncio.sleep(5)  # the bridge retries meanwhile
+        server.start()
+        temporal = await connect(TemporalSettings(address=server.address))
+        query = f'ServingopsKind = "Model" AND ServingopsNamespace = "{ns}"'
+        await _wait_for_count(temporal, query, 60)
+        _assert_each_started_once(await _executions(temporal, query), 60)
+    finally:
+        server.stop()
+
+
+async def test_generation_changes_and_deletion_are_signalled(kube_api: client.ApiClient, bridges: BridgeLauncher,
+                                                             temporal: Client) -> None:
+    ns = new_namespace(kube_api, "lifecycle")
+    bridges.start(task_queue=f"q-{ns}", kinds="Model")
+    body = manifest(Model, {"source": {"url": "https://huggingface.co/org/x"}}, name="lifecycle")
+    body["metadata"]["finalizers"] = ["test.servingops.io/hold"]
+    obj = create(kube_api, Model, body, ns)
+    workflow_id = f"model/{ns}/lifecycle/{obj['metadata']['uid']}"
+    custom = client.CustomObjectsApi(kube_api)
+
+    async def signals_until(last: str) -> list[str]:
+        deadline = time.monotonic() + 30
+        names: list[str] = []
+        while time.monotonic() < deadline and names[-1:] != [last]:
+            await asyncio.sleep(0.3)
+            with contextlib.suppress(RPCError):
+                names = [name for name, _ in await _signals(temporal, workflow_id)]
+        return names
+
+    assert await signals_until("object-changed") == ["object-changed"]
+    # A label change moves neither generation nor a watched annotation: no signal.
+    custom.patch_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models", "lifecycle",
+                                          {"metadata": {"labels": {"team": "a"}}})
+    custom.delete_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models", "lifecycle")
+    assert await signals_until("delete") == ["object-changed", "delete"]
+    # The object goes away for good: the workflow was already told, nothing more is sent.
+    custom.patch_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models", "lifecycle",
+                                          {"metadata": {"finalizers": None}})
+    await asyncio.sleep(2)
+    assert [name for name, _ in await _signals(temporal, workflow_id)] == ["object-changed", "delete"]

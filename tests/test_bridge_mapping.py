@@ -1,0 +1,145 @@
+"""Pure logic of the bridge: what an event becomes, and the coalescing queue."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+from api_models.contract import AnnotationEvent, MigrationStart, ObjectEvent, Signal, WorkflowType
+from crd_bridge.queue import CoalescingQueue
+from crd_bridge.routes import ROUTES, plan
+
+MODEL = ROUTES["Model"]
+ISVC = ROUTES["InferenceService"]
+REQUEST_KEY = "ome.io/migration-request-v1-6f1c2a4e-9d2b-4c1e-8f00-0123456789ab"
+
+
+def obj(name: str = "m", uid: str = "u1", generation: int = 1, rv: str = "10", namespace: str | None = "ns",
+        annotations: dict[str, str] | None = None, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "uid": uid, "generation": generation, "resourceVersion": rv,
+                            "annotations": annotations or {}}
+    if namespace:
+        meta["namespace"] = namespace
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-29T00:00:00Z"
+    return {"metadata": meta}
+
+
+def test_first_sight_starts_the_workflow_with_object_changed() -> None:
+    result = plan(MODEL, obj(), None)
+    [dispatch] = result.dispatches
+    assert dispatch.workflow_type == WorkflowType.MODEL
+    assert dispatch.workflow_id == "model/ns/m/u1"
+    assert dispatch.signal == Signal.OBJECT_CHANGED
+    assert dispatch.signal_arg == ObjectEvent(uid="u1", generation=1, resource_version="10")
+
+
+def test_cluster_scoped_ids_cannot_collide_with_a_namespace() -> None:
+    result = plan(ROUTES["ClusterModel"], obj(namespace=None), None)
+    assert result.dispatches[0].workflow_id == "model/_cluster/m/u1"
+
+
+def test_same_generation_and_annotations_send_nothing() -> None:
+    first = plan(MODEL, obj(), None)
+    again = plan(MODEL, obj(rv="11", annotations={"unrelated": "x"}), first.fingerprint)
+    assert again.dispatches == []
+
+
+def test_new_generation_and_deletion_are_signalled() -> None:
+    first = plan(MODEL, obj(), None)
+    second = plan(MODEL, obj(generation=2, rv="12"), first.fingerprint)
+    assert [d.signal for d in second.dispatches] == [Signal.OBJECT_CHANGED]
+    third = plan(MODEL, obj(generation=2, rv="13", deleting=True), second.fingerprint)
+    assert [(d.signal, d.signal_arg.deleting) for d in third.dispatches] == [(Signal.DELETE, True)]
+    gone = plan(MODEL, obj(generation=2, rv="13", deleting=True), third.fingerprint, gone=True)
+    assert gone.dispatches == []  # already told
+
+
+def test_a_reused_name_is_a_new_workflow() -> None:
+    first = plan(MODEL, obj(uid="u1"), None)
+    second = plan(MODEL, obj(uid="u2"), first.fingerprint)
+    assert [d.workflow_id for d in second.dispatches] == ["model/ns/m/u2"]
+
+
+def test_watched_annotations_become_annotation_signals() -> None:
+    first = plan(ISVC, obj(name="svc"), None)
+    promoted = plan(ISVC, obj(name="svc", rv="11", annotations={"ome.io/rollout-promote": "abc123"}),
+                    first.fingerprint)
+    [dispatch] = promoted.dispatches
+    assert dispatch.workflow_id == "isvc/ns/svc/u1"
+    assert dispatch.signal == Signal.ANNOTATION
+    assert dispatch.signal_arg == AnnotationEvent(uid="u1", generation=1, resource_version="11",
+                                                  name="ome.io/rollout-promote", value="abc123")
+    removed = plan(ISVC, obj(name="svc", rv="12"), promoted.fingerprint)
+    assert [d.signal_arg.value for d in removed.dispatches] == [None]
+    assert plan(ISVC, obj(name="svc", rv="13"), removed.fingerprint).dispatches == []
+
+
+def test_migration_request_starts_its_own_workflow_once() -> None:
+    value = json.dumps({"schemaVersion": "v1", "component": "engine", "instance": 2, "from_node": "node-a",
+                        "hint_target_nodes": ["node-b"], "reason": "maintenance",
+                        "requested_at": "2026-11-29T00:00:00Z", "requested_by": "ops"})
+    first = plan(ISVC, obj(name="svc", annotations={REQUEST_KEY: value}), None)
+    migration = [d for d in first.dispatches if d.workflow_type == WorkflowType.MIGRATION]
+    assert [d.workflow_id for d in migration] == ["migration/ns/svc-engine/6f1c2a4e-9d2b-4c1e-8f00-0123456789ab"]
+    start = migration[0].start_arg
+    assert isinstance(start, MigrationStart) and start.request.from_node == "node-a"
+    assert start.annotation == REQUEST_KEY and migration[0].signal is None
+    assert plan(ISVC, obj(name="svc", rv="11", annotations={REQUEST_KEY: value}), first.fingerprint).dispatches == []
+
+
+def test_bad_migration_requests_become_warnings() -> None:
+    bad = {
+        REQUEST_KEY: "not json",
+        "ome.io/migration-request-v1-6f1c2a4e-9d2b-4c1e-8f00-0123456789ac": json.dumps({"schemaVersion": "v2"}),
+        "ome.io/migration-request-v1-6f1c2a4e-9d2b-4c1e-8f00-0123456789ad": json.dumps({"schemaVersion": "v1"}),
+        "ome.io/migration-request-v1-not-a-uuid": json.dumps({"schemaVersion": "v1"}),
+    }
+    result = plan(ISVC, obj(name="svc", annotations=bad), None)
+    assert [d.workflow_type for d in result.dispatches] == [WorkflowType.INFERENCE_SERVICE]
+    messages = " | ".join(message for _, message in result.warnings)
+    assert {reason for reason, _ in result.warnings} == {"InvalidMigrationRequest"}
+    assert len(result.warnings) == 4
+    assert "value is not JSON" in messages and 'schemaVersion must be "v1"' in messages
+    assert "component: Field required" in messages and "suffix must be a lowercase UUID" in messages
+
+
+async def test_queue_coalesces_and_serialises_per_object() -> None:
+    queue: CoalescingQueue[int] = CoalescingQueue(asyncio.get_running_loop(), maxsize=10)
+    for version in range(5):
+        queue.put("a", version)
+    queue.put("b", 0)
+    key, item = await queue.get()
+    assert (key, item) == ("a", 4) and queue.coalesced == 4
+    queue.put("a", 5)  # arrives while "a" is in flight: waits for done()
+    assert await queue.get() == ("b", 0)
+    queue.done("b")
+    waiter = asyncio.ensure_future(queue.get())
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    queue.done("a")
+    assert await waiter == ("a", 5)
+
+
+async def test_queue_blocks_producers_when_full_and_keeps_retries() -> None:
+    queue: CoalescingQueue[int] = CoalescingQueue(asyncio.get_running_loop(), maxsize=2)
+    queue.put("a", 1)
+    queue.put("b", 1)
+    assert queue.put("a", 2, timeout=0.01)  # replacing never blocks
+    assert not queue.put("c", 1, timeout=0.05)  # a third object must wait
+    released = threading.Event()
+    producer = threading.Thread(target=lambda: (queue.put("c", 1), released.set()))
+    producer.start()
+    key, _ = await queue.get()
+    await asyncio.to_thread(released.wait, 5)
+    assert released.is_set()
+    queue.done(key, retry=99)  # a failed dispatch comes back even though the queue is full
+    seen = {}
+    for _ in range(3):
+        k, v = await queue.get()
+        seen[k] = v
+        queue.done(k)
+    assert seen == {"a": 99, "b": 1, "c": 1}
+    producer.join()
