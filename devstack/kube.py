@@ -19,6 +19,7 @@ import shutil
 import signal
 import ssl
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -101,11 +102,19 @@ def upstream_crd_dirs() -> list[Path]:
         target = cache_dir() / "crds" / name
         stamp = target / ".version"
         if not (stamp.is_file() and stamp.read_text().strip() == version):
-            shutil.rmtree(target, ignore_errors=True)
-            target.mkdir(parents=True)
+            # Fill a private folder, then rename it into place: clusters started in parallel
+            # never see a half-copied set.
+            target.parent.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{name}-"))
+            staging.chmod(0o755)
             for source in sorted((go_module_dir(module, version) / folder).glob(pattern)):
-                shutil.copyfile(source, target / source.name)  # copyfile: the cache copy is read-only
-            stamp.write_text(version + "\n")
+                shutil.copyfile(source, staging / source.name)  # copyfile: the cache copy is read-only
+            (staging / ".version").write_text(version + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            try:
+                staging.rename(target)
+            except OSError:  # another process put its copy there first
+                shutil.rmtree(staging, ignore_errors=True)
         dirs.append(target)
     return dirs
 
@@ -336,7 +345,6 @@ class LocalKubeCluster:
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
             f"--secure-port={self.api_port}",
-            f"--cert-dir={pki}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",

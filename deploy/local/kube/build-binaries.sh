@@ -63,8 +63,9 @@ build() {
   local name="$1" version="$2" dir="$3" pkg="$4" ldflags="$LDFLAGS_BASE ${5:-}" start
   start="$(now)"
   echo ">> building $name $version ($pkg)"
-  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN_DIR/$name.tmp" "$pkg")
-  mv "$BIN_DIR/$name.tmp" "$BIN_DIR/$name"
+  # Link under a private name, then rename: a running copy or a parallel build is unharmed.
+  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN_DIR/.$name.$$" "$pkg")
+  mv -f "$BIN_DIR/.$name.$$" "$BIN_DIR/$name"
   echo "$version" >"$STAMP_DIR/$name"
   echo "<< built $name in $(($(now) - start))s -> $BIN_DIR/$name"
 }
