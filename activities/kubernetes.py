@@ -47,6 +47,16 @@ class EventSpec(BaseModel):
     component: str = "servingops"
 
 
+class ArtifactReferences(BaseModel):
+    digest: str
+    except_uid: str
+    """The object asking: its own reference does not count."""
+
+
+# Every kind whose status.artifact can point at a published model.
+_ARTIFACT_HOLDERS = (("ai.deckhouse.io", "v1alpha1", "models"), ("ai.deckhouse.io", "v1alpha1", "clustermodels"))
+
+
 class KubernetesActivities:
     """Bound to one ApiClient for the life of the worker."""
 
@@ -170,6 +180,18 @@ class KubernetesActivities:
                      namespace=ref.namespace, uid=ref.uid, event_type=spec.type, reason=spec.reason,
                      message=spec.message, component=spec.component)
 
+    @activity.defn(name="kube.artifact_referenced")
+    def artifact_referenced(self, query: ArtifactReferences) -> bool:
+        """Whether any other Model or ClusterModel reports the same artifact digest, in which
+        case deleting one of them must leave the artifact in the registry."""
+        for group, version, plural in _ARTIFACT_HOLDERS:
+            items = self.custom.list_cluster_custom_object(group, version, plural)["items"]
+            for obj in items:
+                digest = ((obj.get("status") or {}).get("artifact") or {}).get("digest")
+                if digest == query.digest and obj["metadata"].get("uid") != query.except_uid:
+                    return True
+        return False
+
     def all(self) -> list[Any]:
         return [self.read_object, self.patch_status, self.ensure_finalizer, self.remove_finalizer,
-                self.emit_event]
+                self.emit_event, self.artifact_referenced]

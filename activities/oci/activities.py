@@ -133,6 +133,11 @@ class ArtifactRef(BaseModel):
     tag: str | None = None
 
 
+class BlobsInput(BaseModel):
+    target: RegistryTarget
+    digests: list[str]
+
+
 class DeleteArtifactInput(BaseModel):
     target: RegistryTarget
     digest: str
@@ -290,8 +295,21 @@ class OciActivities:
         with self._registry(req.target) as registry:
             return registry.delete_manifest(req.target.repository, digest)
 
+    @activity.defn(name="oci.present_blobs")
+    def present_blobs(self, req: BlobsInput) -> list[str]:
+        """Which of the digests the repository already holds (so they need no transfer)."""
+        with self._registry(req.target) as registry:
+            return [d for d in req.digests if registry.blob_exists(req.target.repository, normalize_digest(d))]
+
+    @activity.defn(name="oci.delete_blobs")
+    def delete_blobs(self, req: BlobsInput) -> int:
+        """Delete blobs this process uploaded for an import that then failed validation, so a bad
+        model leaves nothing behind. Idempotent: returns how many were still there."""
+        with self._registry(req.target) as registry:
+            return sum(registry.delete_blob(req.target.repository, d) for d in req.digests)
+
     def all(self) -> list[Callable[..., Any]]:
-        return [self.push_file, self.push_manifest, self.delete_artifact]
+        return [self.push_file, self.push_manifest, self.delete_artifact, self.present_blobs, self.delete_blobs]
 
 
 def _role_of(media_type: str) -> mt.FileRole:

@@ -633,6 +633,17 @@ class ModelRegistry(Registry):  # type: ignore[misc]  # oras ships no type infor
         raise self._error(response, f"DELETE manifest {repository}@{digest}")
 
 
+    def delete_blob(self, repository: str, digest: str) -> bool:
+        """Delete a blob (with registry deletes enabled); False when it was already gone."""
+        url = f"{self._repo_url(repository)}/blobs/{normalize_digest(digest)}"
+        response = self._request("DELETE", url)
+        if response.status_code in (200, 202):
+            return True
+        if response.status_code == 404:
+            return False
+        raise self._error(response, f"DELETE blob {repository}@{digest}")
+
+
 def _redact(url: str) -> str:
     """Drop the query (upload state, tokens some registries put there) from URLs we log."""
     return url.split("?", 1)[0]

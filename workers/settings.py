@@ -1,0 +1,70 @@
+"""The worker process's settings: flags, with environment variables as defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+
+from runtime.temporal import TemporalSettings
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    temporal: TemporalSettings
+    kubeconfig: str | None
+    host_id: str
+    """Stable across restarts of the same host: names the host's own task queue."""
+    spool_dir: str
+    registry: str
+    registry_repository: str
+    registry_insecure: bool
+    hf_endpoint: str
+    ollama_registry: str
+    upload_listen: str
+    upload_public_url: str | None
+    controller_namespace: str
+    max_activity_threads: int
+
+    @property
+    def host_task_queue(self) -> str:
+        return f"{self.temporal.task_queue}@{self.host_id}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    defaults = TemporalSettings.from_env()
+    parser.add_argument("--temporal-address", default=defaults.address, help="env TEMPORAL_ADDRESS")
+    parser.add_argument("--namespace", default=defaults.namespace, help="env TEMPORAL_NAMESPACE")
+    parser.add_argument("--task-queue", default=defaults.task_queue, help="env SERVINGOPS_TASK_QUEUE")
+    parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="env KUBECONFIG")
+    parser.add_argument("--host-id", default=env("SERVINGOPS_HOST_ID", socket.gethostname()),
+                        help="env SERVINGOPS_HOST_ID (a StatefulSet pod name in a cluster)")
+    parser.add_argument("--spool-dir", default=env("SERVINGOPS_SPOOL_DIR",
+                                                   os.path.join(tempfile.gettempdir(), "servingops-spool")))
+    parser.add_argument("--registry", default=env("SERVINGOPS_REGISTRY", "127.0.0.1:5000"),
+                        help="host:port of the registry models are published to (env SERVINGOPS_REGISTRY)")
+    parser.add_argument("--registry-repository", default=env("SERVINGOPS_REGISTRY_REPOSITORY", "servingops/models"))
+    parser.add_argument("--registry-insecure", action=argparse.BooleanOptionalAction,
+                        default=env("SERVINGOPS_REGISTRY_INSECURE", "true") == "true", help="plain HTTP")
+    parser.add_argument("--hf-endpoint", default=env("HF_ENDPOINT", "https://huggingface.co"))
+    parser.add_argument("--ollama-registry", default=env("SERVINGOPS_OLLAMA_REGISTRY", "https://registry.ollama.ai"))
+    parser.add_argument("--upload-listen", default=env("SERVINGOPS_UPLOAD_LISTEN", "127.0.0.1:0"),
+                        help="host:port of the upload endpoint")
+    parser.add_argument("--upload-public-url", default=env("SERVINGOPS_UPLOAD_PUBLIC_URL"),
+                        help="the URL clients reach the upload endpoint at (default: http://<listen>)")
+    parser.add_argument("--controller-namespace", default=env("SERVINGOPS_NAMESPACE", "servingops-system"))
+    parser.add_argument("--max-activity-threads", type=int, default=32)
+
+
+def from_arguments(args: argparse.Namespace) -> WorkerSettings:
+    return WorkerSettings(
+        temporal=TemporalSettings(args.temporal_address, args.namespace, args.task_queue),
+        kubeconfig=args.kubeconfig, host_id=args.host_id, spool_dir=args.spool_dir, registry=args.registry,
+        registry_repository=args.registry_repository, registry_insecure=args.registry_insecure,
+        hf_endpoint=args.hf_endpoint, ollama_registry=args.ollama_registry, upload_listen=args.upload_listen,
+        upload_public_url=args.upload_public_url, controller_namespace=args.controller_namespace,
+        max_activity_threads=args.max_activity_threads,
+    )
