@@ -178,3 +178,96 @@ async def test_generation_changes_and_deletion_are_signalled(kube_api: client.Ap
                                           {"metadata": {"finalizers": None}})
     await asyncio.sleep(2)
     assert [name for name, _ in await _signals(temporal, workflow_id)] == ["object-changed", "delete"]
+
+
+ISVC_SPEC: dict[str, Any] = {"engine": {"runner": {"name": "engine", "image": "vllm/vllm-openai:v0.9"}}}
+REQUEST_UUID = "6f1c2a4e-9d2b-4c1e-8f00-0123456789ab"
+
+
+def _patch_annotations(api: client.ApiClient, ns: str, name: str, annotations: dict[str, str | None]) -> None:
+    client.CustomObjectsApi(api).patch_namespaced_custom_object(
+        "ome.io", "v1beta1", ns, "inferenceservices", name, {"metadata": {"annotations": annotations}})
+
+
+async def _wait_signals(temporal: Client, workflow_id: str, count: int) -> list[tuple[str, dict[str, Any]]]:
+    deadline = time.monotonic() + 30
+    signals: list[tuple[str, dict[str, Any]]] = []
+    while time.monotonic() < deadline:
+        with contextlib.suppress(RPCError):
+            signals = await _signals(temporal, workflow_id)
+        if len(signals) >= count:
+            return signals
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"{workflow_id}: {len(signals)} signals, expected {count}: {signals}")
+
+
+async def test_rollout_annotations_reach_the_service_workflow(
+        kube_api: client.ApiClient, bridges: BridgeLauncher, temporal: Client) -> None:
+    from api_models.ome import InferenceService
+
+    ns = new_namespace(kube_api, "annotations")
+    bridges.start(task_queue=f"q-{ns}", kinds="InferenceService")
+    obj = create(kube_api, InferenceService, manifest(InferenceService, ISVC_SPEC, name="svc"), ns)
+    workflow_id = f"isvc/{ns}/svc/{obj['metadata']['uid']}"
+    await _wait_signals(temporal, workflow_id, 1)
+    steps: list[tuple[str, str | None]] = [
+        ("ome.io/rollout-promote", "abc123"),
+        ("ome.io/rollout-promote-force", "true"),
+        ("ome.io/rollout-rollback", "true"),
+        ("ome.io/rollout-resume", "def456"),
+        ("ome.io/rollout-paused", "true"),
+        ("ome.io/rollout-ready-timeout", "15m"),
+        ("ome.io/rollout-paused", None),
+    ]
+    for number, (name, value) in enumerate(steps, start=2):
+        _patch_annotations(kube_api, ns, "svc", {name: value})
+        signals = await _wait_signals(temporal, workflow_id, number)  # one at a time: order is checked
+        signal, payload = signals[-1]
+        assert (signal, payload["name"], payload["value"]) == ("annotation", name, value)
+    # An unwatched annotation sends nothing.
+    _patch_annotations(kube_api, ns, "svc", {"example.com/note": "x"})
+    await asyncio.sleep(2)
+    assert len(await _signals(temporal, workflow_id)) == len(steps) + 1
+
+    # The trace context of the bridge's dispatch travels in the signal's header, linking the
+    # span to the workflow that received it.
+    history = await temporal.get_workflow_handle(workflow_id).fetch_history()
+    signaled = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED]
+    assert all("_tracer-data" in e.workflow_execution_signaled_event_attributes.header.fields for e in signaled)
+
+
+async def test_migration_requests_start_migrations_and_bad_ones_warn(
+        kube_api: client.ApiClient, bridges: BridgeLauncher, temporal: Client) -> None:
+    from api_models.ome import InferenceService
+
+    ns = new_namespace(kube_api, "migrations")
+    bridges.start(task_queue=f"q-{ns}", kinds="InferenceService")
+    create(kube_api, InferenceService, manifest(InferenceService, ISVC_SPEC, name="svc"), ns)
+    request = {"schemaVersion": "v1", "component": "engine", "instance": 0, "from_node": "kwok-node-0",
+               "hint_target_nodes": ["kwok-node-1"], "reason": "maintenance",
+               "requested_at": "2026-11-29T00:00:00Z", "requested_by": "ops@example.com"}
+    _patch_annotations(kube_api, ns, "svc", {
+        f"ome.io/migration-request-v1-{REQUEST_UUID}": json.dumps(request),
+        "ome.io/migration-request-v1-11111111-2222-4333-8444-555555555555": json.dumps({"schemaVersion": "v2"}),
+        "ome.io/migration-request-v1-11111111-2222-4333-8444-666666666666": "{not json",
+    })
+    migration_id = f"migration/{ns}/svc-engine/{REQUEST_UUID}"
+    deadline = time.monotonic() + 30
+    description = None
+    while time.monotonic() < deadline and description is None:
+        with contextlib.suppress(RPCError):
+            description = await temporal.get_workflow_handle(migration_id).describe()
+        await asyncio.sleep(0.3)
+    assert description is not None and description.workflow_type == "MigrationWorkflow"
+    events: list[Any] = []
+    while time.monotonic() < deadline and len(events) < 2:
+        events = client.CoreV1Api(kube_api).list_namespaced_event(
+            ns, field_selector="involvedObject.name=svc,type=Warning").items
+        await asyncio.sleep(0.3)
+    messages = sorted(e.message for e in events)
+    assert [e.reason for e in events] == ["InvalidMigrationRequest"] * 2
+    assert 'schemaVersion must be "v1"' in messages[0] + messages[1]
+    assert "value is not JSON" in messages[0] + messages[1]
+    # Exactly one migration workflow: the bad requests started nothing.
+    query = f'WorkflowType = "MigrationWorkflow" AND ServingopsNamespace = "{ns}"'
+    assert (await temporal.count_workflows(query)).count == 1
