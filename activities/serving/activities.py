@@ -1,0 +1,337 @@
+"""Activities that serve InferenceService components: revision Deployments and Services, and the
+HTTPRoute whose weights carry the traffic split. They observe and move; the workflow decides.
+
+Revisions are created with a plain create (a 409 means a concurrent or earlier attempt already
+did it) and only their replicas are patched afterwards: a revision's pod template is fixed by its
+hash, so there is nothing else to reconcile. The HTTPRoute is server-side applied, so a retry is
+a no-op and fields other managers own (e.g. a gateway's hostnames) are kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.serving import render
+from api_models.ome.components import EngineSpec
+from api_models.ome.enums import ComponentType
+from api_models.ome.inference_service import InferenceServiceSpec
+from api_models.refs import ObjectRef
+from api_models.serving_io import (
+    ComponentObservation,
+    EnsureRevisionInput,
+    ObserveInput,
+    RevisionKey,
+    RevisionObservation,
+    ServiceObservation,
+    SetTrafficInput,
+    TrafficWeight,
+    revision_name,
+    route_name,
+)
+
+FIELD_MANAGER = "servingops"
+_APPLY = "application/apply-patch+yaml"
+_TIMEOUT = 30
+"""Seconds per apiserver call: a hung connection fails the attempt instead of a worker thread."""
+_ROLLOUT_ANNOTATION_PREFIX = "ome.io/rollout-"
+_GATEWAY_GROUP, _GATEWAY_VERSION, _ROUTES = "gateway.networking.k8s.io", "v1", "httproutes"
+
+
+def _bad_input(message: str, kind: str = "InvalidInput") -> ApplicationError:
+    return ApplicationError(message, type=kind, non_retryable=True)
+
+
+def _namespace(ref: ObjectRef) -> str:
+    if not ref.namespace:
+        raise _bad_input(f"{ref.describe()}: an InferenceService is namespaced; no namespace given")
+    return ref.namespace
+
+
+def _as_dict(obj: object) -> dict[str, Any]:
+    """Custom objects come back as plain JSON objects (typed `object` by the client)."""
+    return dict(cast(dict[str, Any], obj))
+
+
+def _body(manifest: dict[str, Any]) -> Any:
+    """The client's create calls are typed for its model classes but take plain manifests, which
+    keep opaque user fields (a container field newer than the client) intact."""
+    return manifest
+
+
+def _revision_observation(revision: str, dep: client.V1Deployment | None) -> RevisionObservation:
+    if dep is None:
+        return RevisionObservation(revision=revision, replicas=0, ready_replicas=0)
+    spec, status = dep.spec, dep.status
+    return RevisionObservation(
+        revision=revision,
+        replicas=(spec.replicas if spec and spec.replicas is not None else 0),
+        ready_replicas=(status.ready_replicas or 0) if status else 0,
+        updated_replicas=(status.updated_replicas or 0) if status else 0,
+    )
+
+
+class ServingActivities:
+    """Bound to one ApiClient for the life of the worker; `gateway` = (name, namespace) of the
+    Gateway every HTTPRoute attaches to, or None for routes without parentRefs."""
+
+    def __init__(self, api_client: client.ApiClient, gateway: tuple[str, str] | None = None) -> None:
+        self.api_client = api_client
+        self.apps = client.AppsV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.gateway = gateway
+
+    # -- reads --------------------------------------------------------------------------------
+
+    def _isvc(self, ref: ObjectRef) -> dict[str, Any] | None:
+        try:
+            obj = _as_dict(self.custom.get_namespaced_custom_object(ref.group, ref.version, _namespace(ref),
+                                                                    ref.plural, ref.name, _request_timeout=_TIMEOUT))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        if ref.uid and obj["metadata"].get("uid") != ref.uid:
+            return None  # the name now belongs to another object
+        return obj
+
+    def _live_isvc(self, ref: ObjectRef) -> tuple[render.Owner, InferenceServiceSpec]:
+        obj = self._isvc(ref)
+        if obj is None:
+            raise ApplicationError(f"{ref.describe()} is gone", type="ObjectGone", non_retryable=True)
+        return self._owner(obj), self._spec(ref, obj)
+
+    @staticmethod
+    def _owner(obj: dict[str, Any]) -> render.Owner:
+        meta = obj["metadata"]
+        return render.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+
+    @staticmethod
+    def _spec(ref: ObjectRef, obj: dict[str, Any]) -> InferenceServiceSpec:
+        try:
+            return InferenceServiceSpec.model_validate(obj.get("spec") or {})
+        except ValidationError as exc:
+            raise _bad_input(f"{ref.describe()}: spec does not parse: {exc}", "InvalidSpec") from exc
+
+    def _deployment(self, name: str, namespace: str) -> client.V1Deployment | None:
+        try:
+            return self.apps.read_namespaced_deployment(name, namespace, _request_timeout=_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _service_exists(self, name: str, namespace: str) -> bool:
+        try:
+            self.core.read_namespaced_service(name, namespace, _request_timeout=_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def _route(self, isvc: str, namespace: str, component: ComponentType) -> dict[str, Any] | None:
+        try:
+            return _as_dict(self.custom.get_namespaced_custom_object(
+                _GATEWAY_GROUP, _GATEWAY_VERSION, namespace, _ROUTES, route_name(isvc, component.value),
+                _request_timeout=_TIMEOUT))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _revisions(self, owner: render.Owner, component: ComponentType) -> list[RevisionObservation]:
+        selector = ",".join(f"{k}={v}" for k, v in render.selector_labels(owner.name, component).items())
+        items = self.apps.list_namespaced_deployment(owner.namespace, label_selector=selector,
+                                                     _request_timeout=_TIMEOUT).items
+
+        def owned(dep: client.V1Deployment) -> bool:
+            # Leftovers of an earlier object with the same name await garbage collection.
+            refs = (dep.metadata.owner_references if dep.metadata else None) or []
+            return any(r.uid == owner.uid for r in refs)
+
+        def order(dep: client.V1Deployment) -> tuple[str, str]:
+            meta = dep.metadata
+            created = meta.creation_timestamp.isoformat() if meta and meta.creation_timestamp else ""
+            return created, (meta.name or "") if meta else ""
+
+        result = []
+        for dep in sorted((d for d in items if owned(d)), key=order):
+            labels = (dep.metadata.labels if dep.metadata else None) or {}
+            if render.LABEL_REVISION in labels:
+                result.append(_revision_observation(labels[render.LABEL_REVISION], dep))
+        return result
+
+    # -- activities ---------------------------------------------------------------------------
+
+    @activity.defn(name="serving.observe")
+    def observe(self, inp: ObserveInput) -> ServiceObservation | None:
+        """The InferenceService and everything serving it; None when it is gone."""
+        obj = self._isvc(inp.isvc)
+        if obj is None:
+            return None
+        owner, spec = self._owner(obj), self._spec(inp.isvc, obj)
+        meta = obj["metadata"]
+        components = []
+        for component, cspec in render.set_components(spec):
+            route = self._route(owner.name, owner.namespace, component)
+            components.append(ComponentObservation(
+                component=component,
+                desired_revision=render.render_revision(owner.name, component, cspec).revision,
+                desired_replicas=render.desired_replicas(cspec),
+                revisions=self._revisions(owner, component),
+                traffic=render.route_weights(route, owner.name, component) if route else [],
+                url=render.component_url(owner, component) if route else None,
+            ))
+        annotations = meta.get("annotations") or {}
+        rollout = (obj.get("spec") or {}).get("rollout")
+        return ServiceObservation(
+            uid=meta["uid"],
+            generation=int(meta.get("generation", 0)),
+            resource_version=meta["resourceVersion"],
+            deleting=bool(meta.get("deletionTimestamp")),
+            annotations={k: v for k, v in annotations.items() if k.startswith(_ROLLOUT_ANNOTATION_PREFIX)},
+            spec_rollout=dict(rollout) if rollout is not None else None,
+            components=components,
+        )
+
+    @activity.defn(name="serving.ensure_revision")
+    def ensure_revision(self, inp: EnsureRevisionInput) -> RevisionObservation:
+        """Create the revision from the current spec when absent, else only set its replicas."""
+        key = inp.key
+        if inp.replicas < 0:
+            raise _bad_input(f"replicas must be >= 0, got {inp.replicas}")
+        namespace = _namespace(key.isvc)
+        owner, spec = self._live_isvc(key.isvc)
+        name = revision_name(owner.name, key.component.value, key.revision)
+        existing = self._deployment(name, namespace)
+        if existing is not None and existing.metadata and existing.metadata.deletion_timestamp:
+            # Being deleted: creating under the same name only works once it is gone; a retry will.
+            raise ApplicationError(f"Deployment {namespace}/{name} is being deleted", type="RevisionDeleting")
+        if existing is None:
+            return self._create_revision(owner, key, spec, inp.replicas)
+        if not self._service_exists(name, namespace):
+            # Deleted by someone else: rebuild it from the Deployment's own template, which is
+            # what the revision runs whatever the spec says now.
+            template = self.api_client.sanitize_for_serialization(  # type: ignore[no-untyped-call]
+                existing.spec.template if existing.spec else None)
+            rendered = render.RenderedRevision(component=key.component, revision=key.revision,
+                                               template=template or {})
+            cspec = render.component_spec(spec, key.component) or EngineSpec()
+            self._create_service(owner, rendered, cspec)
+        dep = self.apps.patch_namespaced_deployment(name, namespace, {"spec": {"replicas": inp.replicas}},
+                                                    field_manager=FIELD_MANAGER, _request_timeout=_TIMEOUT)
+        return _revision_observation(key.revision, dep)
+
+    def _create_revision(self, owner: render.Owner, key: RevisionKey, spec: InferenceServiceSpec,
+                         replicas: int) -> RevisionObservation:
+        cspec = render.component_spec(spec, key.component)
+        rendered = render.render_revision(owner.name, key.component, cspec) if cspec is not None else None
+        if cspec is None or rendered is None or rendered.revision != key.revision:
+            now = rendered.revision if rendered else "nothing (the component is not set)"
+            raise ApplicationError(
+                f"revision {key.revision} of {key.component.value} does not exist and the spec now renders {now}",
+                type="RevisionSuperseded", non_retryable=True)
+        # The Service first: once the Deployment exists, its Service does too, so a crash
+        # between the two leaves at worst an unused Service that the retry adopts.
+        self._create_service(owner, rendered, cspec)
+        name = revision_name(owner.name, key.component.value, key.revision)
+        try:
+            dep = self.apps.create_namespaced_deployment(owner.namespace,
+                                                         _body(render.deployment(owner, rendered, cspec, replicas)),
+                                                         field_manager=FIELD_MANAGER, _request_timeout=_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 409:  # created meanwhile by a concurrent attempt: converge on replicas
+                dep = self.apps.patch_namespaced_deployment(name, owner.namespace, {"spec": {"replicas": replicas}},
+                                                            field_manager=FIELD_MANAGER, _request_timeout=_TIMEOUT)
+            elif exc.status in (400, 422):
+                raise _bad_input(f"Deployment {owner.namespace}/{name} rejected: {exc.body}",
+                                 "InvalidRevision") from exc
+            else:
+                raise
+        return _revision_observation(key.revision, dep)
+
+    def _create_service(self, owner: render.Owner, rendered: render.RenderedRevision,
+                        cspec: render.ComponentSpec) -> None:
+        body = render.service(owner, rendered, cspec)
+        try:
+            self.core.create_namespaced_service(owner.namespace, _body(body), field_manager=FIELD_MANAGER,
+                                                _request_timeout=_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 409:
+                return  # already there: a revision's Service never changes
+            if exc.status in (400, 422):
+                raise _bad_input(f"Service {owner.namespace}/{body['metadata']['name']} rejected: {exc.body}",
+                                 "InvalidRevision") from exc
+            raise
+
+    @activity.defn(name="serving.set_traffic")
+    def set_traffic(self, inp: SetTrafficInput) -> None:
+        """Program the component's HTTPRoute with exactly these weights."""
+        _validate_weights(inp.weights)
+        owner, _ = self._live_isvc(inp.isvc)
+        missing = [w.revision for w in inp.weights
+                   if not self._service_exists(revision_name(owner.name, inp.component.value, w.revision),
+                                               owner.namespace)]
+        if missing:
+            raise _bad_input(f"no Service for revision(s) {', '.join(missing)} of {inp.component.value}",
+                             "InvalidTraffic")
+        body = render.http_route(owner, inp.component, inp.weights, self.gateway)
+        try:
+            self.custom.patch_namespaced_custom_object(
+                _GATEWAY_GROUP, _GATEWAY_VERSION, owner.namespace, _ROUTES, body["metadata"]["name"], body,
+                field_manager=FIELD_MANAGER, force=True, _content_type=_APPLY, _request_timeout=_TIMEOUT)
+        except ApiException as exc:
+            if exc.status in (400, 422):
+                raise _bad_input(f"HTTPRoute {owner.namespace}/{body['metadata']['name']} rejected: {exc.body}",
+                                 "InvalidTraffic") from exc
+            raise
+
+    @activity.defn(name="serving.delete_revision")
+    def delete_revision(self, key: RevisionKey) -> None:
+        """Delete the revision's Deployment and Service; nothing to do when already gone. Refused
+        while the HTTPRoute still sends it traffic: shift traffic first."""
+        namespace = _namespace(key.isvc)
+        route = self._route(key.isvc.name, namespace, key.component)
+        if route is not None:
+            serving = [w for w in render.route_weights(route, key.isvc.name, key.component)
+                       if w.revision == key.revision and w.weight > 0]
+            if serving:
+                raise _bad_input(f"revision {key.revision} of {key.component.value} still has weight "
+                                 f"{serving[0].weight}", "RevisionServingTraffic")
+        name = revision_name(key.isvc.name, key.component.value, key.revision)
+        options = client.V1DeleteOptions(propagation_policy="Background")
+        for delete in (self.apps.delete_namespaced_deployment, self.core.delete_namespaced_service):
+            try:
+                delete(name, namespace, body=options, _request_timeout=_TIMEOUT)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    @activity.defn(name="serving.revision_status")
+    def revision_status(self, key: RevisionKey) -> RevisionObservation:
+        """Replicas of the revision's Deployment; 0/0 when it does not exist."""
+        name = revision_name(key.isvc.name, key.component.value, key.revision)
+        return _revision_observation(key.revision, self._deployment(name, _namespace(key.isvc)))
+
+    def all(self) -> list[Any]:
+        return [self.observe, self.ensure_revision, self.set_traffic, self.delete_revision, self.revision_status]
+
+
+def _validate_weights(weights: list[TrafficWeight]) -> None:
+    if not weights:
+        raise _bad_input("no weights given", "InvalidTraffic")
+    revisions = [w.revision for w in weights]
+    if len(set(revisions)) != len(revisions):
+        raise _bad_input(f"a revision is listed twice: {revisions}", "InvalidTraffic")
+    if any(not 0 <= w.weight <= 100 for w in weights):
+        raise _bad_input(f"weights must be within 0-100: {[w.weight for w in weights]}", "InvalidTraffic")
+    total = sum(w.weight for w in weights)
+    if total != 100:
+        raise _bad_input(f"weights add up to {total}, not 100", "InvalidTraffic")

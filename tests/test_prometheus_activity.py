@@ -1,0 +1,241 @@
+"""The analysis sample against a real Prometheus scraping an exporter whose values the test sets."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import logging
+import socket
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.prometheus import PrometheusActivities
+from api_models.refs import ObjectRef
+from api_models.serving_io import EvaluateInput, Evaluation, MetricQuery, PrometheusSource
+from devstack.services import Prometheus
+from tests.crd_helpers import new_namespace
+
+# Generous: the suite may run on a loaded 2-core machine. Only an upper bound, never asserted.
+DEADLINE = 60.0
+TOKEN = "s3cr3t-" + uuid.uuid4().hex
+
+
+class Exporter:
+    """A /metrics endpoint serving whatever lines the test puts in it."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, str] = {}
+        self.lock = threading.Lock()
+        exporter = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with exporter.lock:
+                    body = "".join(f"{k} {v}\n" for k, v in exporter.lines.items()).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.server.server_address[1]}"
+
+    def set(self, series: dict[str, float]) -> None:
+        with self.lock:
+            self.lines.update({k: repr(v) for k, v in series.items()})
+
+
+class AuthProxy:
+    """A front-end that demands a bearer token and a tenant header, as a hosted Prometheus would,
+    and records every Authorization header it receives."""
+
+    def __init__(self, upstream: str) -> None:
+        self.seen: list[str] = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                auth = self.headers.get("Authorization", "")
+                proxy.seen.append(auth)
+                if auth != f"Bearer {TOKEN}" or self.headers.get("X-Scope-OrgID") != "tenant-a":
+                    self._answer(401, b"unauthorized\n")
+                    return
+                try:
+                    with urllib.request.urlopen(upstream + self.path, timeout=5) as response:
+                        self._answer(response.status, response.read())
+                except urllib.error.HTTPError as exc:
+                    self._answer(exc.code, exc.read())
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture(scope="module")
+def exporter(prometheus: Prometheus) -> Iterator[Exporter]:
+    exporter = Exporter()
+    prometheus.set_targets([exporter.target])
+    try:
+        yield exporter
+    finally:
+        prometheus.set_targets([])
+        exporter.server.shutdown()
+
+
+def _instant(prometheus: Prometheus, query: str) -> list[Any]:
+    url = f"{prometheus.url}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return list(json.load(response)["data"]["result"])
+
+
+def _publish(prometheus: Prometheus, exporter: Exporter, series: dict[str, float]) -> str:
+    """Expose the series under a fresh metric name (so no test sees another's samples) and wait
+    until Prometheus has scraped all of them; returns the metric name."""
+    name = f"servingops_test_{uuid.uuid4().hex[:8]}"
+    exporter.set({name + labels: value for labels, value in series.items()})
+    end = time.monotonic() + DEADLINE
+    while len(_instant(prometheus, name)) < len(series):
+        assert time.monotonic() < end, f"{name} never scraped"
+        time.sleep(0.3)
+    return name
+
+
+def _evaluate(acts: PrometheusActivities, address: str, *metrics: MetricQuery, **source: Any) -> Evaluation:
+    result = ActivityEnvironment().run(acts.evaluate, EvaluateInput(
+        source=PrometheusSource(address=address, **source), metrics=list(metrics)))
+    assert isinstance(result, Evaluation)
+    return result
+
+
+def _m(name: str, query: str, operator: str, threshold: str) -> MetricQuery:
+    return MetricQuery(name=name, query=query, operator=operator, threshold=threshold)
+
+
+@pytest.fixture(scope="module")
+def acts(kube_api: client.ApiClient) -> PrometheusActivities:
+    return PrometheusActivities(kube_api)
+
+
+def test_each_operator_passes_and_fails(prometheus: Prometheus, exporter: Exporter,
+                                        acts: PrometheusActivities) -> None:
+    metric = _publish(prometheus, exporter, {"": 5.0})
+    cases = [("LT", "10", True), ("LT", "5", False), ("LTE", "5", True), ("LTE", "4.9", False),
+             ("GT", "4", True), ("GT", "5", False), ("GTE", "5", True), ("GTE", "5.1", False)]
+    evaluation = _evaluate(acts, prometheus.url, *(_m(f"{op}-{t}", metric, op, t) for op, t, _ in cases))
+    assert [(m.name, m.passed, m.value) for m in evaluation.metrics] == [
+        (f"{op}-{t}", passed, "5") for op, t, passed in cases]
+    assert evaluation.failed and evaluation.conclusive and not evaluation.passed
+    healthy = _evaluate(acts, prometheus.url, _m("a", metric, "LT", "10"), _m("b", f"{metric} * 2", "GTE", "10"))
+    assert healthy.passed and healthy.conclusive
+    # A scalar result is judged like a one-series vector.
+    assert _evaluate(acts, prometheus.url, _m("s", "2", "LT", "3")).metrics[0].passed is True
+
+
+def test_multi_series_reduces_to_the_worst(prometheus: Prometheus, exporter: Exporter,
+                                           acts: PrometheusActivities) -> None:
+    metric = _publish(prometheus, exporter, {'{pod="a"}': 1.0, '{pod="b"}': 7.0, '{pod="c"}': 3.0})
+    lt_fail, gt_fail, lt_pass, gt_pass = _evaluate(
+        acts, prometheus.url, _m("lt-fail", metric, "LT", "5"), _m("gt-fail", metric, "GT", "2"),
+        _m("lt-pass", metric, "LT", "10"), _m("gt-pass", metric, "GTE", "1")).metrics
+    assert (lt_fail.passed, lt_fail.value) == (False, "7") and 'pod="b"' in lt_fail.message
+    assert (gt_fail.passed, gt_fail.value) == (False, "1") and 'pod="a"' in gt_fail.message
+    # Passing: the series closest to failing is the one reported.
+    assert (lt_pass.passed, lt_pass.value) == (True, "7") and 'pod="b"' in lt_pass.message
+    assert (gt_pass.passed, gt_pass.value) == (True, "1") and 'pod="a"' in gt_pass.message
+    assert "3 series" in lt_fail.message
+
+
+def test_inconclusive_outcomes(prometheus: Prometheus, exporter: Exporter, acts: PrometheusActivities) -> None:
+    metric = _publish(prometheus, exporter, {"": 1.0})
+    no_data, bad, nan, matrix, ok = _evaluate(
+        acts, prometheus.url,
+        _m("no-data", f'{metric}{{pod="nobody"}}', "LT", "1"),
+        _m("bad", "sum(rate(", "LT", "1"),
+        _m("nan", "0/0", "LT", "1"),
+        _m("matrix", f"{metric}[1m]", "LT", "1"),
+        _m("ok", metric, "LT", "2")).metrics
+    assert (no_data.passed, no_data.value, no_data.message) == (None, None, "no data")
+    assert bad.passed is None and "bad_data" in bad.message and "parse error" in bad.message
+    assert nan.passed is None and "NaN" in nan.message
+    assert matrix.passed is None and "matrix" in matrix.message
+    assert ok.passed is True
+    # A metric that could not be read makes the sample inconclusive, unless another one failed.
+    evaluation = Evaluation(metrics=[ok, no_data])
+    assert not evaluation.conclusive and not evaluation.failed and not evaluation.passed
+
+
+def test_unreachable_prometheus_is_inconclusive(acts: PrometheusActivities) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, never listening: refused
+        evaluation = _evaluate(acts, closed, _m("down", "up", "GT", "0"), _m("also-down", "up", "LT", "1"))
+    assert [m.passed for m in evaluation.metrics] == [None, None]
+    assert "unreachable" in evaluation.metrics[0].message and not evaluation.conclusive
+    assert _evaluate(acts, "", _m("nowhere", "up", "GT", "0")).metrics[0].passed is None
+
+
+def test_bad_input_is_refused(prometheus: Prometheus, acts: PrometheusActivities) -> None:
+    for operator, threshold in (("LessThan", "1"), ("lt", "1"), ("LT", "one"), ("LT", "nan")):
+        with pytest.raises(ApplicationError) as info:
+            _evaluate(acts, prometheus.url, _m("ok", "1", "LT", "2"), _m("bad", "1", operator, threshold))
+        assert info.value.type == "InvalidMetric" and info.value.non_retryable
+
+
+def test_bearer_token_from_a_secret(prometheus: Prometheus, exporter: Exporter, kube_api: client.ApiClient,
+                                    acts: PrometheusActivities, caplog: pytest.LogCaptureFixture) -> None:
+    ns = new_namespace(kube_api, "prom-auth")
+    client.CoreV1Api(kube_api).create_namespaced_secret(ns, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="prom-token"), data={"token": base64.b64encode(TOKEN.encode()).decode()}))
+    secret = ObjectRef(group="", version="v1", plural="secrets", kind="Secret", name="prom-token", namespace=ns)
+    metric = _publish(prometheus, exporter, {"": 3.0})
+    proxy = AuthProxy(prometheus.url)
+    caplog.set_level(logging.DEBUG)
+    try:
+        good = _evaluate(acts, proxy.url, _m("m", metric, "LT", "4"), auth_secret=secret,
+                         headers={"X-Scope-OrgID": "tenant-a"})
+        assert good.passed and good.metrics[0].value == "3"
+        assert proxy.seen[-1] == f"Bearer {TOKEN}"
+        # Without the tenant header the front-end refuses: inconclusive, and still no token anywhere.
+        refused = _evaluate(acts, proxy.url, _m("m", metric, "LT", "4"), auth_secret=secret)
+        assert refused.metrics[0].passed is None and "401" in refused.metrics[0].message
+        missing = ObjectRef(**{**secret.model_dump(), "name": "absent"})
+        no_secret = _evaluate(acts, proxy.url, _m("m", metric, "LT", "4"), auth_secret=missing)
+        assert no_secret.metrics[0].passed is None and "not found" in no_secret.metrics[0].message
+        for evaluation in (good, refused, no_secret):
+            assert TOKEN not in evaluation.model_dump_json()
+            assert all(TOKEN not in m.message for m in evaluation.metrics)
+        assert TOKEN not in caplog.text
+    finally:
+        proxy.server.shutdown()
