@@ -1,0 +1,472 @@
+"""Upload sessions of Models and ClusterModels with `spec.source.upload: {}`: the Secret that holds one, and
+the activities that open it, close it and turn what was uploaded into a model directory.
+
+A session is one Secret (see `secret_name`), in the model's namespace for a Model and in the controller
+namespace for a ClusterModel. Its data carries what the user needs, under the fixed keys `uploadURL` and
+`token`; its annotations carry what the upload server needs, and never the token itself:
+
+- `ai.deckhouse.io/upload-session`: a JSON SessionRecord (model reference, sha256 of the token, expiry,
+  maximum size), and `ai.deckhouse.io/upload-session-signature`: an HMAC-SHA256 of it (with the Secret's
+  namespace and name) under a key only the controller holds. Without the signature, anyone allowed to
+  *create* or *update* Secrets in a namespace could forge or stretch a session (point it at a model they
+  cannot read the real Secret of, lift the size limit, push back the expiry).
+- `ai.deckhouse.io/upload-completed` (the UploadComplete record) and `ai.deckhouse.io/upload-notified`:
+  written by the server when the upload is in and when the model workflow has been signalled.
+
+Who can upload: whoever can read Secrets in the model's namespace (for a ClusterModel, in the controller
+namespace) can read the token and so upload, until the session expires or is used once.
+
+The token is generated inside `open_session`, written only into the Secret, and never returned, logged,
+heartbeated, put in status or in an event: every payload here is a model without a field for it.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel, ValidationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.model_files.archive import ArchiveLimits, stage_upload
+from activities.model_files.errors import InvalidModel, Reason
+from activities.uploads.types import (
+    CloseUploadInput,
+    OpenUploadInput,
+    PreparedFile,
+    PreparedUpload,
+    PrepareUploadInput,
+    UploadComplete,
+    UploadSessionInfo,
+)
+from api_models.refs import ObjectRef
+
+log = logging.getLogger("servingops.uploads")
+
+DEFAULT_CONTROLLER_NAMESPACE = "servingops-system"
+UPLOADS_PREFIX = "/uploads/"
+
+# Secret data keys: the controller contract that the seed leaves out of status.
+KEY_UPLOAD_URL = "uploadURL"
+KEY_TOKEN = "token"
+
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "servingops"
+LABEL_SESSION = "ai.deckhouse.io/upload-session"
+LABEL_MODEL_KIND = "ai.deckhouse.io/model-kind"
+ANN_SESSION = "ai.deckhouse.io/upload-session"
+ANN_SIGNATURE = "ai.deckhouse.io/upload-session-signature"
+ANN_COMPLETED = "ai.deckhouse.io/upload-completed"
+ANN_NOTIFIED = "ai.deckhouse.io/upload-notified"
+
+SIGNING_KEY_SECRET = "servingops-upload-signing-key"
+_SIGNING_KEY_DATA = "key"
+
+# Session ids are Kubernetes uids; the pattern also keeps a URL's id from naming any other spool path.
+SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
+_MAX_NAME = 253
+_HEARTBEAT_SECONDS = 2.0
+# The file list rides in the activity result; stay far below Temporal's 2 MB payload limit.
+_MAX_LISTED_BYTES = 512 * 1024
+UPLOAD_LIMITS = ArchiveLimits(max_entries=10_000)
+"""Archive limits for uploads: fewer entries than the library default, so the file list stays a small payload."""
+
+
+class SessionRecord(BaseModel):
+    """What the upload server needs to accept bytes for a session: stored signed, on the Secret."""
+
+    v: int = 1
+    session_id: str
+    model: ObjectRef
+    token_sha256: str
+    expires_at: dt.datetime
+    max_bytes: int
+
+
+# -- naming and paths ---------------------------------------------------------------------------
+
+
+def secret_name(ref: ObjectRef) -> str:
+    """`<name>-upload` for a Model; `clustermodel-<name>-upload` for a ClusterModel.
+
+    The prefix keeps a ClusterModel's Secret (in the controller namespace) from colliding with the Secret of a
+    Model of the same name created in that namespace. A name too long for a Secret is cut and given a hash
+    of the full name, so two long names still get two Secrets.
+    """
+    base = ref.name if ref.namespace else f"clustermodel-{ref.name}"
+    name = f"{base}-upload"
+    if len(name) <= _MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{base[: _MAX_NAME - 18].rstrip('.-')}-{digest}-upload"
+
+
+def secret_namespace(ref: ObjectRef, controller_namespace: str) -> str:
+    return ref.namespace or controller_namespace
+
+
+def upload_path(session_id: str) -> str:
+    return f"{UPLOADS_PREFIX}{session_id}"
+
+
+def session_spool(spool_root: Path, session_id: str) -> Path:
+    """`<spool_root>/<model uid>`: everything this worker keeps for one model."""
+    if not SESSION_ID.match(session_id):
+        raise ValueError(f"{session_id!r} is not a session id")
+    return Path(spool_root) / session_id
+
+
+def upload_dir(spool_root: Path, session_id: str) -> Path:
+    return session_spool(spool_root, session_id) / "upload"
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def _rfc3339(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- signing --------------------------------------------------------------------------------------
+
+
+def sign(key: bytes, namespace: str, name: str, record_json: str) -> str:
+    # The Secret's own namespace and name are signed too: a copied annotation pair is worthless elsewhere.
+    message = f"{namespace}\n{name}\n{record_json}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+class SigningKey:
+    """The controller's session-signing key, kept in a Secret of the controller namespace.
+
+    Read once and cached; `refresh` re-reads it (after a rotation, signatures made with the old key fail
+    and those sessions answer 401 until re-opened).
+    """
+
+    def __init__(self, core: client.CoreV1Api, namespace: str) -> None:
+        self.core = core
+        self.namespace = namespace
+        self._key: bytes | None = None
+        self._read_at = 0.0
+
+    def get(self, *, create: bool) -> bytes | None:
+        if self._key is None:
+            self._key = self._read(create=create)
+            self._read_at = time.monotonic()
+        return self._key
+
+    def refresh(self, *, min_age: float = 30.0) -> bool:
+        """Forget the cached key if it is older than `min_age` seconds; True when it was forgotten."""
+        if self._key is not None and time.monotonic() - self._read_at >= min_age:
+            self._key = None
+            return True
+        return False
+
+    def _read(self, *, create: bool) -> bytes | None:
+        for _ in range(3):
+            try:
+                secret = self.core.read_namespaced_secret(SIGNING_KEY_SECRET, self.namespace)
+                return base64.b64decode((secret.data or {})[_SIGNING_KEY_DATA])
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            if not create:
+                return None
+            body = client.V1Secret(
+                metadata=client.V1ObjectMeta(name=SIGNING_KEY_SECRET, namespace=self.namespace,
+                                             labels={LABEL_MANAGED_BY: MANAGED_BY}),
+                type="Opaque",
+                data={_SIGNING_KEY_DATA: base64.b64encode(secrets.token_bytes(32)).decode()},
+            )
+            try:
+                self.core.create_namespaced_secret(self.namespace, body)
+            except ApiException as exc:
+                if exc.status != 409:  # another worker created it first: read theirs
+                    raise
+        raise RuntimeError(f"cannot read or create Secret {self.namespace}/{SIGNING_KEY_SECRET}")
+
+
+def verified_record(meta: dict[str, Any], key: bytes, controller_namespace: str) -> SessionRecord | None:
+    """The session of a Secret (given its metadata as JSON), if its signature holds and it is consistent.
+
+    Consistent: the Secret sits where the controller puts the session of the model it names, and the
+    session id is that model's uid.
+    """
+    annotations = meta.get("annotations") or {}
+    raw = annotations.get(ANN_SESSION)
+    signature = annotations.get(ANN_SIGNATURE)
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+    if not isinstance(raw, str) or not isinstance(signature, str):
+        return None
+    if not hmac.compare_digest(sign(key, namespace, name, raw), signature):
+        return None
+    try:
+        record = SessionRecord.model_validate_json(raw)
+    except ValidationError:
+        return None
+    ref = record.model
+    if (record.session_id != ref.uid or namespace != secret_namespace(ref, controller_namespace)
+            or name != secret_name(ref)):
+        return None
+    return record
+
+
+def _ensure_namespace(core: client.CoreV1Api, namespace: str) -> None:
+    try:
+        core.read_namespace(namespace)
+        return
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
+            name=namespace, labels={LABEL_MANAGED_BY: MANAGED_BY})))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
+def _bad_input(message: str) -> ApplicationError:
+    return ApplicationError(message, type="InvalidInput", non_retryable=True)
+
+
+# -- activities -------------------------------------------------------------------------------------
+
+
+class UploadActivities:
+    """Bound to one ApiClient and to this worker's spool for the life of the worker."""
+
+    def __init__(self, api_client: client.ApiClient, spool_root: str | Path, public_base_url: str,
+                 controller_namespace: str = DEFAULT_CONTROLLER_NAMESPACE, *,
+                 archive_limits: ArchiveLimits = UPLOAD_LIMITS) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.spool_root = Path(spool_root)
+        self.public_base_url = public_base_url.rstrip("/")
+        self.controller_namespace = controller_namespace
+        self.archive_limits = archive_limits
+        self.signing_key = SigningKey(self.core, controller_namespace)
+
+    # -- helpers
+
+    def _read_secret(self, namespace: str, name: str) -> client.V1Secret | None:
+        try:
+            return self.core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _desired_secret(self, inp: OpenUploadInput, namespace: str, name: str, key: bytes,
+                        resource_version: str | None) -> tuple[client.V1Secret, SessionRecord]:
+        ref = inp.model
+        assert ref.uid is not None
+        token = secrets.token_urlsafe(32)
+        record = SessionRecord(session_id=ref.uid, model=ref, token_sha256=token_digest(token),
+                               expires_at=_now() + dt.timedelta(seconds=inp.ttl_seconds), max_bytes=inp.max_bytes)
+        record_json = record.model_dump_json()
+        owner = client.V1OwnerReference(api_version=f"{ref.group}/{ref.version}", kind=ref.kind, name=ref.name,
+                                        uid=ref.uid, controller=True, block_owner_deletion=False)
+        secret = client.V1Secret(
+            metadata=client.V1ObjectMeta(
+                name=name, namespace=namespace, resource_version=resource_version,
+                labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_SESSION: ref.uid, LABEL_MODEL_KIND: ref.kind},
+                annotations={ANN_SESSION: record_json, ANN_SIGNATURE: sign(key, namespace, name, record_json)},
+                # A namespaced Secret may be owned by a cluster-scoped object, so a ClusterModel's Secret in
+                # the controller namespace is garbage collected with it too.
+                owner_references=[owner],
+            ),
+            type="Opaque",
+            string_data={KEY_UPLOAD_URL: self.public_base_url + upload_path(ref.uid), KEY_TOKEN: token},
+        )
+        return secret, record
+
+    @staticmethod
+    def _info(record: SessionRecord, namespace: str, name: str) -> UploadSessionInfo:
+        return UploadSessionInfo(secret_name=name, secret_namespace=namespace, expires_at=record.expires_at,
+                                 upload_path=upload_path(record.session_id))
+
+    # -- activities
+
+    @activity.defn(name="upload.open_session")
+    def open_session(self, inp: OpenUploadInput) -> UploadSessionInfo:
+        """Create the session Secret, or return the one this model already has (its token kept).
+
+        Idempotent for a retry: the same model uid finds the same Secret. An expired, unused session is
+        renewed with a fresh token and expiry; a Secret of the same name that is not this model's session
+        is replaced if it is ours (a deleted model of the same name) and refused if it is not.
+        """
+        ref = inp.model
+        if not ref.uid:
+            raise _bad_input(f"{ref.describe()}: an upload session needs the model's uid")
+        namespace, name = secret_namespace(ref, self.controller_namespace), secret_name(ref)
+        _ensure_namespace(self.core, self.controller_namespace)
+        key = self.signing_key.get(create=True)
+        assert key is not None
+        for _ in range(5):
+            existing = self._read_secret(namespace, name)
+            resource_version: str | None = None
+            if existing is not None:
+                meta = existing.metadata
+                labels = (meta.labels if meta else None) or {}
+                if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+                    raise ApplicationError(
+                        f"Secret {namespace}/{name} exists and is not an upload session of servingops; "
+                        "delete or rename it so the controller can open the upload session",
+                        type="UploadSecretConflict", non_retryable=True)
+                if labels.get(LABEL_SESSION) != ref.uid:
+                    # The session of an earlier model of this name, not yet garbage collected.
+                    self._delete(namespace, name, meta.uid if meta else None)
+                    continue
+                meta_json = self.core.api_client.sanitize_for_serialization(meta)
+                record = verified_record(meta_json, key, self.controller_namespace)
+                completed = ANN_COMPLETED in ((meta.annotations if meta else None) or {})
+                if record is not None and (completed or record.expires_at > _now()):
+                    return self._info(record, namespace, name)
+                # Expired (or signed with a key since rotated): renew in place, new token.
+                resource_version = meta.resource_version if meta else None
+            body, record = self._desired_secret(inp, namespace, name, key, resource_version)
+            try:
+                if resource_version is None:
+                    self.core.create_namespaced_secret(namespace, body)
+                else:
+                    self.core.replace_namespaced_secret(name, namespace, body)
+            except ApiException as exc:
+                if exc.status == 409:  # created or changed concurrently: look again
+                    continue
+                if exc.status == 422:
+                    raise ApplicationError(f"Secret {namespace}/{name}: {exc.reason}", type="Invalid",
+                                           non_retryable=True) from None
+                raise
+            log.info("opened upload session %s for %s (Secret %s/%s, expires %s)", record.session_id,
+                     ref.describe(), namespace, name, _rfc3339(record.expires_at))
+            return self._info(record, namespace, name)
+        raise ApplicationError(f"Secret {namespace}/{name}: still conflicting", type="Conflict")
+
+    def _delete(self, namespace: str, name: str, uid: str | None) -> None:
+        # The uid precondition: never delete a Secret that replaced the one we looked at.
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        try:
+            self.core.delete_namespaced_secret(name, namespace, body=options)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    @activity.defn(name="upload.close_session")
+    def close_session(self, inp: CloseUploadInput) -> None:
+        """Delete the session Secret (idempotent), and with discard_files the upload on this worker's spool."""
+        ref = inp.model
+        if not ref.uid:
+            raise _bad_input(f"{ref.describe()}: closing an upload session needs the model's uid")
+        namespace, name = secret_namespace(ref, self.controller_namespace), secret_name(ref)
+        existing = self._read_secret(namespace, name)
+        if existing is not None and existing.metadata is not None:
+            labels = existing.metadata.labels or {}
+            # Only this model's session: a Secret of the same name may belong to a newer model.
+            if labels.get(LABEL_MANAGED_BY) == MANAGED_BY and labels.get(LABEL_SESSION) == ref.uid:
+                self._delete(namespace, name, existing.metadata.uid)
+        if inp.discard_files:
+            shutil.rmtree(upload_dir(self.spool_root, ref.uid), ignore_errors=True)
+
+    @activity.defn(name="upload.prepare_model_dir")
+    def prepare_model_dir(self, inp: PrepareUploadInput) -> PreparedUpload:
+        """Stage a single weight file in its own directory, or extract an archive safely.
+
+        Bad content ends as a non-retryable ApplicationError of type InvalidModel (details[0]: the condition
+        reason). Retry-safe: the model directory is built aside and renamed into place.
+        """
+        ref, upload = inp.model, inp.upload
+        if not ref.uid:
+            raise _bad_input(f"{ref.describe()}: preparing an upload needs the model's uid")
+        expected_dir = upload_dir(self.spool_root, ref.uid).resolve()
+        path = Path(upload.path)
+        # The path comes back through a workflow: accept only this model's upload directory.
+        if path.resolve().parent != expected_dir:
+            raise _bad_input(f"{ref.describe()}: {upload.filename} is not in this model's upload directory")
+        if not path.is_file():
+            raise ApplicationError(
+                f"{ref.describe()}: the upload {upload.filename} is not on this worker; upload it again",
+                type="UploadMissing", non_retryable=True)
+        if path.stat().st_size != upload.size:
+            raise ApplicationError(
+                f"{ref.describe()}: {upload.filename} is {path.stat().st_size} bytes on disk, the upload had "
+                f"{upload.size}; upload it again", type="UploadMissing", non_retryable=True)
+        destination = session_spool(self.spool_root, ref.uid) / "model"
+        try:
+            kind, root = stage_upload(path, destination, filename=upload.filename, limits=self.archive_limits,
+                                      progress=_heartbeater())
+            files = _list_files(root, upload.filename)
+        except InvalidModel as exc:
+            raise exc.to_application_error() from None
+        return PreparedUpload(model_dir=str(root), kind=kind.value, files=files,
+                              total_bytes=sum(f.size for f in files))
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.open_session, self.close_session, self.prepare_model_dir]
+
+
+def _heartbeater() -> Callable[[int], None]:
+    """A progress callback that heartbeats the bytes written at most every couple of seconds."""
+    last = 0.0
+
+    def progress(written: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= _HEARTBEAT_SECONDS:
+            last = now
+            activity.heartbeat(written)
+
+    return progress
+
+
+def _list_files(root: Path, shown: str) -> list[PreparedFile]:
+    files: list[PreparedFile] = []
+    listed = 0
+    for dirpath, _dirs, names in os.walk(root):
+        for filename in names:
+            full = Path(dirpath) / filename
+            relative = full.relative_to(root).as_posix()
+            listed += len(relative) + 32
+            if listed > _MAX_LISTED_BYTES:
+                raise InvalidModel(Reason.ARCHIVE_TOO_MANY_FILES,
+                                   f"{shown}: lists more files (or longer names) than a model import takes")
+            files.append(PreparedFile(path=relative, size=full.stat().st_size))
+    files.sort(key=lambda f: f.path)
+    return files
+
+
+def read_completed(annotations: dict[str, str]) -> UploadComplete | None:
+    raw = annotations.get(ANN_COMPLETED)
+    if not raw:
+        return None
+    try:
+        return UploadComplete.model_validate_json(raw)
+    except ValidationError:
+        return None
+
+
+def completed_annotation(done: UploadComplete) -> str:
+    return json.dumps(done.model_dump(mode="json"), separators=(",", ":"))
+
+
+def rfc3339(when: dt.datetime) -> str:
+    return _rfc3339(when)
