@@ -184,6 +184,8 @@ class ProviderInfo(BaseModel):
     template: str | None = None
     params: dict[str, Any] | None = None
     license: str | None = None
+    system: str | None = None
+    """The system prompt layer of an Ollama model."""
     capabilities: list[str] = []
 
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok) from their upstream Go modules at the pinned versions below.
+# kube-scheduler, kwok, and kubectl for the end-to-end tests) from their upstream Go modules
+# at the pinned versions below.
 #
 # A binary already in $SERVINGOPS_KUBE_BIN_DIR or on PATH is used as is; one in the cache
 # counts only when it was built at the pinned version (a stamp file records it), so bumping
@@ -110,7 +111,8 @@ kube_module() {
   (cd "$KUBE_DIR" && go mod edit -go="$(awk '$1 == "go" { print $2; exit }' "$gomod")")
   resolve "$KUBE_DIR" "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" \
     "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBERNETES_VERSION" \
-    "k8s.io/kubernetes/cmd/kube-scheduler@$KUBERNETES_VERSION"
+    "k8s.io/kubernetes/cmd/kube-scheduler@$KUBERNETES_VERSION" \
+    "k8s.io/kubernetes/cmd/kubectl@$KUBERNETES_VERSION"
 }
 
 build_kube() {
@@ -135,7 +137,8 @@ build_kwok() {
 
 total_start="$(now)"
 for spec in "etcd $ETCD_VERSION" "kube-apiserver $KUBERNETES_VERSION" \
-  "kube-controller-manager $KUBERNETES_VERSION" "kube-scheduler $KUBERNETES_VERSION" "kwok $KWOK_VERSION"; do
+  "kube-controller-manager $KUBERNETES_VERSION" "kube-scheduler $KUBERNETES_VERSION" "kwok $KWOK_VERSION" \
+  "kubectl $KUBERNETES_VERSION"; do
   read -r name version <<<"$spec"
   if found="$(existing "$name" "$version")" && [[ -n "$found" ]]; then
     echo "== $name: using $found"

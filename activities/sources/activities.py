@@ -1,0 +1,231 @@
+"""Temporal activities of the source side of model import: resolve a URL, fetch files into the spool, clean up.
+
+All are plain `def`s (they block on HTTP and disk; the worker runs them in its thread pool). Retry safety:
+resolve only reads; a fetch continues from what the spool holds and skips a file that is complete; cleaning
+a missing directory is a no-op.
+
+Secrets: a Hugging Face token is read by the activity from the Secret the Model names, used for the calls of
+this attempt and dropped. It is never in a payload, a heartbeat or a log line, and error messages are
+scrubbed of it before they leave the activity (with the original exception detached, since Temporal would
+otherwise serialise it as the cause).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.model_files import InvalidModel
+from activities.sources.huggingface import DEFAULT_HF_ENDPOINT, HF_ENDPOINT_ENV, HuggingFaceSource
+from activities.sources.ollama import DEFAULT_OLLAMA_REGISTRY, OLLAMA_REGISTRY_ENV, OllamaSource
+from activities.sources.spool import HEARTBEAT_INTERVAL, Expected, FetchResult, Heartbeat, Spool
+from activities.sources.types import (
+    CleanSpoolInput,
+    FetchedFile,
+    FetchInput,
+    ResolveInput,
+    SourceErrorType,
+    SourceListing,
+    source_error,
+)
+from api_models.deckhouse.enums import SourceType
+from api_models.deckhouse.model import HUGGING_FACE_URL_PREFIX
+from api_models.refs import ObjectRef
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+TOKEN_KEYS = ("token", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+"""Secret keys holding a Hugging Face token, in the order they are looked up."""
+_HF_URL = re.compile(HUGGING_FACE_URL_PREFIX)
+_OLLAMA_URL = re.compile(r"^https://(www[.])?ollama[.]com/")
+_GIT_OID = re.compile(r"^[0-9a-f]{40}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# A bearer token is one header value: visible ASCII, no spaces.
+_TOKEN = re.compile(r"^[\x21-\x7e]{1,4096}$")
+
+
+def source_type(url: str) -> SourceType:
+    """Which provider a source URL belongs to (the CRD's pattern, checked again: input is input)."""
+    if _HF_URL.match(url):
+        return SourceType.HUGGING_FACE
+    if _OLLAMA_URL.match(url):
+        return SourceType.OLLAMA
+    raise source_error(
+        SourceErrorType.INVALID_SOURCE_URL,
+        f"{url[:300]!r} is neither a Hugging Face (https://huggingface.co/<org>/<repo>) nor an Ollama "
+        "(https://ollama.com/library/<name>[:<tag>]) URL",
+    )
+
+
+def _scrub(text: str, token: str) -> str:
+    return text.replace(token, "***")
+
+
+def _without_token_in_errors(token: str | None, call: Callable[[], _T]) -> _T:
+    """Run `call`; its errors leave as ApplicationErrors whose text cannot contain the token.
+
+    The replacement is raised here, outside any `except` block (a function, not a context manager: inside
+    a `with` statement's exit the original is still "being handled" and would become the replacement's
+    `__context__`). So nothing that walks the exception chain (Temporal's failure converter serialises
+    causes and contexts, a traceback printer) can reach the original text.
+    """
+    replacement: ApplicationError | None = None
+    try:
+        return call()
+    except InvalidModel as exc:
+        replacement = exc.to_application_error()
+    except ApplicationError as exc:
+        if not token:
+            raise
+        replacement = exc
+    except Exception as exc:
+        if not token:
+            raise
+        # Unknown failures stay retryable; only their scrubbed text travels.
+        replacement = ApplicationError(f"{type(exc).__name__}: {exc}", type=type(exc).__name__)
+    if token:
+        details = [_scrub(d, token) if isinstance(d, str) else d for d in replacement.details]
+        replacement = ApplicationError(_scrub(replacement.message, token), *details, type=replacement.type,
+                                       non_retryable=replacement.non_retryable)  # fmt: skip
+        log.warning("source activity failed: %s", replacement.message)
+    raise replacement
+
+
+class SourceActivities:
+    """The source activities, bound to this worker's Kubernetes client, spool and provider endpoints."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient | None = None,
+        spool_root: str | os.PathLike[str] | None = None,
+        hf_endpoint: str | None = None,
+        ollama_registry: str | None = None,
+        *,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL,
+    ) -> None:
+        self._core = client.CoreV1Api(api_client) if api_client is not None else None
+        self.spool = Spool(spool_root)
+        self.hf = HuggingFaceSource(hf_endpoint or os.environ.get(HF_ENDPOINT_ENV) or DEFAULT_HF_ENDPOINT)
+        self.ollama = OllamaSource(ollama_registry or os.environ.get(OLLAMA_REGISTRY_ENV) or DEFAULT_OLLAMA_REGISTRY)
+        self._heartbeat_interval = heartbeat_interval
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.resolve, self.fetch_file, self.clean_spool]
+
+    # -- secrets -------------------------------------------------------------------------------------
+
+    def _token(self, model: ObjectRef, secret_name: str | None) -> str | None:
+        if not secret_name:
+            return None
+        if model.namespace is None:
+            raise source_error(SourceErrorType.AUTH_SECRET_NOT_FOUND,
+                               f"{model.describe()} is cluster-scoped and cannot reference a Secret")  # fmt: skip
+        where = f"Secret {model.namespace}/{secret_name}"
+        if self._core is None:
+            raise source_error(SourceErrorType.AUTH_SECRET_NOT_FOUND,
+                               f"{where}: this worker has no Kubernetes client to read it")  # fmt: skip
+        try:
+            secret = self._core.read_namespaced_secret(secret_name, model.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise source_error(SourceErrorType.AUTH_SECRET_NOT_FOUND, f"{where} does not exist") from None
+            # 403 (RBAC) and server trouble: a deployment or transient problem, not the user's input.
+            raise source_error("AuthSecretUnreadable", f"{where}: HTTP {exc.status} {exc.reason}",
+                               retryable=True) from None  # fmt: skip
+        data = secret.data or {}
+        for key in TOKEN_KEYS:
+            if key not in data:
+                continue
+            try:
+                token = base64.b64decode(data[key], validate=True).decode("utf-8").strip()
+            except (binascii.Error, UnicodeDecodeError, ValueError):
+                token = ""  # the error text could quote token bytes: say nothing about them
+            if not _TOKEN.match(token):
+                raise source_error(SourceErrorType.AUTH_SECRET_INVALID,
+                                   f"{where}: the value of key {key!r} is not a token (empty, or not a single "
+                                   "line of visible ASCII)")  # fmt: skip
+            return token
+        raise source_error(SourceErrorType.AUTH_SECRET_INVALID,
+                           f"{where} has none of the keys {', '.join(TOKEN_KEYS)}")  # fmt: skip
+
+    # -- activities ----------------------------------------------------------------------------------
+
+    @activity.defn(name="source.resolve")
+    def resolve(self, req: ResolveInput) -> SourceListing:
+        """The source's immutable revision and the files of the model at it, with the provider's metadata."""
+        provider = source_type(req.url)
+        token = self._token(req.model, req.auth_secret_name) if provider == SourceType.HUGGING_FACE else None
+        if provider == SourceType.HUGGING_FACE:
+            return _without_token_in_errors(token, lambda: self.hf.resolve(req.url, token))
+        return _without_token_in_errors(None, lambda: self.ollama.resolve(req.url))
+
+    @activity.defn(name="source.fetch_file")
+    def fetch_file(self, req: FetchInput) -> FetchedFile:
+        """One file into `<spool>/<model uid>/<path>`: streamed, verified, resumed from a previous attempt."""
+        uid = req.model.uid
+        if not uid:
+            raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{req.model.describe()}: the reference has no uid")
+        info = activity.info()
+        if info.attempt > 1:
+            # The resume point is the partial file on disk; the heartbeat only says where the last attempt was.
+            log.info("fetching %s again (attempt %d, last heartbeat %s)", req.file.path, info.attempt,
+                     info.heartbeat_details[-1] if info.heartbeat_details else None)
+        heartbeat = Heartbeat(activity.heartbeat, self._heartbeat_interval)
+        file = req.file
+        sha256 = file.sha256.lower() if file.sha256 and _SHA256.match(file.sha256.lower()) else None
+        if file.sha256 and sha256 is None:
+            raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{file.path}: {file.sha256[:80]!r} is no sha256")
+        if req.provider == SourceType.HUGGING_FACE:
+            token = self._token(req.model, req.auth_secret_name)
+            git_oid = file.blob if file.blob and _GIT_OID.match(file.blob) else None
+            expected = Expected(file.size, sha256, git_oid)
+
+            def fetch_hf() -> FetchResult:
+                opener = self.hf.opener(req.locator, req.resolved_revision, file.path, token)
+                return self.spool.fetch(uid, file.path, expected, opener, heartbeat, header_only=req.header_only)
+
+            result = _without_token_in_errors(token, fetch_hf)
+        elif req.provider == SourceType.OLLAMA:
+            digest = file.blob or (f"sha256:{sha256}" if sha256 else "")
+            ollama_expected = Expected(file.size, sha256 or digest.removeprefix("sha256:"))
+
+            def fetch_ollama() -> FetchResult:
+                with self.ollama.blob_opener(req.locator, digest) as opener:
+                    return self.spool.fetch(uid, file.path, ollama_expected, opener, heartbeat,
+                                            header_only=req.header_only)  # fmt: skip
+
+            result = _without_token_in_errors(None, fetch_ollama)
+        else:
+            raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{req.provider} sources are not fetched here")
+        log.info("fetched %s (%d bytes, %d transferred%s)", file.path, file.size, result.transferred_bytes,
+                 ", header only" if result.header_only else "")
+        return FetchedFile(
+            path=str(result.path),
+            relative_path=file.path,
+            size=file.size,
+            sha256=result.sha256,
+            transferred_bytes=result.transferred_bytes,
+            header_only=result.header_only,
+        )
+
+    @activity.defn(name="source.clean_spool")
+    def clean_spool(self, req: CleanSpoolInput) -> None:
+        """Remove the model's spool directory; nothing to do when it is gone already."""
+        if self.spool.remove(req.model_uid):
+            log.info("removed the spool of model %s", req.model_uid)
+
+    def model_dir(self, uid: str) -> Path:
+        """Where the files of the model with this uid land (for the workflow's inspect and publish steps)."""
+        return self.spool.model_dir(uid)
