@@ -29,3 +29,6 @@ class HostActivities:
     @activity.defn(name="host.claim")
     def claim(self) -> HostClaim:
         return self.claim_result
+
+    def all(self) -> list[object]:
+        return [self.claim]

@@ -1,54 +1,73 @@
-"""The worker process: `servingops worker` (flags or env), one task queue."""
+"""The worker process: `servingops worker` (flags or env).
+
+One process polls two task queues with the same workflows and activities: the shared queue,
+and its host's own queue (`<queue>@<host id>`), to which imports route the activities that need
+this host's spool. It also serves the upload endpoint, so uploaded bytes land in that spool.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
-import os
 import signal
+import socket
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 from temporalio.worker import Worker
 
+from activities.uploads.server import UploadServer
 from runtime.kube import load_api_client
 from runtime.telemetry import configure_tracing
-from runtime.temporal import TemporalSettings, connect
+from runtime.temporal import connect
 from workers import registry
+from workers.settings import WorkerSettings, add_arguments, from_arguments
 
 log = logging.getLogger("servingops.worker")
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = TemporalSettings.from_env()
-    parser.add_argument("--temporal-address", default=defaults.address, help="env TEMPORAL_ADDRESS")
-    parser.add_argument("--namespace", default=defaults.namespace, help="env TEMPORAL_NAMESPACE")
-    parser.add_argument("--task-queue", default=defaults.task_queue, help="env SERVINGOPS_TASK_QUEUE")
-    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"), help="env KUBECONFIG")
-    parser.add_argument("--max-activity-threads", type=int, default=32,
-                        help="threads for the blocking (Kubernetes, registry, Hub) activities")
+# On SIGTERM running activities get this long to finish a chunk and heartbeat their resume point.
+_GRACE = timedelta(seconds=20)
 
 
-async def run(args: argparse.Namespace) -> None:
+def _listen_address(listen: str) -> tuple[str, int]:
+    """host:port; port 0 picks a free one now, because the public URL must name it up front."""
+    host, port = listen.rsplit(":", 1)
+    if int(port) == 0:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            return host, int(sock.getsockname()[1])
+    return host, int(port)
+
+
+async def run(settings: WorkerSettings) -> None:
     configure_tracing("servingops-worker")
-    settings = TemporalSettings(args.temporal_address, args.namespace, args.task_queue)
-    temporal = await connect(settings)
-    api_client = load_api_client(args.kubeconfig)
+    temporal = await connect(settings.temporal)
+    api_client = load_api_client(settings.kubeconfig)
+    host, port = _listen_address(settings.upload_listen)
+    public_url = settings.upload_public_url or f"http://{host}:{port}"
+    uploads = UploadServer(settings.spool_dir, host, port, public_url, api_client, lambda: connect(settings.temporal),
+                           controller_namespace=settings.controller_namespace,
+                           worker_task_queue=settings.host_task_queue).start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    with ThreadPoolExecutor(max_workers=args.max_activity_threads) as executor:
-        worker = Worker(
-            temporal,
-            task_queue=settings.task_queue,
-            workflows=registry.workflows(),
-            activities=registry.activities(api_client),
-            activity_executor=executor,
-        )
-        async with worker:
-            log.info("worker ready on %s queue %s", settings.address, settings.task_queue)
-            await stop.wait()
+    try:
+        with ThreadPoolExecutor(max_workers=settings.max_activity_threads) as executor:
+            activities = registry.activities(settings, api_client, public_url)
+            workers = [
+                Worker(temporal, task_queue=queue, workflows=registry.workflows(), activities=activities,
+                       activity_executor=executor, graceful_shutdown_timeout=_GRACE)
+                for queue in (settings.temporal.task_queue, settings.host_task_queue)
+            ]
+            async with workers[0], workers[1]:
+                log.info("worker %s ready on %s, queues %s and %s; uploads at %s", settings.host_id,
+                         settings.temporal.address, settings.temporal.task_queue, settings.host_task_queue,
+                         public_url)
+                await stop.wait()
+    finally:
+        uploads.stop()
     log.info("worker stopped")
 
 
@@ -56,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="servingops worker")
     add_arguments(parser)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(run(parser.parse_args(argv)))
+    asyncio.run(run(from_arguments(parser.parse_args(argv))))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Which workflows and activities one worker process serves."""
+"""Which workflows and activities one worker process serves, built from its settings."""
 
 from __future__ import annotations
 
@@ -7,13 +7,37 @@ from typing import Any
 
 from kubernetes import client
 
+from activities.host import HostActivities
 from activities.kubernetes import KubernetesActivities
+from activities.model_files.activity import inspect as inspect_model
+from activities.oci.activities import OciActivities, RegistryTarget, kubernetes_secret_credentials
+from activities.prometheus import PrometheusActivities
+from activities.serving.activities import ServingActivities
+from activities.sources.activities import SourceActivities
+from activities.uploads.sessions import UploadActivities
+from workers.settings import WorkerSettings
+from workflows.model_import import ModelWorkflow
 
 
 def workflows() -> Sequence[type]:
-    """Workflow classes; each process issue adds its own here."""
-    return []
+    return [ModelWorkflow]
 
 
-def activities(api_client: client.ApiClient) -> Sequence[Callable[..., Any]]:
-    return [*KubernetesActivities(api_client).all()]
+def registry_target(settings: WorkerSettings) -> RegistryTarget:
+    return RegistryTarget(address=settings.registry, repository=settings.registry_repository,
+                          insecure=settings.registry_insecure)
+
+
+def activities(settings: WorkerSettings, api_client: client.ApiClient,
+               upload_public_url: str) -> Sequence[Callable[..., Any]]:
+    core = client.CoreV1Api(api_client)
+    return [
+        *KubernetesActivities(api_client).all(),
+        *HostActivities(settings.host_task_queue, registry_target(settings)).all(),
+        *OciActivities(kubernetes_secret_credentials(core)).all(),
+        *SourceActivities(api_client, settings.spool_dir, settings.hf_endpoint, settings.ollama_registry).all(),
+        *UploadActivities(api_client, settings.spool_dir, upload_public_url, settings.controller_namespace).all(),
+        inspect_model,
+        *ServingActivities(api_client).all(),
+        *PrometheusActivities(api_client).all(),
+    ]

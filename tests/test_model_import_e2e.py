@@ -1,0 +1,288 @@
+"""Model import end to end: `kubectl apply` -> bridge -> ModelWorkflow -> worker activities ->
+Ready, with the worker and the bridge as their own processes, against the real apiserver,
+Temporal, registry and the Hub-compatible server."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio.client import Client
+
+from activities.oci.registry_client import ModelRegistry
+from api_models.contract import model_workflow_id
+from devstack.hub_server import HubServer
+from devstack.kube import REPO_ROOT, LocalKubeCluster
+from devstack.ollama_registry import publish_ollama_model
+from devstack.process import ManagedProcess, find_binary
+from devstack.services import OciRegistry, TemporalDevServer
+from runtime.temporal import TemporalSettings, connect
+from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
+from tests.fixtures.hub import HubRepos
+
+REPOSITORY = "servingops/models"
+GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
+
+
+@dataclass
+class Stack:
+    cluster: LocalKubeCluster
+    api: client.ApiClient
+    registry: OciRegistry
+    hub: HubServer
+    temporal: Client
+    worker: ManagedProcess
+    bridge: BridgeProcess
+    task_queue: str
+    namespace: str
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        """Like a user: kubectl apply."""
+        kubectl = find_binary("kubectl", "SERVINGOPS_KUBE_BIN_DIR")
+        assert kubectl, "kubectl is built by deploy/local/kube/build-binaries.sh"
+        subprocess.run([kubectl, "--kubeconfig", str(self.cluster.kubeconfig_path), "apply", "-f", "-"],
+                       input=yaml.safe_dump(manifest).encode(), check=True, capture_output=True)
+
+    def get(self, plural: str, name: str) -> dict[str, Any] | None:
+        custom = client.CustomObjectsApi(self.api)
+        try:
+            if plural == "models":
+                return dict(custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, name))
+            return dict(custom.get_cluster_custom_object(GROUP, VERSION, plural, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def wait_phase(self, plural: str, name: str, phases: tuple[str, ...], timeout: float = 240) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        obj: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            obj = self.get(plural, name)
+            if obj and (obj.get("status") or {}).get("phase") in phases:
+                return obj
+            time.sleep(0.5)
+        raise AssertionError(f"{plural}/{name} never reached {phases}: {(obj or {}).get('status')}\n"
+                             f"worker log:\n{self.worker.log_tail(60)}")
+
+    def model(self, name: str, source: dict[str, Any], cluster_scoped: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name}
+        if not cluster_scoped:
+            meta["namespace"] = self.namespace
+        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterModel" if cluster_scoped else "Model",
+                "metadata": meta, "spec": {"source": source}}
+
+    async def workflow_state(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        handle = self.temporal.get_workflow_handle(model_workflow_id(meta.get("namespace"), meta["name"], meta["uid"]))
+        state: dict[str, Any] = await handle.query("state", result_type=dict)
+        return state
+
+
+def start_worker(cluster: LocalKubeCluster, temporal: TemporalDevServer, registry: OciRegistry, hub: HubServer,
+                 task_queue: str, spool: Path, logs: Path, host_id: str) -> ManagedProcess:
+    env = {"TEMPORAL_ADDRESS": temporal.address, "KUBECONFIG": str(cluster.kubeconfig_path),
+           "HF_ENDPOINT": hub.url, "SERVINGOPS_REGISTRY": registry.address, "SERVINGOPS_OLLAMA_REGISTRY": registry.url,
+           "SERVINGOPS_SPOOL_DIR": str(spool), "SERVINGOPS_TASK_QUEUE": task_queue, "SERVINGOPS_HOST_ID": host_id,
+           "HF_HUB_DISABLE_TELEMETRY": "1"}
+    worker = ManagedProcess(f"worker-{host_id}", [sys.executable, "-m", "workers.main"], logs, env=env,
+                            cwd=REPO_ROOT).start()
+    worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
+    return worker
+
+
+@pytest.fixture(scope="module")
+def stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_server: TemporalDevServer,
+          oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    task_queue = f"import-{uuid.uuid4().hex[:6]}"
+    namespace = f"import-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(kube_api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    spool = tmp_path_factory.mktemp("spool")
+    worker = start_worker(kube_cluster, temporal_server, oci_registry, hub_server, task_queue, spool, stack_logs,
+                          host_id=f"host-{task_queue}")
+    launcher = BridgeLauncher(kube_cluster.kubeconfig_path, temporal_server.address, stack_logs)
+    bridge = launcher.start(task_queue=task_queue, kinds="Model,ClusterModel")
+    temporal = asyncio.run(connect(TemporalSettings(address=temporal_server.address)))
+    yield Stack(kube_cluster, kube_api, oci_registry, hub_server, temporal, worker, bridge, task_queue, namespace)
+    launcher.stop_all()
+    worker.stop()
+
+
+def pull_layers(registry: OciRegistry, digest: str, out: Path) -> dict[str, bytes]:
+    """Every layer of the artifact, by its org.cncf.model.filepath."""
+    files = {}
+    with ModelRegistry(registry.address, insecure=True) as reg:
+        manifest = reg.fetch_manifest(REPOSITORY, digest)
+        assert manifest is not None
+        body = manifest.json
+        assert body["artifactType"] == "application/vnd.cncf.model.manifest.v1+json"
+        assert body["config"]["mediaType"] == "application/vnd.cncf.model.config.v1+json"
+        for layer in body["layers"]:
+            path = layer["annotations"]["org.cncf.model.filepath"]
+            target = out / path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            reg.pull_blob_to(REPOSITORY, layer["digest"], target)
+            files[path] = target.read_bytes()
+    return files
+
+
+def test_hugging_face_safetensors_model_becomes_ready(stack: Stack, hub_repos: HubRepos, tmp_path: Path) -> None:
+    repo = hub_repos.safetensors(num_shards=3)
+    stack.apply(stack.model("tiny-llama", {"url": f"https://huggingface.co/{repo.repo_id}"}))
+    obj = stack.wait_phase("models", "tiny-llama", ("Ready", "Failed"))
+    status = obj["status"]
+    assert status["phase"] == "Ready", status
+    assert status["source"] == {"resolvedType": "HuggingFace", "resolvedRevision": repo.commit}
+    assert status["resolved"]["format"] == "Safetensors"
+    assert status["resolved"]["architecture"] == "LlamaForCausalLM"
+    assert status["resolved"]["contextWindowTokens"] == 2048
+    assert status["resolved"]["parameterCount"] > 0
+    assert status["progress"] == "100%"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"], ready["observedGeneration"]) == ("True", "Published", 1)
+    artifact = status["artifact"]
+    assert artifact["kind"] == "OCI" and artifact["digest"].startswith("sha256:") and artifact["sizeBytes"] > 0
+    pulled = pull_layers(stack.registry, artifact["digest"], tmp_path)
+    weights = [f for f in repo.files if f.endswith(".safetensors")]
+    assert len(weights) == 3
+    for name in repo.files:
+        if name in pulled:
+            assert pulled[name] == (repo.snapshot / name).read_bytes(), f"{name} differs"
+    assert set(weights) <= set(pulled) and "config.json" in pulled
+
+
+def test_second_model_of_the_same_repo_transfers_nothing(stack: Stack, hub_repos: HubRepos) -> None:
+    repo = hub_repos.safetensors(num_shards=2, hidden_size=512, intermediate_size=2048, num_hidden_layers=4)
+    url = f"https://huggingface.co/{repo.repo_id}"
+    stack.apply(stack.model("first", {"url": url}))
+    first = stack.wait_phase("models", "first", ("Ready", "Failed"))
+    stack.apply(stack.model("second", {"url": url}))
+    second = stack.wait_phase("models", "second", ("Ready", "Failed"))
+    assert second["status"]["phase"] == "Ready"
+
+    def layers(digest: str) -> list[str]:
+        with ModelRegistry(stack.registry.address, insecure=True) as reg:
+            manifest = reg.fetch_manifest(REPOSITORY, digest)
+            assert manifest is not None
+            return sorted(layer["digest"] for layer in manifest.json["layers"])
+
+    # Each Model has its own manifest (its config names it) over the very same layers.
+    assert layers(second["status"]["artifact"]["digest"]) == layers(first["status"]["artifact"]["digest"])
+    state = asyncio.run(stack.workflow_state(second))
+    weights = [f for f in state["files"] if f["path"].endswith(".safetensors")]
+    assert weights and all(f["in_registry"] and not f["uploaded_here"] for f in weights)
+    weight_bytes = sum(f["size"] for f in weights)
+    fetched = sum(f["transferred_bytes"] for f in weights)
+    print(f"\nsecond import fetched {fetched} header bytes of {weight_bytes} weight bytes")
+    assert fetched < weight_bytes * 0.05
+
+
+def test_cluster_model_from_gguf(stack: Stack, hub_repos: HubRepos) -> None:
+    repo = hub_repos.gguf()
+    name = f"gguf-{uuid.uuid4().hex[:6]}"
+    stack.apply(stack.model(name, {"url": f"https://huggingface.co/{repo.repo_id}"}, cluster_scoped=True))
+    obj = stack.wait_phase("clustermodels", name, ("Ready", "Failed"))
+    assert obj["status"]["phase"] == "Ready", obj["status"]
+    assert obj["status"]["resolved"]["format"] == "GGUF"
+    assert obj["status"]["resolved"]["contextWindowTokens"] == 2048
+
+
+def test_ollama_model(stack: Stack, tmp_path: Path) -> None:
+    published = publish_ollama_model(stack.registry.address, f"tiny{uuid.uuid4().hex[:6]}", "q8", workdir=tmp_path)
+    stack.apply(stack.model("from-ollama", {"url": published.url}))
+    obj = stack.wait_phase("models", "from-ollama", ("Ready", "Failed"))
+    status = obj["status"]
+    assert status["phase"] == "Ready", status
+    assert status["source"]["resolvedType"] == "Ollama"
+    assert status["resolved"]["format"] == "GGUF"
+    pulled = pull_layers(stack.registry, status["artifact"]["digest"], tmp_path / "pulled")
+    assert pulled["model.gguf"] == published.gguf.read_bytes()
+
+
+def test_upload_of_a_gguf_file(stack: Stack, hub_repos: HubRepos) -> None:
+    repo = hub_repos.gguf()
+    gguf = next(repo.snapshot / f for f in repo.files if f.endswith(".gguf"))
+    stack.apply(stack.model("uploaded", {"upload": {}}))
+    waiting = stack.wait_phase("models", "uploaded", ("WaitForUpload", "Failed"))
+    upload = waiting["status"]["upload"]
+    assert upload["secretNamespace"] == stack.namespace and upload["expiresAt"]
+    secret = client.CoreV1Api(stack.api).read_namespaced_secret(upload["secretName"], stack.namespace)
+    import base64
+
+    url = base64.b64decode(secret.data["uploadURL"]).decode()
+    token = base64.b64decode(secret.data["token"]).decode()
+    data = gguf.read_bytes()
+    request = urllib.request.Request(url, data=data, method="PUT", headers={
+        "Authorization": f"Bearer {token}", "X-Filename": "model.gguf", "Content-Length": str(len(data))})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 201
+    obj = stack.wait_phase("models", "uploaded", ("Ready", "Failed"))
+    assert obj["status"]["phase"] == "Ready", obj["status"]
+    assert obj["status"]["source"]["resolvedType"] == "Upload"
+    assert "upload" not in obj["status"]
+    assert hashlib.sha256(data).hexdigest() in str(asyncio.run(stack.workflow_state(obj)))
+
+
+def _truncated_repo(hub_repos: HubRepos, tmp_path: Path) -> str:
+    """A repo whose shard is cut short: its LFS hash matches the bytes served, so only the
+    safetensors header check can tell."""
+    good = hub_repos.safetensors(num_shards=2)
+    files = tmp_path / "files"
+    shutil.copytree(good.snapshot, files)
+    shard = next(p for p in sorted(files.glob("*.safetensors")))
+    with shard.open("r+b") as fh:
+        fh.truncate(shard.stat().st_size - 100)
+    repo_id = hub_repos.unique_id("truncated")
+    hub_repos.register(repo_id, files)
+    return repo_id
+
+
+@pytest.mark.parametrize(("case", "reason"), [
+    ("unknown-repo", "SourceNotFound"),
+    ("truncated-shard", "TruncatedSafetensors"),
+])
+def test_bad_sources_fail_with_a_reason_and_leave_nothing(stack: Stack, hub_repos: HubRepos, tmp_path: Path,
+                                                          case: str, reason: str) -> None:
+    repo_id = "devstack/does-not-exist" if case == "unknown-repo" else _truncated_repo(hub_repos, tmp_path)
+    stack.apply(stack.model(case, {"url": f"https://huggingface.co/{repo_id}"}))
+    obj = stack.wait_phase("models", case, ("Failed", "Ready"))
+    status = obj["status"]
+    assert status["phase"] == "Failed"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", reason), ready
+    assert ready["message"]
+    state = asyncio.run(stack.workflow_state(obj))
+    pushed = [f["pushed_digest"] for f in state["files"] if f.get("uploaded_here")]
+    with ModelRegistry(stack.registry.address, insecure=True) as reg:
+        assert not [d for d in pushed if reg.blob_exists(REPOSITORY, d)], "a failed import left blobs behind"
+
+
+def test_delete_removes_artifact_and_finalizer(stack: Stack, hub_repos: HubRepos) -> None:
+    repo = hub_repos.safetensors(num_shards=1, seed=7)
+    stack.apply(stack.model("short-lived", {"url": f"https://huggingface.co/{repo.repo_id}"}))
+    obj = stack.wait_phase("models", "short-lived", ("Ready", "Failed"))
+    assert obj["metadata"]["finalizers"] == ["ai.deckhouse.io/model-cleanup"]
+    digest = obj["status"]["artifact"]["digest"]
+    client.CustomObjectsApi(stack.api).delete_namespaced_custom_object(GROUP, VERSION, stack.namespace, "models",
+                                                                       "short-lived")
+    deadline = time.monotonic() + 60
+    while stack.get("models", "short-lived") is not None:
+        assert time.monotonic() < deadline, "the finalizer was never removed"
+        time.sleep(0.5)
+    with ModelRegistry(stack.registry.address, insecure=True) as reg:
+        assert reg.fetch_manifest(REPOSITORY, digest) is None, "the artifact is still in the registry"
