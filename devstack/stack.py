@@ -29,6 +29,8 @@ from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 EXAMPLES = REPO_ROOT / "deploy" / "examples"
 CRDS = REPO_ROOT / "deploy" / "crds"
 READY_WAIT_SECONDS = 180
+# The kinds whose workflows this release's worker serves.
+BRIDGED_KINDS = ("Model", "ClusterModel")
 
 
 def _port(preferred: int) -> int:
@@ -82,8 +84,8 @@ def up(state_dir: Path) -> int:
         "SERVINGOPS_PROMETHEUS_URL": prometheus.url,
     }
     worker = ManagedProcess("worker", [sys.executable, "-m", "workers.main"], logs, env=env, cwd=REPO_ROOT).start()
-    bridge = ManagedProcess("bridge", [sys.executable, "-m", "crd_bridge.main", "--no-leader-elect"], logs,
-                            env=env, cwd=REPO_ROOT).start()
+    bridge = ManagedProcess("bridge", [sys.executable, "-m", "crd_bridge.main", "--no-leader-elect",
+                                       "--kinds", ",".join(BRIDGED_KINDS)], logs, env=env, cwd=REPO_ROOT).start()
 
     processes = [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge]
     state = {

@@ -1,0 +1,35 @@
+"""`servingops dev up` / `status` / `down`, the README's first command, run for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from devstack.kube import REPO_ROOT
+
+
+def _cli(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cli.main", "dev", *args, "--state-dir", str(state)],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+
+
+def test_dev_up_makes_the_examples_ready_and_down_stops_everything(tmp_path: Path) -> None:
+    state = tmp_path / "stack"
+    up = _cli("up", state=state)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "Temporal UI:" in up.stdout
+        examples = sorted(Path(REPO_ROOT / "deploy" / "examples").glob("*.yaml"))
+        assert f"{len(examples)} of {len(examples)} became Ready" in up.stdout, up.stdout
+        assert _cli("status", state=state).returncode == 0
+        pids = json.loads((state / "stack.json").read_text())["pids"]
+    finally:
+        down = _cli("down", state=state)
+    assert down.returncode == 0, down.stdout + down.stderr
+    alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()
+             and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
+    assert alive == [], f"left running: {alive}"
+    assert not os.path.exists(state / "stack.json")
