@@ -25,7 +25,12 @@ from pathlib import Path
 
 from kubernetes import client
 from temporalio.client import Client
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 
 from api_models.contract import ObjectEvent, StartObject
 from api_models.deckhouse import Model
@@ -34,6 +39,7 @@ from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess, free_port
 from devstack.services import TemporalDevServer
 from runtime.temporal import TemporalSettings, connect
+from workflows import search_attributes
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -48,9 +54,18 @@ async def baseline(temporal: Client, count: int, concurrency: int = 64) -> float
     async def one(i: int) -> None:
         ref = ObjectRef.of(Model, f"m{i}", "bench", str(uuid.uuid4()))
         async with semaphore:
+            # The very request the bridge makes (same policies, search attributes and payloads),
+            # so the ratio measures the bridge, not a cheaper request.
             await temporal.start_workflow(
                 "ModelWorkflow", StartObject(ref=ref), id=f"bench/{queue}/{i}", task_queue=queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, start_signal="object-changed",
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                search_attributes=TypedSearchAttributes([
+                    SearchAttributePair(search_attributes.KIND, "Model"),
+                    SearchAttributePair(search_attributes.NAMESPACE, "bench"),
+                    SearchAttributePair(search_attributes.NAME, ref.name),
+                ]),
+                start_signal="object-changed",
                 start_signal_args=[ObjectEvent(uid=ref.uid or "", generation=1, resource_version="1")])
 
     started = time.monotonic()
