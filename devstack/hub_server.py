@@ -104,6 +104,8 @@ class RequestRecord:
     headers: dict[str, str]
     status: int
     response_headers: dict[str, str]
+    body_bytes: int = 0
+    """Body bytes actually sent: short of Content-Length when the client went away mid-download."""
 
 
 class HubError(Exception):
@@ -279,18 +281,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command != "HEAD" and body:
             self.wfile.write(body)
-        self._record(status, sent)
+        self._record(status, sent).body_bytes = 0 if self.command == "HEAD" else len(body)
 
     def _json(self, payload: Any, headers: Mapping[str, str] | None = None) -> None:
         self._respond(200, json.dumps(payload).encode(), headers or {})
 
-    def _record(self, status: int, response_headers: Mapping[str, str]) -> None:
+    def _record(self, status: int, response_headers: Mapping[str, str]) -> RequestRecord:
         self._responded = True
-        self.hub._record(
-            RequestRecord(
-                self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, status, dict(response_headers)
-            )
+        record = RequestRecord(
+            self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, status, dict(response_headers)
         )
+        self.hub._record(record)
+        return record
 
     def _self_url(self, path: str, query: Mapping[str, list[str]]) -> str:
         host = self.headers.get("Host") or f"{self.hub.host}:{self.hub.port}"
@@ -609,7 +611,7 @@ class _Handler(BaseHTTPRequestHandler):
         for key, value in sent.items():
             self.send_header(key, value)
         self.end_headers()
-        self._record(status, sent)
+        record = self._record(status, sent)
         if self.command == "HEAD" or not length:
             return
         to_send = length
@@ -619,8 +621,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client then sees a body cut short and resumes with a Range
         path = repo_dir(self.hub.root, meta["id"]) / COMMITS_DIR / sha / filename
         with path.open("rb") as fh:
-            # sendfile streams from the page cache: a multi-GB file never sits in memory.
-            self.connection.sendfile(fh, offset=start, count=to_send)
+            try:
+                # sendfile streams from the page cache: a multi-GB file never sits in memory.
+                self.connection.sendfile(fh, offset=start, count=to_send)
+            finally:
+                # socket.sendfile leaves the file positioned after what it sent, even when it fails
+                # (and untouched when it sent nothing).
+                record.body_bytes = max(0, fh.tell() - start)
 
 
 def _parse_range(header: str, size: int) -> tuple[int, int] | str | None:

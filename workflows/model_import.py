@@ -68,7 +68,8 @@ class _Options:
 
 _KUBE = _Options(timedelta(seconds=30), RetryPolicy(maximum_interval=timedelta(seconds=30)))
 _QUICK = _Options(timedelta(minutes=2), RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=20))
-# Transfers heartbeat: a silent worker is presumed dead after the heartbeat timeout and the retry
+# Transfers heartbeat every 2 s: a silent worker is presumed dead after 20 s (the SDK also sends
+# heartbeat details at most every 0.8 x the timeout, so a short timeout keeps resume points fresh) and the retry
 # resumes from the last heartbeat details. A host that never picks its task up (gone for good)
 # ends the attempt after schedule_to_start.
 _TRANSFER = _Options(
@@ -106,6 +107,8 @@ class FileProgress(BaseModel):
     pushed_digest: str | None = None
     uploaded_here: bool = False
     transferred_bytes: int = 0
+    pushed_bytes: int = 0
+    """Bytes the successful push attempt sent to the registry (less than size when it resumed)."""
 
 
 class ModelState(BaseModel):
@@ -369,6 +372,7 @@ class ModelWorkflow:
             task_queue=claim.task_queue,
         )
         progress.pushed_digest = pushed.digest
+        progress.pushed_bytes += pushed.transferred_bytes
         progress.uploaded_here = not pushed.skipped and not pushed.mounted
         await self._report_progress()
 
