@@ -68,14 +68,14 @@ class _Options:
 
 _KUBE = _Options(timedelta(seconds=30), RetryPolicy(maximum_interval=timedelta(seconds=30)))
 _QUICK = _Options(timedelta(minutes=2), RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=20))
-# Transfers heartbeat every 2 s: a silent worker is presumed dead after 20 s (the SDK also sends
-# heartbeat details at most every 0.8 x the timeout, so a short timeout keeps resume points fresh) and the retry
-# resumes from the last heartbeat details. A host that never picks its task up (gone for good)
+# Transfers heartbeat every 2 s: a silent worker is presumed dead after 20 s (the SDK sends heartbeat
+# details at most every 0.8 x the timeout, so a short timeout also keeps resume points fresh) and
+# the retry resumes from the last heartbeat details. A host that never picks its task up (gone for good)
 # ends the attempt after schedule_to_start.
 _TRANSFER = _Options(
     timedelta(hours=6),
     RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=50),
-    heartbeat=timedelta(seconds=60),
+    heartbeat=timedelta(seconds=20),
     schedule_to_start=timedelta(minutes=10),
 )
 
