@@ -17,10 +17,11 @@ from activities.sources.activities import SourceActivities
 from activities.uploads.sessions import UploadActivities
 from workers.settings import WorkerSettings
 from workflows.model_import import ModelWorkflow
+from workflows.rollout import WORKFLOWS as ROLLOUT_WORKFLOWS
 
 
 def workflows() -> Sequence[type]:
-    return [ModelWorkflow]
+    return [ModelWorkflow, *ROLLOUT_WORKFLOWS]
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:

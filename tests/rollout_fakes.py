@@ -1,0 +1,275 @@
+"""An in-memory cluster and Prometheus behind FAKE activities registered under the real names
+(serving.*, prometheus.evaluate, kube.patch_status, kube.read_object), for time-skipping
+tests of the rollout workflows.
+
+Pods become Ready a configurable delay after they are created, measured on the test server's
+clock (the one the workflows' timers use), so an hour-long pause and a 10 s warm-up compose the
+way they would on a real cluster. Every traffic change and status write is recorded so a test can
+check HTTPRoute weights and CanaryStatus after every transition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+
+from activities.kubernetes import StatusPatch
+from api_models.ome.enums import ComponentType
+from api_models.refs import ObjectRef
+from api_models.serving_io import (
+    ComponentObservation,
+    EnsureRevisionInput,
+    EvaluateInput,
+    Evaluation,
+    MetricOutcome,
+    ObserveInput,
+    RevisionKey,
+    RevisionObservation,
+    ServiceObservation,
+    SetTrafficInput,
+    TrafficWeight,
+)
+
+NAMESPACE = "team-a"
+NAME = "llama"
+
+
+@dataclass
+class Revision:
+    pods: list[float] = field(default_factory=list)
+    """Ready-at times (test clock seconds) of the revision's pods."""
+    replicas: int = 0
+
+    def ready(self, now: float) -> int:
+        return sum(1 for ready_at in self.pods if ready_at <= now)
+
+
+@dataclass
+class Point:
+    """The state of one component right after a mutation."""
+
+    at: float
+    component: ComponentType
+    total: int
+    ready: int
+    revisions: dict[str, int]
+
+
+class FakePrometheus:
+    """Answers each sample from a script: "pass", "fail", "down" (unreachable: inconclusive),
+    "nodata" (empty result: inconclusive), "error" (the activity raises). When the script runs
+    out, `default` answers."""
+
+    def __init__(self) -> None:
+        self.script: list[str] = []
+        self.default = "pass"
+        self.samples: list[EvaluateInput] = []
+
+    def answer(self, request: EvaluateInput) -> Evaluation:
+        self.samples.append(request)
+        kind = self.script.pop(0) if self.script else self.default
+        if kind == "error":
+            raise ApplicationError("prometheus query failed: 503", type="PrometheusError", non_retryable=True)
+        outcomes = []
+        for index, metric in enumerate(request.metrics):
+            if kind == "pass":
+                outcomes.append(MetricOutcome(name=metric.name, value="0.01", passed=True, message=""))
+            elif kind == "fail" and index == 0:
+                outcomes.append(MetricOutcome(name=metric.name, value="0.5", passed=False,
+                                              message=f"0.5 is not {metric.operator} {metric.threshold}"))
+            elif kind == "fail":
+                outcomes.append(MetricOutcome(name=metric.name, value="0.01", passed=True, message=""))
+            else:
+                message = "no data" if kind == "nodata" else "connection refused"
+                outcomes.append(MetricOutcome(name=metric.name, value=None, passed=None, message=message))
+        return Evaluation(metrics=outcomes)
+
+
+class FakeCluster:
+    def __init__(self, env: WorkflowEnvironment, *, ready_delay: float = 10.0) -> None:
+        self.env = env
+        self.uid = str(uuid.uuid4())
+        self.ref = ObjectRef(group="ome.io", version="v1beta1", plural="inferenceservices",
+                             kind="InferenceService", name=NAME, namespace=NAMESPACE, uid=self.uid)
+        self.ready_delay = ready_delay
+        self.delay_for: dict[tuple[ComponentType, str], float] = {}
+        """Per (component, revision) readiness delay; float('inf') never becomes Ready."""
+        self.generation = 1
+        self.annotations: dict[str, str] = {}
+        self.spec_rollout: dict[str, Any] | None = None
+        self.deleting = False
+        self.gone = False
+        self.desired: dict[ComponentType, tuple[str, int]] = {}
+        self.revisions: dict[ComponentType, dict[str, Revision]] = {}
+        self.routes: dict[ComponentType, list[TrafficWeight]] = {}
+        self.status: dict[str, Any] = {}
+        self.conditions: dict[str, dict[str, Any]] = {}
+        self.patches: list[dict[str, Any]] = []
+        self.route_log: list[tuple[float, ComponentType, list[TrafficWeight]]] = []
+        self.points: list[Point] = []
+        self.policies: dict[str, dict[str, Any]] = {}
+        self.prometheus = FakePrometheus()
+        self.deleted: list[tuple[ComponentType, str, float]] = []
+
+    # -- test-side edits ----------------------------------------------------------------------
+
+    def set_desired(self, component: ComponentType, revision: str, replicas: int = 4) -> None:
+        """Edit the spec so the component renders `revision` (a new generation)."""
+        self.desired[component] = (revision, replicas)
+        self.revisions.setdefault(component, {})
+        self.generation += 1
+
+    def set_rollout(self, rollout: dict[str, Any] | None) -> None:
+        self.spec_rollout = rollout
+        self.generation += 1
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def weights(self, component: ComponentType) -> dict[str, int]:
+        return {w.revision: w.weight for w in self.routes.get(component, []) if w.weight > 0}
+
+    def canary(self, component: ComponentType = ComponentType.ENGINE) -> dict[str, Any]:
+        return dict(self.status.get("components", {}).get(component.value, {}).get("canary") or {})
+
+    def component(self, component: ComponentType = ComponentType.ENGINE) -> dict[str, Any]:
+        return dict(self.status.get("components", {}).get(component.value) or {})
+
+    def replicas(self, component: ComponentType, revision: str) -> int | None:
+        rev = self.revisions.get(component, {}).get(revision)
+        return rev.replicas if rev else None
+
+    # -- the activities -------------------------------------------------------------------------
+
+    async def now(self) -> float:
+        return (await self.env.get_current_time()).timestamp()
+
+    def _observe_revision(self, name: str, rev: Revision, now: float) -> RevisionObservation:
+        return RevisionObservation(revision=name, replicas=rev.replicas, ready_replicas=rev.ready(now),
+                                   updated_replicas=rev.replicas)
+
+    def _record(self, component: ComponentType, now: float) -> None:
+        revs = self.revisions.get(component, {})
+        self.points.append(Point(at=now, component=component, total=sum(r.replicas for r in revs.values()),
+                                 ready=sum(r.ready(now) for r in revs.values()),
+                                 revisions={name: r.replicas for name, r in revs.items()}))
+
+    def activities(self) -> list[Callable[..., Any]]:
+        cluster = self
+
+        @activity.defn(name="serving.observe")
+        async def observe(request: ObserveInput) -> ServiceObservation | None:
+            now = await cluster.now()
+            if cluster.gone:
+                return None
+            components = []
+            for component, (revision, replicas) in cluster.desired.items():
+                revs = cluster.revisions.get(component, {})
+                components.append(ComponentObservation(
+                    component=component, desired_revision=revision, desired_replicas=replicas,
+                    revisions=[cluster._observe_revision(n, r, now) for n, r in revs.items()],
+                    traffic=list(cluster.routes.get(component, [])),
+                    url=f"http://{NAME}-{component.value}.{NAMESPACE}.example.com"))
+            return ServiceObservation(uid=cluster.uid, generation=cluster.generation,
+                                      resource_version=str(cluster.generation), deleting=cluster.deleting,
+                                      annotations=dict(cluster.annotations),
+                                      spec_rollout=cluster.spec_rollout, components=components)
+
+        @activity.defn(name="serving.ensure_revision")
+        async def ensure_revision(request: EnsureRevisionInput) -> None:
+            now = await cluster.now()
+            key = request.key
+            revs = cluster.revisions.setdefault(key.component, {})
+            rev = revs.get(key.revision)
+            if rev is None:
+                if cluster.desired.get(key.component, ("", 0))[0] != key.revision:
+                    raise ApplicationError(f"{key.revision} is no longer rendered", type="RevisionSuperseded",
+                                           non_retryable=True)
+                rev = revs[key.revision] = Revision()
+            delay = cluster.delay_for.get((key.component, key.revision), cluster.ready_delay)
+            while len(rev.pods) < request.replicas:
+                rev.pods.append(now + delay)
+            if len(rev.pods) > request.replicas:
+                # Like a ReplicaSet: the not-yet-Ready (newest) pods go first.
+                rev.pods.sort()
+                del rev.pods[request.replicas:]
+            rev.replicas = request.replicas
+            cluster._record(key.component, now)
+
+        @activity.defn(name="serving.revision_status")
+        async def revision_status(key: RevisionKey) -> RevisionObservation:
+            # Like the real activity: 0/0 for a revision without a Deployment.
+            now = await cluster.now()
+            rev = cluster.revisions.get(key.component, {}).get(key.revision)
+            return cluster._observe_revision(key.revision, rev or Revision(), now)
+
+        @activity.defn(name="serving.set_traffic")
+        async def set_traffic(request: SetTrafficInput) -> None:
+            now = await cluster.now()
+            assert sum(w.weight for w in request.weights) == 100, request.weights
+            for weight in request.weights:
+                if weight.weight > 0:
+                    assert weight.revision in cluster.revisions.get(request.component, {}), \
+                        f"traffic to a revision without a Deployment: {weight.revision}"
+            cluster.routes[request.component] = list(request.weights)
+            cluster.route_log.append((now, request.component, list(request.weights)))
+
+        @activity.defn(name="serving.delete_revision")
+        async def delete_revision(key: RevisionKey) -> None:
+            now = await cluster.now()
+            assert cluster.weights(key.component).get(key.revision, 0) == 0, "deleting a revision with traffic"
+            if cluster.revisions.get(key.component, {}).pop(key.revision, None) is not None:
+                cluster.deleted.append((key.component, key.revision, now))
+                cluster._record(key.component, now)
+
+        @activity.defn(name="prometheus.evaluate")
+        async def evaluate(request: EvaluateInput) -> Evaluation:
+            return cluster.prometheus.answer(request)
+
+        @activity.defn(name="kube.patch_status")
+        async def patch_status(patch: StatusPatch) -> bool:
+            for key, value in patch.status.items():
+                if value is None:
+                    cluster.status.pop(key, None)
+                else:
+                    cluster.status[key] = value
+            for condition in patch.conditions:
+                cluster.conditions[condition.type] = condition.model_dump()
+            cluster.patches.append(dict(patch.status))
+            return not cluster.deleting
+
+        @activity.defn(name="kube.read_object")
+        async def read_object(ref: ObjectRef) -> dict[str, Any] | None:
+            return cluster.policies.get(ref.name)
+
+        return [observe, ensure_revision, revision_status, set_traffic, delete_revision, evaluate, patch_status,
+                read_object]
+
+
+async def until(env: WorkflowEnvironment, predicate: Callable[[], bool], *, step: float = 1.0,
+                real_seconds: float = 60.0, what: str = "") -> None:
+    """Skip test time in `step`s until `predicate` holds (bounded in real time)."""
+    deadline = time.monotonic() + real_seconds
+    while not predicate():
+        assert time.monotonic() < deadline, f"never happened: {what or predicate}"
+        await env.sleep(step)
+        await asyncio.sleep(0)
+
+
+async def register_search_attributes(env: WorkflowEnvironment) -> None:
+    """The workflows publish kind/namespace/name/phase; the test server must know them."""
+    from temporalio.api.enums.v1 import IndexedValueType
+    from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+
+    from workflows import search_attributes
+
+    await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
+        namespace=env.client.namespace,
+        search_attributes={key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in search_attributes.ALL}))

@@ -1,0 +1,98 @@
+"""One analysis sample: render each metric's PromQL with the revision context, resolve the
+metrics source, ask the prometheus.evaluate activity, and turn its answer into the seed's
+AnalysisMetricResult rows. A sample that cannot be taken (no source, a template error, the
+activity failing) is inconclusive, never a breach: the step's onInconclusive decides."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from api_models.ome.rollout import GroupCanary, RolloutAnalysis
+    from api_models.ome.rollout_status import AnalysisMetricResult
+    from api_models.refs import ObjectRef
+    from api_models.serving_io import (
+        EvaluateInput,
+        Evaluation,
+        MetricOutcome,
+        MetricQuery,
+        PrometheusSource,
+        revision_name,
+    )
+    from workflows.rollout import actions
+    from workflows.rollout.models import ComponentTarget, RolloutSettings
+    from workflows.rollout.templating import QueryContext, TemplateError, render
+
+
+def prometheus_source(canary: GroupCanary, settings: RolloutSettings, namespace: str | None) -> PrometheusSource | None:
+    """providerRef (bound by the operator's metricProviders), else serverAddress, else the
+    operator's default source; None when there is no source at all."""
+    prometheus = canary.prometheus
+    address = settings.default_prometheus_address
+    if prometheus is not None and prometheus.provider_ref is not None:
+        address = settings.metric_providers.get(prometheus.provider_ref.name, "")
+    elif prometheus is not None and prometheus.server_address:
+        address = prometheus.server_address
+    if not address:
+        return None
+    secret = None
+    if prometheus is not None and prometheus.auth_ref:
+        # Only the reference travels; the activity reads the token from the Secret.
+        secret = ObjectRef(group="", version="v1", plural="secrets", kind="Secret",
+                           name=str(prometheus.auth_ref.get("name", "")), namespace=namespace)
+    headers = dict(prometheus.headers or {}) if prometheus is not None else {}
+    return PrometheusSource(address=address, auth_secret=secret, headers=headers)
+
+
+def query_context(isvc: ObjectRef, primary: ComponentTarget, stable: str) -> QueryContext:
+    component = primary.component.value
+    return QueryContext(
+        namespace=isvc.namespace or "", isvc_name=isvc.name, component=component,
+        canary_service=revision_name(isvc.name, component, primary.revision),
+        stable_service=revision_name(isvc.name, component, stable),
+        canary_revision=primary.revision, stable_revision=stable)
+
+
+async def sample(analysis: RolloutAnalysis, source: PrometheusSource | None, context: QueryContext) -> Evaluation:
+    queries: list[MetricQuery] = []
+    problems: list[MetricOutcome] = []
+    for metric in analysis.metrics:
+        try:
+            queries.append(MetricQuery(name=metric.name, query=render(metric.query, context),
+                                       threshold=metric.threshold, operator=metric.operator.value))
+        except TemplateError as error:
+            problems.append(MetricOutcome(name=metric.name, value=None, passed=None, message=str(error)))
+    if source is None:
+        return Evaluation(metrics=[*problems, *(MetricOutcome(
+            name=q.name, value=None, passed=None, message="no Prometheus source configured") for q in queries)])
+    if not queries:
+        return Evaluation(metrics=problems)
+    try:
+        result = await actions.evaluate(EvaluateInput(source=source, metrics=queries))
+    except ActivityError as error:
+        message = f"sample failed: {error.cause or error}"
+        return Evaluation(metrics=[*problems, *(MetricOutcome(name=q.name, value=None, passed=None, message=message)
+                                                for q in queries)])
+    return Evaluation(metrics=[*problems, *result.metrics])
+
+
+def metric_results(analysis: RolloutAnalysis, evaluation: Evaluation, now: datetime) -> list[AnalysisMetricResult]:
+    """The seed's per-metric rows: value empty and passed false when inconclusive, the message
+    saying why; threshold and operator echoed so a row explains itself."""
+    by_name = {m.name: m for m in analysis.metrics}
+    results = []
+    for outcome in evaluation.metrics:
+        metric = by_name.get(outcome.name)
+        results.append(AnalysisMetricResult(
+            name=outcome.name, value=outcome.value or "", threshold=metric.threshold if metric else None,
+            operator=metric.operator if metric else None, passed=outcome.passed is True,
+            message=outcome.message or None, time=now))
+    return results
+
+
+def outcome_key(verdict: str, failed_checks: int, evaluation: Evaluation) -> str:
+    """What a sample changed, for deciding whether it must be published now or may be throttled."""
+    return f"{verdict}:{failed_checks}:" + ",".join(f"{m.name}={m.passed}" for m in evaluation.metrics)

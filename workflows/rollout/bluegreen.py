@@ -1,0 +1,78 @@
+"""Blue-green: surge the full new set beside the old one, wait until every component's new
+revision is fully Ready, flip all traffic at once, drain the old set after the delay.
+
+No traffic moves before the whole set is Ready, so a rollback, a retarget or a readiness
+timeout before the flip only has to delete the new revisions."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from api_models.ome.enums import CoordinationPhase, RolloutRunOutcome
+    from api_models.serving_io import TrafficWeight
+    from workflows.rollout import actions
+    from workflows.rollout.driver import Driver
+
+
+async def run(driver: Driver) -> RolloutRunOutcome | None:
+    """Completed, RolledBack (annotation), Superseded (retarget), or None when it failed Ready."""
+    moving = driver.moving()
+    await driver.coordinate(CoordinationPhase.SURGING, surge="100%")
+    try:
+        for target in moving:
+            await actions.ensure_revision(driver.isvc, target.component, target.revision, target.desired_replicas)
+    except ActivityError as error:
+        if not actions.is_superseded(error):
+            raise
+        # The spec moved on before the surge: the parent retargets us.
+        await driver.coordinate(CoordinationPhase.WAITING, "revision superseded; waiting for the new target")
+        while not (driver.retarget_requested() or driver.rollback_requested()):
+            await driver.wait(3600)
+    await driver.coordinate(CoordinationPhase.WAITING, "waiting for the new revisions to be Ready")
+    since = workflow.now()
+    while True:
+        if driver.rollback_requested() or driver.retarget_requested():
+            return await _abandon(driver, RolloutRunOutcome.ROLLED_BACK if driver.rollback_requested()
+                                  else RolloutRunOutcome.SUPERSEDED)
+        ready = True
+        for target in moving:
+            seen = await actions.revision_status(driver.isvc, target.component, target.revision)
+            ready = ready and seen.ready_replicas >= target.desired_replicas
+        if ready:
+            break
+        elapsed = workflow.now() - since
+        if elapsed >= driver.ready_timeout():
+            await _abandon(driver, None)
+            await driver.coordinate(CoordinationPhase.FAILED, "new revisions not Ready within the ready timeout; "
+                                                              "the old revisions keep serving")
+            return None
+        await driver.wait(min(driver.poll_seconds(), (driver.ready_timeout() - elapsed).total_seconds()))
+    for target in moving:
+        driver.record_ready(target.component, target.revision)
+    await driver.coordinate(CoordinationPhase.SHIFTING)
+    for target in moving:
+        weights = [TrafficWeight(revision=target.revision, weight=100)]
+        await actions.set_traffic(driver.isvc, target.component, weights)
+        driver.record_traffic(target.component, weights)
+    await driver.coordinate(CoordinationPhase.DRAINING)
+    await workflow.sleep(driver.scale_down_delay())
+    await driver.coordinate(CoordinationPhase.SCALING_DOWN)
+    for target in moving:
+        await actions.delete_revision(driver.isvc, target.component, target.stable_revision)
+    await driver.coordinate(CoordinationPhase.IDLE)
+    return RolloutRunOutcome.COMPLETED
+
+
+async def _abandon(driver: Driver, outcome: RolloutRunOutcome | None) -> RolloutRunOutcome | None:
+    """Before the flip the old set still carries all traffic: only the new set goes."""
+    await driver.coordinate(CoordinationPhase.ROLLING_BACK)
+    for target in driver.moving():
+        weights = [TrafficWeight(revision=target.stable_revision, weight=100)]
+        await actions.set_traffic(driver.isvc, target.component, weights)
+        driver.record_traffic(target.component, weights)
+        await actions.delete_revision(driver.isvc, target.component, target.revision)
+    if outcome is not None:
+        await driver.coordinate(CoordinationPhase.IDLE, f"run closed: {outcome.value}")
+    return outcome

@@ -1,0 +1,515 @@
+"""InferenceServiceWorkflow: the entity workflow of one InferenceService (id isvc/<ns>/<name>/<uid>).
+
+Started by the bridge with StartObject; woken by "object-changed" / "delete" / "annotation"
+signals and by its rollout children's reports. It re-reads the object through serving.observe
+(a signal carries a version, never the object), serves a new InferenceService's first revision
+at 100%, and when a component's desired revision changes it opens a run for the unit holding the
+component: one RolloutWorkflow child per unit (id rollout/<ns>/<isvc>/<uid>/<group>). It is the
+single writer of the status fields rollouts own, so concurrent groups never overwrite each
+other's part of status.components.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from api_models import contract
+    from api_models.contract import AnnotationEvent, ObjectEvent, Signal, StartObject
+    from api_models.ome.enums import RolloutPlanSource, RolloutRunOutcome
+    from api_models.ome.rollout import RolloutGroup, RolloutSpec
+    from api_models.ome.rollout_status import (
+        RolloutGroupResolution,
+        ShadowedRolloutPolicyRef,
+    )
+    from api_models.refs import ObjectRef
+    from api_models.serving_io import ComponentObservation, ServiceObservation, TrafficWeight
+    from workflows.rollout import actions, policy, status
+    from workflows.rollout.models import (
+        PAUSED,
+        PROMOTE,
+        PROMOTE_FORCE,
+        READY_TIMEOUT,
+        RESUME,
+        RETARGET,
+        ROLLBACK,
+        ROLLOUT_REPORT,
+        STATE,
+        ActiveRun,
+        AnnotationState,
+        ComponentTarget,
+        ComponentView,
+        PinnedGroup,
+        Progression,
+        RetargetRequest,
+        RolloutInput,
+        RolloutReport,
+        RolloutResult,
+        RolloutSettings,
+        ServiceState,
+    )
+    from workflows.rollout.steps import parse_duration
+    from workflows.rollout.units import Unit, entrypoint, sequential, units
+    from workflows.visibility import Visibility
+
+# Annotation -> the RolloutWorkflow signal it becomes.
+_FORWARD = {
+    contract.ROLLOUT_PROMOTE: PROMOTE,
+    contract.ROLLOUT_PROMOTE_FORCE: PROMOTE_FORCE,
+    contract.ROLLOUT_ROLLBACK: ROLLBACK,
+    contract.ROLLOUT_RESUME: RESUME,
+    contract.ROLLOUT_PAUSED: PAUSED,
+    contract.ROLLOUT_READY_TIMEOUT: READY_TIMEOUT,
+}
+_RESYNC_PARKED = 60.0
+"""How often a parked group re-tries resolving its policy (it may have been created since)."""
+
+
+class ServiceInput(StartObject):
+    """StartObject as the bridge sends it, plus the state continue-as-new carries."""
+
+    carried: ServiceState | None = None
+    settings: RolloutSettings = RolloutSettings()
+
+
+class ServiceView(ServiceState):
+    """The answer of the `state` query."""
+
+    phase: str = ""
+
+
+@workflow.defn(name="InferenceServiceWorkflow")
+class InferenceServiceWorkflow:
+    def __init__(self) -> None:
+        self._state = ServiceState()
+        self._settings = RolloutSettings()
+        self._ref: ObjectRef | None = None
+        self._changed = True
+        self._deleting = False
+        self._dirty = False
+        self._reports: list[RolloutReport] = []
+        self._results: list[tuple[str, RolloutResult | None, str]] = []
+        self._annotations: list[AnnotationEvent] = []
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._phase = "Pending"
+
+    # -- bridge signals ----------------------------------------------------------------------
+
+    @workflow.signal(name=Signal.OBJECT_CHANGED)
+    def object_changed(self, event: ObjectEvent) -> None:
+        if not self._same_object(event.uid):
+            return
+        if event.deleting:
+            self._deleting = True
+        elif event.generation > self._state.generation:
+            self._changed = True
+
+    @workflow.signal(name=Signal.DELETE)
+    def delete(self, event: ObjectEvent) -> None:
+        if self._same_object(event.uid):
+            self._deleting = True
+
+    @workflow.signal(name=Signal.ANNOTATION)
+    def annotation(self, event: AnnotationEvent) -> None:
+        if self._same_object(event.uid):
+            self._annotations.append(event)
+
+    @workflow.signal(name=ROLLOUT_REPORT)
+    def rollout_report(self, report: RolloutReport) -> None:
+        self._reports.append(report)
+
+    @workflow.query(name=STATE)
+    def state(self) -> ServiceView:
+        return ServiceView.model_validate({**self._state.model_dump(), "phase": self._phase})
+
+    def _same_object(self, uid: str) -> bool:
+        # Before run() the ref is unknown; the uid in the workflow id already scopes the object.
+        return self._ref is None or not self._ref.uid or uid == self._ref.uid
+
+    # -- main loop ------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, start: ServiceInput) -> None:
+        self._ref = start.ref
+        self._settings = start.settings
+        if start.carried is not None:
+            self._state = start.carried
+        visibility = Visibility("InferenceService", start.ref.namespace, start.ref.name)
+        while True:
+            if self._deleting:
+                # Children are closed by their ParentClosePolicy when this run ends.
+                visibility.publish("Deleting")
+                return
+            self._take_results()
+            self._take_reports()
+            await self._take_annotations()
+            if self._changed:
+                self._changed = False
+                await self._reconcile()
+                if self._deleting:
+                    continue
+            if self._dirty:
+                self._dirty = False
+                await self._write_status()
+            self._phase = self._summary()
+            visibility.publish(self._phase)
+            if self._idle() and self._history_full():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(ServiceInput(ref=start.ref, carried=self._state, settings=self._settings))
+            try:
+                await workflow.wait_condition(self._has_work, timeout=self._next_wake())
+            except TimeoutError:
+                self._changed = True  # a poll: re-observe readiness / retry a parked group / end a soak
+
+    def _has_work(self) -> bool:
+        return (self._deleting or self._changed or bool(self._reports) or bool(self._results)
+                or bool(self._annotations))
+
+    def _idle(self) -> bool:
+        return not self._state.active and not self._has_work()
+
+    def _history_full(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() > self._settings.history_budget
+
+    def _next_wake(self) -> float | None:
+        waits: list[float] = []
+        if any(not v.serving_ready for v in self._state.components.values()):
+            waits.append(self._settings.poll_seconds)
+        if self._state.parked:
+            waits.append(_RESYNC_PARKED)
+        if self._state.soak_until is not None:
+            waits.append(max(0.0, (self._state.soak_until - workflow.now()).total_seconds()))
+        return min(waits) if waits else None
+
+    def _summary(self) -> str:
+        if self._state.parked:
+            return "Parked"
+        if self._state.active:
+            return "RollingOut"
+        views = self._state.components.values()
+        return "Ready" if views and all(v.serving_ready for v in views) else "Pending"
+
+    # -- observing and acting -------------------------------------------------------------------
+
+    async def _reconcile(self) -> None:
+        ref = self._require_ref()
+        try:
+            observation = await actions.observe(ref)
+        except ActivityError as error:
+            if isinstance(error.cause, ApplicationError) and error.cause.type == "ObjectGone":
+                self._deleting = True
+                return
+            raise
+        if observation is None or observation.deleting:
+            self._deleting = True
+            return
+        state = self._state
+        state.generation = observation.generation
+        state.annotations = dict(observation.annotations)
+        for seen in observation.components:
+            await self._serve(seen)
+        served = [c.component for c in observation.components]
+        for gone in [c for c in state.components if c not in served]:
+            del state.components[gone]
+        spec = RolloutSpec.model_validate(observation.spec_rollout) if observation.spec_rollout else None
+        await self._plan(spec, observation)
+        self._dirty = True
+
+    async def _serve(self, seen: ComponentObservation) -> None:
+        """Keep a component served: its first revision at 100%, stable replicas at the spec's
+        count when no run moves it, and readiness of whatever carries its traffic."""
+        ref = self._require_ref()
+        view = self._state.components.setdefault(seen.component, ComponentView())
+        view.url = seen.url
+        view.desired = seen.desired_revision
+        if view.stable is None and seen.traffic:
+            view.stable = max(seen.traffic, key=lambda w: w.weight).revision
+            view.traffic = list(seen.traffic)
+        if view.stable is None:
+            await actions.ensure_revision(ref, seen.component, seen.desired_revision, seen.desired_replicas)
+            weights = [TrafficWeight(revision=seen.desired_revision, weight=100)]
+            await actions.set_traffic(ref, seen.component, weights)
+            view.stable = seen.desired_revision
+            view.traffic = weights
+        revisions = {r.revision: r for r in seen.revisions}
+        moving = any(seen.component in (t.component for t in run.targets) for run in self._state.active.values())
+        stable = revisions.get(view.stable)
+        if not moving and stable is not None and stable.replicas != seen.desired_replicas:
+            await actions.ensure_revision(ref, seen.component, view.stable, seen.desired_replicas)
+        carrying = [w.revision for w in view.traffic if w.weight > 0] or [view.stable]
+        view.serving_ready = any(revisions[r].ready_replicas > 0 for r in carrying if r in revisions)
+        if view.latest_ready is None and stable is not None and stable.ready_replicas > 0:
+            view.latest_ready = view.stable
+
+    async def _plan(self, spec: RolloutSpec | None, observation: ServiceObservation) -> None:
+        state = self._state
+        seen = {c.component: c for c in observation.components}
+        plan_units = units(spec, list(seen))
+        state.resolutions = await self._resolutions(spec)
+        startable: list[tuple[Unit, list[ComponentTarget]]] = []
+        for unit in plan_units:
+            targets = [ComponentTarget(component=c, revision=seen[c].desired_revision,
+                                       stable_revision=state.components[c].stable or seen[c].desired_revision,
+                                       desired_replicas=seen[c].desired_replicas) for c in unit.components]
+            wanted = {t.component: t.revision for t in targets}
+            run = state.active.get(unit.key)
+            if run is not None:
+                await self._steer(run, unit, targets)
+                continue
+            if all(t.revision == t.stable_revision for t in targets):
+                state.held.pop(unit.key, None)
+                state.held_primary.pop(unit.key, None)
+                state.parked.pop(unit.key, None)
+                continue
+            if state.held.get(unit.key) == wanted:
+                continue  # the rejected target set is not retried until a different one appears
+            state.held.pop(unit.key, None)
+            state.held_primary.pop(unit.key, None)
+            startable.append((unit, targets))
+        if sequential(spec):
+            # Group N completes (and soaks) before group N+1 starts; ungrouped components are
+            # independent of the sequence.
+            grouped_busy = any(r.pinned.index is not None for r in state.active.values())
+            soaking = state.soak_until is not None and workflow.now() < state.soak_until
+            if state.soak_until is not None and not soaking:
+                state.soak_until = None
+            first = True
+            kept = []
+            for unit, targets in startable:
+                if unit.index is None:
+                    kept.append((unit, targets))
+                elif first and not grouped_busy and not soaking:
+                    kept.append((unit, targets))
+                    first = False
+                else:
+                    first = False
+            startable = kept
+        for unit, targets in startable:
+            await self._open(unit, targets)
+
+    async def _steer(self, run: ActiveRun, unit: Unit, targets: list[ComponentTarget]) -> None:
+        """A running unit whose target set or plan changed: retarget (re-arm, keeping the original
+        stable) or repin (same targets, new plan)."""
+        state = self._state
+        current = {t.component: t.revision for t in run.targets}
+        wanted = {t.component: t.revision for t in targets}
+        pinned: PinnedGroup | None = None
+        # Only a canary plan is repinned mid-run (with the hold-or-tighten rule); blue-green and
+        # rolling runs keep the plan they opened with.
+        if unit.group is not None and unit.group.canary is not None and run.pinned.group.canary is not None:
+            resolution = policy.resolve(unit.group, None)
+            if resolution.group is not None and resolution.digest != run.pinned.portable_digest:
+                pinned = run.pinned.model_copy(update={"group": resolution.group, "portable_digest": resolution.digest})
+        if current == wanted and pinned is None:
+            return
+        if current != wanted:
+            # The run closes Superseded and a fresh run opens; the child re-arms in place.
+            state.last_run = status.run_record(run, RolloutRunOutcome.SUPERSEDED, workflow.now())
+            state.run_counter += 1
+            run.run_id = self._run_id()
+            run.opened_at = workflow.now()
+            stables = {t.component: t.stable_revision for t in run.targets}
+            run.targets = [t.model_copy(update={"stable_revision": stables.get(t.component, t.stable_revision)})
+                           for t in targets]
+        if pinned is not None:
+            run.pinned = pinned
+        await self._signal(run, RETARGET, RetargetRequest(run_id=run.run_id, targets=run.targets, pinned=pinned))
+
+    async def _open(self, unit: Unit, targets: list[ComponentTarget]) -> None:
+        """Pin the unit's progression and start its run; park (fail-closed) when a policyRef
+        does not resolve or contradicts its declared progression."""
+        ref = self._require_ref()
+        state = self._state
+        group = unit.group or RolloutGroup(components=list(unit.components))
+        resolution = policy.resolve(group, await self._read_policy(group))
+        if resolution.group is None:
+            state.parked[unit.key] = f"{resolution.park_reason}: {resolution.park_message}"
+            self._dirty = True
+            return
+        state.parked.pop(unit.key, None)
+        state.run_counter += 1
+        pinned = PinnedGroup(key=unit.key, index=unit.index, group=resolution.group, source=resolution.source,
+                             policy_ref=group.policy_ref if resolution.source == RolloutPlanSource.POLICY else None,
+                             policy_generation=resolution.policy_generation,
+                             portable_digest=resolution.digest or "")
+        run_id = self._run_id()
+        workflow_id = contract.rollout_workflow_id(ref.namespace or "", ref.name, ref.uid or "", unit.key)
+        annotations = state.annotations
+        params = RolloutInput(
+            isvc=ref, pinned=pinned, targets=targets, run_id=run_id, settings=self._settings,
+            annotations=AnnotationState(
+                promote=annotations.get(contract.ROLLOUT_PROMOTE),
+                promote_force=annotations.get(contract.ROLLOUT_PROMOTE_FORCE),
+                paused=annotations.get(contract.ROLLOUT_PAUSED) == "true",
+                ready_timeout=annotations.get(contract.ROLLOUT_READY_TIMEOUT)))
+        handle: ChildWorkflowHandle[object, RolloutResult] = await workflow.start_child_workflow(
+            "RolloutWorkflow", params, id=workflow_id, result_type=RolloutResult,
+            parent_close_policy=ParentClosePolicy.TERMINATE,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+        state.active[unit.key] = ActiveRun(key=unit.key, workflow_id=workflow_id, run_id=run_id, targets=targets,
+                                           pinned=pinned, opened_at=workflow.now())
+        self._tasks[unit.key] = asyncio.create_task(self._await(unit.key, handle))
+
+    async def _await(self, key: str, handle: ChildWorkflowHandle[object, RolloutResult]) -> None:
+        try:
+            result: RolloutResult | None = await handle
+            message = ""
+        except ChildWorkflowError as error:
+            result, message = None, str(error.cause or error)
+        self._results.append((key, result, message))
+
+    async def _read_policy(self, group: RolloutGroup) -> dict[str, object] | None:
+        if group.policy_ref is None:
+            return None
+        ref = self._require_ref()
+        return await actions.read_object(ObjectRef(group="ome.io", version="v1beta1", plural="rolloutpolicies",
+                                                   kind="RolloutPolicy", name=group.policy_ref.name,
+                                                   namespace=ref.namespace))
+
+    async def _resolutions(self, spec: RolloutSpec | None) -> list[dict[str, object]]:
+        """status.rollout.groups: per spec group, what a run opened now would pin."""
+        views = []
+        for index, group in enumerate((spec.groups if spec else None) or []):
+            live = await self._read_policy(group)
+            resolution = policy.resolve(group, live)
+            view = RolloutGroupResolution(index=index, source=resolution.source, policy_ref=group.policy_ref,
+                                          observed_digest=resolution.digest)
+            if resolution.source == RolloutPlanSource.INLINE and group.policy_ref is not None:
+                view.shadowed_policy_ref = ShadowedRolloutPolicyRef(name=group.policy_ref.name,
+                                                                    would_pin_digest=resolution.shadowed_digest)
+            views.append(view.to_api())
+        return views
+
+    # -- children's news -----------------------------------------------------------------------
+
+    def _take_reports(self) -> None:
+        reports, self._reports = self._reports, []
+        for report in sorted(reports, key=lambda r: r.seq):
+            run = self._state.active.get(report.key)
+            if run is None or report.seq <= run.seq:
+                continue  # late or duplicate
+            run.seq = report.seq
+            self._apply(report)
+            self._dirty = True
+
+    def _apply(self, report: RolloutReport) -> None:
+        components = self._state.components
+        for component, weights in report.traffic.items():
+            if component in components:
+                components[component].traffic = list(weights)
+        for component, revision in report.ready.items():
+            if component in components:
+                components[component].latest_ready = revision
+        if report.progression == Progression.CANARY:
+            entry = entrypoint([t.component for t in report.targets]) if report.targets else None
+            if entry is not None and entry in components:
+                components[entry].canary = report.canary
+                components[entry].rollout_phase = report.phase
+        elif report.coordination is not None:
+            self._state.coordination[report.key] = report.coordination
+
+    def _take_results(self) -> None:
+        results, self._results = self._results, []
+        for key, result, message in results:
+            self._tasks.pop(key, None)
+            run = self._state.active.pop(key, None)
+            if run is None:
+                continue
+            if result is not None:
+                if result.last.seq > run.seq:
+                    self._apply(result.last)
+                self._close(run, result)
+            else:
+                # A crashed run: hold its target (never retried blindly) and say why.
+                self._hold(run)
+                self._state.parked[key] = f"RolloutFailed: {message}"
+                self._state.last_run = status.run_record(run, RolloutRunOutcome.ROLLED_BACK, workflow.now())
+            self._changed = True  # the next group may start, or a newer target may be waiting
+            self._dirty = True
+
+    def _close(self, run: ActiveRun, result: RolloutResult) -> None:
+        state = self._state
+        outcome = result.outcome
+        now = workflow.now()
+        if outcome == RolloutRunOutcome.COMPLETED:
+            for target in result.targets:
+                view = state.components.get(target.component)
+                if view is None or target.revision == target.stable_revision:
+                    continue
+                view.previous = target.stable_revision
+                view.stable = target.revision
+                view.latest_ready = target.revision
+                view.traffic = [TrafficWeight(revision=target.revision, weight=100)]
+            soak = run.pinned.group.soak
+            if soak and run.pinned.index is not None:
+                state.soak_until = now + parse_duration(soak)
+        elif outcome in (RolloutRunOutcome.ROLLED_BACK, None):
+            self._hold(run, result.targets)
+        state.last_run = status.run_record(run, outcome or RolloutRunOutcome.ROLLED_BACK, now)
+
+    def _hold(self, run: ActiveRun, targets: list[ComponentTarget] | None = None) -> None:
+        """A rolled-back (or failed) target set is held on stable until a different one appears."""
+        state = self._state
+        targets = targets or run.targets
+        state.held[run.key] = {t.component: t.revision for t in targets}
+        primary = entrypoint([t.component for t in targets])
+        state.held_primary[run.key] = next(t.revision for t in targets if t.component == primary)
+        for target in targets:
+            view = state.components.get(target.component)
+            if view is not None and view.stable:
+                view.traffic = [TrafficWeight(revision=view.stable, weight=100)]
+                # The rejected revision's pods are gone: the newest Ready revision is stable again.
+                view.latest_ready = view.stable
+
+    async def _take_annotations(self) -> None:
+        events, self._annotations = self._annotations, []
+        for event in events:
+            if event.value is None:
+                self._state.annotations.pop(event.name, None)
+            else:
+                self._state.annotations[event.name] = event.value
+            name = _FORWARD.get(event.name)
+            if name is None:
+                continue
+            if event.name == contract.ROLLOUT_RESUME and event.value:
+                # Resume names a rejected revision: release the hold so the next plan re-opens the
+                # run at step 0.
+                for key, primary in list(self._state.held_primary.items()):
+                    if primary == event.value and key not in self._state.active:
+                        self._state.held.pop(key, None)
+                        self._state.held_primary.pop(key, None)
+                        self._changed = True
+            for run in list(self._state.active.values()):
+                await self._signal(run, name, event.value)
+
+    async def _signal(self, run: ActiveRun, name: str, value: object) -> None:
+        try:
+            await workflow.get_external_workflow_handle(run.workflow_id).signal(name, value)
+        except Exception:
+            pass  # its result is on its way through _await
+
+    # -- status ------------------------------------------------------------------------------
+
+    async def _write_status(self) -> None:
+        ref = self._require_ref()
+        body = status.service_status(ref.name, self._state, workflow.now())
+        alive = await actions.patch_status(ref, body, status.conditions(self._state), self._state.generation)
+        if not alive:
+            self._deleting = True
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _require_ref(self) -> ObjectRef:
+        assert self._ref is not None
+        return self._ref
+
+    def _run_id(self) -> str:
+        uid = (self._require_ref().uid or "")[:8]
+        return f"{uid}-{self._state.run_counter}"
+
