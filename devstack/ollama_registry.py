@@ -21,16 +21,17 @@ from typing import Any
 from activities.oci.media_types import DOCKER_MANIFEST_V2
 from activities.oci.modelpack import canonical_json, sha256_digest
 from activities.oci.registry_client import ModelRegistry, file_sha256
-from devstack import model_repos
 
-MEDIA_PREFIX = "application/vnd.ollama.image."
-MEDIA_MODEL = MEDIA_PREFIX + "model"
-MEDIA_TEMPLATE = MEDIA_PREFIX + "template"
-MEDIA_PARAMS = MEDIA_PREFIX + "params"
-MEDIA_LICENSE = MEDIA_PREFIX + "license"
-MEDIA_SYSTEM = MEDIA_PREFIX + "system"
-MEDIA_PROJECTOR = MEDIA_PREFIX + "projector"
-CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
+# The media types are the ones the import reads: one definition, in the activity.
+from activities.sources.ollama import (
+    CONFIG_MEDIA_TYPE,
+    MEDIA_LICENSE,
+    MEDIA_MODEL,
+    MEDIA_PARAMS,
+    MEDIA_SYSTEM,
+    MEDIA_TEMPLATE,
+)
+from devstack import model_repos
 
 # A chat template in Ollama's Go template syntax, as the library's models ship them.
 DEFAULT_TEMPLATE = (
