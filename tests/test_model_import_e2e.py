@@ -286,3 +286,54 @@ def test_delete_removes_artifact_and_finalizer(stack: Stack, hub_repos: HubRepos
         time.sleep(0.5)
     with ModelRegistry(stack.registry.address, insecure=True) as reg:
         assert reg.fetch_manifest(REPOSITORY, digest) is None, "the artifact is still in the registry"
+
+
+def test_diffusers_model_becomes_ready(stack: Stack, hub_repos: HubRepos, tmp_path: Path) -> None:
+    repo = hub_repos.diffusers()
+    stack.apply(stack.model("tiny-sd", {"url": f"https://huggingface.co/{repo.repo_id}"}))
+    obj = stack.wait_phase("models", "tiny-sd", ("Ready", "Failed"))
+    status = obj["status"]
+    assert status["phase"] == "Ready", status
+    assert status["resolved"]["format"] == "Diffusers"
+    assert "ImageGeneration" in status["resolved"]["supportedEndpointTypes"]
+    pulled = pull_layers(stack.registry, status["artifact"]["digest"], tmp_path)
+    assert pulled["model_index.json"] == (repo.snapshot / "model_index.json").read_bytes()
+    assert len([p for p in pulled if p.endswith(".safetensors")]) >= 2
+
+
+def test_a_gguf_with_a_bad_header_fails(stack: Stack, hub_repos: HubRepos) -> None:
+    bad = b"GGUF" + (3).to_bytes(4, "little") + (2**40).to_bytes(8, "little") + b"\x00" * 2048
+    repo = hub_repos.blobs({"model-Q4_K_M.gguf": bad, "README.md": b"# bad\n"})
+    stack.apply(stack.model("bad-gguf", {"url": f"https://huggingface.co/{repo.repo_id}"}))
+    obj = stack.wait_phase("models", "bad-gguf", ("Failed", "Ready"))
+    ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+    assert obj["status"]["phase"] == "Failed"
+    assert ready["reason"] in ("InvalidGGUF", "TruncatedGGUF"), ready
+    assert "model-Q4_K_M.gguf" in ready["message"]
+
+
+def test_an_uploaded_archive_escaping_its_root_fails(stack: Stack, tmp_path: Path) -> None:
+    import base64
+    import io
+    import tarfile
+
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        data = b"not a model"
+        info = tarfile.TarInfo("../evil.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    body = archive.getvalue()
+    stack.apply(stack.model("evil-archive", {"upload": {}}))
+    waiting = stack.wait_phase("models", "evil-archive", ("WaitForUpload", "Failed"))
+    upload = waiting["status"]["upload"]
+    secret = client.CoreV1Api(stack.api).read_namespaced_secret(upload["secretName"], stack.namespace)
+    url = base64.b64decode(secret.data["uploadURL"]).decode()
+    token = base64.b64decode(secret.data["token"]).decode()
+    request = urllib.request.Request(url, data=body, method="PUT", headers={
+        "Authorization": f"Bearer {token}", "X-Filename": "model.tar.gz", "Content-Length": str(len(body))})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 201
+    obj = stack.wait_phase("models", "evil-archive", ("Failed", "Ready"))
+    ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+    assert (obj["status"]["phase"], ready["reason"]) == ("Failed", "ArchivePathEscape"), ready
