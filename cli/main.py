@@ -1,4 +1,4 @@
-"""`servingops`: crds, worker, bridge, dev up / dev down."""
+"""`servingops`: crds, worker, bridge, dev up / dev down, rollout status / promote / rollback."""
 
 from __future__ import annotations
 
@@ -71,6 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("action", choices=["up", "down", "status"])
     dev.add_argument("--state-dir", default=str(REPO_ROOT / ".stack"))
     dev.set_defaults(func=cmd_dev)
+
+    from cli.rollout import add_parser as add_rollout
+
+    add_rollout(sub)
     return parser
 
 

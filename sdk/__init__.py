@@ -1,0 +1,5 @@
+"""A small Python SDK for servingops: drive InferenceService rollouts through Temporal."""
+
+from sdk.rollouts import NoActiveCanaryError, RolloutClient
+
+__all__ = ["NoActiveCanaryError", "RolloutClient"]
