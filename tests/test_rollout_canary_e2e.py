@@ -30,7 +30,7 @@ from devstack.services import Prometheus, TemporalDevServer
 from runtime.temporal import TemporalSettings, connect
 from sdk import RolloutClient
 from tests.crd_helpers import create, manifest
-from tests.test_prometheus_activity import Exporter
+from tests.metrics_exporter import Exporter
 from tests.test_rollout_e2e import _route_weights, _wait, rollout_stack
 
 __all__ = ["rollout_stack"]  # the fixture, reused

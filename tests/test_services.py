@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -13,6 +11,7 @@ import oras.client
 from temporalio.client import Client
 
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
+from tests.metrics_exporter import Exporter
 from workflows import search_attributes
 
 
@@ -38,28 +37,11 @@ def test_registry_round_trips_an_artifact(oci_registry: OciRegistry, tmp_path) -
     assert [open(p, "rb").read() for p in pulled] == [blob.read_bytes()]
 
 
-def _serve_metric(value: float) -> tuple[http.server.ThreadingHTTPServer, int]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = f"# TYPE servingops_smoke gauge\nservingops_smoke {value}\n".encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, server.server_address[1]
-
-
 def test_prometheus_scrapes_a_target_the_test_sets(prometheus: Prometheus) -> None:
-    exporter, port = _serve_metric(42.0)
+    exporter = Exporter()
+    exporter.set({"servingops_smoke": 42.0})
     try:
-        prometheus.set_targets([f"127.0.0.1:{port}"])
+        prometheus.set_targets([exporter.target])
         query = urllib.parse.urlencode({"query": "servingops_smoke"})
         deadline = time.monotonic() + 60
         result: list[dict[str, object]] = []
@@ -70,4 +52,4 @@ def test_prometheus_scrapes_a_target_the_test_sets(prometheus: Prometheus) -> No
         assert result and result[0]["value"][1] == "42"  # type: ignore[index]
     finally:
         prometheus.set_targets([])
-        exporter.shutdown()
+        exporter.stop()
