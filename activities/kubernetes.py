@@ -47,6 +47,12 @@ class EventSpec(BaseModel):
     component: str = "servingops"
 
 
+class PolicyAttachments(BaseModel):
+    namespace: str
+    name: str
+    """The RolloutPolicy whose referencing rollout groups are counted."""
+
+
 class ArtifactReferences(BaseModel):
     digest: str
     except_uid: str
@@ -192,6 +198,22 @@ class KubernetesActivities:
                     return True
         return False
 
+    @activity.defn(name="kube.list_policy_attachments")
+    def list_policy_attachments(self, query: PolicyAttachments) -> int:
+        """How many rollout groups of the namespace's InferenceServices (not being deleted) name
+        the RolloutPolicy in their policyRef: a count, never a list (RolloutPolicyStatus)."""
+        items = self.custom.list_namespaced_custom_object("ome.io", "v1beta1", query.namespace,
+                                                          "inferenceservices")["items"]
+        count = 0
+        for obj in items:
+            if obj["metadata"].get("deletionTimestamp"):
+                continue
+            groups = ((obj.get("spec") or {}).get("rollout") or {}).get("groups") or []
+            count += sum(1 for group in groups
+                         if ((group or {}).get("policyRef") or {}).get("name") == query.name
+                         and ((group or {}).get("policyRef") or {}).get("kind", "RolloutPolicy") == "RolloutPolicy")
+        return count
+
     def all(self) -> list[Any]:
         return [self.read_object, self.patch_status, self.ensure_finalizer, self.remove_finalizer,
-                self.emit_event, self.artifact_referenced]
+                self.emit_event, self.artifact_referenced, self.list_policy_attachments]

@@ -18,10 +18,11 @@ from activities.uploads.sessions import UploadActivities
 from workers.settings import WorkerSettings
 from workflows.model_import import ModelWorkflow
 from workflows.rollout import WORKFLOWS as ROLLOUT_WORKFLOWS
+from workflows.rollout_policy import RolloutPolicyWorkflow
 
 
 def workflows() -> Sequence[type]:
-    return [ModelWorkflow, *ROLLOUT_WORKFLOWS]
+    return [ModelWorkflow, *ROLLOUT_WORKFLOWS, RolloutPolicyWorkflow]
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:

@@ -1,0 +1,236 @@
+"""RolloutPolicyWorkflow: one per RolloutPolicy (id rolloutpolicy/<ns>/<name>/<uid>).
+
+Keeps the bounded status of RolloutPolicyStatus true: observedGeneration, portableDigest
+("rp1:" + canonical hash, workflows.rollout.policy.portable_digest), the Ready condition (False
+with reason PolicyInvalid when the body breaks a policy admission rule) and attachedGroups, the
+count of rollout groups in the namespace whose policyRef names this policy.
+
+A spec change arrives as `object-changed` with a higher generation and is acted on once. Which
+InferenceServices reference the policy changes without the policy's generation moving, so the
+count is re-taken every ATTACH_REFRESH (or at once on `refresh-now`) and written only when it
+moved. History stays bounded with continue-as-new, carrying the state in the single argument.
+The policy holds no finalizer: nothing is owned, so deletion only ends the workflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar, cast
+
+from pydantic import BaseModel, ValidationError
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from activities.kubernetes import PolicyAttachments, StatusPatch
+    from api_models.contract import ObjectEvent, StartObject
+    from api_models.ome.rollout_policy import RolloutPolicySpec
+    from api_models.refs import ConditionUpdate, ObjectRef
+    from workflows.rollout.policy import kind_of, portable_digest
+    from workflows.visibility import Visibility
+
+ATTACH_REFRESH = timedelta(seconds=10)
+"""How often the attached-groups count is re-taken (InferenceServices change without signalling
+the policy)."""
+MAX_REFRESHES_PER_RUN = 500
+"""A run continues as new after this many refreshes even if Temporal has not suggested it yet."""
+
+
+@dataclass(frozen=True)
+class _Options:
+    start_to_close: timedelta
+    retry: RetryPolicy
+
+
+_KUBE = _Options(timedelta(seconds=30), RetryPolicy(maximum_interval=timedelta(seconds=30)))
+
+T = TypeVar("T")
+
+
+async def _call(name: str, arg: object, result_type: type[T], options: _Options) -> T:
+    """One activity call by name, with explicit timeouts and retry policy."""
+    result = await workflow.execute_activity(
+        name,
+        args=[arg],
+        result_type=result_type,
+        start_to_close_timeout=options.start_to_close,
+        retry_policy=options.retry,
+    )
+    return cast(T, result)
+
+
+class PolicyState(BaseModel):
+    """What the `state` query answers."""
+
+    phase: str = "Pending"
+    """Pending, Ready, Invalid or Deleted."""
+    reason: str = "Pending"
+    message: str = ""
+    generation: int = 0
+    """The highest generation announced."""
+    acted_generation: int = 0
+    """The generation the status reflects."""
+    portable_digest: str | None = None
+    attached_groups: int | None = None
+    deleting: bool = False
+    refreshes: int = 0
+    """Attachment recounts in this run."""
+
+
+class RolloutPolicyRun(StartObject):
+    """The bridge starts the workflow with a StartObject; a continued run also carries its state
+    (one argument, as in ModelWorkflow, so the object keeps its type)."""
+
+    carried: PolicyState | None = None
+
+
+def validate(spec: dict[str, Any] | None) -> tuple[RolloutPolicySpec | None, str | None]:
+    """(parsed body, None) when the body passes the policy's admission rules, else (body or
+    None, why not). The rules are those the CRD states: exactly one progression, percent-only
+    canary capacities, providerRef-only metrics source."""
+    if not spec:
+        return None, "the policy has no spec"
+    try:
+        body = RolloutPolicySpec.model_validate(spec)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        return None, f"spec does not parse: {problems}"
+    if kind_of(body) is None:
+        return body, "exactly one of canary, blueGreen, or rollingUpdate must be set"
+    if body.canary is not None:
+        for index, step in enumerate(body.canary.steps or []):
+            if not (isinstance(step.capacity, str) and step.capacity.endswith("%")):
+                return body, f"canary step {index}: a RolloutPolicy canary step capacity must be a percentage"
+        if body.canary.prometheus is not None and body.canary.prometheus.server_address:
+            return body, "a RolloutPolicy names its metrics source by providerRef only; serverAddress is not admitted"
+    return body, None
+
+
+@workflow.defn(name="RolloutPolicyWorkflow")
+class RolloutPolicyWorkflow:
+    def __init__(self) -> None:
+        self.state = PolicyState()
+        self.ref: ObjectRef | None = None
+        self.visibility: Visibility | None = None
+        self._refresh_now = False
+
+    # -- signals, queries ------------------------------------------------------------------------
+
+    @workflow.signal(name="object-changed")
+    def object_changed(self, event: ObjectEvent) -> None:
+        if event.deleting:
+            self.state.deleting = True
+        self.state.generation = max(self.state.generation, event.generation)
+
+    @workflow.signal(name="delete")
+    def delete(self, event: ObjectEvent) -> None:
+        self.state.deleting = True
+
+    @workflow.signal(name="refresh-now")
+    def refresh_now(self) -> None:
+        self._refresh_now = True
+
+    @workflow.query(name="state")
+    def current_state(self) -> PolicyState:
+        return self.state
+
+    # -- main ------------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, start: RolloutPolicyRun) -> PolicyState:
+        ref = self.ref = start.ref
+        self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
+        if start.carried is not None:
+            carried = start.carried
+            carried.deleting = carried.deleting or self.state.deleting
+            carried.generation = max(carried.generation, self.state.generation)
+            carried.refreshes = 0
+            self.state = carried
+        self.visibility.publish(self.state.phase)
+        if start.carried is None or self.state.generation > self.state.acted_generation:
+            if not await self._reconcile():
+                return self._gone()
+
+        while not self.state.deleting:
+            if workflow.info().is_continue_as_new_suggested() or self.state.refreshes >= MAX_REFRESHES_PER_RUN:
+                workflow.continue_as_new(RolloutPolicyRun(ref=ref, carried=self.state))
+            try:
+                await workflow.wait_condition(
+                    lambda: self.state.deleting or self._refresh_now
+                    or self.state.generation > self.state.acted_generation,
+                    timeout=ATTACH_REFRESH,
+                )
+            except TimeoutError:
+                pass
+            if self.state.deleting:
+                break
+            if self.state.generation > self.state.acted_generation:
+                if not await self._reconcile():
+                    break
+            else:
+                self._refresh_now = False
+                self.state.refreshes += 1
+                await self._recount()
+        return self._gone()
+
+    def _gone(self) -> PolicyState:
+        assert self.visibility is not None
+        self.state.deleting = True
+        self.state.phase, self.state.reason, self.state.message = "Deleted", "Deleted", "the policy is gone"
+        self.visibility.publish(self.state.phase)
+        return self.state
+
+    async def _reconcile(self) -> bool:
+        """Re-read the policy and write its whole status; False when it is gone or going."""
+        assert self.ref is not None and self.visibility is not None
+        self._refresh_now = False
+        obj = await _call("kube.read_object", self.ref, dict, _KUBE)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return False
+        generation = int(obj["metadata"].get("generation", 0))
+        self.state.generation = max(self.state.generation, generation)
+        body, problem = validate(obj.get("spec"))
+        self.state.portable_digest = portable_digest(body) if body is not None else None
+        if problem is None:
+            self.state.phase, self.state.reason = "Ready", "Valid"
+            kind = kind_of(body) if body is not None else None
+            self.state.message = f"{kind.value if kind else 'progression'} policy {self.state.portable_digest}"
+        else:
+            self.state.phase, self.state.reason, self.state.message = "Invalid", "PolicyInvalid", problem
+        self.state.attached_groups = await self._count()
+        self.visibility.publish(self.state.phase)
+        await self._patch(generation)
+        self.state.acted_generation = max(self.state.acted_generation, generation)
+        return True
+
+    async def _count(self) -> int:
+        assert self.ref is not None
+        return await _call("kube.list_policy_attachments",
+                           PolicyAttachments(namespace=self.ref.namespace or "", name=self.ref.name), int, _KUBE)
+
+    async def _recount(self) -> None:
+        count = await self._count()
+        if count != self.state.attached_groups:
+            self.state.attached_groups = count
+            assert self.ref is not None
+            await _call("kube.patch_status", StatusPatch(ref=self.ref, status={"attachedGroups": count}), bool, _KUBE)
+
+    async def _patch(self, generation: int) -> None:
+        assert self.ref is not None
+        ready = "True" if self.state.phase == "Ready" else "False"
+        await _call(
+            "kube.patch_status",
+            StatusPatch(
+                ref=self.ref,
+                status={"portableDigest": self.state.portable_digest, "attachedGroups": self.state.attached_groups},
+                conditions=[ConditionUpdate(type="Ready", status=ready, reason=self.state.reason,
+                                            message=self.state.message)],
+                observed_generation=generation,
+            ),
+            bool,
+            _KUBE,
+        )
+
+
+__all__ = ["ATTACH_REFRESH", "PolicyState", "RolloutPolicyRun", "RolloutPolicyWorkflow", "validate"]
