@@ -30,7 +30,7 @@ EXAMPLES = REPO_ROOT / "deploy" / "examples"
 CRDS = REPO_ROOT / "deploy" / "crds"
 READY_WAIT_SECONDS = 180
 # The kinds whose workflows this release's worker serves.
-BRIDGED_KINDS = ("Model", "ClusterModel", "InferenceService")
+BRIDGED_KINDS = ("Model", "ClusterModel", "InferenceService", "RolloutPolicy")
 
 
 def _port(preferred: int) -> int:
