@@ -136,3 +136,11 @@ def analysis(failure_limit: int = 2, interval: str = "1m", on_inconclusive: str 
     if initial_delay:
         body["initialDelay"] = initial_delay
     return body
+
+
+async def rolled_out(isvc: Any, revision: str) -> None:
+    """latestRolledoutRevision is recorded when the run closes, a moment after the phase reads
+    Stable (or the coordination Idle): wait for it rather than race it."""
+    name = f"llama-engine-rev-{revision}"
+    await isvc.until(lambda: isvc.cluster.component(ENGINE).get("latestRolledoutRevision") == name,
+                     what=f"latestRolledoutRevision {name}")

@@ -15,7 +15,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from api_models import contract
-from tests.rollout_harness import ENGINE, Isvc, analysis, canary_group, roll_to, served, start_env
+from tests.rollout_harness import ENGINE, Isvc, analysis, canary_group, roll_to, rolled_out, served, start_env
 from workflows.rollout.models import PromoteRequest, RolloutSettings
 
 
@@ -74,6 +74,7 @@ async def test_twenty_step_canary_with_hour_pauses_finishes_in_seconds(env: Work
         flipped = next(t for t, _, w in isvc.cluster.route_log if [x.revision for x in w] == ["b"])
         (component, revision, deleted_at), = isvc.cluster.deleted
         assert (component, revision) == (ENGINE, "a") and deleted_at - flipped >= 120
+        await rolled_out(isvc, "b")
         engine = isvc.cluster.component(ENGINE)
         assert engine["latestRolledoutRevision"] == "llama-engine-rev-b"
         assert engine["previousRolledoutRevision"] == "llama-engine-rev-a"
@@ -282,6 +283,7 @@ async def test_new_target_mid_canary_rearms_and_keeps_stable(env: WorkflowEnviro
         assert isvc.cluster.status["rollout"]["lastRun"]["outcome"] == "Superseded"
         await isvc.annotate(contract.ROLLOUT_PROMOTE, "c")
         await isvc.until(lambda: isvc.phase() == "Stable", what="c complete")
+        await rolled_out(isvc, "c")
         engine = isvc.cluster.component(ENGINE)
         assert engine["latestRolledoutRevision"] == "llama-engine-rev-c"
         assert engine["previousRolledoutRevision"] == "llama-engine-rev-a"
