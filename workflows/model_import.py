@@ -14,14 +14,15 @@ deleted again.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
+
+from workflows.activity_calls import KUBE, ActivityOptions, call_activity
 
 with workflow.unsafe.imports_passed_through():
     from activities.host import HostClaim
@@ -57,44 +58,17 @@ FINALIZER = "ai.deckhouse.io/model-cleanup"
 UPLOAD_TTL = timedelta(hours=24)
 UPLOAD_MAX_BYTES = 512 * 1024**3
 
-
-@dataclass(frozen=True)
-class _Options:
-    start_to_close: timedelta
-    retry: RetryPolicy
-    heartbeat: timedelta | None = None
-    schedule_to_start: timedelta | None = None
-
-
-_KUBE = _Options(timedelta(seconds=30), RetryPolicy(maximum_interval=timedelta(seconds=30)))
-_QUICK = _Options(timedelta(minutes=2), RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=20))
+_QUICK = ActivityOptions(timedelta(minutes=2), RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=20))
 # Transfers heartbeat every 2 s: a silent worker is presumed dead after 20 s (the SDK sends heartbeat
 # details at most every 0.8 x the timeout, so a short timeout also keeps resume points fresh) and
 # the retry resumes from the last heartbeat details. A host that never picks its task up (gone for good)
 # ends the attempt after schedule_to_start.
-_TRANSFER = _Options(
+_TRANSFER = ActivityOptions(
     timedelta(hours=6),
     RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=50),
     heartbeat=timedelta(seconds=20),
     schedule_to_start=timedelta(minutes=10),
 )
-
-T = TypeVar("T")
-
-
-async def _call(name: str, arg: object, result_type: type[T], options: _Options, task_queue: str | None = None) -> T:
-    """One activity call by name, with explicit timeouts and retry policy (arg None: no argument)."""
-    result = await workflow.execute_activity(
-        name,
-        args=[] if arg is None else [arg],
-        result_type=result_type,
-        task_queue=task_queue,
-        start_to_close_timeout=options.start_to_close,
-        retry_policy=options.retry,
-        heartbeat_timeout=options.heartbeat,
-        schedule_to_start_timeout=options.schedule_to_start,
-    )
-    return cast(T, result)
 
 
 class FileProgress(BaseModel):
@@ -201,8 +175,10 @@ class ModelWorkflow:
             self.visibility.publish(self.state.phase)
             return await self._await_deletion(start)
         self.visibility.publish(self.state.phase)
-        present = await _call("kube.ensure_finalizer", FinalizerChange(ref=ref, finalizer=FINALIZER), bool, _KUBE)
-        obj = await _call("kube.read_object", ref, dict, _KUBE) if present else None
+        present = await call_activity(
+            "kube.ensure_finalizer", FinalizerChange(ref=ref, finalizer=FINALIZER), bool, KUBE
+        )
+        obj = await call_activity("kube.read_object", ref, dict, KUBE) if present else None
         if obj is None:
             return self.state  # gone before we started: nothing was made, nothing to clean
         if obj["metadata"].get("deletionTimestamp"):
@@ -234,7 +210,7 @@ class ModelWorkflow:
         source = (obj.get("spec") or {}).get("source") or {}
         await self._set_phase(ModelPhase.PENDING, "Pending", "import queued")
         try:
-            claim = self.claim = await _call("host.claim", None, HostClaim, _QUICK)
+            claim = self.claim = await call_activity("host.claim", None, HostClaim, _QUICK)
             self.state.host_task_queue = claim.task_queue
             if source.get("url"):
                 model_dir, provider, info = await self._from_url(claim, source)
@@ -246,7 +222,7 @@ class ModelWorkflow:
                     "catalog sources are imported by the catalog process, which this release "
                     "does not run yet; nothing was imported",
                 )
-            inspection = await _call(
+            inspection = await call_activity(
                 "model.inspect",
                 InspectInput(model_dir=model_dir, provider=provider, provider_info=info),
                 InspectionResult,
@@ -278,7 +254,9 @@ class ModelWorkflow:
             resolved=inspection.resolved.to_api(),
             progress="100%",
         )
-        await _call("source.clean_spool", {"model_uid": self.ref_uid}, object, _QUICK, task_queue=claim.task_queue)
+        await call_activity(
+            "source.clean_spool", {"model_uid": self.ref_uid}, object, _QUICK, task_queue=claim.task_queue
+        )
 
     @property
     def ref_uid(self) -> str:
@@ -290,7 +268,7 @@ class ModelWorkflow:
     async def _from_url(self, claim: HostClaim, source: dict[str, Any]) -> tuple[str, SourceType, ProviderInfo]:
         assert self.ref is not None
         auth = (source.get("authSecretRef") or {}).get("name")
-        listing = await _call(
+        listing = await call_activity(
             "source.resolve",
             ResolveInput(model=self.ref, url=source["url"], auth_secret_name=auth),
             SourceListing,
@@ -308,7 +286,9 @@ class ModelWorkflow:
         )
         known = [f"sha256:{f.sha256}" for f in listing.files if f.sha256]
         present = (
-            set(await _call("oci.present_blobs", BlobsInput(target=claim.registry, digests=known), list, _QUICK))
+            set(
+                await call_activity("oci.present_blobs", BlobsInput(target=claim.registry, digests=known), list, _QUICK)
+            )
             if known
             else set()
         )
@@ -325,7 +305,7 @@ class ModelWorkflow:
         pushing: asyncio.Future[None] | None = None
         model_dir = ""
         for progress, file in zip(self.state.files, listing.files, strict=True):
-            fetched = await _call(
+            fetched = await call_activity(
                 "source.fetch_file",
                 FetchInput(
                     model=self.ref,
@@ -358,7 +338,7 @@ class ModelWorkflow:
 
     async def _push(self, claim: HostClaim, progress: FileProgress, path: str) -> None:
         role = role_for_path(progress.path)[0]
-        pushed = await _call(
+        pushed = await call_activity(
             "oci.push_file",
             PushFileInput(
                 target=claim.registry,
@@ -378,7 +358,7 @@ class ModelWorkflow:
 
     async def _from_upload(self, claim: HostClaim) -> tuple[str, SourceType, ProviderInfo]:
         assert self.ref is not None
-        session = await _call(
+        session = await call_activity(
             "upload.open_session",
             OpenUploadInput(model=self.ref, ttl_seconds=int(UPLOAD_TTL.total_seconds()), max_bytes=UPLOAD_MAX_BYTES),
             UploadSessionInfo,
@@ -404,7 +384,7 @@ class ModelWorkflow:
                 lambda: self.upload_done is not None, timeout=max(remaining, timedelta(seconds=1))
             )
         except TimeoutError:
-            await _call("upload.close_session", CloseUploadInput(model=self.ref), object, _QUICK)
+            await call_activity("upload.close_session", CloseUploadInput(model=self.ref), object, _QUICK)
             raise ImportFailed("UploadExpired", f"no upload arrived before {session.expires_at.isoformat()}") from None
         assert self.upload_done is not None
         await self._write(
@@ -414,14 +394,14 @@ class ModelWorkflow:
             upload=None,
             progress="0%",
         )
-        prepared = await _call(
+        prepared = await call_activity(
             "upload.prepare_model_dir",
             PrepareUploadInput(model=self.ref, upload=self.upload_done),
             PreparedUpload,
             _TRANSFER,
             task_queue=claim.task_queue,
         )
-        await _call("upload.close_session", CloseUploadInput(model=self.ref), object, _QUICK)
+        await call_activity("upload.close_session", CloseUploadInput(model=self.ref), object, _QUICK)
         self.state.files = [FileProgress(path=f.path, size=f.size, fetched=True) for f in prepared.files]
         for progress in self.state.files:
             await self._push(claim, progress, f"{prepared.model_dir}/{progress.path}")
@@ -454,7 +434,7 @@ class ModelWorkflow:
             quantization=resolved.quantization,
             revision=self.state.resolved_revision,
         )
-        return await _call(
+        return await call_activity(
             "oci.push_manifest",
             PushManifestInput(target=claim.registry, tag=self._tag(), layers=layers, meta=meta),
             ArtifactRef,
@@ -469,7 +449,7 @@ class ModelWorkflow:
         """Failed, with nothing this import uploaded left in the registry."""
         uploaded = [p.pushed_digest for p in self.state.files if p.uploaded_here and p.pushed_digest]
         if uploaded and self.claim is not None:
-            await _call(
+            await call_activity(
                 "oci.delete_blobs", BlobsInput(target=self.claim.registry, digests=uploaded), object, _QUICK
             )
         await self._write(ModelPhase.FAILED, failed.reason, failed.message)
@@ -481,31 +461,33 @@ class ModelWorkflow:
         await self._write(ModelPhase.DELETING, "Deleting", "removing the published artifact")
         artifact = self.state.artifact
         if artifact is not None:
-            shared = await _call(
+            shared = await call_activity(
                 "kube.artifact_referenced",
                 ArtifactReferences(digest=artifact.digest, except_uid=self.ref_uid),
                 bool,
-                _KUBE,
+                KUBE,
             )
             if not shared:
-                claim = self.claim if self.claim is not None else await _call("host.claim", None, HostClaim, _QUICK)
-                await _call(
+                claim = (
+                    self.claim if self.claim is not None else await call_activity("host.claim", None, HostClaim, _QUICK)
+                )
+                await call_activity(
                     "oci.delete_artifact",
                     DeleteArtifactInput(target=claim.registry, digest=artifact.digest),
                     bool,
                     _QUICK,
                 )
         if self.state.upload is not None:
-            await _call("upload.close_session", CloseUploadInput(model=self.ref), object, _QUICK)
+            await call_activity("upload.close_session", CloseUploadInput(model=self.ref), object, _QUICK)
         if self.state.host_task_queue:
-            await _call(
+            await call_activity(
                 "source.clean_spool",
                 {"model_uid": self.ref_uid},
                 type(None),
                 _QUICK,
                 task_queue=self.state.host_task_queue,
             )
-        await _call("kube.remove_finalizer", FinalizerChange(ref=self.ref, finalizer=FINALIZER), object, _KUBE)
+        await call_activity("kube.remove_finalizer", FinalizerChange(ref=self.ref, finalizer=FINALIZER), object, KUBE)
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -527,7 +509,7 @@ class ModelWorkflow:
         self.state.phase, self.state.reason, self.state.message = phase, reason, message
         self.visibility.publish(phase.value)
         ready = "True" if phase == ModelPhase.READY else "False"
-        await _call(
+        await call_activity(
             "kube.patch_status",
             StatusPatch(
                 ref=self.ref,
@@ -536,7 +518,7 @@ class ModelWorkflow:
                 observed_generation=self.state.generation,
             ),
             bool,
-            _KUBE,
+            KUBE,
         )
 
 

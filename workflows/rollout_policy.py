@@ -14,13 +14,13 @@ The policy holds no finalizer: nothing is owned, so deletion only ends the workf
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+
+from workflows.activity_calls import KUBE, call_activity
 
 with workflow.unsafe.imports_passed_through():
     from activities.kubernetes import PolicyAttachments, StatusPatch
@@ -35,29 +35,6 @@ ATTACH_REFRESH = timedelta(seconds=10)
 the policy)."""
 MAX_REFRESHES_PER_RUN = 500
 """A run continues as new after this many refreshes even if Temporal has not suggested it yet."""
-
-
-@dataclass(frozen=True)
-class _Options:
-    start_to_close: timedelta
-    retry: RetryPolicy
-
-
-_KUBE = _Options(timedelta(seconds=30), RetryPolicy(maximum_interval=timedelta(seconds=30)))
-
-T = TypeVar("T")
-
-
-async def _call(name: str, arg: object, result_type: type[T], options: _Options) -> T:
-    """One activity call by name, with explicit timeouts and retry policy."""
-    result = await workflow.execute_activity(
-        name,
-        args=[arg],
-        result_type=result_type,
-        start_to_close_timeout=options.start_to_close,
-        retry_policy=options.retry,
-    )
-    return cast(T, result)
 
 
 class PolicyState(BaseModel):
@@ -157,8 +134,9 @@ class RolloutPolicyWorkflow:
                 workflow.continue_as_new(RolloutPolicyRun(ref=ref, carried=self.state))
             try:
                 await workflow.wait_condition(
-                    lambda: self.state.deleting or self._refresh_now
-                    or self.state.generation > self.state.acted_generation,
+                    lambda: (
+                        self.state.deleting or self._refresh_now or self.state.generation > self.state.acted_generation
+                    ),
                     timeout=ATTACH_REFRESH,
                 )
             except TimeoutError:
@@ -185,7 +163,7 @@ class RolloutPolicyWorkflow:
         """Re-read the policy and write its whole status; False when it is gone or going."""
         assert self.ref is not None and self.visibility is not None
         self._refresh_now = False
-        obj = await _call("kube.read_object", self.ref, dict, _KUBE)
+        obj = await call_activity("kube.read_object", self.ref, dict, KUBE)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return False
         generation = int(obj["metadata"].get("generation", 0))
@@ -206,30 +184,37 @@ class RolloutPolicyWorkflow:
 
     async def _count(self) -> int:
         assert self.ref is not None
-        return await _call("kube.list_policy_attachments",
-                           PolicyAttachments(namespace=self.ref.namespace or "", name=self.ref.name), int, _KUBE)
+        return await call_activity(
+            "kube.list_policy_attachments",
+            PolicyAttachments(namespace=self.ref.namespace or "", name=self.ref.name),
+            int,
+            KUBE,
+        )
 
     async def _recount(self) -> None:
         count = await self._count()
         if count != self.state.attached_groups:
             self.state.attached_groups = count
             assert self.ref is not None
-            await _call("kube.patch_status", StatusPatch(ref=self.ref, status={"attachedGroups": count}), bool, _KUBE)
+            await call_activity(
+                "kube.patch_status", StatusPatch(ref=self.ref, status={"attachedGroups": count}), bool, KUBE
+            )
 
     async def _patch(self, generation: int) -> None:
         assert self.ref is not None
         ready = "True" if self.state.phase == "Ready" else "False"
-        await _call(
+        await call_activity(
             "kube.patch_status",
             StatusPatch(
                 ref=self.ref,
                 status={"portableDigest": self.state.portable_digest, "attachedGroups": self.state.attached_groups},
-                conditions=[ConditionUpdate(type="Ready", status=ready, reason=self.state.reason,
-                                            message=self.state.message)],
+                conditions=[
+                    ConditionUpdate(type="Ready", status=ready, reason=self.state.reason, message=self.state.message)
+                ],
                 observed_generation=generation,
             ),
             bool,
-            _KUBE,
+            KUBE,
         )
 
 
