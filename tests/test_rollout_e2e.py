@@ -4,6 +4,7 @@ default) and the HTTPRoute flips to it once its pods are Ready."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,20 +24,32 @@ from tests.fixtures.bridge import BridgeLauncher
 from tests.test_model_import_e2e import start_worker
 
 
+@contextlib.contextmanager
+def worker_and_bridge(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient,
+                      temporal_server: TemporalDevServer, oci_registry: OciRegistry, hub_server: HubServer,
+                      stack_logs: Path, spool: Path, prefix: str, kinds: str) -> Iterator[tuple[str, ManagedProcess]]:
+    """A fresh namespace, a worker process and a bridge process on their own task queue."""
+    task_queue = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(kube_api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    worker = start_worker(kube_cluster, temporal_server, oci_registry, hub_server, task_queue, spool, stack_logs,
+                          host_id=f"host-{task_queue}")
+    launcher = BridgeLauncher(kube_cluster.kubeconfig_path, temporal_server.address, stack_logs)
+    try:
+        launcher.start(task_queue=task_queue, kinds=kinds)
+        yield namespace, worker
+    finally:
+        launcher.stop_all()
+        worker.stop()
+
+
 @pytest.fixture(scope="module")
 def rollout_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_server: TemporalDevServer,
                   oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ManagedProcess]]:
-    task_queue = f"rollout-{uuid.uuid4().hex[:6]}"
-    namespace = f"rollout-{uuid.uuid4().hex[:6]}"
-    client.CoreV1Api(kube_api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    worker = start_worker(kube_cluster, temporal_server, oci_registry, hub_server, task_queue,
-                          tmp_path_factory.mktemp("spool"), stack_logs, host_id=f"host-{task_queue}")
-    launcher = BridgeLauncher(kube_cluster.kubeconfig_path, temporal_server.address, stack_logs)
-    launcher.start(task_queue=task_queue, kinds="InferenceService")
-    yield namespace, worker
-    launcher.stop_all()
-    worker.stop()
+    with worker_and_bridge(kube_cluster, kube_api, temporal_server, oci_registry, hub_server, stack_logs,
+                           tmp_path_factory.mktemp("spool"), "rollout", "InferenceService") as stack:
+        yield stack
 
 
 def _route_weights(api: client.ApiClient, ns: str, name: str) -> dict[str, int]:

@@ -5,7 +5,6 @@ end to end with worker and bridge as processes on the local cluster."""
 from __future__ import annotations
 
 import copy
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -29,9 +28,8 @@ from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from tests.crd_helpers import create, manifest
-from tests.fixtures.bridge import BridgeLauncher
 from tests.rollout_harness import start_env
-from tests.test_model_import_e2e import start_worker
+from tests.test_rollout_e2e import _wait, worker_and_bridge
 from workflows.rollout.policy import portable_digest
 from workflows.rollout_policy import (
     ATTACH_REFRESH,
@@ -216,27 +214,9 @@ async def test_recounts_continue_as_new(env: WorkflowEnvironment) -> None:
 def policy_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_server: TemporalDevServer,
                  oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ManagedProcess]]:
-    task_queue = f"policy-{uuid.uuid4().hex[:6]}"
-    namespace = f"policy-{uuid.uuid4().hex[:6]}"
-    client.CoreV1Api(kube_api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    worker = start_worker(kube_cluster, temporal_server, oci_registry, hub_server, task_queue,
-                          tmp_path_factory.mktemp("spool"), stack_logs, host_id=f"host-{task_queue}")
-    launcher = BridgeLauncher(kube_cluster.kubeconfig_path, temporal_server.address, stack_logs)
-    launcher.start(task_queue=task_queue, kinds="RolloutPolicy,InferenceService")
-    yield namespace, worker
-    launcher.stop_all()
-    worker.stop()
-
-
-def _wait(what: str, probe: Any, worker: ManagedProcess, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"{what} never happened (last: {value})\nworker log:\n{worker.log_tail(60)}")
+    with worker_and_bridge(kube_cluster, kube_api, temporal_server, oci_registry, hub_server, stack_logs,
+                           tmp_path_factory.mktemp("spool"), "policy", "RolloutPolicy,InferenceService") as stack:
+        yield stack
 
 
 def test_policy_status_on_a_real_cluster(kube_api: client.ApiClient,
