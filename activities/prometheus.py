@@ -35,7 +35,6 @@ CONNECT_TIMEOUT = 2.0
 READ_TIMEOUT = 5.0
 """Seconds. An analysis sample is taken every interval; a slow Prometheus makes this sample
 inconclusive rather than holding the activity (and the gate) for a long time."""
-TOKEN_KEY = "token"
 _MAX_REASON = 300
 
 _COMPARE: dict[ComparisonOperator, tuple[Callable[[float, float], bool], str]] = {
@@ -139,7 +138,7 @@ class PrometheusActivities:
         self.core = client.CoreV1Api(api_client)
         self.timeout = timeout
 
-    def _token(self, ref: ObjectRef) -> str:
+    def _token(self, ref: ObjectRef, key: str) -> str:
         if not ref.namespace:
             raise _bad_input(f"auth secret {ref.name}: no namespace given")
         try:
@@ -149,13 +148,13 @@ class PrometheusActivities:
                 # Like an unreachable source: the sample reads nothing until the Secret appears.
                 raise _Inconclusive(f"auth secret {ref.namespace}/{ref.name} not found") from None
             raise
-        encoded = (secret.data or {}).get(TOKEN_KEY)
+        encoded = (secret.data or {}).get(key)
         if not encoded:
-            raise _Inconclusive(f"auth secret {ref.namespace}/{ref.name} has no key {TOKEN_KEY!r}")
+            raise _Inconclusive(f"auth secret {ref.namespace}/{ref.name} has no key {key!r}")
         try:
             return base64.b64decode(encoded).decode().strip()
         except (binascii.Error, UnicodeDecodeError):
-            raise _Inconclusive(f"auth secret {ref.namespace}/{ref.name}: key {TOKEN_KEY!r} is not text") from None
+            raise _Inconclusive(f"auth secret {ref.namespace}/{ref.name}: key {key!r} is not text") from None
 
     def _query(self, session: requests.Session, address: str, query: str) -> list[_Series]:
         url = address.rstrip("/") + "/api/v1/query"
@@ -191,7 +190,7 @@ class PrometheusActivities:
             session.headers.update(source.headers)
             try:
                 if source.auth_secret is not None:
-                    session.headers["Authorization"] = f"Bearer {self._token(source.auth_secret)}"
+                    session.headers["Authorization"] = f"Bearer {self._token(source.auth_secret, source.auth_key)}"
             except _Inconclusive as exc:
                 return [MetricOutcome(name=m.name, value=None, passed=None, message=str(exc)) for m in metrics]
             outcomes = []

@@ -95,7 +95,9 @@ class PrometheusSource(BaseModel):
 
     address: str
     auth_secret: ObjectRef | None = None
-    """A Secret holding a bearer token under key `token`; read by the activity, never carried."""
+    """A Secret holding the bearer token; read by the activity, never carried."""
+    auth_key: str = "token"
+    """The key of auth_secret that holds the token."""
     headers: dict[str, str] = {}
 
 

@@ -23,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.kubernetes import StatusPatch
 from api_models.ome.enums import ComponentType
+from api_models.operator_config import OperatorDefaults
 from api_models.refs import ObjectRef
 from api_models.serving_io import (
     ComponentObservation,
@@ -31,6 +32,7 @@ from api_models.serving_io import (
     Evaluation,
     MetricOutcome,
     ObserveInput,
+    PrometheusSource,
     RevisionKey,
     RevisionObservation,
     ServiceObservation,
@@ -117,6 +119,8 @@ class FakeCluster:
         self.points: list[Point] = []
         self.policies: dict[str, dict[str, Any]] = {}
         self.prometheus = FakePrometheus()
+        self.operator = OperatorDefaults(default_source=PrometheusSource(address="http://prometheus.test:9090"))
+        """What the operator ConfigMap says; read by each run as it opens."""
         self.deleted: list[tuple[ComponentType, str, float]] = []
 
     # -- test-side edits ----------------------------------------------------------------------
@@ -249,8 +253,12 @@ class FakeCluster:
         async def read_object(ref: ObjectRef) -> dict[str, Any] | None:
             return cluster.policies.get(ref.name)
 
+        @activity.defn(name="operator.config")
+        async def operator_config() -> OperatorDefaults:
+            return cluster.operator
+
         return [observe, ensure_revision, revision_status, set_traffic, delete_revision, evaluate, patch_status,
-                read_object]
+                read_object, operator_config]
 
 
 async def until(env: WorkflowEnvironment, predicate: Callable[[], bool], *, step: float = 1.0,

@@ -93,8 +93,7 @@ async def served(env: WorkflowEnvironment, *, desired: dict[ComponentType, tuple
     async with Worker(env.client, task_queue=queue, workflows=list(WORKFLOWS), activities=cluster.activities()):
         handle = await env.client.start_workflow(
             "InferenceServiceWorkflow",
-            ServiceInput(ref=cluster.ref, settings=settings or RolloutSettings(
-                default_prometheus_address="http://prometheus.test:9090")),
+            ServiceInput(ref=cluster.ref, settings=settings or RolloutSettings()),
             id=contract.inference_service_workflow_id(NAMESPACE, NAME, cluster.uid), task_queue=queue)
         isvc = Isvc(env=env, cluster=cluster, handle=handle)
         try:

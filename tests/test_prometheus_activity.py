@@ -186,6 +186,10 @@ def test_bearer_token_from_a_secret(prometheus: Prometheus, exporter: Exporter, 
     ns = new_namespace(kube_api, "prom-auth")
     client.CoreV1Api(kube_api).create_namespaced_secret(ns, client.V1Secret(
         metadata=client.V1ObjectMeta(name="prom-token"), data={"token": base64.b64encode(TOKEN.encode()).decode()}))
+    # authRef is a SecretKeySelector: the token may sit under any key the Secret's author chose.
+    client.CoreV1Api(kube_api).create_namespaced_secret(ns, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="prom-custom-key"),
+        data={"reader-token": base64.b64encode(TOKEN.encode()).decode()}))
     secret = ObjectRef(group="", version="v1", plural="secrets", kind="Secret", name="prom-token", namespace=ns)
     metric = _publish(prometheus, exporter, {"": 3.0})
     proxy = AuthProxy(prometheus.url)
@@ -198,10 +202,18 @@ def test_bearer_token_from_a_secret(prometheus: Prometheus, exporter: Exporter, 
         # Without the tenant header the front-end refuses: inconclusive, and still no token anywhere.
         refused = _evaluate(acts, proxy.url, _m("m", metric, "LT", "4"), auth_secret=secret)
         assert refused.metrics[0].passed is None and "401" in refused.metrics[0].message
+        custom = ObjectRef(**{**secret.model_dump(), "name": "prom-custom-key"})
+        proxy.seen.clear()
+        keyed = _evaluate(acts, proxy.url, _m("m", metric, "LT", "4"), auth_secret=custom, auth_key="reader-token",
+                          headers={"X-Scope-OrgID": "tenant-a"})
+        assert keyed.passed and proxy.seen == [f"Bearer {TOKEN}"]
+        wrong_key = _evaluate(acts, proxy.url, _m("m", metric, "LT", "4"), auth_secret=custom,
+                              headers={"X-Scope-OrgID": "tenant-a"})
+        assert wrong_key.metrics[0].passed is None and "no key 'token'" in wrong_key.metrics[0].message
         missing = ObjectRef(**{**secret.model_dump(), "name": "absent"})
         no_secret = _evaluate(acts, proxy.url, _m("m", metric, "LT", "4"), auth_secret=missing)
         assert no_secret.metrics[0].passed is None and "not found" in no_secret.metrics[0].message
-        for evaluation in (good, refused, no_secret):
+        for evaluation in (good, refused, keyed, wrong_key, no_secret):
             assert TOKEN not in evaluation.model_dump_json()
             assert all(TOKEN not in m.message for m in evaluation.metrics)
         assert TOKEN not in caplog.text

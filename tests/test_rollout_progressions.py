@@ -169,7 +169,7 @@ async def test_inline_progression_outranks_policy_ref(env: WorkflowEnvironment) 
 
 
 async def test_service_continues_as_new_and_keeps_state(env: WorkflowEnvironment) -> None:
-    settings = RolloutSettings(history_budget=60, default_prometheus_address="http://p:9090")
+    settings = RolloutSettings(history_budget=60)
     async with served(env, settings=settings) as isvc:
         first = (await isvc.handle.describe()).run_id
         for _ in range(20):

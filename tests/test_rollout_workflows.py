@@ -52,7 +52,7 @@ async def test_first_revision_served_at_full_weight(env: WorkflowEnvironment) ->
 
 async def test_twenty_step_canary_with_hour_pauses_finishes_in_seconds(env: WorkflowEnvironment) -> None:
     steps = [{"capacity": f"{5 * (i + 1)}%", "traffic": 5 * (i + 1), "pause": {"duration": "1h"}} for i in range(20)]
-    settings = RolloutSettings(history_budget=400, default_prometheus_address="http://p:9090")
+    settings = RolloutSettings(history_budget=400)
     started = time.monotonic()
     async with served(env, rollout=canary_group(steps, scaleDownDelaySeconds=120), settings=settings) as isvc:
         await roll_to(isvc, "b")
@@ -125,7 +125,7 @@ async def test_inconclusive_samples(env: WorkflowEnvironment, mode: str) -> None
     steps = [{"capacity": "50%", "traffic": 30, "pause": {"duration": "2h"},
               "analysis": analysis(failure_limit=3, on_inconclusive=mode)},
              {"capacity": "100%", "traffic": 100}]
-    settings = RolloutSettings(stall_timeout="10m", default_prometheus_address="http://p:9090")
+    settings = RolloutSettings()
     async with served(env, rollout=canary_group(steps, scaleDownDelaySeconds=10), settings=settings) as isvc:
         prometheus = isvc.cluster.prometheus
         prometheus.script = ["pass"]

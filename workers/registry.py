@@ -11,6 +11,7 @@ from activities.host import HostActivities
 from activities.kubernetes import KubernetesActivities
 from activities.model_files.activity import inspect as inspect_model
 from activities.oci.activities import OciActivities, RegistryTarget, kubernetes_secret_credentials
+from activities.operator_config import OperatorConfigActivities
 from activities.prometheus import PrometheusActivities
 from activities.serving.activities import ServingActivities
 from activities.sources.activities import SourceActivities
@@ -42,4 +43,5 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         inspect_model,
         *ServingActivities(api_client).all(),
         *PrometheusActivities(api_client).all(),
+        *OperatorConfigActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
     ]

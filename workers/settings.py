@@ -8,6 +8,7 @@ import socket
 import tempfile
 from dataclasses import dataclass
 
+from api_models.operator_config import DEFAULT_CONFIGMAP
 from runtime.temporal import TemporalSettings
 
 
@@ -26,6 +27,8 @@ class WorkerSettings:
     upload_listen: str
     upload_public_url: str | None
     controller_namespace: str
+    operator_config: str
+    """The operator's ConfigMap (in controller_namespace): rollout defaults and metric providers."""
     max_activity_threads: int
 
     @property
@@ -56,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--upload-public-url", default=env("SERVINGOPS_UPLOAD_PUBLIC_URL"),
                         help="the URL clients reach the upload endpoint at (default: http://<listen>)")
     parser.add_argument("--controller-namespace", default=env("SERVINGOPS_NAMESPACE", "servingops-system"))
+    parser.add_argument("--operator-config", default=env("SERVINGOPS_OPERATOR_CONFIG", DEFAULT_CONFIGMAP),
+                        help="the operator ConfigMap in the controller namespace (env SERVINGOPS_OPERATOR_CONFIG)")
     parser.add_argument("--max-activity-threads", type=int, default=32)
 
 
@@ -66,5 +71,6 @@ def from_arguments(args: argparse.Namespace) -> WorkerSettings:
         registry_repository=args.registry_repository, registry_insecure=args.registry_insecure,
         hf_endpoint=args.hf_endpoint, ollama_registry=args.ollama_registry, upload_listen=args.upload_listen,
         upload_public_url=args.upload_public_url, controller_namespace=args.controller_namespace,
+        operator_config=args.operator_config,
         max_activity_threads=args.max_activity_threads,
     )

@@ -12,6 +12,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from api_models.ome.enums import ComponentType
+    from api_models.operator_config import OperatorDefaults
     from api_models.refs import ConditionUpdate, ObjectRef
     from api_models.serving_io import (
         EnsureRevisionInput,
@@ -79,6 +80,13 @@ async def evaluate(request: EvaluateInput) -> Evaluation:
     result: Evaluation = await workflow.execute_activity(
         "prometheus.evaluate", request, result_type=Evaluation,
         start_to_close_timeout=_PROMETHEUS, retry_policy=_SAMPLE_RETRY)
+    return result
+
+
+async def operator_config() -> OperatorDefaults:
+    """The operator ConfigMap's defaults, as the worker's activity read them just now."""
+    result: OperatorDefaults = await workflow.execute_activity(
+        "operator.config", result_type=OperatorDefaults, start_to_close_timeout=_KUBE, retry_policy=_RETRY)
     return result
 
 

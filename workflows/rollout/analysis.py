@@ -13,6 +13,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from api_models.ome.rollout import GroupCanary, RolloutAnalysis
     from api_models.ome.rollout_status import AnalysisMetricResult
+    from api_models.operator_config import OperatorDefaults
     from api_models.refs import ObjectRef
     from api_models.serving_io import (
         EvaluateInput,
@@ -23,28 +24,43 @@ with workflow.unsafe.imports_passed_through():
         revision_name,
     )
     from workflows.rollout import actions
-    from workflows.rollout.models import ComponentTarget, RolloutSettings
+    from workflows.rollout.models import ComponentTarget
     from workflows.rollout.templating import QueryContext, TemplateError, render
 
 
-def prometheus_source(canary: GroupCanary, settings: RolloutSettings, namespace: str | None) -> PrometheusSource | None:
+def prometheus_source(canary: GroupCanary, operator: OperatorDefaults,
+                      namespace: str | None) -> PrometheusSource | None:
     """providerRef (bound by the operator's metricProviders), else serverAddress, else the
-    operator's default source; None when there is no source at all."""
+    operator's default source; None when there is no source at all. The spec's authRef and
+    headers refine whichever source was chosen (a header the spec sets wins over a provider's)."""
     prometheus = canary.prometheus
-    address = settings.default_prometheus_address
     if prometheus is not None and prometheus.provider_ref is not None:
-        address = settings.metric_providers.get(prometheus.provider_ref.name, "")
+        base = operator.metric_providers.get(prometheus.provider_ref.name)
     elif prometheus is not None and prometheus.server_address:
-        address = prometheus.server_address
-    if not address:
+        base = PrometheusSource(address=prometheus.server_address)
+    else:
+        base = operator.default_source
+    if base is None:
         return None
-    secret = None
-    if prometheus is not None and prometheus.auth_ref:
+    if prometheus is None:
+        return base
+    update: dict[str, object] = {"headers": {**base.headers, **(prometheus.headers or {})}}
+    if prometheus.auth_ref:
         # Only the reference travels; the activity reads the token from the Secret.
-        secret = ObjectRef(group="", version="v1", plural="secrets", kind="Secret",
-                           name=str(prometheus.auth_ref.get("name", "")), namespace=namespace)
-    headers = dict(prometheus.headers or {}) if prometheus is not None else {}
-    return PrometheusSource(address=address, auth_secret=secret, headers=headers)
+        update["auth_secret"] = ObjectRef(group="", version="v1", plural="secrets", kind="Secret",
+                                          name=str(prometheus.auth_ref.get("name", "")), namespace=namespace)
+        update["auth_key"] = str(prometheus.auth_ref.get("key") or "token")
+    return base.model_copy(update=update)
+
+
+def unbound_provider(canary: GroupCanary | None, operator: OperatorDefaults) -> str | None:
+    """The providerRef name the operator has not bound, if any: a deterministic config error the
+    run parks on at open, rather than rolling with a gate that can never sample."""
+    prometheus = canary.prometheus if canary is not None else None
+    if prometheus is None or prometheus.provider_ref is None:
+        return None
+    name = prometheus.provider_ref.name
+    return None if name in operator.metric_providers else name
 
 
 def query_context(isvc: ObjectRef, primary: ComponentTarget, stable: str) -> QueryContext:

@@ -18,6 +18,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from api_models.durations import parse_duration
     from api_models.ome.enums import (
         CanaryFailureReason,
         ComponentType,
@@ -48,7 +49,6 @@ with workflow.unsafe.imports_passed_through():
         clamp_step,
         gate_of,
         judge_sample,
-        parse_duration,
         pause_of,
         repin_raises_exposure,
         stall_anchor,
@@ -285,7 +285,7 @@ class RolloutWorkflow(RolloutHandlers):
             await self._wait((due - now).total_seconds(), self._gate_disturbed)
             return None
         canary_spec = self._group().group.canary or GroupCanary()
-        source = analysis.prometheus_source(canary_spec, self._settings, self.isvc.namespace)
+        source = analysis.prometheus_source(canary_spec, self._settings.operator, self.isvc.namespace)
         context = analysis.query_context(self.isvc, self._primary(),
                                          canary.stable_revision_hash or self._primary().stable_revision)
         evaluation = await analysis.sample(spec, source, context)
@@ -300,7 +300,7 @@ class RolloutWorkflow(RolloutHandlers):
             failed_checks=canary.analysis_failed_checks or 0, failure_limit=spec.failure_limit,
             on_inconclusive=spec.on_inconclusive, now=now,
             stall_anchor=stall_anchor(canary.last_conclusive_evaluation_time, first),
-            stall_timeout=parse_duration(self._settings.stall_timeout))
+            stall_timeout=parse_duration(self._settings.operator.stall_timeout))
         outcome_key = analysis.outcome_key(verdict, canary.analysis_failed_checks, evaluation)
         changed = outcome_key != self._run.last_outcome_key
         self._run.last_outcome_key = outcome_key
@@ -311,7 +311,7 @@ class RolloutWorkflow(RolloutHandlers):
             return "rollback"
         if verdict == Verdict.PARK:
             canary.failed = CanaryFailure(reason=CanaryFailureReason.ANALYSIS_STALLED, time=now)
-            self._message = f"analysis inconclusive for {self._settings.stall_timeout}"
+            self._message = f"analysis inconclusive for {self._settings.operator.stall_timeout}"
             await self._publish()
             return "again"
         baked = now >= (canary.step_entered_time or now) + pause_of(step)

@@ -194,12 +194,12 @@ class RolloutHandlers:
     def ready_timeout(self) -> timedelta:
         canary = self._pinned.group.canary if self._pinned else None
         return ready_timeout(self._ann.ready_timeout, canary.ready_timeout if canary else None,
-                             self._settings.default_ready_timeout)
+                             self._settings.operator.ready_timeout)
 
     def scale_down_delay(self) -> timedelta:
         canary = self._pinned.group.canary if self._pinned else None
         seconds = canary.scale_down_delay_seconds if canary and canary.scale_down_delay_seconds is not None \
-            else self._settings.default_scale_down_delay_seconds
+            else self._settings.operator.scale_down_delay_seconds
         return timedelta(seconds=max(0, seconds))
 
     def poll_seconds(self) -> float:

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from api_models.ome.enums import ComponentType, RolloutPlanSource, RolloutRunOutcome
 from api_models.ome.rollout import RolloutGroup, RolloutPolicyRef
 from api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationGroupStatus
+from api_models.operator_config import OperatorDefaults
 from api_models.refs import ObjectRef
 from api_models.serving_io import TrafficWeight
 
@@ -30,20 +31,14 @@ ROLLOUT_REPORT = "rollout-report"
 
 
 class RolloutSettings(BaseModel):
-    """Operator-level defaults (the rollout block of OME's operator ConfigMap)."""
+    """What a rollout run is configured with besides its spec: the operator's defaults (read
+    from the operator ConfigMap when the run opens, then kept for the run) and the worker's own
+    pacing knobs."""
 
-    default_ready_timeout: str = "10m"
-    """readyTimeout when neither the group nor the ome.io/rollout-ready-timeout annotation sets one."""
-    stall_timeout: str = "10m"
-    """How long analysis may stay inconclusive (measured from lastConclusiveEvaluationTime)."""
-    default_scale_down_delay_seconds: int = 30
-    """Drain time before an old revision is scaled down when the group does not set one."""
-    default_prometheus_address: str = ""
-    """canaryAnalysis.bundledPrometheusAddress; empty means 'no default source'."""
-    metric_providers: dict[str, str] = {}
-    """metricProviders: providerRef name -> Prometheus base URL."""
+    operator: OperatorDefaults = OperatorDefaults()
     poll_seconds: float = 5
-    """How often readiness is re-read while a capacity gate is unmet."""
+    """The longest gap between readiness reads while a capacity gate is unmet; the first reads
+    come sooner (see steps.poll_interval), since kwok and warm nodes are Ready in about a second."""
     sample_report_seconds: float = 600
     """A sample that changes no outcome is published to status at most this often (bounds the
     parent's history during a week-long bake; the `state` query always has the latest)."""

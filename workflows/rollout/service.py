@@ -21,6 +21,7 @@ from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from api_models import contract
     from api_models.contract import AnnotationEvent, ObjectEvent, Signal, StartObject
+    from api_models.durations import parse_duration
     from api_models.ome.enums import RolloutPlanSource, RolloutRunOutcome
     from api_models.ome.rollout import RolloutGroup, RolloutSpec
     from api_models.ome.rollout_status import (
@@ -29,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from api_models.refs import ObjectRef
     from api_models.serving_io import ComponentObservation, ServiceObservation, TrafficWeight
-    from workflows.rollout import actions, policy, status
+    from workflows.rollout import actions, analysis, policy, status
     from workflows.rollout.models import (
         PAUSED,
         PROMOTE,
@@ -53,7 +54,6 @@ with workflow.unsafe.imports_passed_through():
         RolloutSettings,
         ServiceState,
     )
-    from workflows.rollout.steps import parse_duration
     from workflows.rollout.units import Unit, entrypoint, sequential, units
     from workflows.visibility import Visibility
 
@@ -329,8 +329,17 @@ class InferenceServiceWorkflow:
         group = unit.group or RolloutGroup(components=list(unit.components))
         resolution = policy.resolve(group, await self._read_policy(group))
         if resolution.group is None:
-            state.parked[unit.key] = f"{resolution.park_reason}: {resolution.park_message}"
-            self._dirty = True
+            self._park(unit.key, f"{resolution.park_reason}: {resolution.park_message}")
+            return
+        # The operator's defaults are read now and pinned for the run, like its policy.
+        operator = await actions.operator_config()
+        if operator.error is not None:
+            self._park(unit.key, f"OperatorConfigInvalid: {operator.error}")
+            return
+        unbound = analysis.unbound_provider(resolution.group.canary, operator)
+        if unbound is not None:
+            self._park(unit.key, f"MetricProviderUnbound: providerRef {unbound!r} is not bound in the operator's "
+                                 f"metricProviders ({operator.source or 'no operator ConfigMap'})")
             return
         state.parked.pop(unit.key, None)
         state.run_counter += 1
@@ -342,7 +351,8 @@ class InferenceServiceWorkflow:
         workflow_id = contract.rollout_workflow_id(ref.namespace or "", ref.name, ref.uid or "", unit.key)
         annotations = state.annotations
         params = RolloutInput(
-            isvc=ref, pinned=pinned, targets=targets, run_id=run_id, settings=self._settings,
+            isvc=ref, pinned=pinned, targets=targets, run_id=run_id,
+            settings=self._settings.model_copy(update={"operator": operator}),
             annotations=AnnotationState(
                 promote=annotations.get(contract.ROLLOUT_PROMOTE),
                 promote_force=annotations.get(contract.ROLLOUT_PROMOTE_FORCE),
@@ -363,6 +373,10 @@ class InferenceServiceWorkflow:
         except ChildWorkflowError as error:
             result, message = None, str(error.cause or error)
         self._results.append((key, result, message))
+
+    def _park(self, key: str, why: str) -> None:
+        self._state.parked[key] = why
+        self._dirty = True
 
     async def _read_policy(self, group: RolloutGroup) -> dict[str, object] | None:
         if group.policy_ref is None:

@@ -1,0 +1,133 @@
+"""The operator's configuration: the cluster-level defaults the seed refers to as "the rollout
+block of the operator's ConfigMap", "canaryAnalysis.bundledPrometheusAddress" and "the
+operator's metricProviders configuration".
+
+It lives in one ConfigMap in the controller namespace (`servingops-config` unless the worker is
+told otherwise), one YAML document per block:
+
+    data:
+      rollout: |
+        readyTimeout: 10m        # a canary step's capacity gate, when neither the group nor
+                                 # the ome.io/rollout-ready-timeout annotation sets one
+        stallTimeout: 10m        # how long analysis may stay inconclusive
+        scaleDownDelaySeconds: 30
+      canaryAnalysis: |
+        bundledPrometheusAddress: http://prometheus.monitoring.svc:9090
+      metricProviders: |
+        tenant-a:
+          serverAddress: http://mimir.monitoring.svc/prometheus
+          authSecretRef: {name: mimir-reader, key: token}   # in the controller namespace
+          headers: {X-Scope-OrgID: tenant-a}
+
+The worker reads it when a rollout run opens and the run keeps what it read (the workflow
+history records it), so a change applies to the next run, never halfway through one. Unknown
+keys are errors, not silently ignored: a typo in an operator default must not look like "unset".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from api_models.durations import parse_duration
+from api_models.refs import ObjectRef
+from api_models.serving_io import PrometheusSource
+
+DEFAULT_CONFIGMAP = "servingops-config"
+BLOCKS = ("rollout", "canaryAnalysis", "metricProviders")
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+def _duration(value: str) -> str:
+    if parse_duration(value).total_seconds() <= 0:
+        raise ValueError(f"{value!r} must be a positive duration")
+    return value
+
+
+class RolloutDefaults(_Block):
+    ready_timeout: str = "10m"
+    stall_timeout: str = "10m"
+    scale_down_delay_seconds: int = Field(default=30, ge=0)
+
+    _check_durations = field_validator("ready_timeout", "stall_timeout")(_duration)
+
+
+class CanaryAnalysisDefaults(_Block):
+    bundled_prometheus_address: str = ""
+    """The default metrics source: used when a canary names neither providerRef nor serverAddress."""
+
+
+class SecretKeyRef(_Block):
+    name: str = Field(min_length=1)
+    key: str = "token"
+
+
+class MetricProvider(_Block):
+    server_address: str = Field(min_length=1)
+    auth_secret_ref: SecretKeyRef | None = None
+    headers: dict[str, str] = {}
+
+
+class OperatorConfig(_Block):
+    rollout: RolloutDefaults = RolloutDefaults()
+    canary_analysis: CanaryAnalysisDefaults = CanaryAnalysisDefaults()
+    metric_providers: dict[str, MetricProvider] = {}
+
+
+class OperatorConfigError(ValueError):
+    """The ConfigMap exists but does not parse; the message names the key and the problem."""
+
+
+def parse_configmap_data(data: dict[str, str] | None) -> OperatorConfig:
+    blocks: dict[str, Any] = {}
+    for key, text in (data or {}).items():
+        if key not in BLOCKS:
+            raise OperatorConfigError(f"unknown key {key!r} (expected one of {', '.join(BLOCKS)})")
+        try:
+            blocks[key] = yaml.safe_load(text) or {}
+        except yaml.YAMLError as error:
+            raise OperatorConfigError(f"{key}: not YAML: {error}") from None
+    try:
+        return OperatorConfig.model_validate(blocks)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
+        raise OperatorConfigError(problems) from None
+
+
+class OperatorDefaults(BaseModel):
+    """What a rollout run needs of the operator configuration, resolved by the activity that read
+    it: durations as written, providers bound to a source whose auth Secret lives in the
+    controller namespace. Only references travel; tokens stay in their Secrets."""
+
+    ready_timeout: str = "10m"
+    stall_timeout: str = "10m"
+    scale_down_delay_seconds: int = 30
+    default_source: PrometheusSource | None = None
+    metric_providers: dict[str, PrometheusSource] = {}
+    source: str = ""
+    """Which ConfigMap this came from (`<namespace>/<name>`), or "" for the built-in defaults."""
+    error: str | None = None
+    """Set when the ConfigMap does not parse: runs park instead of guessing."""
+
+
+def resolve(config: OperatorConfig, namespace: str, source: str = "") -> OperatorDefaults:
+    def secret(ref: SecretKeyRef) -> ObjectRef:
+        return ObjectRef(group="", version="v1", plural="secrets", kind="Secret", name=ref.name, namespace=namespace)
+
+    providers = {
+        name: PrometheusSource(address=p.server_address, headers=dict(p.headers),
+                               auth_secret=secret(p.auth_secret_ref) if p.auth_secret_ref else None,
+                               auth_key=p.auth_secret_ref.key if p.auth_secret_ref else "token")
+        for name, p in config.metric_providers.items()}
+    address = config.canary_analysis.bundled_prometheus_address
+    return OperatorDefaults(
+        ready_timeout=config.rollout.ready_timeout, stall_timeout=config.rollout.stall_timeout,
+        scale_down_delay_seconds=config.rollout.scale_down_delay_seconds,
+        default_source=PrometheusSource(address=address) if address else None,
+        metric_providers=providers, source=source)
