@@ -94,8 +94,9 @@ class Stack:
 
 
 def start_worker(cluster: LocalKubeCluster, temporal: TemporalDevServer, registry: OciRegistry, hub: HubServer,
-                 task_queue: str, spool: Path, logs: Path, host_id: str) -> ManagedProcess:
-    env = {"TEMPORAL_ADDRESS": temporal.address, "KUBECONFIG": str(cluster.kubeconfig_path),
+                 task_queue: str, spool: Path, logs: Path, host_id: str,
+                 extra_env: dict[str, str] | None = None) -> ManagedProcess:
+    env = {**(extra_env or {}), "TEMPORAL_ADDRESS": temporal.address, "KUBECONFIG": str(cluster.kubeconfig_path),
            "HF_ENDPOINT": hub.url, "SERVINGOPS_REGISTRY": registry.address, "SERVINGOPS_OLLAMA_REGISTRY": registry.url,
            "SERVINGOPS_SPOOL_DIR": str(spool), "SERVINGOPS_TASK_QUEUE": task_queue, "SERVINGOPS_HOST_ID": host_id,
            "HF_HUB_DISABLE_TELEMETRY": "1"}

@@ -4,9 +4,10 @@ cluster (kwok pods), the session's Temporal, and Prometheus servers of the tests
 - the worker is SIGKILLed and restarted (same host id, task queue and env) at every step boundary
   of a timed canary; the canary still walks every step exactly once, in order, and completes;
 - a dedicated Prometheus is stopped while an analysis step bakes: under onInconclusive Rollback
-  the canary rolls back; under Hold and RollbackOnStall it holds its traffic (the stall timeout is
-  the operator default of 10m, which the bridge does not let a test shorten, so parking Failed /
-  AnalysisStalled and the rollback on stall are not waited for).
+  the canary rolls back on the first inconclusive sample; under Hold and RollbackOnStall it holds
+  its traffic within the stall timeout (20s, from the operator ConfigMap this stack's worker
+  reads), then Hold parks Failed / AnalysisStalled with traffic unchanged and RollbackOnStall rolls
+  back. The RollbackOnStall canary names no Prometheus: it samples the operator's bundled source.
 
 Deadlines are generous upper bounds (the suite may run on a loaded machine); nothing is timed.
 """
@@ -21,6 +22,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,8 @@ from tests.test_model_import_e2e import start_worker
 from tests.test_rollout_e2e import _route_weights, _wait
 
 DEADLINE = 240.0
+OPERATOR_CONFIG = "servingops-config"
+STALL_SECONDS = 20
 METRIC = "servingops_resilience_error_ratio"
 GOOD = 0.01
 
@@ -56,12 +60,14 @@ class RestartableStack:
     logs: Path
     host_id: str
     namespace: str
+    """Also the worker's controller namespace: the operator ConfigMap of this stack lives here."""
     worker: ManagedProcess = field(init=False)
     restarts: int = 0
 
     def start(self) -> ManagedProcess:
         self.worker = start_worker(self.cluster, self.temporal, self.registry, self.hub, self.task_queue,
-                                   self.spool, self.logs, host_id=self.host_id)
+                                   self.spool, self.logs, host_id=self.host_id,
+                                   extra_env={"SERVINGOPS_NAMESPACE": self.namespace})
         return self.worker
 
     def crash_and_restart(self) -> None:
@@ -81,7 +87,10 @@ def resilient_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, 
                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestartableStack]:
     task_queue = f"resilience-{uuid.uuid4().hex[:6]}"
     namespace = f"resilience-{uuid.uuid4().hex[:6]}"
-    client.CoreV1Api(kube_api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    core = client.CoreV1Api(kube_api)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=OPERATOR_CONFIG), data={"rollout": f"stallTimeout: {STALL_SECONDS}s\n"}))
     stack = RestartableStack(kube_cluster, temporal_server, oci_registry, hub_server, task_queue,
                              tmp_path_factory.mktemp("spool"), stack_logs, f"host-{task_queue}", namespace)
     stack.start()
@@ -271,10 +280,12 @@ def _delete(api: client.ApiClient, ns: str, name: str) -> None:
 
 
 def _analysis_canary_then_stop_prometheus(api: client.ApiClient, stack: RestartableStack, name: str, mode: str,
-                                          prometheus: Prometheus, exporter: Exporter) -> tuple[str, str]:
+                                          prometheus: Prometheus, exporter: Exporter, *,
+                                          bundled: bool = False) -> tuple[str, str]:
     """A canary whose analysis step (onInconclusive `mode`) passes on a good value but bakes for an
-    hour; once a conclusive passing sample is on status, stop its Prometheus and wait for the first
-    inconclusive sample. Answers (stable backend, canary backend)."""
+    hour; once a conclusive passing sample is on status, stop its Prometheus. With `bundled` the
+    spec names no source and the operator ConfigMap's bundledPrometheusAddress points at this
+    Prometheus. Answers (stable backend, canary backend)."""
     ns, label = stack.namespace, uuid.uuid4().hex[:8]
     series = METRIC + '{isvc="' + name + '",test="' + label + '"}'
     exporter.set({series: GOOD})
@@ -286,7 +297,10 @@ def _analysis_canary_then_stop_prometheus(api: client.ApiClient, stack: Restarta
                 "metrics": [{"name": "error-ratio", "operator": "LT", "threshold": "0.05",
                              "query": METRIC + '{isvc="{{.ISVCName}}",test="' + label + '"}'}]}},
              {"capacity": "100%", "traffic": 100}]
-    stable = _first_revision(api, stack, name, steps, prometheus.url)
+    stable = _first_revision(api, stack, name, steps, None if bundled else prometheus.url)
+    # Read when the canary's run opens, which the image change below does.
+    client.CoreV1Api(api).patch_namespaced_config_map(OPERATOR_CONFIG, ns, {"data": {
+        "canaryAnalysis": f"bundledPrometheusAddress: '{prometheus.url if bundled else ''}'\n"}})
     _set_image(api, ns, name, "vllm/vllm-openai:v0.10")
     canary = _wait_canary_at(api, stack, name, stable, 20)
     _wait("a conclusive passing sample", lambda: (
@@ -299,9 +313,18 @@ def _analysis_canary_then_stop_prometheus(api: client.ApiClient, stack: Restarta
     return stable, canary
 
 
-def _assert_holds(api: client.ApiClient, stack: RestartableStack, name: str, stable: str, canary: str) -> None:
-    """An inconclusive sample reaches status, then for ~10s nothing moves: same traffic, same step,
-    no rollback and no failure (the 10m stall timeout is far away)."""
+def _held(engine: dict[str, Any], stable: str, canary: str, weights: dict[str, int]) -> None:
+    status = engine.get("canary") or {}
+    assert weights == {stable: 80, canary: 20}
+    assert engine.get("rolloutPhase") not in ("RolledBack", "Failed", "Stable"), engine
+    assert status.get("currentStep") == 0 and not status.get("failed") and not status.get(
+        "rolledBackRevisionHash"), status
+
+
+def _assert_holds_within_the_stall(api: client.ApiClient, stack: RestartableStack, name: str, stable: str,
+                                   canary: str) -> datetime:
+    """An inconclusive sample reaches status, then until shortly before the stall timeout nothing
+    moves: same traffic, same step, no rollback and no failure. Answers lastConclusiveEvaluationTime."""
     ns = stack.namespace
     held = _wait("an inconclusive sample on status", lambda: (
         (c := _canary_status(api, ns, name)).get("metricResults")
@@ -309,18 +332,16 @@ def _assert_holds(api: client.ApiClient, stack: RestartableStack, name: str, sta
     assert held.get("currentStep") == 0
     assert held["metricResults"][0].get("message"), held
     assert not held.get("analysisFailedChecks"), "an inconclusive sample is not a breach"
-    until = time.monotonic() + 10
-    while time.monotonic() < until:
-        assert _route_weights(api, ns, f"{name}-engine") == {stable: 80, canary: 20}
-        engine = _engine(api, ns, name)
-        status = engine.get("canary") or {}
-        assert engine.get("rolloutPhase") not in ("RolledBack", "Failed", "Stable"), engine
-        assert status.get("currentStep") == 0 and not status.get("failed") and not status.get(
-            "rolledBackRevisionHash"), status
+    conclusive = datetime.fromisoformat(held["lastConclusiveEvaluationTime"])
+    until = conclusive + timedelta(seconds=STALL_SECONDS - 3)
+    checks = 0
+    while datetime.now(UTC) < until:
+        _held(_engine(api, ns, name), stable, canary, _route_weights(api, ns, f"{name}-engine"))
+        checks += 1
         time.sleep(0.5)
+    assert checks >= 5, "the machine was too slow to watch the hold; the stall started before we looked"
     assert _engine(api, ns, name).get("latestRolledoutRevision") == stable
-
-
+    return conclusive
 def test_prometheus_stopped_rollback_rolls_back(kube_api: client.ApiClient, resilient_stack: RestartableStack,
                                                 own_prometheus: tuple[Prometheus, Exporter]) -> None:
     stack, (prometheus, exporter) = resilient_stack, own_prometheus
@@ -339,21 +360,40 @@ def test_prometheus_stopped_rollback_rolls_back(kube_api: client.ApiClient, resi
     assert engine["latestRolledoutRevision"] == stable
 
 
-def test_prometheus_stopped_hold_holds(kube_api: client.ApiClient, resilient_stack: RestartableStack,
-                                       own_prometheus: tuple[Prometheus, Exporter]) -> None:
+def test_prometheus_stopped_hold_parks_after_the_stall(kube_api: client.ApiClient, resilient_stack: RestartableStack,
+                                                      own_prometheus: tuple[Prometheus, Exporter]) -> None:
     stack, (prometheus, exporter) = resilient_stack, own_prometheus
-    name = "inconclusive-hold"
+    ns, name = stack.namespace, "inconclusive-hold"
     stable, canary = _analysis_canary_then_stop_prometheus(kube_api, stack, name, "Hold", prometheus, exporter)
-    _assert_holds(kube_api, stack, name, stable, canary)
-    _delete(kube_api, stack.namespace, name)  # no point sampling a dead Prometheus for the rest of the session
+    conclusive = _assert_holds_within_the_stall(kube_api, stack, name, stable, canary)
+
+    engine = _wait("parked Failed / AnalysisStalled", lambda: (
+        (e := _engine(kube_api, ns, name)).get("rolloutPhase") == "Failed" and e), stack.worker, DEADLINE)
+    failed = engine["canary"]["failed"]
+    assert failed["reason"] == "AnalysisStalled"
+    assert datetime.fromisoformat(failed["time"]) - conclusive >= timedelta(seconds=STALL_SECONDS)
+    # A monitoring outage is not evidence against the canary: traffic stays where the step put it.
+    assert _route_weights(kube_api, ns, f"{name}-engine") == {stable: 80, canary: 20}
+    assert engine["canary"]["currentStep"] == 0 and not engine["canary"].get("rolledBackRevisionHash")
+    _delete(kube_api, ns, name)  # no point sampling a dead Prometheus for the rest of the session
 
 
-def test_prometheus_stopped_rollback_on_stall_holds_within_the_stall(
+def test_prometheus_stopped_rollback_on_stall_rolls_back_after_the_stall(
         kube_api: client.ApiClient, resilient_stack: RestartableStack,
         own_prometheus: tuple[Prometheus, Exporter]) -> None:
     stack, (prometheus, exporter) = resilient_stack, own_prometheus
-    name = "inconclusive-stall"
+    ns, name = stack.namespace, "inconclusive-stall"
     stable, canary = _analysis_canary_then_stop_prometheus(kube_api, stack, name, "RollbackOnStall", prometheus,
-                                                           exporter)
-    _assert_holds(kube_api, stack, name, stable, canary)
-    _delete(kube_api, stack.namespace, name)
+                                                           exporter, bundled=True)
+    conclusive = _assert_holds_within_the_stall(kube_api, stack, name, stable, canary)
+
+    _wait("traffic back on stable after the stall", lambda: (
+        (w := _route_weights(kube_api, ns, f"{name}-engine")) and w.get(stable) == 100
+        and not any(v for k, v in w.items() if k != stable)), stack.worker, DEADLINE)
+    assert datetime.now(UTC) - conclusive >= timedelta(seconds=STALL_SECONDS)
+    engine = _wait("status reports the rollback", lambda: (
+        (e := _engine(kube_api, ns, name)) and e.get("rolloutPhase") == "RolledBack" and e), stack.worker, DEADLINE)
+    status = engine["canary"]
+    assert _serving(name, status["rolledBackRevisionHash"]) == canary and not status.get("failed")
+    assert not status.get("analysisFailedChecks"), "rolled back for the stall, not for a breach"
+    assert engine["latestRolledoutRevision"] == stable
