@@ -61,9 +61,14 @@ async def test_blue_green_never_ready_keeps_old_serving(env: WorkflowEnvironment
         assert isvc.cluster.conditions["Ready"]["status"] == "True"
 
 
-@pytest.mark.parametrize(("surge", "unavailable", "replicas"), [(1, 0, 4), ("50%", "25%", 4), (0, 1, 3)])
+# With one pod moving at a time the route is necessarily split for a while; with 50%/25% the new
+# pods may all turn Ready between two readiness reads, and then the old revision is released and
+# traffic moves in one go (the split follows Ready pods), so only the pool must be mixed.
+@pytest.mark.parametrize(("surge", "unavailable", "replicas", "route_split"),
+                         [(1, 0, 4, True), ("50%", "25%", 4, False), (0, 1, 3, True)])
 async def test_rolling_respects_surge_and_unavailable(env: WorkflowEnvironment, surge: int | str,
-                                                      unavailable: int | str, replicas: int) -> None:
+                                                      unavailable: int | str, replicas: int,
+                                                      route_split: bool) -> None:
     rollout = {"groups": [{"components": ["engine"],
                            "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}]}
     async with served(env, desired={ENGINE: ("a", replicas)}, rollout=rollout, ready_delay=20) as isvc:
@@ -79,8 +84,9 @@ async def test_rolling_respects_surge_and_unavailable(env: WorkflowEnvironment, 
             assert point.total <= replicas + max_surge, point
             if point.revisions.get("b") != replicas or "a" in point.revisions:
                 assert point.ready >= replicas - max_unavailable, point
+        assert any(p.revisions.get("a") and p.revisions.get("b") for p in points), "mixed revisions in the pool"
         mixed = [ws for _, _, ws in isvc.cluster.route_log if len([w for w in ws if w.weight > 0]) == 2]
-        assert mixed, "both revisions served during the window"
+        assert mixed or not route_split, "both revisions served during the window"
         assert isvc.weights() == {"b": 100} and isvc.cluster.replicas(ENGINE, "a") is None
         await rolled_out(isvc, "b")
 

@@ -160,3 +160,8 @@ def test_policy_resolution_and_digest() -> None:
     assert wrong.group is None and wrong.park_reason == "ProgressionMismatch"
     default = policy.resolve(RolloutGroup.model_validate({"components": ["engine"]}), None)
     assert default.group is not None and default.group.blue_green is not None
+
+
+def test_readiness_poll_starts_quick_and_backs_off() -> None:
+    waits = [steps.poll_interval(timedelta(seconds=s), 5.0) for s in (0, 0.9, 2, 4, 8, 30, 3600)]
+    assert waits == [0.5, 0.5, 1.0, 2.0, 4.0, 5.0, 5.0]

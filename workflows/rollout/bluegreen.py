@@ -48,7 +48,7 @@ async def run(driver: Driver) -> RolloutRunOutcome | None:
             await driver.coordinate(CoordinationPhase.FAILED, "new revisions not Ready within the ready timeout; "
                                                               "the old revisions keep serving")
             return None
-        await driver.wait(min(driver.poll_seconds(), (driver.ready_timeout() - elapsed).total_seconds()))
+        await driver.wait(min(driver.poll_seconds(elapsed), (driver.ready_timeout() - elapsed).total_seconds()))
     for target in moving:
         driver.record_ready(target.component, target.revision)
     await driver.coordinate(CoordinationPhase.SHIFTING)

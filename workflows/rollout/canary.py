@@ -193,7 +193,7 @@ class RolloutWorkflow(RolloutHandlers):
                 self._message = f"step {canary.current_step} capacity not Ready within {limit}"
                 await self._enter(RolloutPhase.FAILED, force=True)
                 return False
-            await self._wait(min(self._settings.poll_seconds, (limit - elapsed).total_seconds()))
+            await self._wait(min(self.poll_seconds(elapsed), (limit - elapsed).total_seconds()))
             if self._interrupted():
                 return False
 

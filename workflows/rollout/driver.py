@@ -28,7 +28,9 @@ class Driver(Protocol):
 
     def scale_down_delay(self) -> timedelta: ...
 
-    def poll_seconds(self) -> float: ...
+    def poll_seconds(self, waited: timedelta) -> float:
+        """The sleep before re-reading readiness, `waited` into a readiness wait."""
+        ...
 
     async def wait(self, seconds: float) -> None:
         """Sleep, returning early on rollback or retarget."""

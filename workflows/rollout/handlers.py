@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
         RolloutState,
         progression_of,
     )
-    from workflows.rollout.steps import Gate, ready_timeout
+    from workflows.rollout.steps import Gate, poll_interval, ready_timeout
     from workflows.rollout.units import entrypoint
     from workflows.visibility import Visibility
 
@@ -202,8 +202,8 @@ class RolloutHandlers:
             else self._settings.operator.scale_down_delay_seconds
         return timedelta(seconds=max(0, seconds))
 
-    def poll_seconds(self) -> float:
-        return self._settings.poll_seconds
+    def poll_seconds(self, waited: timedelta) -> float:
+        return poll_interval(waited, self._settings.poll_seconds)
 
     async def wait(self, seconds: float) -> None:
         await self._wait(seconds)

@@ -107,7 +107,7 @@ async def run(driver: Driver, spec: GroupRollingUpdate | None) -> RolloutRunOutc
             await driver.coordinate(CoordinationPhase.FAILED, "no rolling progress within the ready timeout; "
                                                               "restored the old revision")
             return None
-        await driver.wait(driver.poll_seconds())
+        await driver.wait(driver.poll_seconds(workflow.now() - last_progress))
     for target in moving:
         await _route(driver, target, 100)
         await actions.delete_revision(driver.isvc, target.component, target.stable_revision)
@@ -137,7 +137,7 @@ async def _restore(driver: Driver, moving: list[ComponentTarget],
             ready = ready and seen.ready_replicas >= target.desired_replicas
         if ready:
             break
-        await workflow.sleep(driver.poll_seconds())
+        await workflow.sleep(driver.poll_seconds(workflow.now() - since))
     for target in moving:
         await _route(driver, target, 0)
         await actions.delete_revision(driver.isvc, target.component, target.revision)

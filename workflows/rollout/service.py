@@ -12,6 +12,7 @@ other's part of status.components.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 
 from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
@@ -54,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         RolloutSettings,
         ServiceState,
     )
+    from workflows.rollout.steps import poll_interval
     from workflows.rollout.units import Unit, entrypoint, sequential, units
     from workflows.visibility import Visibility
 
@@ -97,6 +99,8 @@ class InferenceServiceWorkflow:
         self._annotations: list[AnnotationEvent] = []
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._phase = "Pending"
+        self._unready_since: datetime | None = None
+        """When the current wait for components to serve began (paces the readiness poll)."""
 
     # -- bridge signals ----------------------------------------------------------------------
 
@@ -180,7 +184,10 @@ class InferenceServiceWorkflow:
     def _next_wake(self) -> float | None:
         waits: list[float] = []
         if any(not v.serving_ready for v in self._state.components.values()):
-            waits.append(self._settings.poll_seconds)
+            self._unready_since = self._unready_since or workflow.now()
+            waits.append(poll_interval(workflow.now() - self._unready_since, self._settings.poll_seconds))
+        else:
+            self._unready_since = None
         if self._state.parked:
             waits.append(_RESYNC_PARKED)
         if self._state.soak_until is not None:

@@ -12,6 +12,15 @@ from api_models.durations import parse_duration
 from api_models.ome.enums import OnInconclusive
 from api_models.ome.rollout import RolloutGroupStep
 
+_FIRST_POLL_SECONDS = 0.5
+
+
+def poll_interval(waited: timedelta, longest: float) -> float:
+    """How long to sleep before re-reading readiness, `waited` into a wait: quick at first (kwok
+    and warm nodes are Ready within a second or two, and a step can move no sooner than the
+    workflow looks), then backing off to `longest` so a long wait costs few history events."""
+    return min(longest, max(_FIRST_POLL_SECONDS, waited.total_seconds() / 2))
+
 
 def scaled(value: int | str, total: int, *, round_up: bool) -> int:
     """An IntOrString against a total: "25%" of total (rounded as asked) or an absolute count."""
