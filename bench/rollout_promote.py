@@ -4,7 +4,8 @@ canaries on one worker.
     .venv/bin/python -m bench.rollout_promote [--steps 20] [--concurrent 200] [--concurrent-promotes 2]
 
 (a) One InferenceService with a canary of N manual-pause steps (every step at capacity 100%, so
-    only traffic moves and no pod start sits in the measured path). For each step: set
+    only traffic moves and no pod start sits in the measured path). For each step, once status
+    says the canary is Paused at that step's manual gate: set
     `ome.io/rollout-promote` to the canary revision hash, and time until a watch on the HTTPRoute
     sees its backendRef weights change; then remove the annotation (re-arming manual promotion).
     p50 / p99 beside the baseline: the 10-30 s requeue period of reconcile-loop controllers.
@@ -167,10 +168,14 @@ class Bench:
                                            "ports": [{"containerPort": 8000}]}}}})
 
     def paused_at(self, name: str, step: int) -> dict[str, Any] | None:
-        canary = self.canary(name)
-        if canary.get("currentStep") == step and canary.get("canaryRevisionHash") and not canary.get(
-                "promotedThrough"):
-            return canary
+        """The canary when it waits at `step`'s manual gate (phase Paused): capacity is met and the
+        promote is all it waits for, so the measured latency is the promote's alone. A promote
+        sent earlier, during the capacity wait, would also time the pods' start."""
+        engine = ((self.get(name).get("status") or {}).get("components") or {}).get("engine") or {}
+        canary = engine.get("canary") or {}
+        if engine.get("rolloutPhase") == "Paused" and canary.get("currentStep") == step and canary.get(
+                "canaryRevisionHash") and not canary.get("promotedThrough"):
+            return dict(canary)
         return None
 
     def promote_once(self, name: str, step: int, routes: RouteWatch | None, timeout: float = 120) -> float | None:

@@ -32,7 +32,7 @@ from tests.rollout_harness import start_env
 from tests.test_rollout_e2e import _wait, worker_and_bridge
 from workflows.rollout.policy import portable_digest
 from workflows.rollout_policy import (
-    ATTACH_REFRESH,
+    ATTACH_RESYNC,
     MAX_REFRESHES_PER_RUN,
     PolicyState,
     RolloutPolicyRun,
@@ -164,12 +164,17 @@ async def test_digest_generation_ready_and_attached_groups(env: WorkflowEnvironm
         # and an unchanged count writes nothing.
         cluster.attached = 2
         await _until(env, lambda: cluster.status.get("attachedGroups") == 2, "two attached groups",
-                     skip=ATTACH_REFRESH.total_seconds())
+                     skip=ATTACH_RESYNC.total_seconds())
         writes = len(cluster.patches)
-        await env.sleep(ATTACH_REFRESH.total_seconds() * 3)
+        await env.sleep(ATTACH_RESYNC.total_seconds() * 3)
         assert len(cluster.patches) == writes
         state = await handle.query("state", result_type=PolicyState)
         assert state.phase == "Ready" and state.attached_groups == 2 and state.acted_generation == 3
+
+        # What an InferenceService workflow sends when its references change: recounted at once.
+        cluster.attached = 1
+        await handle.signal("refresh-now")
+        await _until(env, lambda: cluster.status.get("attachedGroups") == 1, "recount on refresh-now", skip=1.0)
 
         # A body that breaks the policy's admission rules: Ready False with the reason.
         await handle.signal("object-changed", cluster.bump({"canary": {"steps": [{"capacity": 2, "traffic": 10}]}}))
@@ -191,7 +196,7 @@ async def test_recounts_continue_as_new(env: WorkflowEnvironment) -> None:
         handle = await _start(env, cluster, queue)
         await _until(env, lambda: "portableDigest" in cluster.status, "first status")
         first_run = (await handle.describe()).run_id
-        await env.sleep((MAX_REFRESHES_PER_RUN + 20) * ATTACH_REFRESH.total_seconds())
+        await env.sleep((MAX_REFRESHES_PER_RUN + 20) * ATTACH_RESYNC.total_seconds())
         latest = env.client.get_workflow_handle(handle.id)
         assert (await latest.describe()).run_id != first_run
         state = await latest.query("state", result_type=PolicyState)
@@ -252,8 +257,21 @@ def test_policy_status_on_a_real_cluster(kube_api: client.ApiClient,
             "rollout": {"groups": [{"components": ["engine"],
                                     "policyRef": {"name": "gentle", "progression": "canary"}}]}}
     create(kube_api, InferenceService, manifest(InferenceService, isvc, name="chat"), ns)
+    # The InferenceService's workflow nudges the policy: counted well within the resync period.
+    pushed = ATTACH_RESYNC.total_seconds() / 5
     _wait("the InferenceService's group counted in attachedGroups",
-          lambda: status("gentle").get("attachedGroups") == 1, worker,
-          timeout=ATTACH_REFRESH.total_seconds() * 6)
+          lambda: status("gentle").get("attachedGroups") == 1, worker, timeout=pushed)
     assert status("twin").get("attachedGroups") == 0
     assert status("gentle")["portableDigest"] == second["portableDigest"]
+
+    # The group moves to the other policy: both counts follow.
+    isvc_api = ("ome.io", "v1beta1", ns, "inferenceservices", "chat")
+    custom.patch_namespaced_custom_object(*isvc_api, {"spec": {"rollout": {"groups": [
+        {"components": ["engine"], "policyRef": {"name": "twin", "progression": "canary"}}]}}})
+    _wait("the reference moved from gentle to twin", lambda: (
+        status("gentle").get("attachedGroups") == 0 and status("twin").get("attachedGroups") == 1), worker,
+        timeout=pushed)
+    # The InferenceService is deleted: its group no longer counts.
+    custom.delete_namespaced_custom_object(*isvc_api)
+    _wait("the deleted InferenceService's group uncounted", lambda: status("twin").get("attachedGroups") == 0,
+          worker, timeout=pushed)

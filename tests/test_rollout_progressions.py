@@ -3,13 +3,19 @@ RolloutPolicy resolution, end to end on the time-skipping test server with a fak
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from api_models import contract
 from api_models.contract import ObjectEvent
+from tests.rollout_fakes import NAMESPACE
 from tests.rollout_harness import DECODER, ENGINE, ROUTER, Isvc, canary_group, roll_to, rolled_out, served, start_env
 from workflows.rollout.models import RolloutSettings
 
@@ -226,3 +232,68 @@ async def test_service_ends_when_the_object_is_gone(env: WorkflowEnvironment) ->
         isvc.cluster.generation += 1
         await isvc.changed()
         await isvc.handle.result()
+
+
+# Unsandboxed: the sandbox would re-import this whole test module, which pulls in non-workflow code.
+@workflow.defn(name="PolicyNudgeRecorder", sandboxed=False)
+class PolicyNudgeRecorder:
+    """Stands at a RolloutPolicy workflow's id and counts the `refresh-now` nudges it receives."""
+
+    def __init__(self) -> None:
+        self.nudges = 0
+
+    @workflow.signal(name="refresh-now")
+    def refresh_now(self) -> None:
+        self.nudges += 1
+
+    @workflow.query(name="nudges")
+    def count(self) -> int:
+        return self.nudges
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
+
+
+async def test_policy_references_are_pushed_to_the_policy(env: WorkflowEnvironment) -> None:
+    policy_uid = "0d6c3c1e-policy"
+    queue = f"recorder-{uuid.uuid4().hex[:6]}"
+    rollout = {"groups": [{"components": ["engine"], "policyRef": {"name": "safe", "progression": "canary"}},
+                          {"components": ["decoder"], "policyRef": {"name": "safe", "progression": "canary"}}]}
+    async with Worker(env.client, task_queue=queue, workflows=[PolicyNudgeRecorder]):
+        recorder = await env.client.start_workflow(
+            "PolicyNudgeRecorder", id=contract.rollout_policy_workflow_id(NAMESPACE, "safe", policy_uid),
+            task_queue=queue)
+
+        async def nudges() -> int:
+            return int(await recorder.query("nudges", result_type=int))
+
+        async with served(env, desired={ENGINE: ("e1", 2), DECODER: ("d1", 2)}, rollout=rollout) as isvc:
+            isvc.cluster.policies["safe"] = {"apiVersion": "ome.io/v1beta1", "kind": "RolloutPolicy",
+                                             "metadata": {"name": "safe", "uid": policy_uid, "generation": 1},
+                                             "spec": {"canary": {"steps": [{"capacity": "100%", "traffic": 100}]}}}
+            isvc.cluster.generation += 1
+            await isvc.changed()  # the policy now exists: two groups reference it
+            await _until_value(env, nudges, 1)
+            isvc.cluster.generation += 1
+            await isvc.changed()  # re-planned, but nothing about the references changed: no nudge
+            await env.sleep(5)
+            assert await nudges() == 1
+            isvc.cluster.spec_rollout = {"groups": rollout["groups"][:1]}  # one group left
+            isvc.cluster.generation += 1
+            await isvc.changed()
+            await _until_value(env, nudges, 2)
+            await isvc.handle.signal(contract.Signal.DELETE, ObjectEvent(
+                uid=isvc.cluster.uid, generation=isvc.cluster.generation, resource_version="9", deleting=True))
+            await isvc.handle.result()
+            await _until_value(env, nudges, 3)
+        await recorder.terminate()
+
+
+async def _until_value(env: WorkflowEnvironment, probe: Any, expected: int) -> None:
+    """Skip test time a second at a time until `probe()` answers `expected` (bounded in real time:
+    on a loaded machine the workflow may need more real time than a fixed count of skips gives)."""
+    deadline = time.monotonic() + 60
+    while (value := await probe()) != expected and time.monotonic() < deadline:
+        await env.sleep(1)
+    assert value == expected

@@ -6,9 +6,10 @@ with reason PolicyInvalid when the body breaks a policy admission rule) and atta
 count of rollout groups in the namespace whose policyRef names this policy.
 
 A spec change arrives as `object-changed` with a higher generation and is acted on once. Which
-InferenceServices reference the policy changes without the policy's generation moving, so the
-count is re-taken every ATTACH_REFRESH (or at once on `refresh-now`) and written only when it
-moved. History stays bounded with continue-as-new, carrying the state in the single argument.
+InferenceServices reference the policy changes without the policy's generation moving: each
+InferenceServiceWorkflow sends `refresh-now` when its references to this policy change (or it is
+deleted), and the count is re-taken at once; every ATTACH_RESYNC it is re-taken anyway, as a
+safety net for a nudge that had no workflow to reach. It is written only when it moved. History stays bounded with continue-as-new, carrying the state in the single argument.
 The policy holds no finalizer: nothing is owned, so deletion only ends the workflow.
 """
 
@@ -30,9 +31,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.rollout.policy import kind_of, portable_digest
     from workflows.visibility import Visibility
 
-ATTACH_REFRESH = timedelta(seconds=10)
-"""How often the attached-groups count is re-taken (InferenceServices change without signalling
-the policy)."""
+ATTACH_RESYNC = timedelta(minutes=5)
+"""How often the attached-groups count is re-taken without a `refresh-now` nudge."""
 MAX_REFRESHES_PER_RUN = 500
 """A run continues as new after this many refreshes even if Temporal has not suggested it yet."""
 
@@ -137,7 +137,7 @@ class RolloutPolicyWorkflow:
                     lambda: (
                         self.state.deleting or self._refresh_now or self.state.generation > self.state.acted_generation
                     ),
-                    timeout=ATTACH_REFRESH,
+                    timeout=ATTACH_RESYNC,
                 )
             except TimeoutError:
                 pass
@@ -218,4 +218,4 @@ class RolloutPolicyWorkflow:
         )
 
 
-__all__ = ["ATTACH_REFRESH", "PolicyState", "RolloutPolicyRun", "RolloutPolicyWorkflow", "validate"]
+__all__ = ["ATTACH_RESYNC", "PolicyState", "RolloutPolicyRun", "RolloutPolicyWorkflow", "validate"]

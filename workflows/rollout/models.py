@@ -226,3 +226,6 @@ class ServiceState(BaseModel):
     run_counter: int = 0
     soak_until: datetime | None = None
     entry_unit: str | None = None
+    policy_attachments: dict[str, int] = {}
+    """RolloutPolicy workflow id -> how many of this service's groups reference that policy, as
+    last announced to it (a change is pushed so its status.attachedGroups moves at once)."""

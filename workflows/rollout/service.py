@@ -146,8 +146,10 @@ class InferenceServiceWorkflow:
         visibility = Visibility("InferenceService", start.ref.namespace, start.ref.name)
         while True:
             if self._deleting:
-                # Children are closed by their ParentClosePolicy when this run ends.
+                # Children are closed by their ParentClosePolicy when this run ends; the policies
+                # this service referenced learn that its groups are gone.
                 visibility.publish("Deleting")
+                await self._announce_attachments({})
                 return
             self._take_results()
             self._take_reports()
@@ -394,10 +396,18 @@ class InferenceServiceWorkflow:
                                                    namespace=ref.namespace))
 
     async def _resolutions(self, spec: RolloutSpec | None) -> list[dict[str, object]]:
-        """status.rollout.groups: per spec group, what a run opened now would pin."""
+        """status.rollout.groups: per spec group, what a run opened now would pin. Also tells each
+        referenced RolloutPolicy when this service's references to it changed."""
         views = []
+        attachments: dict[str, int] = {}
         for index, group in enumerate((spec.groups if spec else None) or []):
             live = await self._read_policy(group)
+            metadata = (live or {}).get("metadata")
+            policy_uid = str(metadata.get("uid") or "") if isinstance(metadata, dict) else ""
+            if group.policy_ref is not None and policy_uid:
+                ref = self._require_ref()
+                wid = contract.rollout_policy_workflow_id(ref.namespace or "", group.policy_ref.name, policy_uid)
+                attachments[wid] = attachments.get(wid, 0) + 1
             resolution = policy.resolve(group, live)
             view = RolloutGroupResolution(index=index, source=resolution.source, policy_ref=group.policy_ref,
                                           observed_digest=resolution.digest)
@@ -405,7 +415,22 @@ class InferenceServiceWorkflow:
                 view.shadowed_policy_ref = ShadowedRolloutPolicyRef(name=group.policy_ref.name,
                                                                     would_pin_digest=resolution.shadowed_digest)
             views.append(view.to_api())
+        await self._announce_attachments(attachments)
         return views
+
+    async def _announce_attachments(self, attachments: dict[str, int]) -> None:
+        """Nudge every RolloutPolicy whose count of this service's referencing groups changed to
+        recount (its attachedGroups spans the namespace, so it counts; we only say when). A
+        policy whose workflow is not running misses nothing: it counts when it starts, and
+        re-counts periodically as a safety net."""
+        before = self._state.policy_attachments
+        changed = sorted(wid for wid in before.keys() | attachments.keys() if before.get(wid) != attachments.get(wid))
+        self._state.policy_attachments = attachments
+        for wid in changed:
+            try:
+                await workflow.get_external_workflow_handle(wid).signal(contract.Signal.REFRESH_NOW)
+            except Exception as error:
+                workflow.logger.debug("RolloutPolicy workflow %s not signalled: %s", wid, error)
 
     # -- children's news -----------------------------------------------------------------------
 
