@@ -32,6 +32,13 @@ class WorkflowType(StrEnum):
     WORKLOAD_CLUSTER = "WorkloadClusterWorkflow"
 
 
+IMPLEMENTED_WORKFLOWS = frozenset({WorkflowType.MODEL, WorkflowType.INFERENCE_SERVICE, WorkflowType.ROLLOUT,
+                                   WorkflowType.ROLLOUT_POLICY})
+"""The workflow types this release's worker registers (a test holds the worker to it). The bridge
+follows, by default, only the kinds routed to one of them: an object of another kind would get a
+workflow that no worker runs."""
+
+
 class Signal(StrEnum):
     OBJECT_CHANGED = "object-changed"
     """The object's generation moved, or it is being deleted (ObjectEvent)."""

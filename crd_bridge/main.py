@@ -19,7 +19,7 @@ from crd_bridge.dispatcher import Dispatcher
 from crd_bridge.leader import start_election
 from crd_bridge.metrics import BridgeMetrics
 from crd_bridge.queue import CoalescingQueue
-from crd_bridge.routes import ROUTES
+from crd_bridge.routes import DEFAULT_KINDS, ROUTES
 from crd_bridge.watcher import KindWatcher, Observed
 from runtime.kube import load_api_client
 from runtime.telemetry import configure_tracing
@@ -35,8 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", default=defaults.namespace, help="env TEMPORAL_NAMESPACE")
     parser.add_argument("--task-queue", default=defaults.task_queue, help="env SERVINGOPS_TASK_QUEUE")
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="env KUBECONFIG")
-    parser.add_argument("--kinds", default=env("SERVINGOPS_BRIDGE_KINDS", ",".join(ROUTES)),
-                        help="comma-separated kinds to follow (default: every served kind)")
+    parser.add_argument("--kinds", default=env("SERVINGOPS_BRIDGE_KINDS", ",".join(DEFAULT_KINDS)),
+                        help="comma-separated kinds to follow (default: every kind whose workflow the worker "
+                             f"serves: {', '.join(DEFAULT_KINDS)})")
     parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction,
                         default=env("SERVINGOPS_LEADER_ELECT", "true") == "true")
     parser.add_argument("--lease-name", default=env("SERVINGOPS_LEASE_NAME", "servingops-bridge"))

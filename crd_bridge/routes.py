@@ -69,6 +69,11 @@ ROUTES: dict[str, Route] = {
 }
 
 
+DEFAULT_KINDS: tuple[str, ...] = tuple(
+    kind for kind, route in ROUTES.items() if route.workflow_type in contract.IMPLEMENTED_WORKFLOWS)
+"""What the bridge follows when not told: every kind whose workflow the worker serves."""
+
+
 @dataclass(frozen=True)
 class Fingerprint:
     """What was last sent for one object: enough to tell whether an event is news."""

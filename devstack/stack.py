@@ -28,9 +28,8 @@ from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 
 EXAMPLES = REPO_ROOT / "deploy" / "examples"
 CRDS = REPO_ROOT / "deploy" / "crds"
+OPERATOR_CONFIG = REPO_ROOT / "deploy" / "manifests" / "15-operator-config.yaml"
 READY_WAIT_SECONDS = 180
-# The kinds whose workflows this release's worker serves.
-BRIDGED_KINDS = ("Model", "ClusterModel", "InferenceService", "RolloutPolicy")
 
 
 def _port(preferred: int) -> int:
@@ -81,11 +80,13 @@ def up(state_dir: Path) -> int:
         "SERVINGOPS_REGISTRY": registry.address,
         "SERVINGOPS_OLLAMA_REGISTRY": registry.url,
         "SERVINGOPS_SPOOL_DIR": str(state_dir / "spool"),
-        "SERVINGOPS_PROMETHEUS_URL": prometheus.url,
     }
+    api = cluster.api_client()
+    write_operator_config(api, prometheus.url)
     worker = ManagedProcess("worker", [sys.executable, "-m", "workers.main"], logs, env=env, cwd=REPO_ROOT).start()
-    bridge = ManagedProcess("bridge", [sys.executable, "-m", "crd_bridge.main", "--no-leader-elect",
-                                       "--kinds", ",".join(BRIDGED_KINDS)], logs, env=env, cwd=REPO_ROOT).start()
+    # The bridge follows, by default, every kind whose workflow the worker serves.
+    bridge = ManagedProcess("bridge", [sys.executable, "-m", "crd_bridge.main", "--no-leader-elect"], logs, env=env,
+                            cwd=REPO_ROOT).start()
 
     processes = [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge]
     state = {
@@ -101,7 +102,6 @@ def up(state_dir: Path) -> int:
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / "stack.json").write_text(json.dumps(state, indent=2))
 
-    api = cluster.api_client()
     applied = apply_examples(api)
     print(f"Temporal UI:     {temporal.ui_url}")
     print(f"export KUBECONFIG={cluster.kubeconfig_path}")
@@ -109,6 +109,23 @@ def up(state_dir: Path) -> int:
     print(f"logs:            {logs}")
     report(api, applied, wait_seconds=READY_WAIT_SECONDS)
     return 0
+
+
+def write_operator_config(api: client.ApiClient, prometheus_url: str) -> None:
+    """deploy/manifests' operator ConfigMap, its bundled Prometheus pointed at the local one, so a
+    canary that names no metrics source samples the Prometheus `dev up` started."""
+    body = yaml.safe_load(OPERATOR_CONFIG.read_text())
+    body["data"]["canaryAnalysis"] = yaml.safe_dump({"bundledPrometheusAddress": prometheus_url})
+    namespace = body["metadata"]["namespace"]
+    core = client.CoreV1Api(api)
+    with contextlib.suppress(ApiException):
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    try:
+        core.create_namespaced_config_map(namespace, body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        core.replace_namespaced_config_map(body["metadata"]["name"], namespace, body)
 
 
 def apply_examples(api: client.ApiClient) -> list[dict[str, Any]]:

@@ -7,7 +7,14 @@ import json
 import threading
 from typing import Any
 
-from api_models.contract import AnnotationEvent, MigrationStart, ObjectEvent, Signal, WorkflowType
+from api_models.contract import (
+    IMPLEMENTED_WORKFLOWS,
+    AnnotationEvent,
+    MigrationStart,
+    ObjectEvent,
+    Signal,
+    WorkflowType,
+)
 from crd_bridge.queue import CoalescingQueue
 from crd_bridge.routes import ROUTES, plan
 
@@ -143,3 +150,15 @@ async def test_queue_blocks_producers_when_full_and_keeps_retries() -> None:
         queue.done(k)
     assert seen == {"a": 99, "b": 1, "c": 1}
     producer.join()
+
+
+def test_the_bridge_follows_by_default_exactly_what_the_worker_serves() -> None:
+    """An object of a kind whose workflow no worker registers would get a workflow that never
+    runs; so the default kinds come from the same set the worker is held to here."""
+    from crd_bridge.routes import DEFAULT_KINDS, ROUTES
+    from workers.registry import workflows
+
+    registered = {getattr(cls, "__temporal_workflow_definition").name for cls in workflows()}
+    assert registered == {t.value for t in IMPLEMENTED_WORKFLOWS}
+    assert set(DEFAULT_KINDS) == {"Model", "ClusterModel", "InferenceService", "RolloutPolicy"}
+    assert all(ROUTES[kind].workflow_type.value in registered for kind in DEFAULT_KINDS)

@@ -9,7 +9,8 @@ A spec change arrives as `object-changed` with a higher generation and is acted 
 InferenceServices reference the policy changes without the policy's generation moving: each
 InferenceServiceWorkflow sends `refresh-now` when its references to this policy change (or it is
 deleted), and the count is re-taken at once; every ATTACH_RESYNC it is re-taken anyway, as a
-safety net for a nudge that had no workflow to reach. It is written only when it moved. History stays bounded with continue-as-new, carrying the state in the single argument.
+safety net for a nudge that had no workflow to reach. It is written only when it moved.
+History stays bounded with continue-as-new, carrying the state in the single argument.
 The policy holds no finalizer: nothing is owned, so deletion only ends the workflow.
 """
 
