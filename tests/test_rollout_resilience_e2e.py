@@ -158,11 +158,14 @@ def _wait_canary_at(api: client.ApiClient, stack: RestartableStack, name: str, s
 
 
 class RouteRecorder:
-    """Polls the HTTPRoute every 0.2s in a thread and keeps every distinct weight map, in order."""
+    """Polls the HTTPRoute every 0.2s in a thread and keeps every distinct weight map, in order.
+    With `isvc`, each poll first reads that InferenceService's engine CanaryStatus and keeps the
+    (currentStep, observedTrafficWeight, route weights) snapshots, to hold status to the route."""
 
-    def __init__(self, api: client.ApiClient, ns: str, route: str) -> None:
-        self.api, self.ns, self.route = api, ns, route
+    def __init__(self, api: client.ApiClient, ns: str, route: str, isvc: str | None = None) -> None:
+        self.api, self.ns, self.route, self.isvc = api, ns, route, isvc
         self.seen: list[dict[str, int]] = []
+        self.snapshots: list[tuple[int | None, int | None, dict[str, int]]] = []
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -178,12 +181,17 @@ class RouteRecorder:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
+                # Status before route: the workflow programs the route, then writes status, so a
+                # status read first can only lag the route read after it, never lead it.
+                status = _canary_status(self.api, self.ns, self.isvc) if self.isvc else {}
                 weights = _route_weights(self.api, self.ns, self.route)
             except Exception as error:  # a transient apiserver hiccup must not end the recording
                 self.errors.append(error)
-                weights = {}
+                status, weights = {}, {}
             if weights and (not self.seen or self.seen[-1] != weights):
                 self.seen.append(weights)
+            if weights and status.get("canaryRevisionHash"):
+                self.snapshots.append((status.get("currentStep"), status.get("observedTrafficWeight"), weights))
             self._stop.wait(0.2)
 
 
@@ -196,7 +204,7 @@ def test_worker_killed_at_every_step_boundary(kube_api: client.ApiClient,
     steps.append({"capacity": "100%", "traffic": 100})
     stable = _first_revision(kube_api, stack, name, steps)
 
-    with RouteRecorder(kube_api, ns, f"{name}-engine") as recorder:
+    with RouteRecorder(kube_api, ns, f"{name}-engine", isvc=name) as recorder:
         _set_image(kube_api, ns, name, "vllm/vllm-openai:v0.10")
         canary = _wait_canary_at(kube_api, stack, name, stable, traffic[0])
         # Crash at the first step, then after every observed step change (route weight or currentStep).
@@ -241,6 +249,19 @@ def test_worker_killed_at_every_step_boundary(kube_api: client.ApiClient,
     print(f"\n{stack.restarts} worker restarts; canary weights seen in order: {canary_weights}")
     collapsed = [v for i, v in enumerate(canary_weights) if i == 0 or canary_weights[i - 1] != v]
     assert collapsed in ([*traffic, 100], [0, *traffic, 100]), f"route weights seen in order: {seen}"
+
+    # CanaryStatus against the route, at every poll: the step and the weight it reports agree with
+    # each other (step i programs traffic[i], and until its capacity is Ready it still reports the
+    # previous step's weight; completion is step len(steps) at 100), the status never reports a
+    # weight the route does not carry yet, and it walks the steps in order.
+    step_weight = [*traffic, 100, 100]
+    reported = [(step, weight) for step, weight, _ in recorder.snapshots]
+    assert reported, "no CanaryStatus was read while the canary ran"
+    for step, weight, weights in recorder.snapshots:
+        assert step is not None and weight in (step_weight[step], step_weight[step - 1] if step else 0), reported
+        assert weights.get(canary, 0) >= weight, f"status ahead of the route: {(step, weight, weights)}"
+    assert reported == sorted(reported), f"status went back: {reported}"
+    assert {step for step, _ in reported} >= {0, len(steps)}, reported
 
 
 # --- analysis with its Prometheus gone -------------------------------------------------------
