@@ -259,7 +259,10 @@ async def test_policy_references_are_pushed_to_the_policy(env: WorkflowEnvironme
     policy_uid = "0d6c3c1e-policy"
     queue = f"recorder-{uuid.uuid4().hex[:6]}"
     rollout = {"groups": [{"components": ["engine"], "policyRef": {"name": "safe", "progression": "canary"}},
-                          {"components": ["decoder"], "policyRef": {"name": "safe", "progression": "canary"}}]}
+                          {"components": ["decoder"], "policyRef": {"name": "safe", "progression": "canary"}},
+                          # A policy no workflow stands for (its kind not bridged): nudging it fails
+                          # quietly and nothing else is disturbed.
+                          {"components": ["router"], "policyRef": {"name": "unbridged", "progression": "canary"}}]}
     async with Worker(env.client, task_queue=queue, workflows=[PolicyNudgeRecorder]):
         recorder = await env.client.start_workflow(
             "PolicyNudgeRecorder", id=contract.rollout_policy_workflow_id(NAMESPACE, "safe", policy_uid),
@@ -268,10 +271,13 @@ async def test_policy_references_are_pushed_to_the_policy(env: WorkflowEnvironme
         async def nudges() -> int:
             return int(await recorder.query("nudges", result_type=int))
 
-        async with served(env, desired={ENGINE: ("e1", 2), DECODER: ("d1", 2)}, rollout=rollout) as isvc:
-            isvc.cluster.policies["safe"] = {"apiVersion": "ome.io/v1beta1", "kind": "RolloutPolicy",
-                                             "metadata": {"name": "safe", "uid": policy_uid, "generation": 1},
-                                             "spec": {"canary": {"steps": [{"capacity": "100%", "traffic": 100}]}}}
+        async with served(env, desired={ENGINE: ("e1", 2), DECODER: ("d1", 2), ROUTER: ("r1", 1)},
+                          rollout=rollout) as isvc:
+            for name, uid in (("safe", policy_uid), ("unbridged", "no-workflow-uid")):
+                isvc.cluster.policies[name] = {
+                    "apiVersion": "ome.io/v1beta1", "kind": "RolloutPolicy",
+                    "metadata": {"name": name, "uid": uid, "generation": 1},
+                    "spec": {"canary": {"steps": [{"capacity": "100%", "traffic": 100}]}}}
             isvc.cluster.generation += 1
             await isvc.changed()  # the policy now exists: two groups reference it
             await _until_value(env, nudges, 1)
@@ -279,10 +285,12 @@ async def test_policy_references_are_pushed_to_the_policy(env: WorkflowEnvironme
             await isvc.changed()  # re-planned, but nothing about the references changed: no nudge
             await env.sleep(5)
             assert await nudges() == 1
-            isvc.cluster.spec_rollout = {"groups": rollout["groups"][:1]}  # one group left
+            isvc.cluster.spec_rollout = {"groups": rollout["groups"][:1]}  # one group of "safe" left
+
             isvc.cluster.generation += 1
             await isvc.changed()
             await _until_value(env, nudges, 2)
+            assert isvc.cluster.conditions["Ready"]["status"] == "True"
             await isvc.handle.signal(contract.Signal.DELETE, ObjectEvent(
                 uid=isvc.cluster.uid, generation=isvc.cluster.generation, resource_version="9", deleting=True))
             await isvc.handle.result()
