@@ -13,7 +13,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -69,17 +68,6 @@ class AuthProxy:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-
-@pytest.fixture(scope="module")
-def exporter(prometheus: Prometheus) -> Iterator[Exporter]:
-    exporter = Exporter()
-    prometheus.set_targets([exporter.target])
-    try:
-        yield exporter
-    finally:
-        prometheus.set_targets([])
-        exporter.server.shutdown()
 
 
 def _instant(prometheus: Prometheus, query: str) -> list[Any]:

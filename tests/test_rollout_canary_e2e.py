@@ -17,10 +17,8 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from kubernetes import client
 
 from api_models.ome import InferenceService
@@ -38,17 +36,6 @@ __all__ = ["rollout_stack"]  # the fixture, reused
 DEADLINE = 240.0
 METRIC = "servingops_canary_error_ratio"
 GOOD, BAD = 0.01, 0.5
-
-
-@pytest.fixture(scope="module")
-def exporter(prometheus: Prometheus) -> Iterator[Exporter]:
-    exporter = Exporter()
-    prometheus.set_targets([exporter.target])
-    try:
-        yield exporter
-    finally:
-        prometheus.set_targets([])
-        exporter.server.shutdown()
 
 
 def _analysis_step(traffic: int, label: str) -> dict[str, Any]:

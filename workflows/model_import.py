@@ -23,6 +23,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows.activity_calls import KUBE, ActivityOptions, call_activity
+from workflows.entity import EntitySignals, EntityState
 
 with workflow.unsafe.imports_passed_through():
     from activities.host import HostClaim
@@ -49,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
         UploadComplete,
         UploadSessionInfo,
     )
-    from api_models.contract import ObjectEvent, StartObject
+    from api_models.contract import StartObject
     from api_models.deckhouse.enums import ModelPhase, SourceType
     from api_models.refs import ConditionUpdate, ObjectRef
     from workflows.visibility import Visibility
@@ -85,14 +86,12 @@ class FileProgress(BaseModel):
     """Bytes the successful push attempt sent to the registry (less than size when it resumed)."""
 
 
-class ModelState(BaseModel):
+class ModelState(EntityState):
     """What the `state` query answers: what the import is doing and why."""
 
     phase: ModelPhase = ModelPhase.PENDING
     reason: str = "Pending"
     message: str = ""
-    generation: int = 0
-    deleting: bool = False
     source_type: SourceType | None = None
     resolved_revision: str | None = None
     host_task_queue: str | None = None
@@ -131,7 +130,7 @@ def _failure(exc: BaseException) -> ImportFailed | None:
 
 
 @workflow.defn(name="ModelWorkflow")
-class ModelWorkflow:
+class ModelWorkflow(EntitySignals[ModelState]):
     def __init__(self) -> None:
         # Signal handlers may run before run(): everything they touch starts here.
         self.state = ModelState()
@@ -143,23 +142,11 @@ class ModelWorkflow:
 
     # -- signals, queries ------------------------------------------------------------------------
 
-    @workflow.signal(name="object-changed")
-    def object_changed(self, event: ObjectEvent) -> None:
-        if event.deleting:
-            self.state.deleting = True
-        self.state.generation = max(self.state.generation, event.generation)
-
-    @workflow.signal(name="delete")
-    def delete(self, event: ObjectEvent) -> None:
-        self.state.deleting = True
+    # object-changed, delete and the state query come from EntitySignals.
 
     @workflow.signal(name="upload-complete")
     def upload_complete(self, done: UploadComplete) -> None:
         self.upload_done = done
-
-    @workflow.query(name="state")
-    def current_state(self) -> ModelState:
-        return self.state
 
     # -- main ------------------------------------------------------------------------------------
 

@@ -19,14 +19,15 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from temporalio import workflow
 
 from workflows.activity_calls import KUBE, call_activity
+from workflows.entity import EntitySignals, EntityState
 
 with workflow.unsafe.imports_passed_through():
     from activities.kubernetes import PolicyAttachments, StatusPatch
-    from api_models.contract import ObjectEvent, StartObject
+    from api_models.contract import StartObject
     from api_models.ome.rollout_policy import RolloutPolicySpec
     from api_models.refs import ConditionUpdate, ObjectRef
     from workflows.rollout.policy import kind_of, portable_digest
@@ -38,20 +39,17 @@ MAX_REFRESHES_PER_RUN = 500
 """A run continues as new after this many refreshes even if Temporal has not suggested it yet."""
 
 
-class PolicyState(BaseModel):
+class PolicyState(EntityState):
     """What the `state` query answers."""
 
     phase: str = "Pending"
     """Pending, Ready, Invalid or Deleted."""
     reason: str = "Pending"
     message: str = ""
-    generation: int = 0
-    """The highest generation announced."""
     acted_generation: int = 0
     """The generation the status reflects."""
     portable_digest: str | None = None
     attached_groups: int | None = None
-    deleting: bool = False
     refreshes: int = 0
     """Attachment recounts in this run."""
 
@@ -86,7 +84,7 @@ def validate(spec: dict[str, Any] | None) -> tuple[RolloutPolicySpec | None, str
 
 
 @workflow.defn(name="RolloutPolicyWorkflow")
-class RolloutPolicyWorkflow:
+class RolloutPolicyWorkflow(EntitySignals[PolicyState]):
     def __init__(self) -> None:
         self.state = PolicyState()
         self.ref: ObjectRef | None = None
@@ -95,23 +93,11 @@ class RolloutPolicyWorkflow:
 
     # -- signals, queries ------------------------------------------------------------------------
 
-    @workflow.signal(name="object-changed")
-    def object_changed(self, event: ObjectEvent) -> None:
-        if event.deleting:
-            self.state.deleting = True
-        self.state.generation = max(self.state.generation, event.generation)
-
-    @workflow.signal(name="delete")
-    def delete(self, event: ObjectEvent) -> None:
-        self.state.deleting = True
+    # object-changed, delete and the state query come from EntitySignals.
 
     @workflow.signal(name="refresh-now")
     def refresh_now(self) -> None:
         self._refresh_now = True
-
-    @workflow.query(name="state")
-    def current_state(self) -> PolicyState:
-        return self.state
 
     # -- main ------------------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         SetTrafficInput,
         TrafficWeight,
     )
+    from workflows.rollout.models import ComponentTarget
 
 # Errors retrying cannot fix: the activity says so by type.
 NON_RETRYABLE = ["RevisionSuperseded", "Invalid", "ObjectGone"]
@@ -62,6 +63,18 @@ async def revision_status(isvc: ObjectRef, component: ComponentType, revision: s
         "serving.revision_status", RevisionKey(isvc=isvc, component=component, revision=revision),
         result_type=RevisionObservation, start_to_close_timeout=_KUBE, retry_policy=_RETRY)
     return result
+
+
+async def all_ready(isvc: ObjectRef, targets: list[ComponentTarget], *, stable: bool = False) -> bool:
+    """Whether every target's revision (its stable one with `stable`) has its desired replicas Ready.
+    Every target is read, even after one falls short, so the activity sequence does not depend on
+    which one did."""
+    ready = True
+    for target in targets:
+        revision = target.stable_revision if stable else target.revision
+        seen = await revision_status(isvc, target.component, revision)
+        ready = ready and seen.ready_replicas >= target.desired_replicas
+    return ready
 
 
 async def set_traffic(isvc: ObjectRef, component: ComponentType, weights: list[TrafficWeight]) -> None:

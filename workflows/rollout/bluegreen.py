@@ -36,11 +36,7 @@ async def run(driver: Driver) -> RolloutRunOutcome | None:
         if driver.rollback_requested() or driver.retarget_requested():
             return await _abandon(driver, RolloutRunOutcome.ROLLED_BACK if driver.rollback_requested()
                                   else RolloutRunOutcome.SUPERSEDED)
-        ready = True
-        for target in moving:
-            seen = await actions.revision_status(driver.isvc, target.component, target.revision)
-            ready = ready and seen.ready_replicas >= target.desired_replicas
-        if ready:
+        if await actions.all_ready(driver.isvc, moving):
             break
         elapsed = workflow.now() - since
         if elapsed >= driver.ready_timeout():

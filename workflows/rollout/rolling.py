@@ -131,11 +131,7 @@ async def _restore(driver: Driver, moving: list[ComponentTarget],
         await actions.ensure_revision(driver.isvc, target.component, target.stable_revision, target.desired_replicas)
     since = workflow.now()
     while workflow.now() - since < driver.ready_timeout():
-        ready = True
-        for target in moving:
-            seen = await actions.revision_status(driver.isvc, target.component, target.stable_revision)
-            ready = ready and seen.ready_replicas >= target.desired_replicas
-        if ready:
+        if await actions.all_ready(driver.isvc, moving, stable=True):
             break
         await workflow.sleep(driver.poll_seconds(workflow.now() - since))
     for target in moving:

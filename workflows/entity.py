@@ -1,0 +1,42 @@
+"""The bridge-facing surface shared by per-object ("entity") workflows: the `object-changed` and
+`delete` signals the bridge sends, and the `state` query. A workflow mixes EntitySignals in and
+keeps its own state model, derived from EntityState."""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from api_models.contract import ObjectEvent, Signal
+
+
+class EntityState(BaseModel):
+    generation: int = 0
+    """The highest generation announced."""
+    deleting: bool = False
+
+
+S = TypeVar("S", bound=EntityState)
+
+
+class EntitySignals(Generic[S]):
+    """Signal handlers may run before the workflow's run(): set `state` in __init__."""
+
+    state: S
+
+    @workflow.signal(name=Signal.OBJECT_CHANGED.value)
+    def object_changed(self, event: ObjectEvent) -> None:
+        if event.deleting:
+            self.state.deleting = True
+        self.state.generation = max(self.state.generation, event.generation)
+
+    @workflow.signal(name=Signal.DELETE.value)
+    def delete(self, event: ObjectEvent) -> None:
+        self.state.deleting = True
+
+    @workflow.query(name="state")
+    def current_state(self) -> S:
+        return self.state
