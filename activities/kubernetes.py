@@ -7,7 +7,7 @@ writer causes a 409 that we retry on a fresh read instead of silently overwritin
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -26,12 +26,26 @@ class ObjectGone(ApplicationError):
     """The object no longer exists (or its name now belongs to another uid)."""
 
 
+class EventNote(BaseModel):
+    """An Event to record on the object once the status write it travels with has landed.
+
+    Condition transitions get their Event without a note (the activity sees the transition); a
+    note is for what a condition does not show, such as a canary step promoted or traffic moved.
+    """
+
+    type: Literal["Normal", "Warning"] = "Normal"
+    reason: str
+    message: str
+
+
 class StatusPatch(BaseModel):
     ref: ObjectRef
     status: dict[str, Any] = {}
     """Fields of status to set (merged into the current status; None deletes a field)."""
     conditions: list[ConditionUpdate] = []
     observed_generation: int | None = None
+    events: list[EventNote] = []
+    """Events to record after the write (a new field: histories recorded before it decode it as [])."""
 
 
 class FinalizerChange(BaseModel):

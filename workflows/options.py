@@ -1,0 +1,90 @@
+"""The one catalogue of activity timeouts and retry policies, one entry per kind of activity.
+
+Workflows call activities by reference with one typed input, in the manner of Temporal's own
+samples, and take the options from here:
+
+    seen = await workflow.execute_activity_method(
+        ServingActivities.observe, ObserveInput(isvc=ref), **options.KUBE)
+
+Every policy lists the permanent error types (api_models.errors) as non-retryable, so a bad
+input ends its attempt at once even if an activity forgot to say so. Where a policy has no
+bound on attempts, the reason is written next to it.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TypedDict
+
+from temporalio.common import RetryPolicy
+
+from api_models.errors import NON_RETRYABLE_TYPES
+
+
+class ActivityOptions(TypedDict, total=False):
+    """The keyword arguments of `workflow.execute_activity*` that the catalogue fixes."""
+
+    start_to_close_timeout: timedelta
+    schedule_to_start_timeout: timedelta
+    heartbeat_timeout: timedelta
+    retry_policy: RetryPolicy
+
+
+KUBE: ActivityOptions = {
+    "start_to_close_timeout": timedelta(seconds=30),
+    # Unbounded on purpose: every Kubernetes activity is idempotent (read, ensure, set, delete,
+    # merge a status), and while the apiserver is away the only way forward is to wait for it.
+    # What retrying cannot fix is a permanent error type and ends the attempt at once.
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=0,
+        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+    ),
+}
+"""A Kubernetes read or write (also the serving activities and the operator ConfigMap read)."""
+
+QUICK: ActivityOptions = {
+    "start_to_close_timeout": timedelta(minutes=2),
+    # Bounded: a registry or source that stays unreachable for ~10 minutes fails the import with
+    # the last error as its reason, instead of leaving the model Pending without a word.
+    "retry_policy": RetryPolicy(
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=20,
+        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+    ),
+}
+"""A short call to a registry, a source's metadata, a host claim or an upload session."""
+
+TRANSFER: ActivityOptions = {
+    "start_to_close_timeout": timedelta(hours=6),
+    # Transfers heartbeat every 2 s: a silent worker is presumed dead after 20 s (the SDK sends
+    # heartbeat details at most every 0.8 x the timeout, so a short timeout also keeps resume
+    # points fresh) and the retry resumes from the last heartbeat details.
+    "heartbeat_timeout": timedelta(seconds=20),
+    # A host that never picks its task up (gone for good) ends the attempt.
+    "schedule_to_start_timeout": timedelta(minutes=10),
+    # Bounded: each attempt resumes where the last heartbeat left it, so 50 attempts is far more
+    # than a flaky network needs and still ends a transfer that can never finish.
+    "retry_policy": RetryPolicy(
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=50,
+        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+    ),
+}
+"""A long transfer or inspection on one worker host's spool, heartbeating its resume point."""
+
+SAMPLE: ActivityOptions = {
+    "start_to_close_timeout": timedelta(seconds=60),
+    # A sample that cannot be taken is an inconclusive sample, not a reason to block the step: a
+    # few quick attempts, then the gate decides what "no answer" means.
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=5),
+        maximum_attempts=3,
+        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+    ),
+}
+"""One metrics sample (Prometheus)."""
