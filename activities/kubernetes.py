@@ -7,23 +7,19 @@ writer causes a 409 that we retry on a fresh read instead of silently overwritin
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from api_models.conditions import merge_conditions
+from api_models.errors import ErrorType, application_error
 from api_models.refs import ConditionUpdate, ObjectRef
 from runtime.kube import record_event
 
 _CONFLICT_RETRIES = 10
-
-
-class ObjectGone(ApplicationError):
-    """The object no longer exists (or its name now belongs to another uid)."""
 
 
 class EventNote(BaseModel):
@@ -89,10 +85,11 @@ class KubernetesActivities:
     def _get(self, ref: ObjectRef) -> dict[str, Any] | None:
         try:
             if ref.namespace:
-                obj = self.custom.get_namespaced_custom_object(ref.group, ref.version, ref.namespace,
-                                                               ref.plural, ref.name)
+                obj = cast(dict[str, Any], self.custom.get_namespaced_custom_object(
+                    ref.group, ref.version, ref.namespace, ref.plural, ref.name))
             else:
-                obj = self.custom.get_cluster_custom_object(ref.group, ref.version, ref.plural, ref.name)
+                obj = cast(dict[str, Any], self.custom.get_cluster_custom_object(
+                    ref.group, ref.version, ref.plural, ref.name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -105,10 +102,10 @@ class KubernetesActivities:
         if ref.namespace:
             call = (self.custom.replace_namespaced_custom_object_status if status
                     else self.custom.replace_namespaced_custom_object)
-            return dict(call(ref.group, ref.version, ref.namespace, ref.plural, ref.name, body))
+            return dict(cast(dict[str, Any], call(ref.group, ref.version, ref.namespace, ref.plural, ref.name, body)))
         cluster_call = (self.custom.replace_cluster_custom_object_status if status
                         else self.custom.replace_cluster_custom_object)
-        return dict(cluster_call(ref.group, ref.version, ref.plural, ref.name, body))
+        return dict(cast(dict[str, Any], cluster_call(ref.group, ref.version, ref.plural, ref.name, body)))
 
     def _update_with_retry(self, ref: ObjectRef, mutate: Any, *, status: bool) -> dict[str, Any] | None:
         """Read, mutate, write with the read resourceVersion; on 409 start over."""
@@ -127,11 +124,10 @@ class KubernetesActivities:
                     return None
                 if exc.status == 422:
                     # The apiserver rejected what we wrote: retrying cannot help.
-                    raise ApplicationError(f"{ref.describe()}: {exc.body}", type="Invalid",
-                                           non_retryable=True) from exc
+                    raise application_error(ErrorType.INVALID_OBJECT, f"{ref.describe()}: {exc.body}") from exc
                 raise
-        raise ApplicationError(f"{ref.describe()}: still conflicting after {_CONFLICT_RETRIES} tries",
-                               type="Conflict")
+        raise application_error(ErrorType.CONFLICT,
+                                f"{ref.describe()}: still conflicting after {_CONFLICT_RETRIES} tries")
 
     # -- activities ---------------------------------------------------------------------------
 
@@ -142,7 +138,8 @@ class KubernetesActivities:
 
     @activity.defn(name="kube.patch_status")
     def patch_status(self, patch: StatusPatch) -> bool:
-        """Merge `patch` into the object's status; False when the object is gone."""
+        """Merge `patch` into the object's status, then record its Event notes; False when the
+        object is gone (and no Event is recorded)."""
 
         def mutate(obj: dict[str, Any]) -> bool:
             status = dict(obj.get("status") or {})
@@ -162,7 +159,22 @@ class KubernetesActivities:
             obj["status"] = status
             return status != before
 
-        return self._update_with_retry(patch.ref, mutate, status=True) is not None
+        if self._update_with_retry(patch.ref, mutate, status=True) is None:
+            return False
+        for note in patch.events:
+            self._record(patch.ref, note.type, note.reason, note.message)
+        return True
+
+    def _record(self, ref: ObjectRef, event_type: str, reason: str, message: str,
+                component: str = "servingops") -> None:
+        """An Event is best effort: the status it accompanies has landed, so a failure to record
+        it must not fail (and repeat) the write."""
+        try:
+            record_event(self.core, api_version=f"{ref.group}/{ref.version}", kind=ref.kind, name=ref.name,
+                         namespace=ref.namespace, uid=ref.uid, event_type=event_type, reason=reason,
+                         message=message, component=component)
+        except ApiException as exc:
+            activity.logger.warning("could not record Event %s on %s: %s", reason, ref.describe(), exc.reason)
 
     @activity.defn(name="kube.ensure_finalizer")
     def ensure_finalizer(self, change: FinalizerChange) -> bool:
@@ -195,17 +207,14 @@ class KubernetesActivities:
     @activity.defn(name="kube.emit_event")
     def emit_event(self, spec: EventSpec) -> None:
         """Record an Event on the object (Warning events are how bad input is reported)."""
-        ref = spec.ref
-        record_event(self.core, api_version=f"{ref.group}/{ref.version}", kind=ref.kind, name=ref.name,
-                     namespace=ref.namespace, uid=ref.uid, event_type=spec.type, reason=spec.reason,
-                     message=spec.message, component=spec.component)
+        self._record(spec.ref, spec.type, spec.reason, spec.message, spec.component)
 
     @activity.defn(name="kube.artifact_referenced")
     def artifact_referenced(self, query: ArtifactReferences) -> bool:
         """Whether any other Model or ClusterModel reports the same artifact digest, in which
         case deleting one of them must leave the artifact in the registry."""
         for group, version, plural in _ARTIFACT_HOLDERS:
-            items = self.custom.list_cluster_custom_object(group, version, plural)["items"]
+            items = cast(dict[str, Any], self.custom.list_cluster_custom_object(group, version, plural))["items"]
             for obj in items:
                 digest = ((obj.get("status") or {}).get("artifact") or {}).get("digest")
                 if digest == query.digest and obj["metadata"].get("uid") != query.except_uid:
@@ -216,8 +225,8 @@ class KubernetesActivities:
     def list_policy_attachments(self, query: PolicyAttachments) -> int:
         """How many rollout groups of the namespace's InferenceServices (not being deleted) name
         the RolloutPolicy in their policyRef: a count, never a list (RolloutPolicyStatus)."""
-        items = self.custom.list_namespaced_custom_object("ome.io", "v1beta1", query.namespace,
-                                                          "inferenceservices")["items"]
+        items = cast(dict[str, Any], self.custom.list_namespaced_custom_object(
+            "ome.io", "v1beta1", query.namespace, "inferenceservices"))["items"]
         count = 0
         for obj in items:
             if obj["metadata"].get("deletionTimestamp"):

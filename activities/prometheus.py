@@ -22,14 +22,62 @@ from typing import Any
 import requests
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from api_models.errors import ErrorType, application_error
 from api_models.ome.enums import ComparisonOperator
+from api_models.operator_config import PrometheusSource
 from api_models.refs import ObjectRef
-from api_models.serving_io import EvaluateInput, Evaluation, MetricOutcome, MetricQuery, PrometheusSource
 
 log = logging.getLogger(__name__)
+
+
+# -- the activity's input and output (workflows import them with the activity class) ----------
+
+
+class MetricQuery(BaseModel):
+    name: str
+    query: str
+    """PromQL with the templates already rendered by the workflow."""
+    threshold: str
+    operator: str
+    """A ComparisonOperator value."""
+
+
+class EvaluateInput(BaseModel):
+    source: PrometheusSource
+    metrics: list[MetricQuery]
+
+
+class MetricOutcome(BaseModel):
+    name: str
+    value: str | None
+    """The worst series' value as a string (what the operator sees), None when inconclusive."""
+    passed: bool | None
+    """None when inconclusive (Prometheus down, query error, no data)."""
+    message: str
+
+
+class Evaluation(BaseModel):
+    """One analysis sample: it passes only if every metric passes; inconclusive if any metric
+    could not be evaluated and none failed."""
+
+    metrics: list[MetricOutcome]
+
+    @property
+    def failed(self) -> bool:
+        return any(m.passed is False for m in self.metrics)
+
+    @property
+    def conclusive(self) -> bool:
+        return self.failed or all(m.passed is not None for m in self.metrics)
+
+    @property
+    def passed(self) -> bool:
+        return all(m.passed is True for m in self.metrics)
+
 
 CONNECT_TIMEOUT = 2.0
 READ_TIMEOUT = 5.0
@@ -67,7 +115,7 @@ def _reason(text: str) -> str:
 
 
 def _bad_input(message: str) -> ApplicationError:
-    return ApplicationError(message, type="InvalidMetric", non_retryable=True)
+    return application_error(ErrorType.INVALID_METRIC, message)
 
 
 def _checked(metric: MetricQuery) -> tuple[ComparisonOperator, float]:

@@ -86,6 +86,16 @@ class ApiModel(BaseModel):
         """The JSON the apiserver expects: aliases, no unset optionals."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
+    def to_merge_patch(self) -> dict[str, Any]:
+        """The top-level fields that were set, as a merge patch: a field set to None is removed,
+        a field never set is left as it is; below the top level, None means absent."""
+        body = self.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
+        for name in self.model_fields_set:
+            if getattr(self, name) is None:
+                field = type(self).model_fields[name]
+                body[field.serialization_alias or field.alias or name] = None
+        return body
+
 
 class Condition(ApiModel):
     """metav1.Condition, with the apiserver's own constraints."""

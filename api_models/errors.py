@@ -46,6 +46,9 @@ class ErrorType(StrEnum):
     SOURCE_UNAVAILABLE = "SourceUnavailable"
     SOURCE_TRUNCATED = "SourceTruncated"
     FETCH_IN_PROGRESS = "FetchInProgress"
+    AUTH_SECRET_UNREADABLE = "AuthSecretUnreadable"
+    """The token Secret exists but could not be read (RBAC 403, apiserver trouble): a deployment or
+    passing problem, not the user's input, so it is retried."""
 
     # -- model files: what the files are -------------------------------------------------------
     UNKNOWN_FORMAT = "UnknownFormat"
@@ -89,11 +92,23 @@ class ErrorType(StrEnum):
     LAYER_SIZE_MISMATCH = "LayerSizeMismatch"
     INVALID_DIGEST = "InvalidDigest"
     SECRET_UNAVAILABLE = "SecretUnavailable"
+    BLOB_DIGEST_MISMATCH = "BlobDigestMismatch"
+    """The bytes uploaded from a file do not hash to the digest declared for them."""
+    REGISTRY_ERROR = "RegistryError"
+    """The registry refused a request (a 4xx other than 408/429): asking again gets the same answer."""
+    REGISTRY_UNAVAILABLE = "RegistryUnavailable"
+    """The registry could not be reached or answered 5xx, 408 or 429."""
     WORKER_SHUTDOWN = "WorkerShutdown"
 
     # -- uploads -------------------------------------------------------------------------------
     UPLOAD_SECRET_CONFLICT = "UploadSecretConflict"
     UPLOAD_MISSING = "UploadMissing"
+    UPLOAD_EXPIRED = "UploadExpired"
+    """No upload arrived before the session expired (decided by the workflow, not an activity)."""
+    CATALOG_IMPORT_UNAVAILABLE = "CatalogImportUnavailable"
+    """A catalog source, which this release's import workflow does not import."""
+    IMPORT_GAVE_UP = "ImportGaveUp"
+    """A transient failure outlasted its retry policy (the message carries the last error)."""
 
     # -- Kubernetes ----------------------------------------------------------------------------
     INVALID_OBJECT = "Invalid"
@@ -108,6 +123,13 @@ class ErrorType(StrEnum):
     REVISION_DELETING = "RevisionDeleting"
     INVALID_SPEC = "InvalidSpec"
     """The object's spec cannot be rendered (a field the renderer cannot serve, a missing part)."""
+    INVALID_REVISION = "InvalidRevision"
+    """The apiserver rejected (400/422) a revision's rendered Deployment or Service."""
+    INVALID_TRAFFIC = "InvalidTraffic"
+    """A traffic split that cannot be programmed (weights not adding up to 100, a revision
+    without a Service, an HTTPRoute the apiserver rejected)."""
+    REVISION_SERVING_TRAFFIC = "RevisionServingTraffic"
+    """A revision asked to be deleted while its HTTPRoute still sends it traffic."""
 
     # -- metrics (Prometheus) ------------------------------------------------------------------
     INVALID_METRIC = "InvalidMetric"
@@ -124,6 +146,8 @@ _TRANSIENT = frozenset(
         ErrorType.SOURCE_UNAVAILABLE,
         ErrorType.SOURCE_TRUNCATED,
         ErrorType.FETCH_IN_PROGRESS,
+        ErrorType.AUTH_SECRET_UNREADABLE,
+        ErrorType.REGISTRY_UNAVAILABLE,
         ErrorType.WORKER_SHUTDOWN,
         ErrorType.CONFLICT,
         ErrorType.REVISION_DELETING,

@@ -34,10 +34,20 @@ from pydantic.alias_generators import to_camel
 
 from api_models.durations import parse_duration
 from api_models.refs import ObjectRef
-from api_models.serving_io import PrometheusSource
 
 DEFAULT_CONFIGMAP = "servingops-config"
 BLOCKS = ("rollout", "canaryAnalysis", "metricProviders")
+
+
+class PrometheusSource(BaseModel):
+    """Where and how to query: a resolved providerRef, serverAddress, or the default source."""
+
+    address: str
+    auth_secret: ObjectRef | None = None
+    """A Secret holding the bearer token; read by the activity, never carried."""
+    auth_key: str = "token"
+    """The key of auth_secret that holds the token."""
+    headers: dict[str, str] = {}
 
 
 class _Block(BaseModel):

@@ -32,7 +32,7 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 
-from api_models.contract import ObjectEvent, StartObject
+from api_models.contract import ObjectEvent, Signal, StartObject, WorkflowType
 from api_models.deckhouse import Model
 from api_models.refs import ObjectRef
 from devstack.kube import REPO_ROOT, LocalKubeCluster
@@ -57,7 +57,7 @@ async def baseline(temporal: Client, count: int, concurrency: int = 64) -> float
             # The very request the bridge makes (same policies, search attributes and payloads),
             # so the ratio measures the bridge, not a cheaper request.
             await temporal.start_workflow(
-                "ModelWorkflow", StartObject(ref=ref), id=f"bench/{queue}/{i}", task_queue=queue,
+                WorkflowType.MODEL, StartObject(ref=ref), id=f"bench/{queue}/{i}", task_queue=queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 search_attributes=TypedSearchAttributes([
@@ -65,7 +65,7 @@ async def baseline(temporal: Client, count: int, concurrency: int = 64) -> float
                     SearchAttributePair(search_attributes.NAMESPACE, "bench"),
                     SearchAttributePair(search_attributes.NAME, ref.name),
                 ]),
-                start_signal="object-changed",
+                start_signal=Signal.OBJECT_CHANGED,
                 start_signal_args=[ObjectEvent(uid=ref.uid or "", generation=1, resource_version="1")])
 
     started = time.monotonic()

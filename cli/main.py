@@ -1,4 +1,7 @@
-"""`servingops`: crds, worker, bridge, dev up / dev down, rollout status / promote / rollback."""
+"""`servingops`: crds, worker, bridge, rollout status / promote / rollback.
+
+The local development stack is not part of the installed product: `./dev up | down | status` runs it from
+the checkout (`python -m devstack.cli`)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,8 @@ import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+CHECKOUT_CRDS = REPO_ROOT / "deploy" / "crds"
+"""Where `servingops crds` writes when run from a checkout; an installed wheel has no such folder."""
 
 
 def cmd_crds(args: argparse.Namespace) -> int:
@@ -15,6 +20,12 @@ def cmd_crds(args: argparse.Namespace) -> int:
     from api_models.crdgen import manifest_path, render, write_crds
     from api_models.registry import served_kinds
 
+    if args.out == "-":
+        if args.check:
+            print("error: --check compares with a folder: name it with --out", file=sys.stderr)
+            return 2
+        sys.stdout.write("---\n".join(render(kind) for kind in served_kinds()))
+        return 0
     out = Path(args.out)
     if not args.check:
         for path in write_crds(out, served_kinds()):
@@ -46,18 +57,13 @@ def cmd_bridge(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_dev(args: argparse.Namespace) -> int:
-    from devstack import stack
-
-    return stack.command(args.action, Path(args.state_dir))
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servingops", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     crds = sub.add_parser("crds", help="generate deploy/crds/ from the API models")
-    crds.add_argument("--out", default=str(REPO_ROOT / "deploy" / "crds"))
+    crds.add_argument("--out", default=str(CHECKOUT_CRDS) if CHECKOUT_CRDS.is_dir() else "-",
+                      help="a folder, or - for stdout (the default outside a checkout: pipe it to kubectl apply -f -)")
     crds.add_argument("--check", action="store_true", help="fail when the committed CRDs are stale")
     crds.set_defaults(func=cmd_crds)
 
@@ -67,11 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
         proc.add_argument("rest", nargs=argparse.REMAINDER)
         proc.set_defaults(func=func)
 
-    dev = sub.add_parser("dev", help="the local stack: up, down, status")
-    dev.add_argument("action", choices=["up", "down", "status"])
-    dev.add_argument("--state-dir", default=str(REPO_ROOT / ".stack"))
-    dev.set_defaults(func=cmd_dev)
-
     from cli.rollout import add_parser as add_rollout
 
     add_rollout(sub)
@@ -79,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("worker", "bridge"):
+        # The processes parse their own flags, --help included: argparse's REMAINDER would refuse the first
+        # argument that starts with a dash (`servingops bridge --metrics-address ...`, as the Deployment runs it).
+        rest = argparse.Namespace(rest=argv[1:])
+        sys.exit(cmd_worker(rest) if argv[0] == "worker" else cmd_bridge(rest))
     args = build_parser().parse_args(argv)
     sys.exit(args.func(args))
 

@@ -5,6 +5,9 @@ use-existing (a running workflow gets the signal, a missing one is created) and 
 reject-duplicate (a workflow that already finished for this uid is never started again by a
 stale event). Failures are retried with backoff and never dropped; the fingerprint of what was
 sent is updated only after success, so a lost or duplicated event costs nothing.
+
+Each dispatch is checked against the workflow types the worker serves: one that no worker
+registers starts nothing and is recorded as a Warning Event on the object instead.
 """
 
 from __future__ import annotations
@@ -25,10 +28,11 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from api_models.contract import MigrationStart, StartObject
+from api_models import contract
+from api_models.contract import MigrationStart, StartObject, WorkflowType
 from crd_bridge.metrics import BridgeMetrics
 from crd_bridge.queue import CoalescingQueue
-from crd_bridge.routes import Dispatch, Fingerprint, plan
+from crd_bridge.routes import Dispatch, Fingerprint, not_served, plan
 from crd_bridge.watcher import Observed
 from runtime.kube import record_event
 from workflows import search_attributes
@@ -39,16 +43,17 @@ tracer = trace.get_tracer("servingops.bridge")
 MAX_BACKOFF = 5.0
 
 
-
 class Dispatcher:
     def __init__(self, temporal: Client, task_queue: str, queue: CoalescingQueue[Observed],
-                 api_client: client.ApiClient, metrics: BridgeMetrics, concurrency: int = 64) -> None:
+                 api_client: client.ApiClient, metrics: BridgeMetrics, concurrency: int = 64,
+                 served: frozenset[WorkflowType] = contract.IMPLEMENTED_WORKFLOWS) -> None:
         self.temporal = temporal
         self.task_queue = task_queue
         self.queue = queue
         self.core = client.CoreV1Api(api_client)
         self.metrics = metrics
         self.concurrency = concurrency
+        self.served = served
         self.fingerprints: dict[Hashable, Fingerprint] = {}
         self._failures: dict[Hashable, int] = {}
 
@@ -76,13 +81,17 @@ class Dispatcher:
 
     async def handle(self, key: Hashable, observed: Observed) -> None:
         result = plan(observed.route, observed.obj, self.fingerprints.get(key), gone=observed.gone)
+        warnings = list(result.warnings)
         for dispatch in result.dispatches:
-            await self.send(dispatch, observed)
+            if dispatch.workflow_type in self.served:
+                await self.send(dispatch, observed)
+            else:
+                warnings.append(not_served(dispatch))
         if observed.gone:
             self.fingerprints.pop(key, None)
         elif result.fingerprint is not None:
             self.fingerprints[key] = result.fingerprint
-        for reason, message in result.warnings:
+        for reason, message in warnings:
             await asyncio.to_thread(self._warn, observed, reason, message)
 
     async def send(self, dispatch: Dispatch, observed: Observed) -> None:

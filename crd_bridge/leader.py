@@ -24,7 +24,7 @@ logging.getLogger("leaderelection").setLevel(logging.WARNING)
 def start_election(api_client: client.ApiClient, *, name: str, namespace: str, identity: str,
                    on_leading: Callable[[], None], stopping: threading.Event,
                    lease_seconds: int = 15, renew_seconds: int = 10, retry_seconds: int = 2) -> threading.Thread:
-    lock = LeaseLock(name, namespace, identity)
+    lock = LeaseLock(name, namespace, identity)  # type: ignore[no-untyped-call]
     lock.api_instance = client.CoordinationV1Api(api_client)  # the lock builds one from the default config
 
     def lead() -> None:
@@ -38,8 +38,9 @@ def start_election(api_client: client.ApiClient, *, name: str, namespace: str, i
         log.error("%s lost the lease; exiting so that a restart rejoins as a follower", identity)
         os._exit(3)
 
-    config = electionconfig.Config(lock, lease_seconds, renew_seconds, retry_seconds, lead, lost)
-    thread = threading.Thread(target=leaderelection.LeaderElection(config).run, name="leader-election",
-                              daemon=True)
+    config = electionconfig.Config(  # type: ignore[no-untyped-call]
+        lock, lease_seconds, renew_seconds, retry_seconds, lead, lost)
+    election = leaderelection.LeaderElection(config)  # type: ignore[no-untyped-call]
+    thread = threading.Thread(target=election.run, name="leader-election", daemon=True)
     thread.start()
     return thread

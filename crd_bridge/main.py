@@ -14,6 +14,7 @@ import signal
 import socket
 import threading
 import uuid
+from collections.abc import Callable
 
 from crd_bridge.dispatcher import Dispatcher
 from crd_bridge.leader import start_election
@@ -71,7 +72,7 @@ async def run(args: argparse.Namespace) -> None:
     if args.leader_elect:
         renew = max(2, args.lease_seconds * 2 // 3)
         start_election(api_client, name=args.lease_name, namespace=args.lease_namespace, identity=args.identity,
-                       on_leading=lambda: loop.call_soon_threadsafe(leading.set), stopping=stopping,
+                       on_leading=lambda: _call_soon(loop, leading.set), stopping=stopping,
                        lease_seconds=args.lease_seconds, renew_seconds=renew, retry_seconds=1)
         log.info("%s waiting for the lease %s/%s", args.identity, args.lease_namespace, args.lease_name)
         waiter = asyncio.ensure_future(leading.wait())
@@ -83,11 +84,12 @@ async def run(args: argparse.Namespace) -> None:
 
     queue: CoalescingQueue[Observed] = CoalescingQueue(loop, maxsize=args.queue_size)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-    watchers = [
-        KindWatcher(api_client, ROUTES[kind], lambda observed: queue.put(observed.key, observed), stopping,
-                    on_event=lambda event_type, kind=kind: metrics.event(kind, event_type))
-        for kind in kinds
-    ]
+
+    def enqueue(observed: Observed) -> None:
+        queue.put(observed.key, observed)  # blocks the watch thread while the queue is full
+
+    watchers = [KindWatcher(api_client, ROUTES[kind], enqueue, stopping, on_event=_counter(metrics, kind))
+                for kind in kinds]
     for watcher in watchers:
         watcher.start()
     dispatcher = Dispatcher(temporal, settings.task_queue, queue, api_client, metrics, args.concurrency)
@@ -98,6 +100,14 @@ async def run(args: argparse.Namespace) -> None:
     dispatching.cancel()
     server.shutdown()
     log.info("bridge stopped")
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None:
+    loop.call_soon_threadsafe(callback)
+
+
+def _counter(metrics: BridgeMetrics, kind: str) -> Callable[[str], None]:
+    return lambda event_type: metrics.event(kind, event_type)
 
 
 def main(argv: list[str] | None = None) -> None:

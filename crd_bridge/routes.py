@@ -1,8 +1,9 @@
-"""Which workflow each served kind's events go to, and what an event becomes.
+"""Which workflow each routed kind's events go to, and what an event becomes.
 
 Pure mapping, no I/O: `plan()` compares an object with the fingerprint of what was last sent for
 it and returns the dispatches to make. Unchanged generation plus unchanged watched annotations
-means nothing to send.
+means nothing to send. Whether a dispatch's workflow type is served is decided per dispatch by
+the dispatcher (`not_served()` words the refusal).
 """
 
 from __future__ import annotations
@@ -71,7 +72,11 @@ ROUTES: dict[str, Route] = {
 
 DEFAULT_KINDS: tuple[str, ...] = tuple(
     kind for kind, route in ROUTES.items() if route.workflow_type in contract.IMPLEMENTED_WORKFLOWS)
-"""What the bridge follows when not told: every kind whose workflow the worker serves."""
+"""What the bridge follows when not told: every kind whose own workflow the worker serves (an
+object of another kind could only collect WorkflowNotServed Events)."""
+
+NOT_SERVED = "WorkflowNotServed"
+"""The reason of the Warning Event for a dispatch whose workflow type no worker registers."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,19 @@ class Dispatch:
     start_arg: Any
     signal: Signal | None = None
     signal_arg: Any = None
+
+    def describe(self) -> str:
+        """What the dispatch delivers, for a person reading an Event."""
+        if isinstance(self.start_arg, MigrationStart):
+            return f"migration request {self.start_arg.request_uuid}"
+        return f"the {self.signal.value} signal" if self.signal else "a start"
+
+
+def not_served(dispatch: Dispatch) -> tuple[str, str]:
+    """(reason, message) of the Warning Event recorded instead of starting a workflow that no
+    worker of this release registers: it would wait forever and hide the request from the user."""
+    return NOT_SERVED, (f"no worker serves {dispatch.workflow_type.value}: {dispatch.describe()} was not started "
+                        f"(workflow {dispatch.workflow_id}); nothing will act on it in this release")
 
 
 @dataclass
@@ -131,9 +149,9 @@ def plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, *, gon
     after = dict(watched)
     for name in sorted(set(before) | set(after)):
         if before.get(name) != after.get(name) and not deleting:
-            event = AnnotationEvent(uid=uid, generation=generation, resource_version=version, name=name,
-                                    value=after.get(name))
-            result.dispatches.append(Dispatch(route.workflow_type, workflow_id, start, Signal.ANNOTATION, event))
+            changed = AnnotationEvent(uid=uid, generation=generation, resource_version=version, name=name,
+                                      value=after.get(name))
+            result.dispatches.append(Dispatch(route.workflow_type, workflow_id, start, Signal.ANNOTATION, changed))
 
     already = previous.migrations if previous else frozenset()
     for key in sorted(set(requests) - already):

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
@@ -56,7 +56,7 @@ class KindWatcher(threading.Thread):
 
     def _list_page(self, **kwargs: Any) -> dict[str, Any]:
         r = self.route
-        return dict(self.custom.list_cluster_custom_object(r.group, r.version, r.plural, **kwargs))
+        return cast(dict[str, Any], self.custom.list_cluster_custom_object(r.group, r.version, r.plural, **kwargs))
 
     def run(self) -> None:
         backoff = 0.5
@@ -90,7 +90,7 @@ class KindWatcher(threading.Thread):
                 current[(meta.get("namespace") or "", meta["name"])] = obj
                 self.sink(Observed(self.route, obj, False, now))
             token = page["metadata"].get("continue")
-            version = page["metadata"].get("resourceVersion", version)
+            version = str(page["metadata"].get("resourceVersion", version))
             if not token:
                 break
         for key, obj in self.known.items():
@@ -102,7 +102,7 @@ class KindWatcher(threading.Thread):
     def watch_from(self, version: str) -> None:
         r = self.route
         while not self.stop_event.is_set():
-            stream = watch.Watch().stream(
+            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                 self.custom.list_cluster_custom_object, r.group, r.version, r.plural,
                 resource_version=version, allow_watch_bookmarks=True,
                 timeout_seconds=WATCH_TIMEOUT_SECONDS, _request_timeout=WATCH_TIMEOUT_SECONDS + 30,

@@ -1,4 +1,4 @@
-"""A real local Kubernetes cluster for tests and `servingops dev up`.
+"""A real local Kubernetes cluster for tests and `./dev up`.
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler run as plain processes on
 loopback; kwok plays the kubelets of a few fake nodes, so pods get scheduled, Running and
@@ -518,7 +518,7 @@ class LocalKubeCluster:
             self._wait(f"CRD {name} Established", partial(established, name), timeout, 0.2)
         return names
 
-    # -- `servingops dev up` --
+    # -- `./dev up` --
 
     @classmethod
     def run_foreground(cls, workdir: Path | None = None, *, nodes: int = 3, api_port: int | None = None) -> None:

@@ -1,4 +1,4 @@
-"""`servingops dev up | down | status`: the whole local stack for people.
+"""`./dev up | down | status` (devstack/cli.py): the whole local stack for people.
 
 `up` starts every real part (Temporal with its Web UI, the local Kubernetes cluster with our
 CRDs, the registry, Prometheus, the Hub-compatible server), then the worker and the bridge as
@@ -83,10 +83,11 @@ def up(state_dir: Path) -> int:
     }
     api = cluster.api_client()
     write_operator_config(api, prometheus.url)
-    worker = ManagedProcess("worker", [sys.executable, "-m", "workers.main"], logs, env=env, cwd=REPO_ROOT).start()
-    # The bridge follows, by default, every kind whose workflow the worker serves.
-    bridge = ManagedProcess("bridge", [sys.executable, "-m", "crd_bridge.main", "--no-leader-elect"], logs, env=env,
+    worker = ManagedProcess("worker", [sys.executable, "-m", "workers.main"], logs, env=env,
                             cwd=REPO_ROOT).start()
+    # The bridge follows, by default, every kind whose workflow the worker serves.
+    bridge = ManagedProcess("bridge", [sys.executable, "-m", "crd_bridge.main", "--no-leader-elect"], logs,
+                            env=env, cwd=REPO_ROOT).start()
 
     processes = [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge]
     state = {

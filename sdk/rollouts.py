@@ -6,9 +6,9 @@ update answers with the CanaryStatus once the step machine applied it.
 The InferenceService workflow is found from the object's uid (read through kubernetes); the
 rollout runs it has open are listed by its `state` query (`active[*].workflow_id`).
 
-The signal / update / query names are the strings the workflows register (see
-workflows/rollout/models.py); they are repeated here so the SDK does not import the workflow
-package (and, through it, activity signatures).
+Message names and the models the queries answer come from the contract (api_models.contract),
+the same declarations the workflows register with, so the SDK never imports the workflow
+package and never handles untyped dicts.
 """
 
 from __future__ import annotations
@@ -17,19 +17,36 @@ import asyncio
 from typing import Any, cast
 
 from kubernetes import client as kube
+from pydantic import BaseModel
 from temporalio.client import Client
 
 from api_models import contract
+from api_models.contract import Query, Update
+from api_models.contract.rollout import Progression, PromoteRequest, RolloutState, ServiceView
 from api_models.ome.rollout_status import CanaryStatus
-
-PROMOTE = "promote"
-ROLLBACK = "rollback"
-STATE = "state"
-CANARY = "canary"
 
 
 class NoActiveCanaryError(RuntimeError):
     """The InferenceService has no canary run in progress."""
+
+
+class RunUnavailable(BaseModel):
+    """A run the InferenceService workflow listed but whose own query failed (it may have closed
+    between the two queries)."""
+
+    key: str
+    error: str
+
+
+class RolloutStatus(BaseModel):
+    """What RolloutClient.status answers: the InferenceService workflow's state and the state of
+    every run it has open, by unit key."""
+
+    namespace: str
+    name: str
+    workflow_id: str
+    service: ServiceView
+    rollouts: dict[str, RolloutState | RunUnavailable] = {}
 
 
 class RolloutClient:
@@ -49,35 +66,41 @@ class RolloutClient:
         uid = obj["metadata"]["uid"]
         return contract.inference_service_workflow_id(namespace, isvc, uid)
 
-    async def status(self, namespace: str, isvc: str) -> dict[str, Any]:
-        """{"workflow_id", "service": the InferenceService workflow's state, "rollouts": {unit key:
-        that run's state}} for every active run (a run that just ended is left out)."""
-        workflow_id = await self.service_workflow_id(namespace, isvc)
-        service: dict[str, Any] = await self.temporal.get_workflow_handle(workflow_id).query(
-            STATE, result_type=dict)
-        rollouts: dict[str, dict[str, Any]] = {}
-        for key, run in (service.get("active") or {}).items():
-            try:
-                rollouts[key] = await self.temporal.get_workflow_handle(run["workflow_id"]).query(
-                    STATE, result_type=dict)
-            except Exception as error:  # the run may have closed between the two queries
-                rollouts[key] = {"key": key, "error": str(error)}
-        return {"namespace": namespace, "name": isvc, "workflow_id": workflow_id, "service": service,
-                "rollouts": rollouts}
+    async def service_state(self, workflow_id: str) -> ServiceView:
+        state: ServiceView = await self.temporal.get_workflow_handle(workflow_id).query(
+            Query.STATE, result_type=ServiceView)
+        return state
 
-    async def _active_canary(self, namespace: str, isvc: str) -> tuple[str, dict[str, Any]]:
-        """(workflow id, state) of the canary run in progress."""
+    async def run_state(self, workflow_id: str) -> RolloutState:
+        state: RolloutState = await self.temporal.get_workflow_handle(workflow_id).query(
+            Query.STATE, result_type=RolloutState)
+        return state
+
+    async def status(self, namespace: str, isvc: str) -> RolloutStatus:
+        """The InferenceService workflow's state and that of every active run (a run that just
+        ended is left out)."""
         workflow_id = await self.service_workflow_id(namespace, isvc)
-        service: dict[str, Any] = await self.temporal.get_workflow_handle(workflow_id).query(
-            STATE, result_type=dict)
-        for run in (service.get("active") or {}).values():
+        service = await self.service_state(workflow_id)
+        rollouts: dict[str, RolloutState | RunUnavailable] = {}
+        for key, run in service.active.items():
             try:
-                state: dict[str, Any] = await self.temporal.get_workflow_handle(run["workflow_id"]).query(
-                    STATE, result_type=dict)
+                rollouts[key] = await self.run_state(run.workflow_id)
+            except Exception as error:  # the run may have closed between the two queries
+                rollouts[key] = RunUnavailable(key=key, error=str(error))
+        return RolloutStatus(namespace=namespace, name=isvc, workflow_id=workflow_id, service=service,
+                             rollouts=rollouts)
+
+    async def _active_canary(self, namespace: str, isvc: str) -> tuple[str, CanaryStatus]:
+        """(workflow id, canary status) of the canary run in progress."""
+        workflow_id = await self.service_workflow_id(namespace, isvc)
+        service = await self.service_state(workflow_id)
+        for run in service.active.values():
+            try:
+                state = await self.run_state(run.workflow_id)
             except Exception:
                 continue
-            if state.get("progression") == CANARY and state.get("canary"):
-                return run["workflow_id"], state
+            if state.progression == Progression.CANARY and state.canary is not None:
+                return run.workflow_id, state.canary
         raise NoActiveCanaryError(f"InferenceService {namespace}/{isvc} has no canary in progress")
 
     # -- actions --------------------------------------------------------------------------------
@@ -85,13 +108,12 @@ class RolloutClient:
     async def promote(self, namespace: str, isvc: str, revision_hash: str | None = None) -> CanaryStatus:
         """Promote the step waiting on a manual gate (like ome.io/rollout-promote=<hash>). Without
         a hash, the run's canary revision is named. Answers once the step advanced."""
-        workflow_id, state = await self._active_canary(namespace, isvc)
-        canary = CanaryStatus.model_validate(state["canary"])
+        workflow_id, canary = await self._active_canary(namespace, isvc)
         revision = revision_hash or canary.canary_revision_hash
         if not revision:
             raise NoActiveCanaryError(f"InferenceService {namespace}/{isvc}: the canary has no revision yet")
         result: CanaryStatus = await self.temporal.get_workflow_handle(workflow_id).execute_update(
-            PROMOTE, {"revision": revision}, result_type=CanaryStatus)
+            Update.PROMOTE, PromoteRequest(revision=revision), result_type=CanaryStatus)
         return result
 
     async def rollback(self, namespace: str, isvc: str) -> CanaryStatus:
@@ -99,5 +121,5 @@ class RolloutClient:
         on the stable revision."""
         workflow_id, _ = await self._active_canary(namespace, isvc)
         result: CanaryStatus = await self.temporal.get_workflow_handle(workflow_id).execute_update(
-            ROLLBACK, result_type=CanaryStatus)
+            Update.ROLLBACK, result_type=CanaryStatus)
         return result

@@ -18,27 +18,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from activities.kubernetes import StatusPatch
-from api_models.ome.enums import ComponentType
-from api_models.operator_config import OperatorDefaults
-from api_models.refs import ObjectRef
-from api_models.serving_io import (
+from activities.kubernetes import EventNote, StatusPatch
+from activities.prometheus import EvaluateInput, Evaluation, MetricOutcome
+from activities.serving.types import (
     ComponentObservation,
     EnsureRevisionInput,
-    EvaluateInput,
-    Evaluation,
-    MetricOutcome,
     ObserveInput,
-    PrometheusSource,
     RevisionKey,
     RevisionObservation,
     ServiceObservation,
     SetTrafficInput,
-    TrafficWeight,
 )
+from api_models.errors import ErrorType, application_error
+from api_models.ome.enums import ComponentType
+from api_models.operator_config import OperatorDefaults, PrometheusSource
+from api_models.refs import ObjectRef
+from api_models.serving import TrafficWeight
 
 NAMESPACE = "team-a"
 NAME = "llama"
@@ -79,7 +76,7 @@ class FakePrometheus:
         self.samples.append(request)
         kind = self.script.pop(0) if self.script else self.default
         if kind == "error":
-            raise ApplicationError("prometheus query failed: 503", type="PrometheusError", non_retryable=True)
+            raise application_error(ErrorType.PROMETHEUS_ERROR, "prometheus query failed: 503")
         outcomes = []
         for index, metric in enumerate(request.metrics):
             if kind == "pass":
@@ -122,6 +119,13 @@ class FakeCluster:
         self.operator = OperatorDefaults(default_source=PrometheusSource(address="http://prometheus.test:9090"))
         """What the operator ConfigMap says; read by each run as it opens."""
         self.deleted: list[tuple[ComponentType, str, float]] = []
+        self.unservable: dict[ComponentType, str] = {}
+        """Component -> why its spec cannot be rendered: creating a revision of it is refused
+        (InvalidSpec, permanent), as the real activity refuses a component with nothing to run."""
+        self.events: list[EventNote] = []
+        """Every Event note the workflows asked kube.patch_status to record, in order."""
+        self.refusals: list[tuple[ComponentType, str]] = []
+        """Every (component, revision) whose creation was refused as unservable."""
 
     # -- test-side edits ----------------------------------------------------------------------
 
@@ -187,15 +191,18 @@ class FakeCluster:
                                       spec_rollout=cluster.spec_rollout, components=components)
 
         @activity.defn(name="serving.ensure_revision")
-        async def ensure_revision(request: EnsureRevisionInput) -> None:
+        async def ensure_revision(request: EnsureRevisionInput) -> RevisionObservation:
             now = await cluster.now()
             key = request.key
             revs = cluster.revisions.setdefault(key.component, {})
             rev = revs.get(key.revision)
             if rev is None:
                 if cluster.desired.get(key.component, ("", 0))[0] != key.revision:
-                    raise ApplicationError(f"{key.revision} is no longer rendered", type="RevisionSuperseded",
-                                           non_retryable=True)
+                    raise application_error(ErrorType.REVISION_SUPERSEDED, f"{key.revision} is no longer rendered")
+                why = cluster.unservable.get(key.component)
+                if why is not None:
+                    cluster.refusals.append((key.component, key.revision))
+                    raise application_error(ErrorType.INVALID_SPEC, why)
                 rev = revs[key.revision] = Revision()
             delay = cluster.delay_for.get((key.component, key.revision), cluster.ready_delay)
             while len(rev.pods) < request.replicas:
@@ -206,6 +213,7 @@ class FakeCluster:
                 del rev.pods[request.replicas:]
             rev.replicas = request.replicas
             cluster._record(key.component, now)
+            return cluster._observe_revision(key.revision, rev, now)
 
         @activity.defn(name="serving.revision_status")
         async def revision_status(key: RevisionKey) -> RevisionObservation:
@@ -247,6 +255,7 @@ class FakeCluster:
             for condition in patch.conditions:
                 cluster.conditions[condition.type] = condition.model_dump()
             cluster.patches.append(dict(patch.status))
+            cluster.events.extend(patch.events)
             return not cluster.deleting
 
         @activity.defn(name="kube.read_object")

@@ -24,7 +24,7 @@ from api_models.ome.enums import ComponentType
 from tests.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
 from workflows.rollout import WORKFLOWS
 from workflows.rollout.models import RolloutSettings
-from workflows.rollout.service import ServiceInput
+from workflows.rollout.service_workflow import ServiceInput
 
 ENGINE = ComponentType.ENGINE
 DECODER = ComponentType.DECODER
@@ -83,12 +83,15 @@ class Isvc:
 @asynccontextmanager
 async def served(env: WorkflowEnvironment, *, desired: dict[ComponentType, tuple[str, int]] | None = None,
                  rollout: dict[str, Any] | None = None, ready_delay: float = 10.0,
-                 settings: RolloutSettings | None = None) -> AsyncIterator[Isvc]:
-    """A created InferenceService, already serving its first revision at 100% and Ready."""
+                 settings: RolloutSettings | None = None,
+                 unservable: dict[ComponentType, str] | None = None) -> AsyncIterator[Isvc]:
+    """A created InferenceService, already serving its first revision at 100% and Ready; with
+    `unservable` components it is only started (it cannot become Ready)."""
     cluster = FakeCluster(env, ready_delay=ready_delay)
     for component, (revision, replicas) in (desired or {ENGINE: ("a", 4)}).items():
         cluster.set_desired(component, revision, replicas)
     cluster.spec_rollout = rollout
+    cluster.unservable.update(unservable or {})
     queue = f"rollout-{uuid.uuid4().hex[:8]}"
     async with Worker(env.client, task_queue=queue, workflows=list(WORKFLOWS), activities=cluster.activities()):
         handle = await env.client.start_workflow(
@@ -97,7 +100,9 @@ async def served(env: WorkflowEnvironment, *, desired: dict[ComponentType, tuple
             id=contract.inference_service_workflow_id(NAMESPACE, NAME, cluster.uid), task_queue=queue)
         isvc = Isvc(env=env, cluster=cluster, handle=handle)
         try:
-            await isvc.until(lambda: cluster.conditions.get("Ready", {}).get("status") == "True", what="first Ready")
+            if not unservable:
+                await isvc.until(lambda: cluster.conditions.get("Ready", {}).get("status") == "True",
+                                 what="first Ready")
             yield isvc
         finally:
             # Nothing of this test may keep the shared test server's clock locked for the next one:

@@ -236,13 +236,15 @@ async def test_rollout_annotations_reach_the_service_workflow(
     assert all("_tracer-data" in e.workflow_execution_signaled_event_attributes.header.fields for e in signaled)
 
 
-async def test_migration_requests_start_migrations_and_bad_ones_warn(
+async def test_an_unserved_migration_request_warns_and_starts_nothing(
         kube_api: client.ApiClient, bridges: BridgeLauncher, temporal: Client) -> None:
+    """No worker of this release registers MigrationWorkflow: a valid request gets a Warning
+    Event saying so instead of a workflow that would wait forever; bad requests get theirs."""
     from api_models.ome import InferenceService
 
     ns = new_namespace(kube_api, "migrations")
     bridges.start(task_queue=f"q-{ns}", kinds="InferenceService")
-    create(kube_api, InferenceService, manifest(InferenceService, ISVC_SPEC, name="svc"), ns)
+    obj = create(kube_api, InferenceService, manifest(InferenceService, ISVC_SPEC, name="svc"), ns)
     request = {"schemaVersion": "v1", "component": "engine", "instance": 0, "from_node": "kwok-node-0",
                "hint_target_nodes": ["kwok-node-1"], "reason": "maintenance",
                "requested_at": "2026-11-29T00:00:00Z", "requested_by": "ops@example.com"}
@@ -253,21 +255,27 @@ async def test_migration_requests_start_migrations_and_bad_ones_warn(
     })
     migration_id = f"migration/{ns}/svc-engine/{REQUEST_UUID}"
     deadline = time.monotonic() + 30
-    description = None
-    while time.monotonic() < deadline and description is None:
-        with contextlib.suppress(RPCError):
-            description = await temporal.get_workflow_handle(migration_id).describe()
-        await asyncio.sleep(0.3)
-    assert description is not None and description.workflow_type == "MigrationWorkflow"
     events: list[Any] = []
-    while time.monotonic() < deadline and len(events) < 2:
+    while time.monotonic() < deadline and len(events) < 3:
         events = client.CoreV1Api(kube_api).list_namespaced_event(
             ns, field_selector="involvedObject.name=svc,type=Warning").items
         await asyncio.sleep(0.3)
-    messages = sorted(e.message for e in events)
-    assert [e.reason for e in events] == ["InvalidMigrationRequest"] * 2
-    assert 'schemaVersion must be "v1"' in messages[0] + messages[1]
-    assert "value is not JSON" in messages[0] + messages[1]
-    # Exactly one migration workflow: the bad requests started nothing.
+    by_reason: dict[str, list[str]] = {}
+    for event in events:
+        by_reason.setdefault(event.reason, []).append(event.message)
+    assert sorted(by_reason) == ["InvalidMigrationRequest", "WorkflowNotServed"], by_reason
+    invalid = " | ".join(by_reason["InvalidMigrationRequest"])
+    assert len(by_reason["InvalidMigrationRequest"]) == 2
+    assert 'schemaVersion must be "v1"' in invalid and "value is not JSON" in invalid
+    [not_served] = by_reason["WorkflowNotServed"]
+    assert "MigrationWorkflow" in not_served and REQUEST_UUID in not_served and "not started" in not_served
+    assert [e.involved_object.uid for e in events] == [obj["metadata"]["uid"]] * 3
+
+    # The Events are recorded after the dispatches, so a start would already be visible: there is
+    # none, while the InferenceService's own (served) workflow runs as usual.
+    with pytest.raises(RPCError):
+        await temporal.get_workflow_handle(migration_id).describe()
     query = f'WorkflowType = "MigrationWorkflow" AND ServingopsNamespace = "{ns}"'
-    assert (await temporal.count_workflows(query)).count == 1
+    assert (await temporal.count_workflows(query)).count == 0
+    service = await temporal.get_workflow_handle(f"isvc/{ns}/svc/{obj['metadata']['uid']}").describe()
+    assert service.workflow_type == "InferenceServiceWorkflow"

@@ -15,8 +15,11 @@ from api_models.contract import (
     Signal,
     WorkflowType,
 )
+from crd_bridge.dispatcher import Dispatcher
+from crd_bridge.metrics import BridgeMetrics
 from crd_bridge.queue import CoalescingQueue
-from crd_bridge.routes import ROUTES, plan
+from crd_bridge.routes import NOT_SERVED, ROUTES, not_served, plan
+from crd_bridge.watcher import Observed
 
 MODEL = ROUTES["Model"]
 ISVC = ROUTES["InferenceService"]
@@ -95,6 +98,51 @@ def test_migration_request_starts_its_own_workflow_once() -> None:
     assert isinstance(start, MigrationStart) and start.request.from_node == "node-a"
     assert start.annotation == REQUEST_KEY and migration[0].signal is None
     assert plan(ISVC, obj(name="svc", rv="11", annotations={REQUEST_KEY: value}), first.fingerprint).dispatches == []
+
+
+class RecordingTemporal:
+    """Stands in for the Temporal client: records the starts the dispatcher makes."""
+
+    def __init__(self) -> None:
+        self.starts: list[tuple[str, str, str | None]] = []
+
+    async def start_workflow(self, workflow: str, arg: Any, *, id: str, start_signal: str | None = None,
+                             **_options: Any) -> None:
+        self.starts.append((str(workflow), id, start_signal))
+
+
+async def test_a_dispatch_no_worker_serves_becomes_a_warning_and_starts_nothing() -> None:
+    """Decided per dispatch: the same object's served signals go out, its migration request
+    (MigrationWorkflow is not registered) becomes a WorkflowNotServed Warning, once."""
+    from kubernetes import client
+
+    temporal = RecordingTemporal()
+    dispatcher = Dispatcher(temporal, "q", CoalescingQueue(asyncio.get_running_loop()),  # type: ignore[arg-type]
+                            client.ApiClient(), BridgeMetrics())
+    warned: list[tuple[str, str]] = []
+    dispatcher._warn = lambda _observed, reason, message: warned.append((reason, message))  # type: ignore[method-assign]
+    value = json.dumps({"schemaVersion": "v1", "component": "engine", "instance": 0, "from_node": "node-a"})
+    isvc = obj(name="svc", annotations={REQUEST_KEY: value, "ome.io/rollout-paused": "true"})
+    observed = Observed(ISVC, isvc, False, 0.0)
+    await dispatcher.handle(observed.key, observed)
+    assert temporal.starts == [("InferenceServiceWorkflow", "isvc/ns/svc/u1", "object-changed"),
+                               ("InferenceServiceWorkflow", "isvc/ns/svc/u1", "annotation")]
+    [(reason, message)] = warned
+    assert reason == NOT_SERVED == "WorkflowNotServed"
+    assert message.startswith("no worker serves MigrationWorkflow: migration request "
+                              "6f1c2a4e-9d2b-4c1e-8f00-0123456789ab was not started")
+    # The request is remembered as handled: the next event of the object does not repeat it.
+    again = Observed(ISVC, obj(name="svc", rv="11", annotations={REQUEST_KEY: value, "ome.io/rollout-paused": "true"}),
+                     False, 0.0)
+    await dispatcher.handle(again.key, again)
+    assert len(temporal.starts) == 2 and len(warned) == 1
+
+
+def test_not_served_names_the_workflow_type_and_what_was_not_started() -> None:
+    [dispatch] = plan(MODEL, obj(), None).dispatches
+    reason, message = not_served(dispatch)
+    assert reason == "WorkflowNotServed"
+    assert message.startswith("no worker serves ModelWorkflow: the object-changed signal was not started")
 
 
 def test_bad_migration_requests_become_warnings() -> None:

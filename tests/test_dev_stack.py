@@ -1,4 +1,4 @@
-"""`servingops dev up` / `status` / `down`, the README's first command, run for real."""
+"""`./dev up` / `status` / `down` (devstack/cli.py), the README's first command, run for real."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from devstack.kube import REPO_ROOT
 
 
 def _cli(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli.main", "dev", *args, "--state-dir", str(state)],
+    return subprocess.run([sys.executable, "-m", "devstack.cli", *args, "--state-dir", str(state)],
                           cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
 
 

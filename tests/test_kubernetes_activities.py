@@ -10,9 +10,10 @@ import pytest
 from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
-from activities.kubernetes import EventSpec, FinalizerChange, KubernetesActivities, StatusPatch
+from activities.kubernetes import EventNote, EventSpec, FinalizerChange, KubernetesActivities, StatusPatch
 from api_models.deckhouse import Model
 from api_models.refs import ConditionUpdate, ObjectRef
+from runtime import kube as runtime_kube
 from tests.crd_helpers import create, manifest, new_namespace
 
 FINALIZER = "ai.deckhouse.io/model-cleanup"
@@ -104,3 +105,38 @@ def test_warning_event(kube_api: client.ApiClient, ns: str, acts: KubernetesActi
     events = client.CoreV1Api(kube_api).list_namespaced_event(
         ns, field_selector=f"involvedObject.name={ref.name}").items
     assert [(e.type, e.reason, e.message) for e in events] == [("Warning", "BadAnnotation", "not JSON")]
+
+
+def _events(kube_api: client.ApiClient, ns: str, ref: ObjectRef) -> list[client.CoreV1Event]:
+    return list(client.CoreV1Api(kube_api).list_namespaced_event(
+        ns, field_selector=f"involvedObject.name={ref.name}").items)
+
+
+def test_status_write_records_its_event_notes(kube_api: client.ApiClient, ns: str, acts: KubernetesActivities) -> None:
+    ref = _model(kube_api, ns)
+    failed = ConditionUpdate(type="Ready", status="False", reason="SourceNotFound", message="no such repo")
+    patch = StatusPatch(ref=ref, status={"phase": "Failed"}, conditions=[failed],
+                        events=[EventNote(type="Warning", reason="SourceNotFound", message="no such repo")])
+    assert _run(acts.patch_status, patch)
+    [event] = _events(kube_api, ns, ref)
+    assert (event.type, event.reason, event.message, event.count) == ("Warning", "SourceNotFound", "no such repo", 1)
+    assert event.involved_object.uid == ref.uid
+    # The same write again (a retried activity, a loop) is the same Event, counted, not a new object.
+    assert _run(acts.patch_status, patch)
+    [event] = _events(kube_api, ns, ref)
+    assert event.count == 2 and event.last_timestamp >= event.first_timestamp
+    # A gone object gets no Event.
+    gone = ref.model_copy(update={"uid": "00000000-0000-0000-0000-000000000000"})
+    assert not _run(acts.patch_status, patch.model_copy(update={"ref": gone}))
+
+
+def test_events_are_rate_limited_per_object(kube_api: client.ApiClient, ns: str, acts: KubernetesActivities,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runtime_kube, "EVENT_BURST", 3)
+    monkeypatch.setattr(runtime_kube, "EVENT_REFILL_SECONDS", 3600.0)
+    flooded, other = _model(kube_api, ns), _model(kube_api, ns)
+    for i in range(6):
+        _run(acts.emit_event, EventSpec(ref=flooded, type="Warning", reason="Loop", message=f"attempt {i}"))
+    _run(acts.emit_event, EventSpec(ref=other, reason="Fine", message="unaffected"))
+    assert sorted(e.message for e in _events(kube_api, ns, flooded)) == ["attempt 0", "attempt 1", "attempt 2"]
+    assert [e.reason for e in _events(kube_api, ns, other)] == ["Fine"]

@@ -23,7 +23,6 @@ from activities.model_files import (
     FileRole,
     InvalidModel,
     ProviderInfo,
-    Reason,
     UploadKind,
     classify_upload,
     extract_archive,
@@ -33,9 +32,9 @@ from activities.model_files import (
     stage_upload,
 )
 from activities.model_files.archive import _Extractor
-from activities.model_files.errors import CONDITION_REASON_PATTERN, INVALID_MODEL_ERROR_TYPE
 from activities.model_files.gguf import MAX_STRING_BYTES
 from api_models.deckhouse.enums import EndpointType, ModelFeature, ModelFormat, SourceType
+from api_models.errors import CONDITION_REASON_PATTERN, ErrorType, application_error
 from devstack import model_repos as repos
 from devstack.model_repos import GGUF_STRING, GGUF_UINT32, GGUFTensor, TensorSpec
 
@@ -84,7 +83,7 @@ def kv_u32(key: str, value: int) -> bytes:
     return gguf_string(key) + struct.pack("<II", GGUF_UINT32, value)
 
 
-def expect(reason: Reason, call: Callable[[], Any], *fragments: str) -> InvalidModel:
+def expect(reason: ErrorType, call: Callable[[], Any], *fragments: str) -> InvalidModel:
     with pytest.raises(InvalidModel) as info:
         call()
     assert info.value.reason == reason, info.value.message
@@ -314,17 +313,17 @@ def test_truncated_shard_is_detected_from_its_size(tmp_path: Path) -> None:
     shard = model / "model-00002-of-00002.safetensors"
     with shard.open("r+b") as fh:
         fh.truncate(shard.stat().st_size - 1000)
-    expect(Reason.TRUNCATED_SAFETENSORS, lambda: inspect(model), "model-00002-of-00002.safetensors", "1000 bytes")
+    expect(ErrorType.TRUNCATED_SAFETENSORS, lambda: inspect(model), "model-00002-of-00002.safetensors", "1000 bytes")
 
 
 def test_header_length_larger_than_the_file(tmp_path: Path) -> None:
     path = tmp_path / "x.safetensors"
     path.write_bytes(struct.pack("<Q", 10_000) + b'{"a":1}')
-    expect(Reason.TRUNCATED_SAFETENSORS, lambda: read_safetensors_header(path), "x.safetensors", "10000-byte header")
+    expect(ErrorType.TRUNCATED_SAFETENSORS, lambda: read_safetensors_header(path), "x.safetensors", "10000-byte header")
     path.write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
-    expect(Reason.INVALID_SAFETENSORS_HEADER, lambda: read_safetensors_header(path), "more than")
+    expect(ErrorType.INVALID_SAFETENSORS_HEADER, lambda: read_safetensors_header(path), "more than")
     path.write_bytes(b"\x01\x02")
-    expect(Reason.TRUNCATED_SAFETENSORS, lambda: read_safetensors_header(path), "fewer than")
+    expect(ErrorType.TRUNCATED_SAFETENSORS, lambda: read_safetensors_header(path), "fewer than")
 
 
 @pytest.mark.parametrize(
@@ -347,14 +346,14 @@ def test_bad_safetensors_headers(tmp_path: Path, header: Any, data: bytes, fragm
     path = tmp_path / "bad.safetensors"
     raw = b'{"w": ' if header is None else None
     path.write_bytes(safetensors_bytes(header, data, raw_header=raw))
-    expect(Reason.INVALID_SAFETENSORS_HEADER, lambda: read_safetensors_header(path), "bad.safetensors", fragment)
+    expect(ErrorType.INVALID_SAFETENSORS_HEADER, lambda: read_safetensors_header(path), "bad.safetensors", fragment)
 
 
 def test_duplicate_tensor_names_in_a_header(tmp_path: Path) -> None:
     path = tmp_path / "dup.safetensors"
     entry = '{"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}'
     path.write_bytes(safetensors_bytes({}, b"\0", raw_header=f'{{"w": {entry}, "w": {entry}}}'.encode()))
-    expect(Reason.INVALID_SAFETENSORS_HEADER, lambda: read_safetensors_header(path), "twice")
+    expect(ErrorType.INVALID_SAFETENSORS_HEADER, lambda: read_safetensors_header(path), "twice")
 
 
 def test_valid_header_details(tmp_path: Path) -> None:
@@ -371,21 +370,21 @@ def test_valid_header_details(tmp_path: Path) -> None:
 def test_safetensors_without_config_is_missing_config(tmp_path: Path) -> None:
     model = make_repo(tmp_path, repos.make_safetensors_repo, num_shards=2)
     (model / "config.json").unlink()
-    expect(Reason.MISSING_CONFIG, lambda: inspect(model), "config.json", "model-00001-of-00002.safetensors")
+    expect(ErrorType.MISSING_CONFIG, lambda: inspect(model), "config.json", "model-00001-of-00002.safetensors")
 
 
 def test_bad_config_json(tmp_path: Path) -> None:
     model = make_repo(tmp_path, repos.make_safetensors_repo, num_shards=1)
     (model / "config.json").write_text("[1, 2]")
-    expect(Reason.INVALID_CONFIG, lambda: inspect(model), "config.json", "JSON object")
+    expect(ErrorType.INVALID_CONFIG, lambda: inspect(model), "config.json", "JSON object")
     (model / "config.json").write_text("{not json")
-    expect(Reason.INVALID_CONFIG, lambda: inspect(model), "config.json", "not valid JSON")
+    expect(ErrorType.INVALID_CONFIG, lambda: inspect(model), "config.json", "not valid JSON")
 
 
 def test_index_naming_a_missing_shard(tmp_path: Path) -> None:
     model = make_repo(tmp_path, repos.make_safetensors_repo, num_shards=2)
     (model / "model-00002-of-00002.safetensors").unlink()
-    expect(Reason.MISSING_SHARD, lambda: inspect(model), "model.safetensors.index.json", "model-00002-of-00002")
+    expect(ErrorType.MISSING_SHARD, lambda: inspect(model), "model.safetensors.index.json", "model-00002-of-00002")
 
 
 def test_index_mapping_a_tensor_its_shard_lacks(tmp_path: Path) -> None:
@@ -393,7 +392,7 @@ def test_index_mapping_a_tensor_its_shard_lacks(tmp_path: Path) -> None:
     index = json.loads((model / "model.safetensors.index.json").read_text())
     index["weight_map"]["model.extra.weight"] = "model-00001-of-00002.safetensors"
     (model / "model.safetensors.index.json").write_text(json.dumps(index))
-    expect(Reason.INVALID_SAFETENSORS_INDEX, lambda: inspect(model), "model.extra.weight")
+    expect(ErrorType.INVALID_SAFETENSORS_INDEX, lambda: inspect(model), "model.extra.weight")
 
 
 def test_index_pointing_outside_its_directory(tmp_path: Path) -> None:
@@ -401,7 +400,7 @@ def test_index_pointing_outside_its_directory(tmp_path: Path) -> None:
     index = json.loads((model / "model.safetensors.index.json").read_text())
     index["weight_map"]["model.norm.weight"] = "../elsewhere.safetensors"
     (model / "model.safetensors.index.json").write_text(json.dumps(index))
-    expect(Reason.INVALID_SAFETENSORS_INDEX, lambda: inspect(model), "not a file name")
+    expect(ErrorType.INVALID_SAFETENSORS_INDEX, lambda: inspect(model), "not a file name")
 
 
 def test_broken_safetensors_anywhere_in_the_tree_fails(tmp_path: Path) -> None:
@@ -409,7 +408,7 @@ def test_broken_safetensors_anywhere_in_the_tree_fails(tmp_path: Path) -> None:
     model = make_repo(tmp_path, repos.make_safetensors_repo, num_shards=1)
     (model / "2_Dense").mkdir()
     (model / "2_Dense" / "model.safetensors").write_bytes(b"not safetensors at all")
-    expect(Reason.INVALID_SAFETENSORS_HEADER, lambda: inspect(model), "2_Dense/model.safetensors")
+    expect(ErrorType.INVALID_SAFETENSORS_HEADER, lambda: inspect(model), "2_Dense/model.safetensors")
 
 
 # -- bad GGUF ---------------------------------------------------------------------------------
@@ -425,7 +424,7 @@ def test_bad_gguf_magic_in_a_model_dir(tmp_path: Path) -> None:
     model = tmp_path / "m"
     model.mkdir()
     write(model, "model.gguf", b"GGUX" + b"\0" * 100)
-    expect(Reason.INVALID_GGUF, lambda: inspect(model), "model.gguf", "not a GGUF file")
+    expect(ErrorType.INVALID_GGUF, lambda: inspect(model), "model.gguf", "not a GGUF file")
 
 
 @pytest.mark.parametrize(
@@ -433,30 +432,30 @@ def test_bad_gguf_magic_in_a_model_dir(tmp_path: Path) -> None:
 )
 def test_unsupported_gguf_version(tmp_path: Path, version: int, fragment: str) -> None:
     path = write(tmp_path, "v.gguf", gguf_bytes(version=version))
-    expect(Reason.UNSUPPORTED_GGUF_VERSION, lambda: read_gguf_header(path), "v.gguf", fragment)
+    expect(ErrorType.UNSUPPORTED_GGUF_VERSION, lambda: read_gguf_header(path), "v.gguf", fragment)
 
 
 def test_gguf_absurd_string_length(tmp_path: Path) -> None:
     absurd = struct.pack("<Q", 1 << 62)
     path = write(tmp_path, "s.gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + absurd + b"general.architecture")
-    expect(Reason.INVALID_GGUF, lambda: read_gguf_header(path), "s.gguf", "claims")
+    expect(ErrorType.INVALID_GGUF, lambda: read_gguf_header(path), "s.gguf", "claims")
     # Below the hard limit but beyond the file: still refused before any allocation.
     value = gguf_string("general.name") + struct.pack("<IQ", GGUF_STRING, MAX_STRING_BYTES - 1) + b"x" * 10
     path = write(tmp_path, "s2.gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + value)
-    expect(Reason.TRUNCATED_GGUF, lambda: read_gguf_header(path), "left in the file")
+    expect(ErrorType.TRUNCATED_GGUF, lambda: read_gguf_header(path), "left in the file")
 
 
 def test_gguf_absurd_counts(tmp_path: Path) -> None:
     array = gguf_string("tokenizer.ggml.tokens") + struct.pack("<IIQ", 9, GGUF_STRING, 1 << 60)
     path = write(tmp_path, "a.gguf", gguf_bytes([array]))
-    expect(Reason.INVALID_GGUF, lambda: read_gguf_header(path), "elements")
+    expect(ErrorType.INVALID_GGUF, lambda: read_gguf_header(path), "elements")
     path = write(tmp_path, "c.gguf", b"GGUF" + struct.pack("<IQQ", 3, 1 << 40, 1) + b"\0" * 64)
-    expect(Reason.INVALID_GGUF, lambda: read_gguf_header(path), "tensors", "allowed")
+    expect(ErrorType.INVALID_GGUF, lambda: read_gguf_header(path), "tensors", "allowed")
     path = write(tmp_path, "k.gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, 1000) + b"\0" * 64)
-    expect(Reason.TRUNCATED_GGUF, lambda: read_gguf_header(path), "1000 metadata entries")
+    expect(ErrorType.TRUNCATED_GGUF, lambda: read_gguf_header(path), "1000 metadata entries")
     nested = gguf_string("x") + struct.pack("<IIQ", 9, 9, 1)
     path = write(tmp_path, "n.gguf", gguf_bytes([nested]))
-    expect(Reason.INVALID_GGUF, lambda: read_gguf_header(path), "array of arrays")
+    expect(ErrorType.INVALID_GGUF, lambda: read_gguf_header(path), "array of arrays")
 
 
 def test_gguf_tensor_data_beyond_eof(tmp_path: Path) -> None:
@@ -464,39 +463,39 @@ def test_gguf_tensor_data_beyond_eof(tmp_path: Path) -> None:
     [path] = model.glob("*.gguf")
     with path.open("r+b") as fh:
         fh.truncate(path.stat().st_size - 100)
-    expect(Reason.TRUNCATED_GGUF, lambda: inspect(model), path.name, "bytes are missing")
+    expect(ErrorType.TRUNCATED_GGUF, lambda: inspect(model), path.name, "bytes are missing")
 
 
 def test_gguf_header_cut_short(tmp_path: Path) -> None:
     full = gguf_bytes([kv_str("general.architecture", "llama")], [("w", (8,), 0, 0)], b"\0" * 32)
     path = write(tmp_path, "cut.gguf", full[:40])
-    expect(Reason.TRUNCATED_GGUF, lambda: read_gguf_header(path), "cut.gguf")
+    expect(ErrorType.TRUNCATED_GGUF, lambda: read_gguf_header(path), "cut.gguf")
 
 
 def test_gguf_overlapping_tensors_and_unknown_types(tmp_path: Path) -> None:
     tensors = [("a", (16,), 0, 0), ("b", (16,), 0, 32)]  # "a" takes 64 bytes: "b" overlaps it
     path = write(tmp_path, "o.gguf", gguf_bytes(None, tensors, b"\0" * 128))
-    expect(Reason.INVALID_GGUF, lambda: read_gguf_header(path), "overlaps")
+    expect(ErrorType.INVALID_GGUF, lambda: read_gguf_header(path), "overlaps")
     path = write(tmp_path, "t.gguf", gguf_bytes(None, [("a", (16,), 99, 0)], b"\0" * 64))
-    expect(Reason.UNSUPPORTED_GGUF_TYPE, lambda: read_gguf_header(path), "ggml type 99")
+    expect(ErrorType.UNSUPPORTED_GGUF_TYPE, lambda: read_gguf_header(path), "ggml type 99")
     path = write(tmp_path, "b.gguf", gguf_bytes(None, [("a", (16,), 8, 0)], b"\0" * 64))  # Q8_0 rows of 32
-    expect(Reason.INVALID_GGUF, lambda: read_gguf_header(path), "block size 32")
+    expect(ErrorType.INVALID_GGUF, lambda: read_gguf_header(path), "block size 32")
     path = write(tmp_path, "al.gguf", gguf_bytes([kv_u32("general.alignment", 24)]))
-    expect(Reason.INVALID_GGUF, lambda: read_gguf_header(path), "power of two")
+    expect(ErrorType.INVALID_GGUF, lambda: read_gguf_header(path), "power of two")
     path = write(tmp_path, "d.gguf", gguf_bytes([kv_str("k", "a"), kv_str("k", "b")]))
-    expect(Reason.INVALID_GGUF, lambda: read_gguf_header(path), "twice")
+    expect(ErrorType.INVALID_GGUF, lambda: read_gguf_header(path), "twice")
 
 
 def test_several_gguf_quantizations_are_ambiguous(tmp_path: Path) -> None:
     model = make_repo(tmp_path, repos.make_gguf_repo, quantizations=("F16", "Q8_0"))
-    expect(Reason.AMBIGUOUS_MODEL, lambda: inspect(model), "gguf_repo-F16.gguf", "gguf_repo-Q8_0.gguf")
+    expect(ErrorType.AMBIGUOUS_MODEL, lambda: inspect(model), "gguf_repo-F16.gguf", "gguf_repo-Q8_0.gguf")
 
 
 def test_gguf_without_tensors_is_empty(tmp_path: Path) -> None:
     model = tmp_path / "m"
     model.mkdir()
     write(model, "vocab.gguf", gguf_bytes())
-    expect(Reason.EMPTY_MODEL, lambda: inspect(model), "no tensors")
+    expect(ErrorType.EMPTY_MODEL, lambda: inspect(model), "no tensors")
 
 
 def test_large_metadata_arrays_are_skipped_not_kept(tmp_path: Path) -> None:
@@ -516,39 +515,39 @@ def test_large_metadata_arrays_are_skipped_not_kept(tmp_path: Path) -> None:
 def test_diffusers_component_without_folder(tmp_path: Path) -> None:
     model = make_repo(tmp_path, repos.make_diffusers_repo)
     shutil.rmtree(model / "vae")
-    expect(Reason.INVALID_DIFFUSERS, lambda: inspect(model), "'vae'", "AutoencoderKL")
+    expect(ErrorType.INVALID_DIFFUSERS, lambda: inspect(model), "'vae'", "AutoencoderKL")
 
 
 def test_diffusers_component_without_weights(tmp_path: Path) -> None:
     model = make_repo(tmp_path, repos.make_diffusers_repo)
     (model / "unet" / "diffusion_pytorch_model.safetensors").unlink()
-    expect(Reason.INVALID_DIFFUSERS, lambda: inspect(model), "unet/", "no safetensors weights")
+    expect(ErrorType.INVALID_DIFFUSERS, lambda: inspect(model), "unet/", "no safetensors weights")
     (model / "unet" / "diffusion_pytorch_model.bin").write_bytes(b"\x80\x02pickle")
-    expect(Reason.UNSUPPORTED_FORMAT, lambda: inspect(model), "diffusion_pytorch_model.bin")
+    expect(ErrorType.UNSUPPORTED_FORMAT, lambda: inspect(model), "diffusion_pytorch_model.bin")
 
 
 def test_diffusers_bad_model_index(tmp_path: Path) -> None:
     model = make_repo(tmp_path, repos.make_diffusers_repo)
     (model / "model_index.json").write_text(json.dumps({"unet": ["diffusers", "UNet2DConditionModel"]}))
-    expect(Reason.INVALID_DIFFUSERS, lambda: inspect(model), "_class_name")
+    expect(ErrorType.INVALID_DIFFUSERS, lambda: inspect(model), "_class_name")
     (model / "model_index.json").write_text(json.dumps({"_class_name": "P", "unet": ["diffusers", 3]}))
-    expect(Reason.INVALID_DIFFUSERS, lambda: inspect(model), "'unet'")
+    expect(ErrorType.INVALID_DIFFUSERS, lambda: inspect(model), "'unet'")
 
 
 def test_empty_and_unknown_and_pickle_dirs(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     (empty / ".cache" / "huggingface").mkdir(parents=True)
     (empty / ".cache" / "huggingface" / "x.metadata").write_text("bookkeeping, not the model")
-    expect(Reason.EMPTY_MODEL, lambda: inspect(empty))
+    expect(ErrorType.EMPTY_MODEL, lambda: inspect(empty))
     unknown = tmp_path / "unknown"
     unknown.mkdir()
     (unknown / "notes.txt").write_text("hello")
-    expect(Reason.UNKNOWN_FORMAT, lambda: inspect(unknown), "notes.txt")
+    expect(ErrorType.UNKNOWN_FORMAT, lambda: inspect(unknown), "notes.txt")
     pickled = tmp_path / "pickled"
     pickled.mkdir()
     (pickled / "config.json").write_text("{}")
     (pickled / "pytorch_model.bin").write_bytes(b"\x80\x02")
-    expect(Reason.UNSUPPORTED_FORMAT, lambda: inspect(pickled), "pytorch_model.bin")
+    expect(ErrorType.UNSUPPORTED_FORMAT, lambda: inspect(pickled), "pytorch_model.bin")
 
 
 # -- uploads ----------------------------------------------------------------------------------
@@ -561,14 +560,14 @@ def test_uploads_are_classified_by_content(tmp_path: Path) -> None:
     repos.write_safetensors(st, [TensorSpec("a", "F32", (2,))])
     assert classify_upload(st) == UploadKind.SAFETENSORS
     assert classify_upload(st, "model.safetensors") == UploadKind.SAFETENSORS
-    expect(Reason.UNKNOWN_FORMAT, lambda: classify_upload(st, "model.gguf"), "model.gguf", "safetensors")
-    expect(Reason.UNKNOWN_FORMAT, lambda: classify_upload(write(tmp_path, "x.gguf", b"hello world")), "x.gguf")
-    expect(Reason.EMPTY_MODEL, lambda: classify_upload(write(tmp_path, "e.gguf", b"")))
-    expect(Reason.UNSUPPORTED_ARCHIVE, lambda: classify_upload(write(tmp_path, "a.tar.xz", b"\xfd7zXZ\x00..")), "xz")
+    expect(ErrorType.UNKNOWN_FORMAT, lambda: classify_upload(st, "model.gguf"), "model.gguf", "safetensors")
+    expect(ErrorType.UNKNOWN_FORMAT, lambda: classify_upload(write(tmp_path, "x.gguf", b"hello world")), "x.gguf")
+    expect(ErrorType.EMPTY_MODEL, lambda: classify_upload(write(tmp_path, "e.gguf", b"")))
+    expect(ErrorType.UNSUPPORTED_ARCHIVE, lambda: classify_upload(write(tmp_path, "a.tar.xz", b"\xfd7zXZ\x00..")), "xz")
     torch_zip = tmp_path / "pytorch_model.bin"
     with zipfile.ZipFile(torch_zip, "w") as zf:
         zf.writestr("archive/data.pkl", pickle.dumps({}))
-    expect(Reason.UNSUPPORTED_FORMAT, lambda: classify_upload(torch_zip), "PyTorch")
+    expect(ErrorType.UNSUPPORTED_FORMAT, lambda: classify_upload(torch_zip), "PyTorch")
     tgz = tmp_path / "m.tar"  # gzipped though named .tar: still a tar
     with tarfile.open(tgz, "w:gz") as tf:
         add_file(tf, "config.json", b"{}")
@@ -590,7 +589,7 @@ def test_single_safetensors_upload_needs_a_config(tmp_path: Path) -> None:
     upload = tmp_path / "blob"
     repos.write_safetensors(upload, [TensorSpec("a", "F32", (2,))])
     _, root = stage_upload(upload, tmp_path / "staged", filename="model.safetensors")
-    expect(Reason.MISSING_CONFIG, lambda: inspect(root), "model.safetensors")
+    expect(ErrorType.MISSING_CONFIG, lambda: inspect(root), "model.safetensors")
 
 
 TarMode = Literal["w", "w:gz"]
@@ -667,7 +666,7 @@ def zip_with(tmp_path: Path, build: Callable[[zipfile.ZipFile], None]) -> Path:
     return archive
 
 
-def extract_fails(tmp_path: Path, archive: Path, reason: Reason, *fragments: str, **limits: Any) -> None:
+def extract_fails(tmp_path: Path, archive: Path, reason: ErrorType, *fragments: str, **limits: Any) -> None:
     out = tmp_path / "out"
     expect(reason, lambda: extract_archive(archive, out, limits=ArchiveLimits(**limits)), archive.name, *fragments)
     assert not out.exists()
@@ -678,23 +677,23 @@ def extract_fails(tmp_path: Path, archive: Path, reason: Reason, *fragments: str
 @pytest.mark.parametrize(
     ("build", "reason", "fragment"),
     [
-        (lambda tf: add_file(tf, "../evil", b"x"), Reason.ARCHIVE_PATH_ESCAPE, "'../evil'"),
-        (lambda tf: add_file(tf, "a/../../evil", b"x"), Reason.ARCHIVE_PATH_ESCAPE, "outside"),
-        (lambda tf: add_file(tf, "/tmp/evil-servingops-test", b"x"), Reason.ARCHIVE_PATH_ESCAPE, "absolute"),
-        (lambda tf: add_special(tf, "link", tarfile.SYMTYPE, "/etc/passwd"), Reason.ARCHIVE_LINK, "symbolic link"),
+        (lambda tf: add_file(tf, "../evil", b"x"), ErrorType.ARCHIVE_PATH_ESCAPE, "'../evil'"),
+        (lambda tf: add_file(tf, "a/../../evil", b"x"), ErrorType.ARCHIVE_PATH_ESCAPE, "outside"),
+        (lambda tf: add_file(tf, "/tmp/evil-servingops-test", b"x"), ErrorType.ARCHIVE_PATH_ESCAPE, "absolute"),
+        (lambda tf: add_special(tf, "link", tarfile.SYMTYPE, "/etc/passwd"), ErrorType.ARCHIVE_LINK, "symbolic link"),
         (lambda tf: entries(add_file(tf, "a", b"x"), add_special(tf, "b", tarfile.LNKTYPE, "a")),
-         Reason.ARCHIVE_LINK, "hard link"),
-        (lambda tf: add_special(tf, "dev", tarfile.CHRTYPE), Reason.ARCHIVE_SPECIAL_FILE, "device"),
-        (lambda tf: add_special(tf, "fifo", tarfile.FIFOTYPE), Reason.ARCHIVE_SPECIAL_FILE, "FIFO"),
-        (lambda tf: entries(add_file(tf, "a", b"x"), add_file(tf, "a", b"y")), Reason.ARCHIVE_DUPLICATE_ENTRY,
+         ErrorType.ARCHIVE_LINK, "hard link"),
+        (lambda tf: add_special(tf, "dev", tarfile.CHRTYPE), ErrorType.ARCHIVE_SPECIAL_FILE, "device"),
+        (lambda tf: add_special(tf, "fifo", tarfile.FIFOTYPE), ErrorType.ARCHIVE_SPECIAL_FILE, "FIFO"),
+        (lambda tf: entries(add_file(tf, "a", b"x"), add_file(tf, "a", b"y")), ErrorType.ARCHIVE_DUPLICATE_ENTRY,
          "more than"),
-        (lambda tf: entries(add_file(tf, "a", b"x"), add_file(tf, "a/b", b"y")), Reason.ARCHIVE_DUPLICATE_ENTRY,
+        (lambda tf: entries(add_file(tf, "a", b"x"), add_file(tf, "a/b", b"y")), ErrorType.ARCHIVE_DUPLICATE_ENTRY,
          "is a file"),
-        (lambda tf: add_file(tf, "a\\b", b"x"), Reason.INVALID_ARCHIVE_PATH, "backslash"),
-        (lambda tf: add_file(tf, "x" * 300, b"x"), Reason.INVALID_ARCHIVE_PATH, "too long"),
+        (lambda tf: add_file(tf, "a\\b", b"x"), ErrorType.INVALID_ARCHIVE_PATH, "backslash"),
+        (lambda tf: add_file(tf, "x" * 300, b"x"), ErrorType.INVALID_ARCHIVE_PATH, "too long"),
     ],
 )  # fmt: skip
-def test_hostile_tar_entries(tmp_path: Path, build: Callable[[tarfile.TarFile], None], reason: Reason,
+def test_hostile_tar_entries(tmp_path: Path, build: Callable[[tarfile.TarFile], None], reason: ErrorType,
                              fragment: str) -> None:  # fmt: skip
     extract_fails(tmp_path, tar_with(tmp_path, build), reason, fragment)
 
@@ -704,14 +703,14 @@ def test_symlink_after_a_good_file_removes_everything(tmp_path: Path) -> None:
         add_file(tf, "config.json", b"{}")
         add_special(tf, "weights.safetensors", tarfile.SYMTYPE, "../../secret")
 
-    extract_fails(tmp_path, tar_with(tmp_path, build, "w:gz"), Reason.ARCHIVE_LINK, "weights.safetensors")
+    extract_fails(tmp_path, tar_with(tmp_path, build, "w:gz"), ErrorType.ARCHIVE_LINK, "weights.safetensors")
 
 
 def test_zip_entry_escaping(tmp_path: Path) -> None:
     archive = zip_with(tmp_path, lambda zf: zf.writestr(zipfile.ZipInfo("../../evil"), b"x"))
-    extract_fails(tmp_path, archive, Reason.ARCHIVE_PATH_ESCAPE, "'../../evil'")
+    extract_fails(tmp_path, archive, ErrorType.ARCHIVE_PATH_ESCAPE, "'../../evil'")
     archive = zip_with(tmp_path, lambda zf: zf.writestr(zipfile.ZipInfo("/tmp/evil-servingops-test"), b"x"))
-    extract_fails(tmp_path, archive, Reason.ARCHIVE_PATH_ESCAPE, "absolute")
+    extract_fails(tmp_path, archive, ErrorType.ARCHIVE_PATH_ESCAPE, "absolute")
 
 
 def test_zip_symlink_entry(tmp_path: Path) -> None:
@@ -721,7 +720,7 @@ def test_zip_symlink_entry(tmp_path: Path) -> None:
         info.external_attr = (stat.S_IFLNK | 0o777) << 16
         zf.writestr(info, b"/etc/passwd")
 
-    extract_fails(tmp_path, zip_with(tmp_path, build), Reason.ARCHIVE_LINK, "'link'")
+    extract_fails(tmp_path, zip_with(tmp_path, build), ErrorType.ARCHIVE_LINK, "'link'")
 
 
 def test_zip_bomb(tmp_path: Path) -> None:
@@ -733,7 +732,8 @@ def test_zip_bomb(tmp_path: Path) -> None:
 
     archive = zip_with(tmp_path, build)
     assert archive.stat().st_size < 1 << 20
-    extract_fails(tmp_path, archive, Reason.ARCHIVE_BOMB, "compression ratio", max_ratio=100, ratio_grace_bytes=1 << 20)
+    extract_fails(tmp_path, archive, ErrorType.ARCHIVE_BOMB, "compression ratio", max_ratio=100,
+                  ratio_grace_bytes=1 << 20)
 
 
 def test_gzip_bomb_is_stopped_while_streaming(tmp_path: Path) -> None:
@@ -757,7 +757,7 @@ def test_gzip_bomb_is_stopped_while_streaming(tmp_path: Path) -> None:
         tf.addfile(info, io.BufferedReader(Zeros(info.size)))
 
     archive = tar_with(tmp_path, build, "w:gz")
-    extract_fails(tmp_path, archive, Reason.ARCHIVE_BOMB, "extraction stopped", ratio_grace_bytes=1 << 20)
+    extract_fails(tmp_path, archive, ErrorType.ARCHIVE_BOMB, "extraction stopped", ratio_grace_bytes=1 << 20)
 
 
 def test_bytes_written_are_counted_whatever_the_header_says(tmp_path: Path) -> None:
@@ -767,12 +767,12 @@ def test_bytes_written_are_counted_whatever_the_header_says(tmp_path: Path) -> N
     written: list[int] = []
     limits = ArchiveLimits(max_ratio=100, ratio_grace_bytes=1 << 20)
     extractor = _Extractor(root, 10_000, limits, "lying.tar", written.append)
-    expect(Reason.ARCHIVE_BOMB, lambda: extractor.add_file("w.safetensors", bytes, 10), "lying.tar")
+    expect(ErrorType.ARCHIVE_BOMB, lambda: extractor.add_file("w.safetensors", bytes, 10), "lying.tar")
     # Stopped at the limit, before writing the chunk that would pass it.
     assert max(written) <= max(100 * 10_000, 1 << 20)
     limits = ArchiveLimits(max_total_bytes=3 << 20)
     extractor = _Extractor(root, 1 << 40, limits, "big.tar", None)
-    expect(Reason.ARCHIVE_TOO_LARGE, lambda: extractor.add_file("x.safetensors", bytes, None), "big.tar")
+    expect(ErrorType.ARCHIVE_TOO_LARGE, lambda: extractor.add_file("x.safetensors", bytes, None), "big.tar")
     assert (root / "x.safetensors").stat().st_size <= 3 << 20
 
 
@@ -780,7 +780,7 @@ def test_archive_too_large(tmp_path: Path) -> None:
     def build(tf: tarfile.TarFile) -> None:
         add_file(tf, "a.bin", bytes(range(256)) * 8192)  # 2 MiB, ratio 1 for a plain tar
 
-    extract_fails(tmp_path, tar_with(tmp_path, build), Reason.ARCHIVE_TOO_LARGE, "limit", max_total_bytes=1 << 20)
+    extract_fails(tmp_path, tar_with(tmp_path, build), ErrorType.ARCHIVE_TOO_LARGE, "limit", max_total_bytes=1 << 20)
 
 
 def test_too_many_files(tmp_path: Path) -> None:
@@ -788,39 +788,41 @@ def test_too_many_files(tmp_path: Path) -> None:
         for i in range(20):
             add_file(tf, f"f{i}", b"x")
 
-    extract_fails(tmp_path, tar_with(tmp_path, build_tar), Reason.ARCHIVE_TOO_MANY_FILES, "10 entries", max_entries=10)
+    extract_fails(tmp_path, tar_with(tmp_path, build_tar), ErrorType.ARCHIVE_TOO_MANY_FILES, "10 entries",
+                  max_entries=10)
 
     def build_zip(zf: zipfile.ZipFile) -> None:
         for i in range(20):
             zf.writestr(f"f{i}", b"x")
 
-    extract_fails(tmp_path, zip_with(tmp_path, build_zip), Reason.ARCHIVE_TOO_MANY_FILES, "20 entries", max_entries=10)
+    extract_fails(tmp_path, zip_with(tmp_path, build_zip), ErrorType.ARCHIVE_TOO_MANY_FILES, "20 entries",
+                  max_entries=10)
 
 
 def test_empty_archives(tmp_path: Path) -> None:
-    extract_fails(tmp_path, tar_with(tmp_path, lambda tf: None), Reason.EMPTY_ARCHIVE, "no files")
+    extract_fails(tmp_path, tar_with(tmp_path, lambda tf: None), ErrorType.EMPTY_ARCHIVE, "no files")
     only_dirs = tar_with(tmp_path, lambda tf: add_special(tf, "dir", tarfile.DIRTYPE))
-    extract_fails(tmp_path, only_dirs, Reason.EMPTY_ARCHIVE, "no files")
-    extract_fails(tmp_path, zip_with(tmp_path, lambda zf: None), Reason.EMPTY_ARCHIVE, "no files")
+    extract_fails(tmp_path, only_dirs, ErrorType.EMPTY_ARCHIVE, "no files")
+    extract_fails(tmp_path, zip_with(tmp_path, lambda zf: None), ErrorType.EMPTY_ARCHIVE, "no files")
 
 
 def test_damaged_archives(tmp_path: Path) -> None:
     good = tar_with(tmp_path, lambda tf: add_file(tf, "a", bytes(range(256)) * 100), "w:gz")
     damaged = write(tmp_path, "damaged.tar.gz", good.read_bytes()[: good.stat().st_size // 2])
-    extract_fails(tmp_path, damaged, Reason.INVALID_ARCHIVE)
+    extract_fails(tmp_path, damaged, ErrorType.INVALID_ARCHIVE)
     corrupt = write(tmp_path, "corrupt.zip", b"PK\x03\x04" + b"\0" * 100)
-    extract_fails(tmp_path, corrupt, Reason.INVALID_ARCHIVE, "zip")
+    extract_fails(tmp_path, corrupt, ErrorType.INVALID_ARCHIVE, "zip")
 
 
 # -- the error type ---------------------------------------------------------------------------
 
 
 def test_invalid_model_crosses_process_and_activity_boundaries() -> None:
-    err = InvalidModel(Reason.MISSING_SHARD, "model.safetensors.index.json: names a missing shard")
+    err = InvalidModel(ErrorType.MISSING_SHARD, "model.safetensors.index.json: names a missing shard")
     copy = pickle.loads(pickle.dumps(err))
     assert (copy.reason, copy.message) == (err.reason, err.message) == ("MissingShard", str(err))
-    app = err.to_application_error()
-    assert app.non_retryable and app.type == INVALID_MODEL_ERROR_TYPE and app.details == ("MissingShard",)
+    app = application_error(err.reason, err.message)
+    assert app.non_retryable and app.type == "MissingShard" and app.message == err.message
     with pytest.raises(ValueError):
-        InvalidModel("not a reason!", "x")
-    assert all(CONDITION_REASON_PATTERN.match(r.value) for r in Reason)
+        InvalidModel("not a reason!", "x")  # type: ignore[arg-type]
+    assert all(CONDITION_REASON_PATTERN.match(r.value) for r in ErrorType)

@@ -40,6 +40,7 @@ from activities.oci.activities import (
 )
 from activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, role_for_path
 from activities.oci.registry_client import MiB, ModelRegistry, UploadProgress, UploadResume, parse_range
+from api_models.errors import ErrorType
 from devstack.services import OciRegistry, TemporalDevServer
 from runtime.temporal import TemporalSettings, connect
 
@@ -238,7 +239,7 @@ def test_worker_shutdown_stops_on_a_chunk_boundary_and_resumes(oci_registry: Oci
     first.on_heartbeat = shut_down_after_second_chunk
     with pytest.raises(ApplicationError) as info:
         first.run(OciActivities(heartbeat_interval=0.05).push_file, request)
-    assert info.value.type == "WorkerShutdown" and not info.value.non_retryable
+    assert info.value.type == ErrorType.WORKER_SHUTDOWN and not info.value.non_retryable
     # Shutdown began right after the second chunk was committed: nothing more was sent.
     assert beats[-1]["committed_offset"] == 2 * chunk
 
@@ -308,7 +309,7 @@ def test_wrong_digest_is_a_non_retryable_failure(oci_registry: OciRegistry, mode
     request = PushFileInput(target=target, path=str(path), sha256="0" * 64, media_type=mt.MODEL_WEIGHT_CONFIG_RAW)
     with pytest.raises(ApplicationError) as info:
         ActivityEnvironment().run(OciActivities().push_file, request)
-    assert info.value.type == "BlobDigestMismatch" and info.value.non_retryable
+    assert info.value.type == ErrorType.BLOB_DIGEST_MISMATCH and info.value.non_retryable
 
 
 def test_manifest_refuses_missing_layers(oci_registry: OciRegistry) -> None:
@@ -317,7 +318,7 @@ def test_manifest_refuses_missing_layers(oci_registry: OciRegistry) -> None:
     with pytest.raises(ApplicationError) as info:
         ActivityEnvironment().run(OciActivities().push_manifest,
                                   PushManifestInput(target=target, tag="v1", layers=[layer], meta=META))
-    assert info.value.type == "LayerMissing" and info.value.non_retryable
+    assert info.value.type == ErrorType.LAYER_MISSING and info.value.non_retryable
 
 
 def test_cross_repository_mount_moves_no_bytes(oci_registry: OciRegistry, model_dir: Path) -> None:
@@ -343,7 +344,7 @@ def test_manifest_refuses_a_wrong_layer_size(oci_registry: OciRegistry, model_di
     with pytest.raises(ApplicationError) as info:
         ActivityEnvironment().run(OciActivities().push_manifest,
                                   PushManifestInput(target=target, tag="v1", layers=[layer], meta=META))
-    assert info.value.type == "LayerSizeMismatch" and info.value.non_retryable
+    assert info.value.type == ErrorType.LAYER_SIZE_MISMATCH and info.value.non_retryable
 
 
 def test_stale_resume_details_fall_back_to_a_fresh_upload(oci_registry: OciRegistry, model_dir: Path) -> None:

@@ -15,11 +15,11 @@ from api_models.operator_config import (
     OperatorConfig,
     OperatorConfigError,
     OperatorDefaults,
+    PrometheusSource,
     parse_configmap_data,
     resolve,
 )
 from api_models.refs import ObjectRef
-from api_models.serving_io import PrometheusSource
 from tests.crd_helpers import new_namespace
 
 MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "manifests" / "15-operator-config.yaml"

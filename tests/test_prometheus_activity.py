@@ -20,9 +20,10 @@ from kubernetes import client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.prometheus import PrometheusActivities
+from activities.prometheus import EvaluateInput, Evaluation, MetricQuery, PrometheusActivities
+from api_models.errors import ErrorType
+from api_models.operator_config import PrometheusSource
 from api_models.refs import ObjectRef
-from api_models.serving_io import EvaluateInput, Evaluation, MetricQuery, PrometheusSource
 from devstack.services import Prometheus
 from tests.crd_helpers import new_namespace
 from tests.metrics_exporter import Exporter
@@ -166,7 +167,7 @@ def test_bad_input_is_refused(prometheus: Prometheus, acts: PrometheusActivities
     for operator, threshold in (("LessThan", "1"), ("lt", "1"), ("LT", "one"), ("LT", "nan")):
         with pytest.raises(ApplicationError) as info:
             _evaluate(acts, prometheus.url, _m("ok", "1", "LT", "2"), _m("bad", "1", operator, threshold))
-        assert info.value.type == "InvalidMetric" and info.value.non_retryable
+        assert info.value.type == ErrorType.INVALID_METRIC and info.value.non_retryable
 
 
 def test_bearer_token_from_a_secret(prometheus: Prometheus, exporter: Exporter, kube_api: client.ApiClient,

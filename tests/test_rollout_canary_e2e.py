@@ -21,6 +21,7 @@ from typing import Any
 
 from kubernetes import client
 
+from api_models.contract.rollout import RolloutState
 from api_models.ome import InferenceService
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
@@ -218,7 +219,8 @@ def test_promote_through_the_cli_and_the_sdk(kube_api: client.ApiClient, kube_cl
         temporal = await connect(TemporalSettings(address=temporal_server.address))
         sdk = RolloutClient(temporal, kube_api)
         before = await sdk.status(ns, name)
-        assert before["rollouts"]["0"]["canary"]["currentStep"] == 1
+        run = before.rollouts["0"]
+        assert isinstance(run, RolloutState) and run.canary is not None and run.canary.current_step == 1
         return (await sdk.promote(ns, name, revision)).to_api()
 
     after = asyncio.run(promote())

@@ -109,3 +109,42 @@ def test_first_revision_serves_then_a_new_template_rolls_out(kube_api: client.Ap
     assert status["components"]["engine"]["previousRolledoutRevision"] == first_rev
     # After the drain the old revision is gone.
     _wait("the old revision drained", lambda: first_rev not in ready_revisions(), worker)
+
+
+def test_ome_sample_by_reference_is_refused_with_a_condition_and_a_warning(
+        kube_api: client.ApiClient, rollout_stack: tuple[str, ManagedProcess]) -> None:
+    """Upstream OME's sample (spec.model + spec.runtime by reference, no containers) cannot be
+    rendered yet: the operator reads why on the object, and the next generation is served."""
+    ns, worker = rollout_stack
+    spec = {"model": {"name": "qwen1-5-7b-chat"}, "runtime": {"name": "srt-qwen"},
+            "engine": {"minReplicas": 1, "maxReplicas": 1}}
+    create(kube_api, InferenceService, manifest(InferenceService, spec, name="qwen"), ns)
+    custom = client.CustomObjectsApi(kube_api)
+
+    def ready_condition() -> dict[str, Any] | None:
+        obj = custom.get_namespaced_custom_object("ome.io", "v1beta1", ns, "inferenceservices", "qwen")
+        conditions = obj.get("status", {}).get("conditions") or []
+        return next((c for c in conditions if c["type"] == "Ready"), None)
+
+    ready = _wait("Ready False / InvalidSpec", lambda: (
+        (c := ready_condition()) is not None and c["reason"] == "InvalidSpec" and c), worker)
+    assert ready["status"] == "False"
+    assert "spec.engine has no runner and no containers" in ready["message"]
+    assert "spec.runtime (ClusterServingRuntime srt-qwen)" in ready["message"]
+
+    def warnings() -> list[client.CoreV1Event]:
+        events = client.CoreV1Api(kube_api).list_namespaced_event(
+            ns, field_selector="involvedObject.kind=InferenceService,involvedObject.name=qwen").items
+        return [e for e in events if e.type == "Warning" and e.reason == "InvalidSpec"]
+
+    [warning] = _wait("a Warning Event InvalidSpec", warnings, worker)
+    assert "spec.engine has no runner and no containers" in (warning.message or "")
+    assert not _route_weights(kube_api, ns, "qwen-engine")
+
+    # The next generation carries a runner: it is served.
+    custom.patch_namespaced_custom_object("ome.io", "v1beta1", ns, "inferenceservices", "qwen", {
+        "spec": {"engine": {"runner": {"name": "engine", "image": "lmsysorg/sglang:v0.4",
+                                       "ports": [{"containerPort": 8000}]}}}})
+    _wait("the fixed spec serving 100%", lambda: list(_route_weights(kube_api, ns, "qwen-engine").values()) == [100],
+          worker)
+    _wait("Ready True", lambda: (c := ready_condition()) is not None and c["status"] == "True", worker)

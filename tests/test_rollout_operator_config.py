@@ -12,9 +12,8 @@ from datetime import datetime
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from api_models.operator_config import OperatorDefaults
+from api_models.operator_config import OperatorDefaults, PrometheusSource
 from api_models.refs import ObjectRef
-from api_models.serving_io import PrometheusSource
 from tests.rollout_harness import ENGINE, analysis, canary_group, roll_to, served, start_env
 
 

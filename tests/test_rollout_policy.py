@@ -30,7 +30,7 @@ from devstack.services import OciRegistry, TemporalDevServer
 from tests.crd_helpers import create, manifest
 from tests.rollout_harness import start_env
 from tests.test_rollout_e2e import _wait, worker_and_bridge
-from workflows.rollout.policy import portable_digest
+from workflows.rollout.policy_pinning import portable_digest
 from workflows.rollout_policy import (
     ATTACH_RESYNC,
     MAX_REFRESHES_PER_RUN,

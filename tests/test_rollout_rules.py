@@ -9,10 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from activities.serving.types import ComponentObservation
+from api_models.contract.rollout import ComponentView, ServiceState
 from api_models.ome.enums import ComponentType, OnInconclusive, RolloutPlanSource
 from api_models.ome.rollout import GroupCanary, RolloutGroup, RolloutGroupStep, RolloutSpec
 from api_models.ome.rollout_policy import RolloutPolicySpec
-from workflows.rollout import policy, rolling, steps, templating, units
+from workflows.rollout import plan, policy_pinning, steps, templating
+from workflows.rollout.progressions import rolling
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -133,32 +136,61 @@ def test_rolling_pacing_never_breaks_the_budget(desired: int, surge: int, unavai
 
 def test_units_entrypoint_and_sequencing() -> None:
     spec = RolloutSpec.model_validate({"groups": [{"components": ["engine", "decoder"]}]})
-    found = units.units(spec, [ComponentType.ENGINE, ComponentType.DECODER, ComponentType.ROUTER])
+    found = plan.units(spec, [ComponentType.ENGINE, ComponentType.DECODER, ComponentType.ROUTER])
     assert [(u.key, u.components) for u in found] == [
         ("0", (ComponentType.ENGINE, ComponentType.DECODER)), ("router", (ComponentType.ROUTER,))]
-    assert units.entrypoint([ComponentType.DECODER, ComponentType.ENGINE]) == ComponentType.ENGINE
-    assert units.sequential(None) and not units.sequential(RolloutSpec(group_ordering="Concurrent"))
-    assert units.target_id({ComponentType.ENGINE: "a"}) == units.target_id({ComponentType.ENGINE: "a"})
+    assert plan.entrypoint([ComponentType.DECODER, ComponentType.ENGINE]) == ComponentType.ENGINE
+    assert plan.sequential(None) and not plan.sequential(RolloutSpec(group_ordering="Concurrent"))
+    assert plan.target_id({ComponentType.ENGINE: "a"}) == plan.target_id({ComponentType.ENGINE: "a"})
+
+
+def test_which_units_start_now() -> None:
+    engine, decoder, router = ComponentType.ENGINE, ComponentType.DECODER, ComponentType.ROUTER
+    spec = RolloutSpec.model_validate({"groups": [{"components": ["engine"]}, {"components": ["decoder"]}]})
+    seen = {c: ComponentObservation(component=c, desired_revision=f"{c.value}-new", desired_replicas=2, revisions=[],
+                                    traffic=[]) for c in (engine, decoder, router)}
+    state = ServiceState(components={c: ComponentView(stable=f"{c.value}-old") for c in (engine, decoder, router)},
+                         held={"router": {router: "router-new"}}, held_primary={"router": "router-new"},
+                         parked={"1": "PolicyNotFound: gone"})
+    running, startable = plan.triage(plan.units(spec, [engine, decoder, router]), seen, state)
+    # The router's rejected target is held; both groups could start.
+    assert not running and [p.unit.key for p in startable] == ["0", "1"]
+    assert startable[0].targets[0].stable_revision == "engine-old"
+    assert state.held == {"router": {router: "router-new"}}
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    # Sequenced: only the first group opens; an ungrouped component would open beside it.
+    assert [p.unit.key for p in plan.admit(spec, startable, state, now)] == ["0"]
+    assert [p.unit.key for p in plan.admit(RolloutSpec(groups=spec.groups, group_ordering="Concurrent"),
+                                          startable, state, now)] == ["0", "1"]
+    state.soak_until = now + timedelta(minutes=5)
+    assert plan.admit(spec, startable, state, now) == []
+    assert [p.unit.key for p in plan.admit(spec, startable, state, now + timedelta(minutes=5))] == ["0"]
+    assert state.soak_until is None  # an elapsed soak is cleared
+    # A unit back on its stable revisions is released from its hold and its park.
+    seen[decoder] = seen[decoder].model_copy(update={"desired_revision": "decoder-old"})
+    seen[router] = seen[router].model_copy(update={"desired_revision": "router-old"})
+    running, startable = plan.triage(plan.units(spec, [engine, decoder, router]), seen, state)
+    assert [p.unit.key for p in startable] == ["0"] and not state.parked and not state.held
 
 
 def test_policy_resolution_and_digest() -> None:
     canary = GroupCanary.model_validate({"steps": [{"capacity": "50%", "traffic": 50}]})
     body = RolloutPolicySpec(canary=canary)
-    digest = policy.portable_digest(body)
-    assert digest.startswith("rp1:") and digest == policy.portable_digest(RolloutPolicySpec.model_validate(
+    digest = policy_pinning.portable_digest(body)
+    assert digest.startswith("rp1:") and digest == policy_pinning.portable_digest(RolloutPolicySpec.model_validate(
         body.to_api()))
     live = {"apiVersion": "ome.io/v1beta1", "kind": "RolloutPolicy", "metadata": {"generation": 2},
             "spec": body.to_api()}
     ref = {"name": "p", "progression": "canary"}
-    resolved = policy.resolve(RolloutGroup.model_validate({"components": ["engine"], "policyRef": ref}), live)
+    resolved = policy_pinning.resolve(RolloutGroup.model_validate({"components": ["engine"], "policyRef": ref}), live)
     assert resolved.source == RolloutPlanSource.POLICY and resolved.group is not None
     assert resolved.group.canary == canary and resolved.policy_generation == 2 and resolved.digest == digest
-    missing = policy.resolve(RolloutGroup.model_validate({"components": ["engine"], "policyRef": ref}), None)
+    missing = policy_pinning.resolve(RolloutGroup.model_validate({"components": ["engine"], "policyRef": ref}), None)
     assert missing.group is None and missing.park_reason == "PolicyNotFound"
-    wrong = policy.resolve(RolloutGroup.model_validate(
+    wrong = policy_pinning.resolve(RolloutGroup.model_validate(
         {"components": ["engine"], "policyRef": {"name": "p", "progression": "blueGreen"}}), live)
     assert wrong.group is None and wrong.park_reason == "ProgressionMismatch"
-    default = policy.resolve(RolloutGroup.model_validate({"components": ["engine"]}), None)
+    default = policy_pinning.resolve(RolloutGroup.model_validate({"components": ["engine"]}), None)
     assert default.group is not None and default.group.blue_green is not None
 
 

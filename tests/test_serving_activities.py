@@ -17,21 +17,22 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.serving import render
 from activities.serving.activities import ServingActivities
-from api_models.ome import InferenceService
-from api_models.ome.components import EngineSpec
-from api_models.ome.enums import ComponentType
-from api_models.refs import ObjectRef
-from api_models.serving_io import (
+from activities.serving.types import (
     EnsureRevisionInput,
     ObserveInput,
     RevisionKey,
     RevisionObservation,
     ServiceObservation,
     SetTrafficInput,
-    TrafficWeight,
     revision_name,
     route_name,
 )
+from api_models.errors import ErrorType
+from api_models.ome import InferenceService
+from api_models.ome.components import EngineSpec
+from api_models.ome.enums import ComponentType
+from api_models.refs import ObjectRef
+from api_models.serving import TrafficWeight
 from tests.crd_helpers import create, manifest, new_namespace
 
 ENGINE, ROUTER = ComponentType.ENGINE, ComponentType.ROUTER
@@ -166,7 +167,7 @@ def test_revision_lifecycle(kube_api: client.ApiClient, ns: str, acts: ServingAc
     assert observed.url == f"http://{ref.name}-engine.{ns}.svc.cluster.local"
 
     # The old revision cannot go while it takes traffic; once shifted off it goes, idempotently.
-    assert _refused(acts.delete_revision, key1).type == "RevisionServingTraffic"
+    assert _refused(acts.delete_revision, key1).type == ErrorType.REVISION_SERVING_TRAFFIC
     _run(acts.set_traffic, SetTrafficInput(isvc=ref, component=ENGINE,
                                            weights=[TrafficWeight(revision=v1, weight=0),
                                                     TrafficWeight(revision=v2, weight=100)]))
@@ -179,7 +180,7 @@ def test_revision_lifecycle(kube_api: client.ApiClient, ns: str, acts: ServingAc
 
     # The deleted revision is no longer what the spec renders: it is not brought back.
     superseded = _refused(acts.ensure_revision, EnsureRevisionInput(key=key1, replicas=1))
-    assert superseded.type == "RevisionSuperseded" and superseded.non_retryable
+    assert superseded.type == ErrorType.REVISION_SUPERSEDED and superseded.non_retryable
     final = _component(_run(acts.observe, ObserveInput(isvc=ref)), ENGINE)
     assert [r.revision for r in final.revisions] == [v2]
 
@@ -195,7 +196,7 @@ def test_invalid_traffic_is_refused(kube_api: client.ApiClient, ns: str, acts: S
                     [TrafficWeight(revision=v1, weight=50), TrafficWeight(revision="0123456789", weight=50)],
                     []):
         error = _refused(acts.set_traffic, SetTrafficInput(isvc=ref, component=ROUTER, weights=weights))
-        assert error.type == "InvalidTraffic" and error.non_retryable, weights
+        assert error.type == ErrorType.INVALID_TRAFFIC and error.non_retryable, weights
     with pytest.raises(ApiException) as none:
         _route(kube_api, ref, ROUTER)
     assert none.value.status == 404
@@ -221,7 +222,7 @@ def test_gateway_parent_and_gone_service(kube_api: client.ApiClient, ns: str) ->
     client.CustomObjectsApi(kube_api).delete_namespaced_custom_object(ref.group, ref.version, ns, ref.plural,
                                                                       ref.name)
     eventually(lambda: _run(acts.observe, ObserveInput(isvc=ref)) is None, "the InferenceService gone")
-    assert _refused(acts.ensure_revision, EnsureRevisionInput(key=key, replicas=1)).type == "ObjectGone"
+    assert _refused(acts.ensure_revision, EnsureRevisionInput(key=key, replicas=1)).type == ErrorType.OBJECT_GONE
     # Garbage collection follows the ownerReferences.
     eventually(lambda: _run(acts.revision_status, key).replicas == 0, "the revision collected")
 
@@ -230,13 +231,56 @@ def test_unknown_revision_of_a_live_spec_is_superseded(kube_api: client.ApiClien
                                                        acts: ServingActivities) -> None:
     ref = _isvc(kube_api, ns, {"engine": SPEC["engine"]})
     bogus = RevisionKey(isvc=ref, component=ENGINE, revision="0000000000")
-    assert _refused(acts.ensure_revision, EnsureRevisionInput(key=bogus, replicas=1)).type == "RevisionSuperseded"
+    refused = _refused(acts.ensure_revision, EnsureRevisionInput(key=bogus, replicas=1))
+    assert refused.type == ErrorType.REVISION_SUPERSEDED
     router = RevisionKey(isvc=ref, component=ROUTER, revision="0000000000")  # not in the spec
-    assert _refused(acts.ensure_revision, EnsureRevisionInput(key=router, replicas=1)).type == "RevisionSuperseded"
+    refused = _refused(acts.ensure_revision, EnsureRevisionInput(key=router, replicas=1))
+    assert refused.type == ErrorType.REVISION_SUPERSEDED
     assert [c.component for c in _run(acts.observe, ObserveInput(isvc=ref)).components] == [ENGINE]
 
 
+# Upstream OME's sample InferenceService: the model and the runtime by reference, no containers.
+OME_SAMPLE: dict[str, Any] = {"model": {"name": "qwen1-5-7b-chat"}, "runtime": {"name": "srt-qwen"},
+                              "engine": {"minReplicas": 1, "maxReplicas": 1}}
+
+
+def test_ome_sample_is_refused_permanently_naming_the_field(kube_api: client.ApiClient, ns: str,
+                                                            acts: ServingActivities) -> None:
+    ref = _isvc(kube_api, ns, OME_SAMPLE)
+    seen = _run(acts.observe, ObserveInput(isvc=ref))  # observing is fine: the spec parses
+    (engine,) = seen.components
+    key = RevisionKey(isvc=ref, component=ENGINE, revision=engine.desired_revision)
+    refused = _refused(acts.ensure_revision, EnsureRevisionInput(key=key, replicas=1))
+    assert refused.type == ErrorType.INVALID_SPEC and refused.non_retryable
+    assert "spec.engine has no runner and no containers" in refused.message
+    assert "spec.model (ClusterBaseModel qwen1-5-7b-chat)" in refused.message
+    assert "spec.runtime (ClusterServingRuntime srt-qwen)" in refused.message
+    # Nothing half-made is left behind.
+    assert _run(acts.revision_status, key).replicas == 0
+    assert not client.CoreV1Api(kube_api).list_namespaced_service(
+        ns, label_selector=f"{render.LABEL_REVISION}={engine.desired_revision}").items
+
+
 # -- pure rendering ---------------------------------------------------------------------------
+
+
+def test_a_component_without_a_container_is_unservable() -> None:
+    from api_models.ome.inference_service import InferenceServiceSpec
+
+    spec = InferenceServiceSpec.model_validate(OME_SAMPLE)
+    assert spec.engine is not None
+    with pytest.raises(render.Unservable) as info:
+        render.check_servable(spec, ENGINE, spec.engine)
+    assert info.value.field == "spec.engine"
+    assert "set spec.engine.runner (at least an image) or spec.engine.containers" in str(info.value)
+    bare = InferenceServiceSpec.model_validate({"engine": {"minReplicas": 1}})
+    assert bare.engine is not None
+    with pytest.raises(render.Unservable, match=r"spec\.engine has no runner and no containers: set"):
+        render.check_servable(bare, ENGINE, bare.engine)
+    served = InferenceServiceSpec.model_validate(SPEC)
+    assert served.engine is not None and served.router is not None
+    render.check_servable(served, ENGINE, served.engine)
+    render.check_servable(served, ROUTER, served.router)
 
 _HASH_SCRIPT = """
 from activities.serving import render

@@ -35,7 +35,6 @@ from activities.sources import (
     FetchInput,
     ResolveInput,
     SourceActivities,
-    SourceErrorType,
     SourceFile,
     SourceListing,
 )
@@ -46,6 +45,7 @@ from activities.sources.ollama import parse_ollama_url
 from activities.sources.spool import gguf_header_end
 from api_models.deckhouse import Model
 from api_models.deckhouse.enums import ModelFormat, SourceType
+from api_models.errors import ErrorType
 from api_models.refs import ObjectRef
 from devstack.hub_server import HubServer
 from devstack.ollama_registry import DEFAULT_LICENSE, DEFAULT_PARAMS, DEFAULT_TEMPLATE, publish_ollama_model
@@ -168,7 +168,7 @@ def test_ollama_urls() -> None:
 )
 def test_bad_url_is_invalid_source_url(acts: SourceActivities, url: str) -> None:
     err = _error(acts.resolve, ResolveInput(model=_ref(), url=url))
-    assert err.type == SourceErrorType.INVALID_SOURCE_URL and err.non_retryable
+    assert err.type == ErrorType.INVALID_SOURCE_URL and err.non_retryable
     assert url[:40] in err.message
 
 
@@ -273,20 +273,20 @@ def test_sharded_safetensors_resolve_fetch_inspect(acts: SourceActivities, hub_r
         assert Path(got.path).read_bytes() == origin.read_bytes(), f.path
         assert got.sha256 == _sha256(origin) and got.size == f.size and got.transferred_bytes == f.size
         assert not got.header_only and got.relative_path == f.path
-        assert Path(got.path) == acts.model_dir(str(ref.uid)) / f.path
+        assert Path(got.path) == acts.spool.model_dir(str(ref.uid)) / f.path
 
     # Complete files are not downloaded again, even when the marker is gone (they are re-hashed instead).
     assert all(g.transferred_bytes == 0 for g in _fetch_all(acts, ref, listing))
-    shutil.rmtree(acts.model_dir(str(ref.uid)) / ".cache" / "servingops" / "done")
+    shutil.rmtree(acts.spool.model_dir(str(ref.uid)) / ".cache" / "servingops" / "done")
     assert all(g.transferred_bytes == 0 for g in _fetch_all(acts, ref, listing))
 
-    result = inspect_model_dir(acts.model_dir(str(ref.uid)), SourceType.HUGGING_FACE, listing.provider_info)
+    result = inspect_model_dir(acts.spool.model_dir(str(ref.uid)), SourceType.HUGGING_FACE, listing.provider_info)
     assert result.format == ModelFormat.SAFETENSORS
     assert result.resolved.architecture == "LlamaForCausalLM"
     assert sorted(f.path for f in result.files) == sorted(paths)  # the spool's bookkeeping is not seen
 
     ActivityEnvironment().run(acts.clean_spool, CleanSpoolInput(model_uid=str(ref.uid)))
-    assert not acts.model_dir(str(ref.uid)).exists()
+    assert not acts.spool.model_dir(str(ref.uid)).exists()
     ActivityEnvironment().run(acts.clean_spool, CleanSpoolInput(model_uid=str(ref.uid)))  # idempotent
 
 
@@ -318,7 +318,7 @@ def test_gguf_repo_quantization_rule_and_blob_url(acts: SourceActivities, hub_re
     listing = _resolve(acts, ref, f"{HF}/{repo.repo_id}")
     assert [f.path for f in listing.files] == [f"{name}-Q8_0.gguf", "README.md"]  # no Q4_K_M here: Q8_0
     _fetch_all(acts, ref, listing)
-    result = inspect_model_dir(acts.model_dir(str(ref.uid)), SourceType.HUGGING_FACE, listing.provider_info)
+    result = inspect_model_dir(acts.spool.model_dir(str(ref.uid)), SourceType.HUGGING_FACE, listing.provider_info)
     assert result.format == ModelFormat.GGUF and result.resolved.quantization == "Q8_0"
 
     chosen = _resolve(acts, _ref(), f"{HF}/{repo.repo_id}/blob/main/{name}-F16.gguf")
@@ -328,24 +328,24 @@ def test_gguf_repo_quantization_rule_and_blob_url(acts: SourceActivities, hub_re
 
 def test_unknown_repo_and_revision(acts: SourceActivities, hub_repos: HubRepos) -> None:
     err = _error(acts.resolve, ResolveInput(model=_ref(), url=f"{HF}/devstack/no-such-model-{uuid.uuid4().hex}"))
-    assert err.type == SourceErrorType.SOURCE_NOT_FOUND and err.non_retryable
+    assert err.type == ErrorType.SOURCE_NOT_FOUND and err.non_retryable
     repo = hub_repos.safetensors(num_shards=1)
     err = _error(acts.resolve, ResolveInput(model=_ref(), url=f"{HF}/{repo.repo_id}/tree/no-such-branch"))
-    assert err.type == SourceErrorType.REVISION_NOT_FOUND and err.non_retryable
+    assert err.type == ErrorType.REVISION_NOT_FOUND and err.non_retryable
     err = _error(acts.resolve, ResolveInput(model=_ref(), url=f"{HF}/{repo.repo_id}/blob/main/missing.gguf"))
-    assert err.type == SourceErrorType.SOURCE_FILE_NOT_FOUND and err.non_retryable
+    assert err.type == ErrorType.SOURCE_FILE_NOT_FOUND and err.non_retryable
 
 
 def test_pickle_only_repo_fails_at_resolve(acts: SourceActivities, hub_repos: HubRepos) -> None:
     repo = hub_repos.blobs({"config.json": b"{}", "pytorch_model.bin": 4096})
     err = _error(acts.resolve, ResolveInput(model=_ref(), url=f"{HF}/{repo.repo_id}"))
-    assert err.type == "InvalidModel" and err.details[0] == "UnsupportedFormat" and err.non_retryable
+    assert err.type == ErrorType.UNSUPPORTED_FORMAT and err.non_retryable
 
 
 def test_unreachable_hub_is_retryable(tmp_path: Path, hf_cache: Path) -> None:
     acts = SourceActivities(None, tmp_path / "spool", "http://127.0.0.1:9")
     err = _error(acts.resolve, ResolveInput(model=_ref(), url=f"{HF}/org/repo"))
-    assert err.type == SourceErrorType.SOURCE_UNAVAILABLE and not err.non_retryable
+    assert err.type == ErrorType.SOURCE_UNAVAILABLE and not err.non_retryable
 
 
 # -- resume, integrity ---------------------------------------------------------------------------------
@@ -367,12 +367,12 @@ def test_interrupted_download_resumes_with_a_range(acts: SourceActivities, hub_r
     beats: list[Any] = []
     first.on_heartbeat = lambda *details: beats.append(details[0])
     err = _error_in(first, acts, _fetch_input(ref, listing, weights))
-    assert not err.non_retryable and err.type in (SourceErrorType.SOURCE_UNAVAILABLE, SourceErrorType.SOURCE_TRUNCATED)
-    partial = acts.model_dir(str(ref.uid)) / ".cache" / "servingops" / "partial" / "model.safetensors.part"
+    assert not err.non_retryable and err.type in (ErrorType.SOURCE_UNAVAILABLE, ErrorType.SOURCE_TRUNCATED)
+    partial = acts.spool.model_dir(str(ref.uid)) / ".cache" / "servingops" / "partial" / "model.safetensors.part"
     have = partial.stat().st_size
     assert cut - MiB <= have <= cut  # what arrived before the cut, but for the chunk in flight
     assert beats and set(beats[-1]) == {"offset"} and beats[-1]["offset"] <= have
-    assert not (acts.model_dir(str(ref.uid)) / "model.safetensors").exists()
+    assert not (acts.spool.model_dir(str(ref.uid)) / "model.safetensors").exists()
 
     second = ActivityEnvironment()
     second.info = dataclasses.replace(second.info, attempt=2, heartbeat_details=[beats[-1]])
@@ -399,15 +399,15 @@ def test_checksum_mismatch_is_final_and_leaves_nothing(acts: SourceActivities, h
     weights = next(f for f in listing.files if f.path == "model.safetensors")
     wrong = weights.model_copy(update={"sha256": "0" * 64})
     err = _error(acts.fetch_file, _fetch_input(ref, listing, wrong))
-    assert err.type == SourceErrorType.SOURCE_CHECKSUM_MISMATCH and err.non_retryable
+    assert err.type == ErrorType.SOURCE_CHECKSUM_MISMATCH and err.non_retryable
     assert "model.safetensors" in err.message
-    model_dir = acts.model_dir(str(ref.uid))
+    model_dir = acts.spool.model_dir(str(ref.uid))
     assert not (model_dir / "model.safetensors").exists()
     assert not list((model_dir / ".cache" / "servingops" / "partial").iterdir())
     # Files outside LFS are checked against their git blob id.
     config = next(f for f in listing.files if f.path == "config.json")
     err = _error(acts.fetch_file, _fetch_input(ref, listing, config.model_copy(update={"blob": "1" * 40})))
-    assert err.type == SourceErrorType.SOURCE_CHECKSUM_MISMATCH and "git blob id" in err.message
+    assert err.type == ErrorType.SOURCE_CHECKSUM_MISMATCH and "git blob id" in err.message
 
 
 def test_corrupt_partial_file_is_redone_from_zero(acts: SourceActivities, hub_repos: HubRepos) -> None:
@@ -415,7 +415,7 @@ def test_corrupt_partial_file_is_redone_from_zero(acts: SourceActivities, hub_re
     ref = _ref()
     listing = _resolve(acts, ref, f"{HF}/{repo.repo_id}")
     weights = next(f for f in listing.files if f.path == "model.safetensors")
-    partial = acts.model_dir(str(ref.uid)) / ".cache" / "servingops" / "partial" / "model.safetensors.part"
+    partial = acts.spool.model_dir(str(ref.uid)) / ".cache" / "servingops" / "partial" / "model.safetensors.part"
     partial.parent.mkdir(parents=True)
     partial.write_bytes(b"\0" * 1000)  # what a crash mid-write can leave
     got = _fetch(acts, _fetch_input(ref, listing, weights))
@@ -428,14 +428,14 @@ def test_a_second_attempt_waits_for_the_first(acts: SourceActivities, hub_repos:
     repo = hub_repos.safetensors(num_shards=1)
     ref = _ref()
     listing = _resolve(acts, ref, f"{HF}/{repo.repo_id}")
-    lock = acts.model_dir(str(ref.uid)) / ".cache" / "servingops" / "lock" / "config.json.lock"
+    lock = acts.spool.model_dir(str(ref.uid)) / ".cache" / "servingops" / "lock" / "config.json.lock"
     lock.parent.mkdir(parents=True)
     monkeypatch.setattr(spool_module, "LOCK_WAIT", 0.3)
     with lock.open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # a timed-out attempt still writing in this worker
         err = _error(acts.fetch_file, _fetch_input(ref, listing, next(f for f in listing.files
                                                                        if f.path == "config.json")))  # fmt: skip
-    assert err.type == SourceErrorType.FETCH_IN_PROGRESS and not err.non_retryable
+    assert err.type == ErrorType.FETCH_IN_PROGRESS and not err.non_retryable
 
 
 def test_paths_and_uids_cannot_escape_the_spool(acts: SourceActivities, tmp_path: Path) -> None:
@@ -445,9 +445,9 @@ def test_paths_and_uids_cannot_escape_the_spool(acts: SourceActivities, tmp_path
 
     for path in ("../escape", "a/../../b", "/etc/passwd", ".cache/servingops/x", "a//b"):
         err = _error(acts.fetch_file, request(_ref(), path))
-        assert err.type == SourceErrorType.INVALID_FETCH_INPUT and err.non_retryable, path
+        assert err.type == ErrorType.INVALID_FETCH_INPUT and err.non_retryable, path
     err = _error(acts.fetch_file, request(_ref().model_copy(update={"uid": "../../etc"}), "x"))
-    assert err.type == SourceErrorType.INVALID_FETCH_INPUT
+    assert err.type == ErrorType.INVALID_FETCH_INPUT
     assert not (tmp_path / "escape").exists()
 
 
@@ -474,7 +474,7 @@ def test_header_only_safetensors_and_gguf(acts: SourceActivities, hub_repos: Hub
             assert info.tensor_count > 0 and info.file_size == f.size
         total += got.transferred_bytes
     assert total < MiB < listing.total_size // 100
-    result = inspect_model_dir(acts.model_dir(str(ref.uid)), SourceType.HUGGING_FACE, listing.provider_info)
+    result = inspect_model_dir(acts.spool.model_dir(str(ref.uid)), SourceType.HUGGING_FACE, listing.provider_info)
     assert result.format == ModelFormat.SAFETENSORS and result.resolved.parameter_count
 
     # A full fetch later replaces the header-only file; a header-only ask is then answered by the full file.
@@ -498,7 +498,7 @@ def test_header_only_safetensors_and_gguf(acts: SourceActivities, hub_repos: Hub
     header = read_gguf_header(Path(got.path))
     assert header.tensor_count == origin.tensor_count and header.name == origin.name
     _fetch(acts, _fetch_input(gref, glisting, next(f for f in glisting.files if f.path == "README.md")))
-    result = inspect_model_dir(acts.model_dir(str(gref.uid)), SourceType.HUGGING_FACE, glisting.provider_info)
+    result = inspect_model_dir(acts.spool.model_dir(str(gref.uid)), SourceType.HUGGING_FACE, glisting.provider_info)
     assert result.format == ModelFormat.GGUF and result.resolved.context_window_tokens == 2048
 
     # Small files are fetched whole, header_only or not.
@@ -550,17 +550,17 @@ def test_gated_repo_with_a_token_secret(key: str, kube_acts: SourceActivities, k
     # Without a token, and with a valid token that has no grant: access denied, and said so.
     for secret_name, what in ((None, "no token"), (_secret(kube_api, secrets_ns, {key: HUB_USER_TOKEN}), "wrong")):
         err = _error(kube_acts.resolve, ResolveInput(model=_ref(secrets_ns), url=url, auth_secret_name=secret_name))
-        assert err.type == SourceErrorType.SOURCE_ACCESS_DENIED and err.non_retryable, what
+        assert err.type == ErrorType.SOURCE_ACCESS_DENIED and err.non_retryable, what
         assert "gated" in err.message and HUB_USER_TOKEN not in _error_text(err)
         weights = next(f for f in listing.files if f.path == "model.safetensors")
         err = _error(kube_acts.fetch_file, _fetch_input(_ref(secrets_ns), listing, weights, secret_name))
-        assert err.type == SourceErrorType.SOURCE_ACCESS_DENIED and err.non_retryable, what
+        assert err.type == ErrorType.SOURCE_ACCESS_DENIED and err.non_retryable, what
         assert HUB_USER_TOKEN not in _error_text(err)
 
     # An error while the right token is in use carries no trace of it either.
     missing = SourceFile(path="missing.safetensors", size=10, sha256="0" * 64)
     err = _error(kube_acts.fetch_file, _fetch_input(ref, listing, missing, secret))
-    assert err.type == SourceErrorType.SOURCE_FILE_NOT_FOUND and token not in _error_text(err)
+    assert err.type == ErrorType.SOURCE_FILE_NOT_FOUND and token not in _error_text(err)
 
 
 def test_private_repo_and_secret_problems(kube_acts: SourceActivities, kube_api: client.ApiClient,
@@ -572,13 +572,13 @@ def test_private_repo_and_secret_problems(kube_acts: SourceActivities, kube_api:
     assert _resolve(kube_acts, _ref(secrets_ns), url, good).resolved_revision == repo.commit
     # The Hub does not tell a private repo from a missing one.
     err = _error(kube_acts.resolve, ResolveInput(model=_ref(secrets_ns), url=url))
-    assert err.type == SourceErrorType.SOURCE_NOT_FOUND
+    assert err.type == ErrorType.SOURCE_NOT_FOUND
 
     cases = [
-        ("no-such-secret", SourceErrorType.AUTH_SECRET_NOT_FOUND),
-        (_secret(kube_api, secrets_ns, {"password": token}), SourceErrorType.AUTH_SECRET_INVALID),
-        (_secret(kube_api, secrets_ns, {"token": "  \n"}), SourceErrorType.AUTH_SECRET_INVALID),
-        (_secret(kube_api, secrets_ns, {"token": "two words"}), SourceErrorType.AUTH_SECRET_INVALID),
+        ("no-such-secret", ErrorType.AUTH_SECRET_NOT_FOUND),
+        (_secret(kube_api, secrets_ns, {"password": token}), ErrorType.AUTH_SECRET_INVALID),
+        (_secret(kube_api, secrets_ns, {"token": "  \n"}), ErrorType.AUTH_SECRET_INVALID),
+        (_secret(kube_api, secrets_ns, {"token": "two words"}), ErrorType.AUTH_SECRET_INVALID),
     ]
     for name, expected in cases:
         err = _error(kube_acts.resolve, ResolveInput(model=_ref(secrets_ns), url=url, auth_secret_name=name))
@@ -685,7 +685,7 @@ def test_ollama_resolve_fetch_inspect(ollama_acts: SourceActivities, oci_registr
     assert Path(model.path).read_bytes() == published.gguf.read_bytes()
     assert model.sha256 == _sha256(published.gguf)
     assert Path(fetched[1].path).read_text() == DEFAULT_TEMPLATE
-    result = inspect_model_dir(ollama_acts.model_dir(str(ref.uid)), SourceType.OLLAMA, info)
+    result = inspect_model_dir(ollama_acts.spool.model_dir(str(ref.uid)), SourceType.OLLAMA, info)
     assert result.format == ModelFormat.GGUF and result.resolved.quantization == "Q8_0"
     assert result.resolved.supported_endpoint_types and result.resolved.supported_endpoint_types[0] == "Chat"
 
@@ -696,7 +696,7 @@ def test_ollama_resolve_fetch_inspect(ollama_acts: SourceActivities, oci_registr
 
     # A retry after a cut: the partial model.gguf is continued with a Range request.
     rref = _ref()
-    partial = ollama_acts.model_dir(str(rref.uid)) / ".cache" / "servingops" / "partial" / "model.gguf.part"
+    partial = ollama_acts.spool.model_dir(str(rref.uid)) / ".cache" / "servingops" / "partial" / "model.gguf.part"
     partial.parent.mkdir(parents=True)
     with published.gguf.open("rb") as src:
         partial.write_bytes(src.read(model.size // 3))
@@ -711,7 +711,7 @@ def test_ollama_unknown_model_or_tag(ollama_acts: SourceActivities, oci_registry
     for url in (f"https://ollama.com/library/{name}:v2", f"https://ollama.com/library/{name}",
                 f"https://ollama.com/library/nothing-{uuid.uuid4().hex[:8]}:v1"):  # fmt: skip
         err = _error(ollama_acts.resolve, ResolveInput(model=_ref(), url=url))
-        assert err.type == SourceErrorType.SOURCE_NOT_FOUND and err.non_retryable, url
+        assert err.type == ErrorType.SOURCE_NOT_FOUND and err.non_retryable, url
     # Without text layers nothing is invented; a config without a task capability states none.
     listing = _resolve(ollama_acts, _ref(), f"https://ollama.com/library/{name}:v1")
     assert [f.path for f in listing.files] == ["model.gguf", "ollama/params.json"]
@@ -723,7 +723,7 @@ def test_ollama_non_gguf_model_is_refused(ollama_acts: SourceActivities, oci_reg
     name = f"st-{uuid.uuid4().hex[:8]}"
     publish_ollama_model(oci_registry.address, name, workdir=tmp_path / "gen", model_format="safetensors")
     err = _error(ollama_acts.resolve, ResolveInput(model=_ref(), url=f"https://ollama.com/library/{name}"))
-    assert err.type == "InvalidModel" and err.details[0] == "UnsupportedFormat"
+    assert err.type == ErrorType.UNSUPPORTED_FORMAT
 
 
 def test_spool_root_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -30,8 +30,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
-from activities.model_files.errors import INVALID_MODEL_ERROR_TYPE, Reason
-from activities.uploads.server import UploadServer
 from activities.uploads.sessions import (
     ANN_COMPLETED,
     ANN_NOTIFIED,
@@ -53,10 +51,12 @@ from activities.uploads.types import (
 )
 from api_models.contract import model_workflow_id
 from api_models.deckhouse import ClusterModel, Model
+from api_models.errors import ErrorType
 from api_models.refs import ObjectRef
 from devstack.model_repos import GGUF_STRING, GGUFTensor, make_gguf_repo, write_gguf
 from devstack.process import free_port
 from devstack.services import TemporalDevServer
+from ingress.uploads import UploadServer
 from runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.upload_probe_workflow import UploadProbe
@@ -281,7 +281,7 @@ def test_a_foreign_secret_of_the_same_name_is_not_taken_over(kube_api: client.Ap
         metadata=client.V1ObjectMeta(name=f"{ref.name}-upload"), string_data={"mine": "yes"}))
     with pytest.raises(Exception) as caught:
         _run(acts.open_session, OpenUploadInput(model=ref))
-    assert isinstance(caught.value, ApplicationError) and caught.value.type == "UploadSecretConflict"
+    assert isinstance(caught.value, ApplicationError) and caught.value.type == ErrorType.UPLOAD_SECRET_CONFLICT
     assert caught.value.non_retryable
 
 
@@ -469,7 +469,7 @@ async def test_content_that_is_not_a_model_is_refused_and_the_session_stays_open
     ref = _model(kube_api, ns)
     session = _open(acts, kube_api, ref)
     answer = await _http("PUT", session.url, session.token, b"\x80\x04" + b"x" * 4000, {"X-Filename": "model.bin"})
-    assert answer.status == 415 and answer.body and answer.body["reason"] == Reason.UNSUPPORTED_FORMAT
+    assert answer.status == 415 and answer.body and answer.body["reason"] == ErrorType.UNSUPPORTED_FORMAT
     assert not (server.spool_root / str(ref.uid)).exists()
     head = await _http("HEAD", session.url, session.token)
     assert head.status == 200 and head.headers["upload-offset"] == "0"
@@ -569,8 +569,7 @@ async def test_archives_are_extracted_or_refused(
     ref, done = await upload(evil)
     with pytest.raises(ApplicationError) as caught:
         _run(acts.prepare_model_dir, PrepareUploadInput(model=ref, upload=done))
-    assert caught.value.type == INVALID_MODEL_ERROR_TYPE and caught.value.non_retryable
-    assert caught.value.details[0] == Reason.ARCHIVE_PATH_ESCAPE
+    assert caught.value.type == ErrorType.ARCHIVE_PATH_ESCAPE and caught.value.non_retryable
     assert not (tmp_path / "evil").exists() and not (Path(done.path).parent.parent.parent / "evil").exists()
 
 
@@ -582,7 +581,7 @@ def test_prepare_refuses_a_path_outside_the_models_upload_dir(kube_api: client.A
                             path=str(elsewhere), kind="gguf")
     with pytest.raises(ApplicationError) as caught:
         _run(acts.prepare_model_dir, PrepareUploadInput(model=ref, upload=upload))
-    assert caught.value.type == "InvalidInput" and caught.value.non_retryable
+    assert caught.value.type == ErrorType.INVALID_INPUT and caught.value.non_retryable
 
 
 async def test_cluster_model_upload(kube_api: client.ApiClient, acts: UploadActivities,

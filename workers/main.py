@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from temporalio.worker import Worker
 
-from activities.uploads.server import UploadServer
+from ingress.uploads import UploadServer
 from runtime.kube import load_api_client
 from runtime.telemetry import configure_tracing
 from runtime.temporal import connect

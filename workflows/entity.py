@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from api_models.contract import ObjectEvent, Signal
+    from api_models.contract import ObjectEvent, Query, Signal
 
 
 class EntityState(BaseModel):
@@ -27,16 +27,16 @@ class EntitySignals(Generic[S]):
 
     state: S
 
-    @workflow.signal(name=Signal.OBJECT_CHANGED.value)
+    @workflow.signal(name=Signal.OBJECT_CHANGED)
     def object_changed(self, event: ObjectEvent) -> None:
         if event.deleting:
             self.state.deleting = True
         self.state.generation = max(self.state.generation, event.generation)
 
-    @workflow.signal(name=Signal.DELETE.value)
+    @workflow.signal(name=Signal.DELETE)
     def delete(self, event: ObjectEvent) -> None:
         self.state.deleting = True
 
-    @workflow.query(name="state")
+    @workflow.query(name=Query.STATE)
     def current_state(self) -> S:
         return self.state

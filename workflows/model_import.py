@@ -19,39 +19,48 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from workflows.activity_calls import KUBE, ActivityOptions, call_activity
+from workflows import options
 from workflows.entity import EntitySignals, EntityState
 
 with workflow.unsafe.imports_passed_through():
-    from activities.host import HostClaim
-    from activities.kubernetes import ArtifactReferences, FinalizerChange, StatusPatch
+    from activities.host import HostActivities, HostClaim
+    from activities.kubernetes import (
+        ArtifactReferences,
+        EventNote,
+        FinalizerChange,
+        KubernetesActivities,
+        StatusPatch,
+    )
     from activities.model_files.activity import InspectInput
+    from activities.model_files.activity import inspect as inspect_model
     from activities.model_files.inspect import InspectionResult, ProviderInfo
     from activities.oci.activities import (
         ArtifactRef,
         BlobsInput,
         DeleteArtifactInput,
-        PushedBlob,
+        OciActivities,
         PushedLayer,
         PushFileInput,
         PushManifestInput,
     )
     from activities.oci.media_types import RAW_LAYER_MEDIA_TYPE
     from activities.oci.modelpack import ModelPackMeta, role_for_path
-    from activities.sources.types import FetchedFile, FetchInput, ResolveInput, SourceFile, SourceListing
+    from activities.sources.activities import SourceActivities
+    from activities.sources.types import CleanSpoolInput, FetchInput, ResolveInput, SourceFile, SourceListing
+    from activities.uploads.sessions import UploadActivities
     from activities.uploads.types import (
         CloseUploadInput,
         OpenUploadInput,
-        PreparedUpload,
         PrepareUploadInput,
         UploadComplete,
         UploadSessionInfo,
     )
-    from api_models.contract import StartObject
-    from api_models.deckhouse.enums import ModelPhase, SourceType
+    from api_models.contract import Signal, StartObject
+    from api_models.deckhouse.enums import ArtifactKind, ModelPhase, ModelReason, SourceType
+    from api_models.deckhouse.model import Artifact, ModelStatus, ResolvedSource, UploadSession
+    from api_models.errors import ErrorType, error_message, error_type_of
     from api_models.refs import ConditionUpdate, ObjectRef
     from workflows.visibility import Visibility
 
@@ -59,17 +68,6 @@ FINALIZER = "ai.deckhouse.io/model-cleanup"
 UPLOAD_TTL = timedelta(hours=24)
 UPLOAD_MAX_BYTES = 512 * 1024**3
 
-_QUICK = ActivityOptions(timedelta(minutes=2), RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=20))
-# Transfers heartbeat every 2 s: a silent worker is presumed dead after 20 s (the SDK sends heartbeat
-# details at most every 0.8 x the timeout, so a short timeout also keeps resume points fresh) and
-# the retry resumes from the last heartbeat details. A host that never picks its task up (gone for good)
-# ends the attempt after schedule_to_start.
-_TRANSFER = ActivityOptions(
-    timedelta(hours=6),
-    RetryPolicy(maximum_interval=timedelta(seconds=30), maximum_attempts=50),
-    heartbeat=timedelta(seconds=20),
-    schedule_to_start=timedelta(minutes=10),
-)
 
 
 class FileProgress(BaseModel):
@@ -90,7 +88,7 @@ class ModelState(EntityState):
     """What the `state` query answers: what the import is doing and why."""
 
     phase: ModelPhase = ModelPhase.PENDING
-    reason: str = "Pending"
+    reason: str = ModelReason.PENDING
     message: str = ""
     source_type: SourceType | None = None
     resolved_revision: str | None = None
@@ -112,21 +110,32 @@ class ModelRun(StartObject):
 
 
 class ImportFailed(Exception):
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: ErrorType, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
 
 
-def _failure(exc: BaseException) -> ImportFailed | None:
-    """A non-retryable activity failure names its reason in its type: the model ends Failed."""
-    cause = exc.cause if isinstance(exc, ActivityError) else exc
-    if isinstance(cause, ApplicationError) and cause.non_retryable and cause.type:
-        # Model-file errors carry their precise reason (TruncatedSafetensors, ...) as the detail.
-        if cause.type == "InvalidModel" and cause.details and isinstance(cause.details[0], str):
-            return ImportFailed(cause.details[0], cause.message)
-        return ImportFailed(cause.type, cause.message)
-    return None
+_LEGACY_INVALID_MODEL = "InvalidModel"
+
+
+def _failure(exc: ActivityError) -> ImportFailed:
+    """Why an activity failed for good, as the Failed condition's reason and message.
+
+    A permanent error names its reason in its type (TruncatedSafetensors, SourceNotFound, ...).
+    Anything else reaching here outlasted its retry policy (a registry down for ten minutes, a
+    host gone for good): the model ends Failed saying so, instead of the workflow failing with
+    the status stuck at its last phase.
+    """
+    error_type = error_type_of(exc)
+    if error_type is None and isinstance(exc.cause, ApplicationError) and exc.cause.type == _LEGACY_INVALID_MODEL:
+        # Raised by a worker of the release before the one error enumeration: the reason was a detail.
+        details = exc.cause.details
+        error_type = ErrorType(details[0]) if details and details[0] in ErrorType.__members__.values() else None
+    if error_type is not None and error_type.permanent:
+        return ImportFailed(error_type, error_message(exc))
+    cause = error_type.value if error_type is not None else type(exc.cause).__name__
+    return ImportFailed(ErrorType.IMPORT_GAVE_UP, f"gave up after retries ({cause}): {error_message(exc)}")
 
 
 @workflow.defn(name="ModelWorkflow")
@@ -144,7 +153,7 @@ class ModelWorkflow(EntitySignals[ModelState]):
 
     # object-changed, delete and the state query come from EntitySignals.
 
-    @workflow.signal(name="upload-complete")
+    @workflow.signal(name=Signal.UPLOAD_COMPLETE)
     def upload_complete(self, done: UploadComplete) -> None:
         self.upload_done = done
 
@@ -162,10 +171,14 @@ class ModelWorkflow(EntitySignals[ModelState]):
             self.visibility.publish(self.state.phase)
             return await self._await_deletion(start)
         self.visibility.publish(self.state.phase)
-        present = await call_activity(
-            "kube.ensure_finalizer", FinalizerChange(ref=ref, finalizer=FINALIZER), bool, KUBE
+        present = await workflow.execute_activity_method(
+            KubernetesActivities.ensure_finalizer, FinalizerChange(ref=ref, finalizer=FINALIZER), **options.KUBE
         )
-        obj = await call_activity("kube.read_object", ref, dict, KUBE) if present else None
+        obj = (
+            await workflow.execute_activity_method(KubernetesActivities.read_object, ref, **options.KUBE)
+            if present
+            else None
+        )
         if obj is None:
             return self.state  # gone before we started: nothing was made, nothing to clean
         if obj["metadata"].get("deletionTimestamp"):
@@ -195,9 +208,9 @@ class ModelWorkflow(EntitySignals[ModelState]):
 
     async def _import(self, obj: dict[str, Any]) -> None:
         source = (obj.get("spec") or {}).get("source") or {}
-        await self._set_phase(ModelPhase.PENDING, "Pending", "import queued")
+        await self._write(ModelPhase.PENDING, ModelReason.PENDING, "import queued")
         try:
-            claim = self.claim = await call_activity("host.claim", None, HostClaim, _QUICK)
+            claim = self.claim = await self._claim()
             self.state.host_task_queue = claim.task_queue
             if source.get("url"):
                 model_dir, provider, info = await self._from_url(claim, source)
@@ -205,44 +218,45 @@ class ModelWorkflow(EntitySignals[ModelState]):
                 model_dir, provider, info = await self._from_upload(claim)
             else:
                 raise ImportFailed(
-                    "CatalogImportUnavailable",
+                    ErrorType.CATALOG_IMPORT_UNAVAILABLE,
                     "catalog sources are imported by the catalog process, which this release "
                     "does not run yet; nothing was imported",
                 )
-            inspection = await call_activity(
-                "model.inspect",
+            inspection = await workflow.execute_activity(
+                inspect_model,
                 InspectInput(model_dir=model_dir, provider=provider, provider_info=info),
-                InspectionResult,
-                _TRANSFER,
                 task_queue=claim.task_queue,
+                **options.TRANSFER,
             )
             artifact = await self._publish(claim, inspection)
         except ImportFailed as failed:
             await self._fail(failed)
             return
         except ActivityError as exc:
-            failed_import = _failure(exc)
-            if failed_import is None:
-                raise
-            await self._fail(failed_import)
+            await self._fail(_failure(exc))
             return
         self.state.artifact = artifact
         self.state.progress_percent = 100
         await self._write(
             ModelPhase.READY,
-            "Published",
+            ModelReason.PUBLISHED,
             f"published {artifact.reference}",
-            artifact={
-                "kind": "OCI",
-                "digest": artifact.digest,
-                "mediaType": artifact.artifact_type,
-                "sizeBytes": artifact.size_bytes,
-            },
-            resolved=inspection.resolved.to_api(),
-            progress="100%",
+            ModelStatus(
+                artifact=Artifact(
+                    kind=ArtifactKind.OCI,
+                    digest=artifact.digest,
+                    media_type=artifact.artifact_type,
+                    size_bytes=artifact.size_bytes,
+                ),
+                resolved=inspection.resolved,
+                progress="100%",
+            ),
         )
-        await call_activity(
-            "source.clean_spool", {"model_uid": self.ref_uid}, object, _QUICK, task_queue=claim.task_queue
+        await workflow.execute_activity_method(
+            SourceActivities.clean_spool,
+            CleanSpoolInput(model_uid=self.ref_uid),
+            task_queue=claim.task_queue,
+            **options.QUICK,
         )
 
     @property
@@ -255,26 +269,29 @@ class ModelWorkflow(EntitySignals[ModelState]):
     async def _from_url(self, claim: HostClaim, source: dict[str, Any]) -> tuple[str, SourceType, ProviderInfo]:
         assert self.ref is not None
         auth = (source.get("authSecretRef") or {}).get("name")
-        listing = await call_activity(
-            "source.resolve",
+        listing = await workflow.execute_activity_method(
+            SourceActivities.resolve,
             ResolveInput(model=self.ref, url=source["url"], auth_secret_name=auth),
-            SourceListing,
-            _QUICK,
+            **options.QUICK,
         )
         self.state.source_type = listing.provider
         self.state.resolved_revision = listing.resolved_revision
         await self._write(
             ModelPhase.PUBLISHING,
-            "Publishing",
+            ModelReason.PUBLISHING,
             f"{listing.provider} {listing.locator}@{listing.resolved_revision}: "
             f"{len(listing.files)} files, {listing.total_size} bytes",
-            source={"resolvedType": listing.provider.value, "resolvedRevision": listing.resolved_revision},
-            progress="0%",
+            ModelStatus(
+                source=ResolvedSource(resolved_type=listing.provider, resolved_revision=listing.resolved_revision),
+                progress="0%",
+            ),
         )
         known = [f"sha256:{f.sha256}" for f in listing.files if f.sha256]
         present = (
             set(
-                await call_activity("oci.present_blobs", BlobsInput(target=claim.registry, digests=known), list, _QUICK)
+                await workflow.execute_activity_method(
+                    OciActivities.present_blobs, BlobsInput(target=claim.registry, digests=known), **options.QUICK
+                )
             )
             if known
             else set()
@@ -292,8 +309,8 @@ class ModelWorkflow(EntitySignals[ModelState]):
         pushing: asyncio.Future[None] | None = None
         model_dir = ""
         for progress, file in zip(self.state.files, listing.files, strict=True):
-            fetched = await call_activity(
-                "source.fetch_file",
+            fetched = await workflow.execute_activity_method(
+                SourceActivities.fetch_file,
                 FetchInput(
                     model=self.ref,
                     provider=listing.provider,
@@ -303,9 +320,8 @@ class ModelWorkflow(EntitySignals[ModelState]):
                     auth_secret_name=auth,
                     header_only=progress.in_registry,
                 ),
-                FetchedFile,
-                _TRANSFER,
                 task_queue=claim.task_queue,
+                **options.TRANSFER,
             )
             progress.fetched = True
             progress.transferred_bytes += fetched.transferred_bytes
@@ -325,8 +341,8 @@ class ModelWorkflow(EntitySignals[ModelState]):
 
     async def _push(self, claim: HostClaim, progress: FileProgress, path: str) -> None:
         role = role_for_path(progress.path)[0]
-        pushed = await call_activity(
-            "oci.push_file",
+        pushed = await workflow.execute_activity_method(
+            OciActivities.push_file,
             PushFileInput(
                 target=claim.registry,
                 path=path,
@@ -334,9 +350,8 @@ class ModelWorkflow(EntitySignals[ModelState]):
                 size=progress.size,
                 media_type=RAW_LAYER_MEDIA_TYPE[role],
             ),
-            PushedBlob,
-            _TRANSFER,
             task_queue=claim.task_queue,
+            **options.TRANSFER,
         )
         progress.pushed_digest = pushed.digest
         progress.pushed_bytes += pushed.transferred_bytes
@@ -345,25 +360,26 @@ class ModelWorkflow(EntitySignals[ModelState]):
 
     async def _from_upload(self, claim: HostClaim) -> tuple[str, SourceType, ProviderInfo]:
         assert self.ref is not None
-        session = await call_activity(
-            "upload.open_session",
+        session = await workflow.execute_activity_method(
+            UploadActivities.open_session,
             OpenUploadInput(model=self.ref, ttl_seconds=int(UPLOAD_TTL.total_seconds()), max_bytes=UPLOAD_MAX_BYTES),
-            UploadSessionInfo,
-            _QUICK,
             task_queue=claim.task_queue,
+            **options.QUICK,
         )
         self.state.upload = session
         self.state.source_type = SourceType.UPLOAD
         await self._write(
             ModelPhase.WAIT_FOR_UPLOAD,
-            "WaitForUpload",
+            ModelReason.WAIT_FOR_UPLOAD,
             f"upload to the URL in Secret {session.secret_namespace}/{session.secret_name}",
-            upload={
-                "secretName": session.secret_name,
-                "secretNamespace": session.secret_namespace,
-                "expiresAt": session.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            },
-            source={"resolvedType": SourceType.UPLOAD.value},
+            ModelStatus(
+                upload=UploadSession(
+                    secret_name=session.secret_name,
+                    secret_namespace=session.secret_namespace,
+                    expires_at=session.expires_at.replace(microsecond=0),
+                ),
+                source=ResolvedSource(resolved_type=SourceType.UPLOAD),
+            ),
         )
         remaining = session.expires_at - workflow.now()
         try:
@@ -371,24 +387,24 @@ class ModelWorkflow(EntitySignals[ModelState]):
                 lambda: self.upload_done is not None, timeout=max(remaining, timedelta(seconds=1))
             )
         except TimeoutError:
-            await call_activity("upload.close_session", CloseUploadInput(model=self.ref), object, _QUICK)
-            raise ImportFailed("UploadExpired", f"no upload arrived before {session.expires_at.isoformat()}") from None
+            await self._close_upload()
+            raise ImportFailed(
+                ErrorType.UPLOAD_EXPIRED, f"no upload arrived before {session.expires_at.isoformat()}"
+            ) from None
         assert self.upload_done is not None
         await self._write(
             ModelPhase.PUBLISHING,
-            "Publishing",
+            ModelReason.PUBLISHING,
             f"received {self.upload_done.filename} ({self.upload_done.size} bytes)",
-            upload=None,
-            progress="0%",
+            ModelStatus(upload=None, progress="0%"),
         )
-        prepared = await call_activity(
-            "upload.prepare_model_dir",
+        prepared = await workflow.execute_activity_method(
+            UploadActivities.prepare_model_dir,
             PrepareUploadInput(model=self.ref, upload=self.upload_done),
-            PreparedUpload,
-            _TRANSFER,
             task_queue=claim.task_queue,
+            **options.TRANSFER,
         )
-        await call_activity("upload.close_session", CloseUploadInput(model=self.ref), object, _QUICK)
+        await self._close_upload()
         self.state.files = [FileProgress(path=f.path, size=f.size, fetched=True) for f in prepared.files]
         for progress in self.state.files:
             await self._push(claim, progress, f"{prepared.model_dir}/{progress.path}")
@@ -421,11 +437,10 @@ class ModelWorkflow(EntitySignals[ModelState]):
             quantization=resolved.quantization,
             revision=self.state.resolved_revision,
         )
-        return await call_activity(
-            "oci.push_manifest",
+        return await workflow.execute_activity_method(
+            OciActivities.push_manifest,
             PushManifestInput(target=claim.registry, tag=self._tag(), layers=layers, meta=meta),
-            ArtifactRef,
-            _QUICK,
+            **options.QUICK,
         )
 
     def _tag(self) -> str:
@@ -436,8 +451,8 @@ class ModelWorkflow(EntitySignals[ModelState]):
         """Failed, with nothing this import uploaded left in the registry."""
         uploaded = [p.pushed_digest for p in self.state.files if p.uploaded_here and p.pushed_digest]
         if uploaded and self.claim is not None:
-            await call_activity(
-                "oci.delete_blobs", BlobsInput(target=self.claim.registry, digests=uploaded), object, _QUICK
+            await workflow.execute_activity_method(
+                OciActivities.delete_blobs, BlobsInput(target=self.claim.registry, digests=uploaded), **options.QUICK
             )
         await self._write(ModelPhase.FAILED, failed.reason, failed.message)
 
@@ -445,36 +460,43 @@ class ModelWorkflow(EntitySignals[ModelState]):
 
     async def _cleanup(self) -> None:
         assert self.ref is not None
-        await self._write(ModelPhase.DELETING, "Deleting", "removing the published artifact")
+        await self._write(ModelPhase.DELETING, ModelReason.DELETING, "removing the published artifact")
         artifact = self.state.artifact
         if artifact is not None:
-            shared = await call_activity(
-                "kube.artifact_referenced",
+            shared = await workflow.execute_activity_method(
+                KubernetesActivities.artifact_referenced,
                 ArtifactReferences(digest=artifact.digest, except_uid=self.ref_uid),
-                bool,
-                KUBE,
+                **options.KUBE,
             )
             if not shared:
-                claim = (
-                    self.claim if self.claim is not None else await call_activity("host.claim", None, HostClaim, _QUICK)
-                )
-                await call_activity(
-                    "oci.delete_artifact",
+                claim = self.claim if self.claim is not None else await self._claim()
+                await workflow.execute_activity_method(
+                    OciActivities.delete_artifact,
                     DeleteArtifactInput(target=claim.registry, digest=artifact.digest),
-                    bool,
-                    _QUICK,
+                    **options.QUICK,
                 )
         if self.state.upload is not None:
-            await call_activity("upload.close_session", CloseUploadInput(model=self.ref), object, _QUICK)
+            await self._close_upload()
         if self.state.host_task_queue:
-            await call_activity(
-                "source.clean_spool",
-                {"model_uid": self.ref_uid},
-                type(None),
-                _QUICK,
+            await workflow.execute_activity_method(
+                SourceActivities.clean_spool,
+                CleanSpoolInput(model_uid=self.ref_uid),
                 task_queue=self.state.host_task_queue,
+                **options.QUICK,
             )
-        await call_activity("kube.remove_finalizer", FinalizerChange(ref=self.ref, finalizer=FINALIZER), object, KUBE)
+        await workflow.execute_activity_method(
+            KubernetesActivities.remove_finalizer, FinalizerChange(ref=self.ref, finalizer=FINALIZER), **options.KUBE
+        )
+
+    async def _claim(self) -> HostClaim:
+        """A worker host whose spool this import uses from now on (its task queue and registry)."""
+        return await workflow.execute_activity_method(HostActivities.claim, **options.QUICK)
+
+    async def _close_upload(self) -> None:
+        assert self.ref is not None
+        await workflow.execute_activity_method(
+            UploadActivities.close_session, CloseUploadInput(model=self.ref), **options.QUICK
+        )
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -486,26 +508,34 @@ class ModelWorkflow(EntitySignals[ModelState]):
         self.state.progress_percent = percent
         if percent - self._last_progress_write >= 5:
             self._last_progress_write = percent
-            await self._write(self.state.phase, self.state.reason, self.state.message, progress=f"{percent}%")
+            await self._write(
+                self.state.phase, self.state.reason, self.state.message, ModelStatus(progress=f"{percent}%")
+            )
 
-    async def _set_phase(self, phase: ModelPhase, reason: str, message: str) -> None:
-        await self._write(phase, reason, message)
-
-    async def _write(self, phase: ModelPhase, reason: str, message: str, **status: Any) -> None:
+    async def _write(
+        self, phase: ModelPhase, reason: str, message: str, fields: ModelStatus | None = None
+    ) -> None:
+        """Set the phase and the Ready condition, and the status fields set on `fields` (a field
+        set to None is removed). A phase change is also an Event with the condition's reason:
+        Warning when the model failed, Normal otherwise."""
         assert self.ref is not None and self.visibility is not None
+        changed = phase != self.state.phase or reason != self.state.reason
         self.state.phase, self.state.reason, self.state.message = phase, reason, message
         self.visibility.publish(phase.value)
+        status = fields if fields is not None else ModelStatus()
+        status.phase = phase
         ready = "True" if phase == ModelPhase.READY else "False"
-        await call_activity(
-            "kube.patch_status",
+        kind = "Warning" if phase == ModelPhase.FAILED else "Normal"
+        await workflow.execute_activity_method(
+            KubernetesActivities.patch_status,
             StatusPatch(
                 ref=self.ref,
-                status={"phase": phase.value, **status},
+                status=status.to_merge_patch(),
                 conditions=[ConditionUpdate(type="Ready", status=ready, reason=reason, message=message)],
                 observed_generation=self.state.generation,
+                events=[EventNote(type=kind, reason=reason, message=message)] if changed else [],
             ),
-            bool,
-            KUBE,
+            **options.KUBE,
         )
 
 

@@ -1,7 +1,7 @@
 """RolloutPolicyWorkflow: one per RolloutPolicy (id rolloutpolicy/<ns>/<name>/<uid>).
 
 Keeps the bounded status of RolloutPolicyStatus true: observedGeneration, portableDigest
-("rp1:" + canonical hash, workflows.rollout.policy.portable_digest), the Ready condition (False
+("rp1:" + canonical hash, workflows.rollout.policy_pinning.portable_digest), the Ready condition (False
 with reason PolicyInvalid when the body breaks a policy admission rule) and attachedGroups, the
 count of rollout groups in the namespace whose policyRef names this policy.
 
@@ -22,15 +22,15 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import workflow
 
-from workflows.activity_calls import KUBE, call_activity
+from workflows import options
 from workflows.entity import EntitySignals, EntityState
 
 with workflow.unsafe.imports_passed_through():
-    from activities.kubernetes import PolicyAttachments, StatusPatch
-    from api_models.contract import StartObject
-    from api_models.ome.rollout_policy import RolloutPolicySpec
+    from activities.kubernetes import EventNote, KubernetesActivities, PolicyAttachments, StatusPatch
+    from api_models.contract import Signal, StartObject
+    from api_models.ome.rollout_policy import RolloutPolicySpec, RolloutPolicyStatus
     from api_models.refs import ConditionUpdate, ObjectRef
-    from workflows.rollout.policy import kind_of, portable_digest
+    from workflows.rollout.policy_pinning import kind_of, portable_digest
     from workflows.visibility import Visibility
 
 ATTACH_RESYNC = timedelta(minutes=5)
@@ -95,7 +95,7 @@ class RolloutPolicyWorkflow(EntitySignals[PolicyState]):
 
     # object-changed, delete and the state query come from EntitySignals.
 
-    @workflow.signal(name="refresh-now")
+    @workflow.signal(name=Signal.REFRESH_NOW)
     def refresh_now(self) -> None:
         self._refresh_now = True
 
@@ -150,12 +150,13 @@ class RolloutPolicyWorkflow(EntitySignals[PolicyState]):
         """Re-read the policy and write its whole status; False when it is gone or going."""
         assert self.ref is not None and self.visibility is not None
         self._refresh_now = False
-        obj = await call_activity("kube.read_object", self.ref, dict, KUBE)
+        obj = await workflow.execute_activity_method(KubernetesActivities.read_object, self.ref, **options.KUBE)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return False
         generation = int(obj["metadata"].get("generation", 0))
         self.state.generation = max(self.state.generation, generation)
         body, problem = validate(obj.get("spec"))
+        before = self.state.reason
         self.state.portable_digest = portable_digest(body) if body is not None else None
         if problem is None:
             self.state.phase, self.state.reason = "Ready", "Valid"
@@ -165,17 +166,16 @@ class RolloutPolicyWorkflow(EntitySignals[PolicyState]):
             self.state.phase, self.state.reason, self.state.message = "Invalid", "PolicyInvalid", problem
         self.state.attached_groups = await self._count()
         self.visibility.publish(self.state.phase)
-        await self._patch(generation)
+        await self._patch(generation, announce=self.state.reason != before)
         self.state.acted_generation = max(self.state.acted_generation, generation)
         return True
 
     async def _count(self) -> int:
         assert self.ref is not None
-        return await call_activity(
-            "kube.list_policy_attachments",
+        return await workflow.execute_activity_method(
+            KubernetesActivities.list_policy_attachments,
             PolicyAttachments(namespace=self.ref.namespace or "", name=self.ref.name),
-            int,
-            KUBE,
+            **options.KUBE,
         )
 
     async def _recount(self) -> None:
@@ -183,25 +183,33 @@ class RolloutPolicyWorkflow(EntitySignals[PolicyState]):
         if count != self.state.attached_groups:
             self.state.attached_groups = count
             assert self.ref is not None
-            await call_activity(
-                "kube.patch_status", StatusPatch(ref=self.ref, status={"attachedGroups": count}), bool, KUBE
+            await workflow.execute_activity_method(
+                KubernetesActivities.patch_status,
+                StatusPatch(ref=self.ref, status=RolloutPolicyStatus(attached_groups=count).to_merge_patch()),
+                **options.KUBE,
             )
 
-    async def _patch(self, generation: int) -> None:
+    async def _patch(self, generation: int, *, announce: bool) -> None:
+        """The whole status; with `announce`, the Ready reason moved and an Event says so
+        (Warning for an invalid policy)."""
         assert self.ref is not None
         ready = "True" if self.state.phase == "Ready" else "False"
-        await call_activity(
-            "kube.patch_status",
+        status = RolloutPolicyStatus(
+            portable_digest=self.state.portable_digest, attached_groups=self.state.attached_groups
+        )
+        kind = "Normal" if ready == "True" else "Warning"
+        await workflow.execute_activity_method(
+            KubernetesActivities.patch_status,
             StatusPatch(
                 ref=self.ref,
-                status={"portableDigest": self.state.portable_digest, "attachedGroups": self.state.attached_groups},
+                status=status.to_merge_patch(),
                 conditions=[
                     ConditionUpdate(type="Ready", status=ready, reason=self.state.reason, message=self.state.message)
                 ],
                 observed_generation=generation,
+                events=[EventNote(type=kind, reason=self.state.reason, message=self.state.message)] if announce else [],
             ),
-            bool,
-            KUBE,
+            **options.KUBE,
         )
 
 

@@ -1,7 +1,8 @@
 """Model files: validate what a model source delivered and derive status.resolved from it.
 
 Headers and configs only: weight data is never read here (hashing happens where the artifact is built).
-Every rejection is an `InvalidModel` with a condition reason and a message naming the file at fault.
+Every rejection is an `InvalidModel` with an ErrorType (the condition reason) and a message naming the file
+at fault.
 """
 
 from activities.model_files.archive import (
@@ -13,7 +14,7 @@ from activities.model_files.archive import (
     stage_upload,
 )
 from activities.model_files.diffusers import DiffusersComponent, DiffusersPipeline, read_diffusers
-from activities.model_files.errors import INVALID_MODEL_ERROR_TYPE, InvalidModel, Reason
+from activities.model_files.errors import InvalidModel
 from activities.model_files.gguf import LLAMA_FILE_TYPES, GGUFInfo, read_gguf_header
 from activities.model_files.inspect import (
     FileRole,
@@ -34,7 +35,6 @@ from activities.model_files.safetensors import (
 )
 
 __all__ = [
-    "INVALID_MODEL_ERROR_TYPE",
     "LLAMA_FILE_TYPES",
     "ArchiveLimits",
     "DiffusersComponent",
@@ -46,7 +46,6 @@ __all__ = [
     "InvalidModel",
     "ModelFile",
     "ProviderInfo",
-    "Reason",
     "SafetensorsIndex",
     "SafetensorsInfo",
     "UploadKind",

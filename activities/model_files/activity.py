@@ -10,6 +10,7 @@ from temporalio import activity
 from activities.model_files.errors import InvalidModel
 from activities.model_files.inspect import InspectionResult, ProviderInfo, inspect_model_dir
 from api_models.deckhouse.enums import SourceType
+from api_models.errors import application_error
 
 
 class InspectInput(BaseModel):
@@ -25,4 +26,4 @@ def inspect(req: InspectInput) -> InspectionResult:
     try:
         return inspect_model_dir(Path(req.model_dir), req.provider, req.provider_info)
     except InvalidModel as exc:
-        raise exc.to_application_error() from exc
+        raise application_error(exc.reason, exc.message) from exc

@@ -29,9 +29,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
-from activities.model_files.errors import InvalidModel, Reason
+from activities.model_files.errors import InvalidModel
 from activities.model_files.gguf import is_gguf_prefix
 from activities.model_files.safetensors import is_safetensors_prefix
+from api_models.errors import ErrorType
 
 CHUNK = 1 << 20
 # Peeked from the start of an upload to classify it: the tar magic sits at offset 257.
@@ -106,7 +107,7 @@ def classify_upload(path: Path, filename: str | None = None) -> UploadKind:
     shown = filename or path.name
     size = path.stat().st_size
     if size == 0:
-        raise InvalidModel(Reason.EMPTY_MODEL, f"{shown}: the upload is empty")
+        raise InvalidModel(ErrorType.EMPTY_MODEL, f"{shown}: the upload is empty")
     with path.open("rb") as fh:
         prefix = fh.read(_PREFIX_BYTES)
     kind = _kind_of(prefix, size)
@@ -115,30 +116,30 @@ def classify_upload(path: Path, filename: str | None = None) -> UploadKind:
         for magic, what in _OTHER_MAGICS:
             if prefix.startswith(magic):
                 raise InvalidModel(
-                    Reason.UNSUPPORTED_ARCHIVE,
+                    ErrorType.UNSUPPORTED_ARCHIVE,
                     f"{shown}: is {what}; upload a .safetensors or .gguf file, or a .tar, .tar.gz or .zip archive",
                 )
         if shown.lower().endswith(_PICKLE_SUFFIXES) or prefix[:1] == b"\x80":
             raise InvalidModel(
-                Reason.UNSUPPORTED_FORMAT,
+                ErrorType.UNSUPPORTED_FORMAT,
                 f"{shown}: looks like a PyTorch/pickle checkpoint, which is not served (loading a pickle can run "
                 "code); convert it to safetensors",
             )
         expected = f"is named like a {claimed} file but" if claimed else "is not a .safetensors or .gguf file"
         raise InvalidModel(
-            Reason.UNKNOWN_FORMAT,
+            ErrorType.UNKNOWN_FORMAT,
             f"{shown}: {expected} its content is not recognised (it starts with {prefix[:16].hex(' ')})",
         )
     # A tar named .tgz or a tar.gz named .tar is still a tar: the content decides the compression.
     tars = {UploadKind.TAR, UploadKind.TAR_GZ}
     if claimed is not None and claimed != kind and not (claimed in tars and kind in tars):
         raise InvalidModel(
-            Reason.UNKNOWN_FORMAT, f"{shown}: is named like a {claimed} file but its content is a {kind} file"
+            ErrorType.UNKNOWN_FORMAT, f"{shown}: is named like a {claimed} file but its content is a {kind} file"
         )
     if kind == UploadKind.ZIP and shown.lower().endswith(_PICKLE_SUFFIXES):
         # torch.save writes a zip whose entries are pickles: refuse it as a checkpoint, not as an archive.
         raise InvalidModel(
-            Reason.UNSUPPORTED_FORMAT,
+            ErrorType.UNSUPPORTED_FORMAT,
             f"{shown}: is a PyTorch checkpoint (pickle in a zip), which is not served; convert it to safetensors",
         )
     return kind
@@ -196,7 +197,7 @@ def extract_archive(
         else:
             extractor.extract_tar(archive, compressed=kind == UploadKind.TAR_GZ)
         if extractor.files == 0:
-            raise InvalidModel(Reason.EMPTY_ARCHIVE, f"{shown}: the archive contains no files")
+            raise InvalidModel(ErrorType.EMPTY_ARCHIVE, f"{shown}: the archive contains no files")
         if destination.exists():
             shutil.rmtree(destination)  # a previous attempt's result: this run replaces it whole
         os.replace(staging, destination)
@@ -238,38 +239,39 @@ class _Extractor:
 
     # -- checks shared by both formats
 
-    def fail(self, reason: Reason, what: str) -> InvalidModel:
+    def fail(self, reason: ErrorType, what: str) -> InvalidModel:
         return InvalidModel(reason, f"{self.shown}: {what}")
 
     def count_entry(self) -> None:
         self.entries += 1
         if self.entries > self.limits.max_entries:
             raise self.fail(
-                Reason.ARCHIVE_TOO_MANY_FILES,
+                ErrorType.ARCHIVE_TOO_MANY_FILES,
                 f"has more than {self.limits.max_entries} entries (files and directories)",
             )
 
     def relative_parts(self, name: str) -> tuple[str, ...]:
         """The entry's path as safe components under the root; raises for anything that could escape."""
         if "\0" in name:
-            raise self.fail(Reason.INVALID_ARCHIVE_PATH, f"entry {name!r} has a NUL byte in its name")
+            raise self.fail(ErrorType.INVALID_ARCHIVE_PATH, f"entry {name!r} has a NUL byte in its name")
         if "\\" in name:
             raise self.fail(
-                Reason.INVALID_ARCHIVE_PATH, f"entry {name!r} uses backslashes, which are not path separators here"
+                ErrorType.INVALID_ARCHIVE_PATH, f"entry {name!r} uses backslashes, which are not path separators here"
             )
         if name.startswith("/"):
-            raise self.fail(Reason.ARCHIVE_PATH_ESCAPE, f"entry {name!r} has an absolute path")
+            raise self.fail(ErrorType.ARCHIVE_PATH_ESCAPE, f"entry {name!r} has an absolute path")
         parts = tuple(p for p in name.split("/") if p not in ("", "."))
         if ".." in parts:
-            raise self.fail(Reason.ARCHIVE_PATH_ESCAPE, f"entry {name!r} points outside the archive root (..)")
+            raise self.fail(ErrorType.ARCHIVE_PATH_ESCAPE, f"entry {name!r} points outside the archive root (..)")
         encoded = [os.fsencode(p) for p in parts]
         if any(len(p) > self.limits.max_name_bytes for p in encoded):
-            raise self.fail(Reason.INVALID_ARCHIVE_PATH, f"entry {name[:200]!r} has a path component that is too long")
+            raise self.fail(ErrorType.INVALID_ARCHIVE_PATH,
+                            f"entry {name[:200]!r} has a path component that is too long")
         if sum(len(p) + 1 for p in encoded) > self.limits.max_path_bytes or len(parts) > self.limits.max_depth:
-            raise self.fail(Reason.INVALID_ARCHIVE_PATH, f"entry {name[:200]!r} has a path that is too long or deep")
+            raise self.fail(ErrorType.INVALID_ARCHIVE_PATH, f"entry {name[:200]!r} has a path that is too long or deep")
         target = os.path.normpath(os.path.join(self.root, *parts))
         if os.path.commonpath([target, str(self.root)]) != str(self.root):  # belt and braces
-            raise self.fail(Reason.ARCHIVE_PATH_ESCAPE, f"entry {name!r} points outside the archive root")
+            raise self.fail(ErrorType.ARCHIVE_PATH_ESCAPE, f"entry {name!r} points outside the archive root")
         return parts
 
     def make_dirs(self, parts: tuple[str, ...], name: str) -> None:
@@ -280,7 +282,7 @@ class _Extractor:
                 continue
             if known == "file":
                 raise self.fail(
-                    Reason.ARCHIVE_DUPLICATE_ENTRY,
+                    ErrorType.ARCHIVE_DUPLICATE_ENTRY,
                     f"entry {name!r} needs {'/'.join(prefix)} as a directory, but it is a file",
                 )
             os.mkdir(self.root.joinpath(*prefix), 0o755)
@@ -298,9 +300,9 @@ class _Extractor:
         self.count_entry()
         parts = self.relative_parts(name)
         if not parts:
-            raise self.fail(Reason.INVALID_ARCHIVE_PATH, f"entry {name!r} is a file without a name")
+            raise self.fail(ErrorType.INVALID_ARCHIVE_PATH, f"entry {name!r} is a file without a name")
         if parts in self.kinds:
-            raise self.fail(Reason.ARCHIVE_DUPLICATE_ENTRY, f"entry {name!r} appears more than once")
+            raise self.fail(ErrorType.ARCHIVE_DUPLICATE_ENTRY, f"entry {name!r} appears more than once")
         if declared is not None:
             self.check_totals(self.written + declared)  # early rejection only; the real count is below
         first = self.read(read, name)
@@ -323,7 +325,8 @@ class _Extractor:
                     self.progress(self.written)
                 chunk = self.read(read, name)
         if declared is not None and written != declared:
-            raise self.fail(Reason.INVALID_ARCHIVE, f"entry {name!r} holds {written} bytes, its header says {declared}")
+            raise self.fail(ErrorType.INVALID_ARCHIVE,
+                            f"entry {name!r} holds {written} bytes, its header says {declared}")
         self.files += 1
 
     def read(self, read: Callable[[int], bytes], name: str) -> bytes:
@@ -331,20 +334,20 @@ class _Extractor:
             return read(CHUNK)
         except _READ_ERRORS as exc:
             raise self.fail(
-                Reason.INVALID_ARCHIVE, f"cannot read entry {name!r}: {exc or type(exc).__name__}"
+                ErrorType.INVALID_ARCHIVE, f"cannot read entry {name!r}: {exc or type(exc).__name__}"
             ) from None
 
     def check_totals(self, total: int) -> None:
         limits = self.limits
         if total > limits.ratio_grace_bytes and total > limits.max_ratio * self.archive_size:
             raise self.fail(
-                Reason.ARCHIVE_BOMB,
+                ErrorType.ARCHIVE_BOMB,
                 f"expands to more than {total} bytes from {self.archive_size} bytes, more than the "
                 f"{limits.max_ratio:g}x compression ratio allowed; extraction stopped",
             )
         if total > limits.max_total_bytes:
             raise self.fail(
-                Reason.ARCHIVE_TOO_LARGE,
+                ErrorType.ARCHIVE_TOO_LARGE,
                 f"expands to more than {limits.max_total_bytes} bytes, the limit for an upload; extraction stopped",
             )
 
@@ -355,7 +358,7 @@ class _Extractor:
             try:
                 tf = tarfile.open(fileobj=fh, mode="r|gz" if compressed else "r|", bufsize=CHUNK)
             except _READ_ERRORS as exc:
-                raise self.fail(Reason.INVALID_ARCHIVE, f"is not a readable tar archive: {exc}") from None
+                raise self.fail(ErrorType.INVALID_ARCHIVE, f"is not a readable tar archive: {exc}") from None
             with tf:
                 for member in self._members(tf):
                     self._tar_member(tf, member)
@@ -368,7 +371,7 @@ class _Extractor:
             except StopIteration:
                 return
             except _READ_ERRORS as exc:
-                raise self.fail(Reason.INVALID_ARCHIVE, f"is damaged after {self.entries} entries: {exc}") from None
+                raise self.fail(ErrorType.INVALID_ARCHIVE, f"is damaged after {self.entries} entries: {exc}") from None
             yield member
 
     def _tar_member(self, tf: tarfile.TarFile, member: tarfile.TarInfo) -> None:
@@ -376,23 +379,23 @@ class _Extractor:
         if member.issym() or member.islnk():
             kind = "symbolic link" if member.issym() else "hard link"
             raise self.fail(
-                Reason.ARCHIVE_LINK, f"entry {name!r} is a {kind} (to {member.linkname!r}); links are not accepted"
+                ErrorType.ARCHIVE_LINK, f"entry {name!r} is a {kind} (to {member.linkname!r}); links are not accepted"
             )
         if member.ischr() or member.isblk() or member.isfifo():
-            raise self.fail(Reason.ARCHIVE_SPECIAL_FILE, f"entry {name!r} is a device or FIFO, not a file")
+            raise self.fail(ErrorType.ARCHIVE_SPECIAL_FILE, f"entry {name!r} is a device or FIFO, not a file")
         if member.isdir():
             self.add_directory(name)
             return
         if not member.isreg():
             raise self.fail(
-                Reason.UNSUPPORTED_ARCHIVE, f"entry {name!r} has tar type {member.type!r}, which is not supported"
+                ErrorType.UNSUPPORTED_ARCHIVE, f"entry {name!r} has tar type {member.type!r}, which is not supported"
             )
         try:
             src = tf.extractfile(member)
         except _READ_ERRORS as exc:
-            raise self.fail(Reason.INVALID_ARCHIVE, f"cannot read entry {name!r}: {exc}") from None
+            raise self.fail(ErrorType.INVALID_ARCHIVE, f"cannot read entry {name!r}: {exc}") from None
         if src is None:  # pragma: no cover - extractfile returns a reader for every regular member
-            raise self.fail(Reason.INVALID_ARCHIVE, f"cannot read entry {name!r}")
+            raise self.fail(ErrorType.INVALID_ARCHIVE, f"cannot read entry {name!r}")
         # A sparse member's header size is the stored size, not what it expands to: do not compare.
         self.add_file(name, src.read, None if member.issparse() else member.size)
 
@@ -402,13 +405,13 @@ class _Extractor:
         try:
             zf = zipfile.ZipFile(archive)
         except (*_READ_ERRORS, OSError, ValueError) as exc:
-            raise self.fail(Reason.INVALID_ARCHIVE, f"is not a readable zip archive: {exc}") from None
+            raise self.fail(ErrorType.INVALID_ARCHIVE, f"is not a readable zip archive: {exc}") from None
         with zf:
             infos = [i for i in zf.infolist() if not _is_macos_metadata(i.filename)]
             # Early rejection from the central directory; the limits are enforced again while writing.
             if len(infos) > self.limits.max_entries:
                 raise self.fail(
-                    Reason.ARCHIVE_TOO_MANY_FILES,
+                    ErrorType.ARCHIVE_TOO_MANY_FILES,
                     f"has {len(infos)} entries, more than the {self.limits.max_entries} allowed",
                 )
             self.check_totals(sum(i.file_size for i in infos))
@@ -419,22 +422,22 @@ class _Extractor:
         name = info.filename
         mode = info.external_attr >> 16 if info.create_system == 3 else 0  # Unix mode, when made on Unix
         if stat.S_ISLNK(mode):
-            raise self.fail(Reason.ARCHIVE_LINK, f"entry {name!r} is a symbolic link; links are not accepted")
+            raise self.fail(ErrorType.ARCHIVE_LINK, f"entry {name!r} is a symbolic link; links are not accepted")
         if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-            raise self.fail(Reason.ARCHIVE_SPECIAL_FILE, f"entry {name!r} is a device, FIFO or socket, not a file")
+            raise self.fail(ErrorType.ARCHIVE_SPECIAL_FILE, f"entry {name!r} is a device, FIFO or socket, not a file")
         if info.is_dir() or stat.S_ISDIR(mode):
             self.add_directory(name)
             return
         if info.flag_bits & 0x1:
-            raise self.fail(Reason.ENCRYPTED_ARCHIVE, f"entry {name!r} is encrypted")
+            raise self.fail(ErrorType.ENCRYPTED_ARCHIVE, f"entry {name!r} is encrypted")
         if info.compress_type not in _ZIP_METHODS:
             raise self.fail(
-                Reason.UNSUPPORTED_ARCHIVE, f"entry {name!r} uses zip compression method {info.compress_type}"
+                ErrorType.UNSUPPORTED_ARCHIVE, f"entry {name!r} uses zip compression method {info.compress_type}"
             )
         try:
             src: IO[bytes] = zf.open(info)
         except (*_READ_ERRORS, RuntimeError, ValueError) as exc:
-            raise self.fail(Reason.INVALID_ARCHIVE, f"cannot read entry {name!r}: {exc}") from None
+            raise self.fail(ErrorType.INVALID_ARCHIVE, f"cannot read entry {name!r}: {exc}") from None
         with src:
             self.add_file(name, src.read, info.file_size)
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from activities.model_files.errors import InvalidModel, Reason, display_path, load_json_object
+from activities.model_files.errors import InvalidModel, display_path, load_json_object
 from activities.model_files.safetensors import SafetensorsInfo, WeightSet, read_weight_dir
+from api_models.errors import ErrorType
 
 MODEL_INDEX = "model_index.json"
 # Weights in a format we do not serve (pickles can run code when loaded; the rest need other runtimes).
@@ -58,13 +59,13 @@ class DiffusersPipeline:
 def read_diffusers(root: Path, *, parsed: dict[Path, SafetensorsInfo] | None = None) -> DiffusersPipeline:
     """Validate a diffusers pipeline rooted at `root` (which holds model_index.json)."""
     parsed = {} if parsed is None else parsed
-    index = load_json_object(root / MODEL_INDEX, Reason.INVALID_DIFFUSERS, what="the pipeline index")
+    index = load_json_object(root / MODEL_INDEX, ErrorType.INVALID_DIFFUSERS, what="the pipeline index")
     class_name = index.get("_class_name")
     if not isinstance(class_name, str) or not class_name:
-        raise InvalidModel(Reason.INVALID_DIFFUSERS, f"{MODEL_INDEX}: _class_name (the pipeline class) is missing")
+        raise InvalidModel(ErrorType.INVALID_DIFFUSERS, f"{MODEL_INDEX}: _class_name (the pipeline class) is missing")
     version = index.get("_diffusers_version")
     if version is not None and not isinstance(version, str):
-        raise InvalidModel(Reason.INVALID_DIFFUSERS, f"{MODEL_INDEX}: _diffusers_version must be a string")
+        raise InvalidModel(ErrorType.INVALID_DIFFUSERS, f"{MODEL_INDEX}: _diffusers_version must be a string")
 
     components: dict[str, DiffusersComponent] = {}
     for key, value in index.items():
@@ -75,7 +76,7 @@ def read_diffusers(root: Path, *, parsed: dict[Path, SafetensorsInfo] | None = N
         components[key] = _read_component(root, key, library, cls, parsed)
     if not any(c.weights for c in components.values()):
         raise InvalidModel(
-            Reason.INVALID_DIFFUSERS, f"{MODEL_INDEX}: the pipeline {class_name} has no component with weights"
+            ErrorType.INVALID_DIFFUSERS, f"{MODEL_INDEX}: the pipeline {class_name} has no component with weights"
         )
     return DiffusersPipeline(class_name=class_name, diffusers_version=version, components=components)
 
@@ -89,11 +90,11 @@ def _component_spec(key: str, value: Any) -> tuple[str, str] | None:
         return None
     if not isinstance(library, str) or not isinstance(cls, str) or not library or not cls:
         raise InvalidModel(
-            Reason.INVALID_DIFFUSERS,
+            ErrorType.INVALID_DIFFUSERS,
             f"{MODEL_INDEX}: component {key!r} must be [library, class] as two strings, found {value!r}",
         )
     if "/" in key or "\\" in key or key in (".", "..") or "\0" in key:
-        raise InvalidModel(Reason.INVALID_DIFFUSERS, f"{MODEL_INDEX}: {key!r} is not a valid component folder name")
+        raise InvalidModel(ErrorType.INVALID_DIFFUSERS, f"{MODEL_INDEX}: {key!r} is not a valid component folder name")
     return library, cls
 
 
@@ -103,16 +104,16 @@ def _read_component(
     folder = root / key
     if not folder.is_dir():
         raise InvalidModel(
-            Reason.INVALID_DIFFUSERS,
+            ErrorType.INVALID_DIFFUSERS,
             f"{MODEL_INDEX}: component {key!r} ({library}.{cls}) has no folder {key}/ in the model",
         )
     names = {p.name for p in folder.iterdir() if p.is_file()}
     if not names:
-        raise InvalidModel(Reason.INVALID_DIFFUSERS, f"{key}/: the folder of component {cls} is empty")
+        raise InvalidModel(ErrorType.INVALID_DIFFUSERS, f"{key}/: the folder of component {cls} is empty")
     for json_name in COMPONENT_JSON_FILES:
         if json_name in names:
             load_json_object(
-                folder / json_name, Reason.INVALID_DIFFUSERS, what=f"the {key} configuration",
+                folder / json_name, ErrorType.INVALID_DIFFUSERS, what=f"the {key} configuration",
                 shown_as=f"{key}/{json_name}",
             )  # fmt: skip
     weights = read_weight_dir(folder, root=root, parsed=parsed)
@@ -121,15 +122,15 @@ def _read_component(
         others = sorted(n for n in names if n.endswith(UNSUPPORTED_WEIGHT_SUFFIXES))
         if others:
             raise InvalidModel(
-                Reason.UNSUPPORTED_FORMAT,
+                ErrorType.UNSUPPORTED_FORMAT,
                 f"{key}/: component {cls} has only {', '.join(others)}; weights must be safetensors",
             )
         raise InvalidModel(
-            Reason.INVALID_DIFFUSERS, f"{key}/: component {cls} has config.json but no safetensors weights"
+            ErrorType.INVALID_DIFFUSERS, f"{key}/: component {cls} has config.json but no safetensors weights"
         )
     if weights is not None and "config.json" not in names:
         raise InvalidModel(
-            Reason.INVALID_DIFFUSERS,
+            ErrorType.INVALID_DIFFUSERS,
             f"{key}/: component {cls} has weights ({display_path(weights.files[0], folder)}) but no config.json",
         )
     return DiffusersComponent(name=key, library=library, class_name=cls, weights=weights)

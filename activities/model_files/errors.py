@@ -1,76 +1,31 @@
-"""Why a model file or an upload is rejected: a metav1 Condition reason and a message a user can act on.
+"""Why a model file or an upload is rejected: an ErrorType (the condition reason) and a message a user can act on.
 
 Everything in `activities.model_files` signals bad input with `InvalidModel` and nothing else, so the
 import workflow can end in phase Failed with `reason` and `message` on its condition instead of retrying
-an input that will never get better. Bugs and I/O failures of our own stay ordinary exceptions (retried).
+an input that will never get better. The activities raise it across the boundary as
+`application_error(exc.reason, exc.message)`: the ApplicationError's type is the reason itself.
+Bugs and I/O failures of our own stay ordinary exceptions (retried).
 """
 
 from __future__ import annotations
 
 import json
-import re
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from temporalio.exceptions import ApplicationError
+from api_models.errors import MAX_MESSAGE_CHARS, ErrorType
 
-# metav1.Condition.reason must match this; checked when an error is built so a typo cannot reach the API.
-CONDITION_REASON_PATTERN = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
-# The ApplicationError type under which InvalidModel crosses the activity boundary.
-INVALID_MODEL_ERROR_TYPE = "InvalidModel"
-# metav1.Condition.message is limited to 32768 bytes; stay well below so a wrapping prefix still fits.
-MAX_MESSAGE_CHARS = 4096
 # Config-like JSON (config.json, tokenizer_config.json, indexes) is read whole; big tokenizer configs run
 # to a few MB, so this bound only stops a hostile file from making us parse gigabytes.
 MAX_JSON_BYTES = 64 * 1024 * 1024
 
 
-class Reason(StrEnum):
-    """Condition reasons for a model that cannot be imported as given."""
-
-    # What the files are
-    UNKNOWN_FORMAT = "UnknownFormat"
-    UNSUPPORTED_FORMAT = "UnsupportedFormat"  # recognised, but not one we serve (pickle .bin, .pt, .onnx, ...)
-    AMBIGUOUS_MODEL = "AmbiguousModel"  # several models where one is expected (e.g. many GGUF quantizations)
-    EMPTY_MODEL = "EmptyModel"
-    # Safetensors
-    TRUNCATED_SAFETENSORS = "TruncatedSafetensors"
-    INVALID_SAFETENSORS_HEADER = "InvalidSafetensorsHeader"
-    INVALID_SAFETENSORS_INDEX = "InvalidSafetensorsIndex"
-    MISSING_SHARD = "MissingShard"
-    # transformers config
-    MISSING_CONFIG = "MissingConfig"
-    INVALID_CONFIG = "InvalidConfig"
-    # GGUF
-    INVALID_GGUF = "InvalidGGUF"
-    UNSUPPORTED_GGUF_VERSION = "UnsupportedGGUFVersion"
-    UNSUPPORTED_GGUF_TYPE = "UnsupportedGGUFType"
-    TRUNCATED_GGUF = "TruncatedGGUF"
-    # Diffusers
-    INVALID_DIFFUSERS = "InvalidDiffusers"
-    # Archives (uploads)
-    UNSUPPORTED_ARCHIVE = "UnsupportedArchive"
-    INVALID_ARCHIVE = "InvalidArchive"
-    EMPTY_ARCHIVE = "EmptyArchive"
-    ARCHIVE_PATH_ESCAPE = "ArchivePathEscape"
-    INVALID_ARCHIVE_PATH = "InvalidArchivePath"
-    ARCHIVE_LINK = "ArchiveLink"
-    ARCHIVE_SPECIAL_FILE = "ArchiveSpecialFile"
-    ARCHIVE_DUPLICATE_ENTRY = "ArchiveDuplicateEntry"
-    ARCHIVE_BOMB = "ArchiveBomb"
-    ARCHIVE_TOO_LARGE = "ArchiveTooLarge"
-    ARCHIVE_TOO_MANY_FILES = "ArchiveTooManyFiles"
-    ENCRYPTED_ARCHIVE = "EncryptedArchive"
-
-
 class InvalidModel(Exception):
     """The input is not a model we can import; `reason` goes to the condition, `message` explains it."""
 
-    def __init__(self, reason: Reason | str, message: str) -> None:
-        reason = str(reason)
-        if not CONDITION_REASON_PATTERN.match(reason):
-            raise ValueError(f"{reason!r} is not a valid condition reason")
+    def __init__(self, reason: ErrorType, message: str) -> None:
+        # ErrorType(...) also refuses a string that is no member (and restores the member after unpickling).
+        reason = ErrorType(reason)
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[: MAX_MESSAGE_CHARS - 3] + "..."
         super().__init__(message)
@@ -82,14 +37,7 @@ class InvalidModel(Exception):
         return (type(self), (self.reason, self.message))
 
     def __repr__(self) -> str:
-        return f"InvalidModel({self.reason!r}, {self.message!r})"
-
-    def to_application_error(self) -> ApplicationError:
-        """The activity-boundary form: non-retryable, with the reason as the error's details.
-
-        A workflow reads it back with `details[0]` (reason) and `message`; retrying cannot fix bad input.
-        """
-        return ApplicationError(self.message, self.reason, type=INVALID_MODEL_ERROR_TYPE, non_retryable=True)
+        return f"InvalidModel({self.reason.value!r}, {self.message!r})"
 
 
 def display_path(path: Path, root: Path | None = None) -> str:
@@ -103,7 +51,7 @@ def display_path(path: Path, root: Path | None = None) -> str:
 
 
 def load_json_object(
-    path: Path, reason: Reason, *, what: str, shown_as: str | None = None, limit: int = MAX_JSON_BYTES
+    path: Path, reason: ErrorType, *, what: str, shown_as: str | None = None, limit: int = MAX_JSON_BYTES
 ) -> dict[str, Any]:
     """Read a small JSON file that must hold an object; any problem becomes InvalidModel(reason).
 

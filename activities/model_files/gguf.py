@@ -21,7 +21,8 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from activities.model_files.errors import InvalidModel, Reason, display_path
+from activities.model_files.errors import InvalidModel, display_path
+from api_models.errors import ErrorType
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -237,7 +238,7 @@ class GGUFInfo:
 
 
 def _invalid(name: str, what: str) -> InvalidModel:
-    return InvalidModel(Reason.INVALID_GGUF, f"{name}: {what}")
+    return InvalidModel(ErrorType.INVALID_GGUF, f"{name}: {what}")
 
 
 class _Reader:
@@ -264,20 +265,20 @@ class _Reader:
     def read(self, n: int, what: str) -> bytes:
         if n > self.remaining:
             raise InvalidModel(
-                Reason.TRUNCATED_GGUF,
+                ErrorType.TRUNCATED_GGUF,
                 f"{self.name}: the file ends inside {what} (needs {n} bytes at offset {self.pos}, "
                 f"{self.remaining} left)",
             )
         raw = self.fh.read(n)
         if len(raw) != n:
-            raise InvalidModel(Reason.TRUNCATED_GGUF, f"{self.name}: the file ends inside {what}")
+            raise InvalidModel(ErrorType.TRUNCATED_GGUF, f"{self.name}: the file ends inside {what}")
         self.pos += n
         return raw
 
     def skip(self, n: int, what: str) -> None:
         if n > self.remaining:
             raise InvalidModel(
-                Reason.TRUNCATED_GGUF,
+                ErrorType.TRUNCATED_GGUF,
                 f"{self.name}: {what} of {n} bytes runs past the end of the file (offset {self.pos})",
             )
         self.fh.seek(n, 1)
@@ -306,7 +307,7 @@ class _Reader:
             raise _invalid(self.name, f"{what}, more than the {limit} allowed")
         if min_bytes > self.remaining:
             raise InvalidModel(
-                Reason.TRUNCATED_GGUF,
+                ErrorType.TRUNCATED_GGUF,
                 f"{self.name}: {what}, needing at least {min_bytes} bytes, but only {self.remaining} are left "
                 "in the file",
             )
@@ -399,7 +400,7 @@ def read_gguf_header(path: Path, *, root: Path | None = None) -> GGUFInfo:
                 if swapped in SUPPORTED_VERSIONS
                 else "only versions 2 and 3 are supported (re-convert it with a current llama.cpp)"
             )
-            raise InvalidModel(Reason.UNSUPPORTED_GGUF_VERSION, f"{name}: GGUF version {version}: {detail}")
+            raise InvalidModel(ErrorType.UNSUPPORTED_GGUF_VERSION, f"{name}: GGUF version {version}: {detail}")
         n_tensors = r.u64("the tensor count")
         n_kv = r.u64("the metadata count")
         # A key/value takes at least 8 + 4 + 1 bytes and a tensor info 8 + 4 + 4 + 8.
@@ -436,7 +437,7 @@ def read_gguf_header(path: Path, *, root: Path | None = None) -> GGUFInfo:
             ggml = GGML_TYPES.get(type_id)
             if ggml is None:
                 raise InvalidModel(
-                    Reason.UNSUPPORTED_GGUF_TYPE,
+                    ErrorType.UNSUPPORTED_GGUF_TYPE,
                     f"{name}: tensor {tname!r} has ggml type {type_id}, which this server does not know",
                 )
             elements = math.prod(dims)
@@ -465,7 +466,7 @@ def read_gguf_header(path: Path, *, root: Path | None = None) -> GGUFInfo:
     data_offset = header_end + (-header_end % alignment)
     if data_offset + data_end > size:
         raise InvalidModel(
-            Reason.TRUNCATED_GGUF,
+            ErrorType.TRUNCATED_GGUF,
             f"{name}: tensor data should end at byte {data_offset + data_end} but the file has only {size} "
             f"bytes; {data_offset + data_end - size} bytes are missing",
         )

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from activities.model_files.diffusers import MODEL_INDEX, DiffusersPipeline, read_diffusers
-from activities.model_files.errors import InvalidModel, Reason, load_json_object
+from activities.model_files.errors import InvalidModel, load_json_object
 from activities.model_files.gguf import (
     POOLING_CLS,
     POOLING_LAST,
@@ -42,6 +42,7 @@ from activities.model_files.safetensors import (
 )
 from api_models.deckhouse.enums import EndpointType, ModelFeature, ModelFormat, SourceType
 from api_models.deckhouse.model import ResolvedModel, SourceCapabilities
+from api_models.errors import ErrorType
 
 # Directories that are bookkeeping of the tools that fetched the model, not part of it.
 _SKIPPED_DIRS = frozenset({".git", ".cache", ".huggingface"})
@@ -219,7 +220,7 @@ def inspect_model_dir(path: Path, provider: SourceType, provider_info: ProviderI
     root = Path(os.path.abspath(path))
     files = list_model_files(root)
     if not files:
-        raise InvalidModel(Reason.EMPTY_MODEL, "the model has no files")
+        raise InvalidModel(ErrorType.EMPTY_MODEL, "the model has no files")
     top = {f.path for f in files if "/" not in f.path}
     parsed: dict[Path, SafetensorsInfo] = {}
     if MODEL_INDEX in top:
@@ -269,18 +270,18 @@ def _no_model(files: list[ModelFile]) -> InvalidModel:
     pickles = [f.path for f in files if f.path.lower().endswith(_PICKLE_SUFFIXES) and f.role == FileRole.WEIGHT]
     if pickles:
         return InvalidModel(
-            Reason.UNSUPPORTED_FORMAT,
+            ErrorType.UNSUPPORTED_FORMAT,
             f"the weights are PyTorch pickles ({_some(pickles)}), which are not served (loading a pickle can run "
             "code); supported formats are Safetensors, GGUF and Diffusers",
         )
     nested = [f.path for f in files if f.path.endswith((".safetensors", ".gguf", MODEL_INDEX))]
     if nested:
         return InvalidModel(
-            Reason.UNKNOWN_FORMAT,
+            ErrorType.UNKNOWN_FORMAT,
             f"no model at the root of the files; model files were found only in subdirectories ({_some(nested)})",
         )
     return InvalidModel(
-        Reason.UNKNOWN_FORMAT,
+        ErrorType.UNKNOWN_FORMAT,
         f"no Safetensors, GGUF or Diffusers model among the files ({_some([f.path for f in files])})",
     )
 
@@ -316,14 +317,14 @@ def _safetensors_facts(
     assert weights is not None  # the root holds a .safetensors file or an index
     if "config.json" not in top:
         raise InvalidModel(
-            Reason.MISSING_CONFIG,
+            ErrorType.MISSING_CONFIG,
             f"the model has safetensors weights ({_some(sorted(p.name for p in weights.files))}) but no config.json "
             "next to them; a Safetensors model needs its transformers config to be served",
         )
-    config = load_json_object(root / "config.json", Reason.INVALID_CONFIG, what="the model config")
+    config = load_json_object(root / "config.json", ErrorType.INVALID_CONFIG, what="the model config")
     all_infos = [parsed[p] for p in weights.files]
     if all(i.tensor_count == 0 for i in all_infos):
-        raise InvalidModel(Reason.EMPTY_MODEL, "the safetensors files contain no tensors")
+        raise InvalidModel(ErrorType.EMPTY_MODEL, "the safetensors files contain no tensors")
 
     facts = _Facts()
     architectures = config.get("architectures")
@@ -407,7 +408,7 @@ def _chat_templates(root: Path, top: set[str]) -> list[str]:
     templates: list[str] = []
     if "tokenizer_config.json" in top:
         tokenizer_config = load_json_object(
-            root / "tokenizer_config.json", Reason.INVALID_CONFIG, what="the tokenizer config"
+            root / "tokenizer_config.json", ErrorType.INVALID_CONFIG, what="the tokenizer config"
         )
         templates += _template_strings(tokenizer_config.get("chat_template"))
     if "chat_template.jinja" in top:
@@ -415,7 +416,7 @@ def _chat_templates(root: Path, top: set[str]) -> list[str]:
         if path.stat().st_size <= _MAX_TEMPLATE_BYTES:
             templates.append(path.read_text(encoding="utf-8", errors="replace"))
     if "chat_template.json" in top:
-        data = load_json_object(root / "chat_template.json", Reason.INVALID_CONFIG, what="the chat template")
+        data = load_json_object(root / "chat_template.json", ErrorType.INVALID_CONFIG, what="the chat template")
         templates += _template_strings(data.get("chat_template"))
     return [t for t in templates if t.strip()]
 
@@ -440,16 +441,16 @@ def _gguf_facts(root: Path, names: list[str]) -> _Facts:
     if not models:
         what = "LoRA adapters" if adapters else "multimodal projectors"
         raise InvalidModel(
-            Reason.UNKNOWN_FORMAT,
+            ErrorType.UNKNOWN_FORMAT,
             f"the GGUF files ({_some(names)}) are {what}, not a model; include the model's GGUF file",
         )
     main = _one_gguf_model(models)
     for info in models:
         if info.architecture is None:
-            raise InvalidModel(Reason.INVALID_GGUF, f"{info.path.name}: has no general.architecture")
+            raise InvalidModel(ErrorType.INVALID_GGUF, f"{info.path.name}: has no general.architecture")
     parameters = sum(i.parameter_count for i in models)
     if parameters == 0:
-        raise InvalidModel(Reason.EMPTY_MODEL, f"{main.path.name}: the GGUF file contains no tensors")
+        raise InvalidModel(ErrorType.EMPTY_MODEL, f"{main.path.name}: the GGUF file contains no tensors")
 
     arch = main.architecture
     facts = _Facts(
@@ -491,7 +492,7 @@ def _one_gguf_model(models: list[GGUFInfo]) -> GGUFInfo:
     if None not in splits and counts == {len(models)} and numbers == list(range(len(models))):
         return next(m for m in models if m.split is not None and m.split[0] == 0)
     raise InvalidModel(
-        Reason.AMBIGUOUS_MODEL,
+        ErrorType.AMBIGUOUS_MODEL,
         f"{len(models)} GGUF models ({_some(sorted(m.path.name for m in models))}) where one is expected; "
         "keep the one quantization to serve",
     )
@@ -503,7 +504,7 @@ def _one_gguf_model(models: list[GGUFInfo]) -> GGUFInfo:
 def _diffusers_facts(pipeline: DiffusersPipeline) -> _Facts:
     count = pipeline.parameter_count
     if count == 0:
-        raise InvalidModel(Reason.EMPTY_MODEL, f"{MODEL_INDEX}: the pipeline's weights contain no tensors")
+        raise InvalidModel(ErrorType.EMPTY_MODEL, f"{MODEL_INDEX}: the pipeline's weights contain no tensors")
     facts = _Facts(architecture=pipeline.class_name, parameter_count=count)
     name = pipeline.class_name
     if "Video" in name or name.startswith(_VIDEO_PIPELINE_PREFIXES):

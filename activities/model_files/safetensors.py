@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from activities.model_files.errors import InvalidModel, Reason, display_path, load_json_object
+from activities.model_files.errors import InvalidModel, display_path, load_json_object
+from api_models.errors import ErrorType
 
 # The reference implementation refuses headers above 100 MB; so do we, before reading one.
 MAX_HEADER_BYTES = 100_000_000
@@ -112,24 +113,24 @@ def read_safetensors_header(path: Path, *, root: Path | None = None) -> Safetens
         prefix = fh.read(8)
         if len(prefix) < 8:
             raise InvalidModel(
-                Reason.TRUNCATED_SAFETENSORS,
+                ErrorType.TRUNCATED_SAFETENSORS,
                 f"{name}: the file has {size} bytes, fewer than the 8-byte header length of a safetensors file",
             )
         (n,) = struct.unpack("<Q", prefix)
         if n > MAX_HEADER_BYTES:
             raise InvalidModel(
-                Reason.INVALID_SAFETENSORS_HEADER,
+                ErrorType.INVALID_SAFETENSORS_HEADER,
                 f"{name}: declares a {n}-byte header, more than the {MAX_HEADER_BYTES} bytes safetensors allows "
                 "(this is probably not a safetensors file)",
             )
         if 8 + n > size:
             raise InvalidModel(
-                Reason.TRUNCATED_SAFETENSORS,
+                ErrorType.TRUNCATED_SAFETENSORS,
                 f"{name}: declares a {n}-byte header but the file has only {size} bytes; it was cut short",
             )
         raw = fh.read(n)
     if len(raw) != n:  # the file shrank while we read it
-        raise InvalidModel(Reason.TRUNCATED_SAFETENSORS, f"{name}: ends inside its {n}-byte header")
+        raise InvalidModel(ErrorType.TRUNCATED_SAFETENSORS, f"{name}: ends inside its {n}-byte header")
     header = _decode_header(raw, name)
     metadata = _metadata(header.pop(METADATA_KEY, None), name)
 
@@ -142,12 +143,12 @@ def read_safetensors_header(path: Path, *, root: Path | None = None) -> Safetens
         bits = elements * DTYPE_BITS[dtype]
         if bits % 8:
             raise InvalidModel(
-                Reason.INVALID_SAFETENSORS_HEADER,
+                ErrorType.INVALID_SAFETENSORS_HEADER,
                 f"{name}: tensor {tensor!r} of {elements} {dtype} elements does not fill whole bytes",
             )
         if end - begin != bits // 8:
             raise InvalidModel(
-                Reason.INVALID_SAFETENSORS_HEADER,
+                ErrorType.INVALID_SAFETENSORS_HEADER,
                 f"{name}: tensor {tensor!r} spans {end - begin} bytes (offsets {begin}..{end}) but "
                 f"{dtype}{list(shape)} needs {bits // 8}",
             )
@@ -159,13 +160,13 @@ def read_safetensors_header(path: Path, *, root: Path | None = None) -> Safetens
     data_size = size - 8 - n
     if data_end > data_size:
         raise InvalidModel(
-            Reason.TRUNCATED_SAFETENSORS,
+            ErrorType.TRUNCATED_SAFETENSORS,
             f"{name}: tensor data should end at byte {8 + n + data_end} but the file has only {size} bytes; "
             f"{8 + n + data_end - size} bytes are missing",
         )
     if data_end < data_size:
         raise InvalidModel(
-            Reason.INVALID_SAFETENSORS_HEADER,
+            ErrorType.INVALID_SAFETENSORS_HEADER,
             f"{name}: {data_size - data_end} bytes follow the last tensor; the header does not describe them",
         )
     return SafetensorsInfo(
@@ -183,21 +184,23 @@ def read_safetensors_header(path: Path, *, root: Path | None = None) -> Safetens
 def _decode_header(raw: bytes, name: str) -> dict[str, Any]:
     # The format requires the header to start with "{"; trailing spaces are the writers' padding.
     if not raw.startswith(b"{"):
-        raise InvalidModel(Reason.INVALID_SAFETENSORS_HEADER, f"{name}: the header does not start with '{{' (not JSON)")
+        raise InvalidModel(ErrorType.INVALID_SAFETENSORS_HEADER,
+                           f"{name}: the header does not start with '{{' (not JSON)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidModel(
-            Reason.INVALID_SAFETENSORS_HEADER, f"{name}: the header is not UTF-8 (byte {exc.start})"
+            ErrorType.INVALID_SAFETENSORS_HEADER, f"{name}: the header is not UTF-8 (byte {exc.start})"
         ) from None
     try:
         header = json.loads(text, object_pairs_hook=_unique_keys(name))
     except RecursionError:
-        raise InvalidModel(Reason.INVALID_SAFETENSORS_HEADER, f"{name}: the header JSON nests too deeply") from None
+        raise InvalidModel(ErrorType.INVALID_SAFETENSORS_HEADER, f"{name}: the header JSON nests too deeply") from None
     except ValueError as exc:
-        raise InvalidModel(Reason.INVALID_SAFETENSORS_HEADER, f"{name}: the header is not valid JSON ({exc})") from None
+        raise InvalidModel(ErrorType.INVALID_SAFETENSORS_HEADER,
+                           f"{name}: the header is not valid JSON ({exc})") from None
     if not isinstance(header, dict):
-        raise InvalidModel(Reason.INVALID_SAFETENSORS_HEADER, f"{name}: the header is not a JSON object")
+        raise InvalidModel(ErrorType.INVALID_SAFETENSORS_HEADER, f"{name}: the header is not a JSON object")
     return header
 
 
@@ -206,7 +209,7 @@ def _unique_keys(name: str) -> Any:
         result: dict[str, Any] = {}
         for key, value in pairs:
             if key in result:
-                raise InvalidModel(Reason.INVALID_SAFETENSORS_HEADER, f"{name}: the header names {key!r} twice")
+                raise InvalidModel(ErrorType.INVALID_SAFETENSORS_HEADER, f"{name}: the header names {key!r} twice")
             result[key] = value
         return result
 
@@ -217,7 +220,7 @@ def _metadata(value: Any, name: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-        raise InvalidModel(Reason.INVALID_SAFETENSORS_HEADER, f"{name}: {METADATA_KEY} must map strings to strings")
+        raise InvalidModel(ErrorType.INVALID_SAFETENSORS_HEADER, f"{name}: {METADATA_KEY} must map strings to strings")
     return value
 
 
@@ -227,7 +230,7 @@ def _is_int(value: Any) -> bool:
 
 def _tensor_entry(tensor: str, info: Any, name: str) -> tuple[str, tuple[int, ...], int, int]:
     def bad(what: str) -> InvalidModel:
-        return InvalidModel(Reason.INVALID_SAFETENSORS_HEADER, f"{name}: tensor {tensor!r} {what}")
+        return InvalidModel(ErrorType.INVALID_SAFETENSORS_HEADER, f"{name}: tensor {tensor!r} {what}")
 
     if not isinstance(info, dict):
         raise bad("is not described by an object")
@@ -253,12 +256,12 @@ def _check_tiling(spans: list[tuple[int, int, str]], name: str) -> int:
     for begin, end, tensor in sorted(spans):
         if begin < expected:
             raise InvalidModel(
-                Reason.INVALID_SAFETENSORS_HEADER,
+                ErrorType.INVALID_SAFETENSORS_HEADER,
                 f"{name}: tensors {previous!r} and {tensor!r} overlap (byte {begin} is used twice)",
             )
         if begin > expected:
             raise InvalidModel(
-                Reason.INVALID_SAFETENSORS_HEADER,
+                ErrorType.INVALID_SAFETENSORS_HEADER,
                 f"{name}: {begin - expected} bytes of tensor data before {tensor!r} (offset {expected}) "
                 "belong to no tensor",
             )
@@ -282,19 +285,19 @@ def read_safetensors_index(
     `parsed` caches headers already read (by path), so a directory walk parses each shard once.
     """
     name = display_path(path, root)
-    data = load_json_object(path, Reason.INVALID_SAFETENSORS_INDEX, what="the weight index", shown_as=name)
+    data = load_json_object(path, ErrorType.INVALID_SAFETENSORS_INDEX, what="the weight index", shown_as=name)
     weight_map = data.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise InvalidModel(Reason.INVALID_SAFETENSORS_INDEX, f"{name}: has no weight_map (tensor -> shard file)")
+        raise InvalidModel(ErrorType.INVALID_SAFETENSORS_INDEX, f"{name}: has no weight_map (tensor -> shard file)")
     metadata = data.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
-        raise InvalidModel(Reason.INVALID_SAFETENSORS_INDEX, f"{name}: metadata must be an object")
+        raise InvalidModel(ErrorType.INVALID_SAFETENSORS_INDEX, f"{name}: metadata must be an object")
 
     by_shard: dict[str, list[str]] = {}
     for tensor, shard in weight_map.items():
         if not isinstance(shard, str) or not _is_plain_file_name(shard):
             raise InvalidModel(
-                Reason.INVALID_SAFETENSORS_INDEX,
+                ErrorType.INVALID_SAFETENSORS_INDEX,
                 f"{name}: tensor {tensor!r} maps to {shard!r}, which is not a file name next to the index",
             )
         by_shard.setdefault(shard, []).append(tensor)
@@ -304,7 +307,7 @@ def read_safetensors_index(
         shard_path = path.parent / shard
         if not shard_path.is_file():
             raise InvalidModel(
-                Reason.MISSING_SHARD,
+                ErrorType.MISSING_SHARD,
                 f"{name}: names the shard {shard} (for {len(tensors)} tensors, e.g. {tensors[0]!r}) "
                 "but the file is not there",
             )
@@ -316,7 +319,7 @@ def read_safetensors_index(
         missing = [t for t in tensors if t not in info.tensor_names]
         if missing:
             raise InvalidModel(
-                Reason.INVALID_SAFETENSORS_INDEX,
+                ErrorType.INVALID_SAFETENSORS_INDEX,
                 f"{name}: maps {len(missing)} tensors to {shard} that it does not contain, e.g. {missing[0]!r}",
             )
         shards[shard] = info

@@ -30,6 +30,8 @@ from activities.oci import media_types as mt
 from activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, normalize_digest
 from activities.oci.registry_client import (
     DEFAULT_CHUNK_SIZE,
+    BlobDigestMismatch,
+    LocalFileChanged,
     ModelRegistry,
     RegistryCredentials,
     RegistryError,
@@ -37,6 +39,7 @@ from activities.oci.registry_client import (
     UploadResume,
     file_sha256,
 )
+from api_models.errors import ErrorType, application_error
 
 HEARTBEAT_INTERVAL = 2.0
 """Seconds between heartbeats while hashing or while one chunk is on the wire; set the
@@ -147,8 +150,18 @@ CredentialsResolver = Callable[[SecretRef, str], RegistryCredentials | None]
 """(secret reference, registry address) -> credentials; runs in the worker, never in a payload."""
 
 
-def _application_error(exc: RegistryError) -> ApplicationError:
-    return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=not exc.retryable)
+def _registry_failure(exc: RegistryError) -> ApplicationError:
+    """A registry failure as the workflow sees it. Whether the registry's answer may change (network,
+    5xx, 408, 429) decides first, so what retried before still retries, whatever the error's class."""
+    if exc.retryable:
+        error_type = ErrorType.REGISTRY_UNAVAILABLE
+    elif isinstance(exc, BlobDigestMismatch):
+        error_type = ErrorType.BLOB_DIGEST_MISMATCH
+    elif isinstance(exc, LocalFileChanged):
+        error_type = ErrorType.LOCAL_FILE_CHANGED
+    else:
+        error_type = ErrorType.REGISTRY_ERROR
+    return application_error(error_type, str(exc))
 
 
 def _resume_point(details: Sequence[Any]) -> dict[str, Any]:
@@ -174,18 +187,18 @@ class OciActivities:
         creds = None
         if target.credentials_secret is not None:
             if self._credentials is None:
-                raise ApplicationError("this worker cannot read registry credential Secrets",
-                                       type="NoCredentialsResolver", non_retryable=True)
+                raise application_error(ErrorType.NO_CREDENTIALS_RESOLVER,
+                                        "this worker cannot read registry credential Secrets")
             creds = self._credentials(target.credentials_secret, target.address)
         registry = ModelRegistry(target.address, insecure=target.insecure, tls_verify=target.tls_verify,
                                  credentials=creds)
         try:
             yield registry
         except RegistryError as exc:
-            raise _application_error(exc) from exc
+            raise _registry_failure(exc) from exc
         except ValueError as exc:
             # Raised by our own validation (repository name, digest form): bad input, not bad luck.
-            raise ApplicationError(str(exc), type="InvalidInput", non_retryable=True) from exc
+            raise application_error(ErrorType.INVALID_INPUT, str(exc)) from exc
         finally:
             registry.close()
 
@@ -194,11 +207,10 @@ class OciActivities:
         """Upload one file as a blob: skip if present, resume a previous attempt's upload."""
         path = req.path
         if not os.path.isfile(path):
-            raise ApplicationError(f"{path} is not a file", type="FileMissing", non_retryable=True)
+            raise application_error(ErrorType.FILE_MISSING, f"{path} is not a file")
         size = os.stat(path).st_size
         if req.size is not None and req.size != size:
-            raise ApplicationError(f"{path} has {size} bytes, expected {req.size}", type="LocalFileChanged",
-                                   non_retryable=True)
+            raise application_error(ErrorType.LOCAL_FILE_CHANGED, f"{path} has {size} bytes, expected {req.size}")
         previous = _resume_point(activity.info().heartbeat_details)
         if req.sha256:
             digest = normalize_digest(req.sha256)
@@ -225,9 +237,9 @@ class OciActivities:
                     # Stop on a chunk boundary: the upload state just heartbeated stays valid. A
                     # process killed inside a PATCH instead leaves distribution's signed upload
                     # state stale, and distribution then cancels the upload on the next touch.
-                    raise ApplicationError(
-                        f"worker shutting down; {digest} resumes at byte {p.committed_offset}",
-                        type="WorkerShutdown")
+                    raise application_error(
+                        ErrorType.WORKER_SHUTDOWN,
+                        f"worker shutting down; {digest} resumes at byte {p.committed_offset}")
 
             result = registry.upload_blob_streaming(
                 repo, path, digest, size, chunk_size=req.chunk_size, resume=resume, on_progress=progress,
@@ -250,23 +262,23 @@ class OciActivities:
             ]
             built = build_artifact(layers, req.meta, req.annotations)
         except ValueError as exc:  # pydantic's ValidationError is a ValueError too
-            raise ApplicationError(f"cannot build the model manifest: {exc}", type="InvalidModelLayers",
-                                   non_retryable=True) from exc
+            raise application_error(ErrorType.INVALID_MODEL_LAYERS,
+                                    f"cannot build the model manifest: {exc}") from exc
         repo = req.target.repository
         with self._registry(req.target) as registry:
             stored = {layer.path: registry.blob_size(repo, layer.sha256) for layer in built.layers}
             missing = [path for path, size in stored.items() if size is None]
             if missing:
                 # Retrying this activity cannot help; the workflow has to push these files again.
-                raise ApplicationError(f"layers not in {repo}: {', '.join(missing)}", missing,
-                                       type="LayerMissing", non_retryable=True)
+                raise application_error(ErrorType.LAYER_MISSING, f"layers not in {repo}: {', '.join(missing)}",
+                                        missing)
             # distribution checks only that referenced blobs exist; a wrong size would make
             # every later pull fail, so refuse it here.
             wrong = [f"{layer.path} ({layer.size} != {stored[layer.path]})" for layer in built.layers
                      if stored[layer.path] not in (layer.size, -1)]
             if wrong:
-                raise ApplicationError(f"layer sizes differ from the registry's: {', '.join(wrong)}",
-                                       type="LayerSizeMismatch", non_retryable=True)
+                raise application_error(ErrorType.LAYER_SIZE_MISMATCH,
+                                        f"layer sizes differ from the registry's: {', '.join(wrong)}")
             registry.put_blob_bytes(repo, built.config, built.config_descriptor.digest)
             digest = registry.put_manifest(repo, req.tag or built.manifest_descriptor.digest, built.manifest,
                                            mt.OCI_MANIFEST)
@@ -291,7 +303,7 @@ class OciActivities:
         try:
             digest = normalize_digest(req.digest)
         except ValueError as exc:
-            raise ApplicationError(str(exc), type="InvalidDigest", non_retryable=True) from exc
+            raise application_error(ErrorType.INVALID_DIGEST, str(exc)) from exc
         with self._registry(req.target) as registry:
             return registry.delete_manifest(req.target.repository, digest)
 
@@ -357,14 +369,14 @@ def kubernetes_secret_credentials(core_v1: Any) -> CredentialsResolver:
             secret = core_v1.read_namespaced_secret(ref.name, ref.namespace)
         except ApiException as exc:
             if exc.status in (403, 404):
-                raise ApplicationError(f"Secret {ref.namespace}/{ref.name}: HTTP {exc.status}",
-                                       type="SecretUnavailable", non_retryable=True) from exc
+                raise application_error(ErrorType.SECRET_UNAVAILABLE,
+                                        f"Secret {ref.namespace}/{ref.name}: HTTP {exc.status}") from exc
             raise
         data = {key: base64.b64decode(value).decode("utf-8") for key, value in (secret.data or {}).items()}
         creds = credentials_from_secret_data(data, registry)
         if creds is None:
-            raise ApplicationError(f"Secret {ref.namespace}/{ref.name} has no credentials for {registry}",
-                                   type="SecretUnavailable", non_retryable=True)
+            raise application_error(ErrorType.SECRET_UNAVAILABLE,
+                                    f"Secret {ref.namespace}/{ref.name} has no credentials for {registry}")
         return creds
 
     return resolve

@@ -26,8 +26,6 @@ files after the title: with it a plain `oras pull` recreates the model directory
 
 # -- CNCF ModelPack model-spec v0.0.7 --------------------------------------------------------
 
-MODEL_SPEC_VERSION = "v0.0.7"
-
 ARTIFACT_TYPE_MODEL_MANIFEST = "application/vnd.cncf.model.manifest.v1+json"
 MODEL_CONFIG = "application/vnd.cncf.model.config.v1+json"
 
@@ -37,16 +35,10 @@ MODEL_DOC_RAW = "application/vnd.cncf.model.doc.v1.raw"
 MODEL_CODE_RAW = "application/vnd.cncf.model.code.v1.raw"
 MODEL_DATASET_RAW = "application/vnd.cncf.model.dataset.v1.raw"
 
-# The archived variants exist in the spec; we publish raw (uncompressed, one file per layer)
-# layers because weights do not compress and a raw layer can be mounted or range-read as is.
-MODEL_WEIGHT_TAR = "application/vnd.cncf.model.weight.v1.tar"
-MODEL_WEIGHT_CONFIG_TAR = "application/vnd.cncf.model.weight.config.v1.tar"
-MODEL_DOC_TAR = "application/vnd.cncf.model.doc.v1.tar"
-MODEL_CODE_TAR = "application/vnd.cncf.model.code.v1.tar"
-MODEL_DATASET_TAR = "application/vnd.cncf.model.dataset.v1.tar"
+# The spec also has archived (.tar) variants; we publish raw (uncompressed, one file per layer)
+# layers only, because weights do not compress and a raw layer can be mounted or range-read as is.
 
 ANNOTATION_FILEPATH = "org.cncf.model.filepath"
-ANNOTATION_FILE_METADATA = "org.cncf.model.file.metadata+json"
 ANNOTATION_MEDIATYPE_UNTESTED = "org.cncf.model.file.mediatype.untested"
 
 MODELFS_TYPE_LAYERS = "layers"
@@ -69,10 +61,6 @@ RAW_LAYER_MEDIA_TYPE: dict[FileRole, str] = {
     FileRole.DOC: MODEL_DOC_RAW,
     FileRole.CODE: MODEL_CODE_RAW,
     FileRole.DATASET: MODEL_DATASET_RAW,
-}
-
-MODEL_LAYER_MEDIA_TYPES = frozenset(RAW_LAYER_MEDIA_TYPE.values()) | {
-    MODEL_WEIGHT_TAR, MODEL_WEIGHT_CONFIG_TAR, MODEL_DOC_TAR, MODEL_CODE_TAR, MODEL_DATASET_TAR,
 }
 
 

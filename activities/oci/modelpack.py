@@ -136,11 +136,6 @@ class BuiltArtifact(BaseModel):
     """In manifest order (sorted by path)."""
 
     @property
-    def manifest_json(self) -> dict[str, Any]:
-        result: dict[str, Any] = json.loads(self.manifest)
-        return result
-
-    @property
     def total_size(self) -> int:
         """Bytes a full pull transfers: manifest + config + every layer."""
         return self.manifest_descriptor.size + self.config_descriptor.size + sum(x.size for x in self.layers)

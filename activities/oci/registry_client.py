@@ -377,14 +377,6 @@ class ModelRegistry(Registry):  # type: ignore[misc]  # oras ships no type infor
             return None
         raise self._error(response, f"HEAD blob {digest}")
 
-    def mount_blob(self, repository: str, digest: str, from_repository: str) -> bool:
-        """Cross-repository mount: True when the registry linked the blob without any upload."""
-        session = self._start_session(repository, digest, from_repository)
-        if session is None:
-            return True
-        self._cancel(session)
-        return False
-
     def _start_session(self, repository: str, digest: str, mount_from: str | None) -> _Session | None:
         url = f"{self._repo_url(repository)}/blobs/uploads/"
         if mount_from:

@@ -5,6 +5,12 @@ Revisions are created with a plain create (a 409 means a concurrent or earlier a
 did it) and only their replicas are patched afterwards: a revision's pod template is fixed by its
 hash, so there is nothing else to reconcile. The HTTPRoute is server-side applied, so a retry is
 a no-op and fields other managers own (e.g. a gateway's hostnames) are kept.
+
+Errors are classified (api_models.errors): what the spec or the input cannot give (a component
+with nothing to run, a spec that does not parse, an object the apiserver rejects with 400/422, a
+split that does not add up) is raised permanent, naming the field, so the workflow reports it
+on the object at once; an apiserver that is away, conflicting (409), throttling (429) or failing
+(5xx) surfaces as the client's own exception, which the activity's retry policy retries.
 """
 
 from __future__ import annotations
@@ -15,14 +21,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.serving import render
-from api_models.ome.components import EngineSpec
-from api_models.ome.enums import ComponentType
-from api_models.ome.inference_service import InferenceServiceSpec
-from api_models.refs import ObjectRef
-from api_models.serving_io import (
+from activities.serving.types import (
     ComponentObservation,
     EnsureRevisionInput,
     ObserveInput,
@@ -30,10 +31,15 @@ from api_models.serving_io import (
     RevisionObservation,
     ServiceObservation,
     SetTrafficInput,
-    TrafficWeight,
     revision_name,
     route_name,
 )
+from api_models.errors import ErrorType, application_error
+from api_models.ome.components import EngineSpec
+from api_models.ome.enums import ComponentType
+from api_models.ome.inference_service import InferenceServiceSpec
+from api_models.refs import ObjectRef
+from api_models.serving import TrafficWeight
 
 FIELD_MANAGER = "servingops"
 _APPLY = "application/apply-patch+yaml"
@@ -43,14 +49,21 @@ _ROLLOUT_ANNOTATION_PREFIX = "ome.io/rollout-"
 _GATEWAY_GROUP, _GATEWAY_VERSION, _ROUTES = "gateway.networking.k8s.io", "v1", "httproutes"
 
 
-def _bad_input(message: str, kind: str = "InvalidInput") -> ApplicationError:
-    return ApplicationError(message, type=kind, non_retryable=True)
-
-
 def _namespace(ref: ObjectRef) -> str:
     if not ref.namespace:
-        raise _bad_input(f"{ref.describe()}: an InferenceService is namespaced; no namespace given")
+        raise application_error(ErrorType.INVALID_INPUT,
+                                f"{ref.describe()}: an InferenceService is namespaced; no namespace given")
     return ref.namespace
+
+
+def _invalid_spec(ref: ObjectRef, exc: ValidationError) -> str:
+    """The first problem pydantic found, named by its field path under spec."""
+    first = exc.errors()[0] if exc.errors() else None
+    if first is None:
+        return f"{ref.describe()}: the spec does not parse: {exc}"
+    field = ".".join(["spec", *(str(part) for part in first["loc"])])
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{ref.describe()}: {field}: {first['msg']}{more}"
 
 
 def _as_dict(obj: object) -> dict[str, Any]:
@@ -104,7 +117,7 @@ class ServingActivities:
     def _live_isvc(self, ref: ObjectRef) -> tuple[render.Owner, InferenceServiceSpec]:
         obj = self._isvc(ref)
         if obj is None:
-            raise ApplicationError(f"{ref.describe()} is gone", type="ObjectGone", non_retryable=True)
+            raise application_error(ErrorType.OBJECT_GONE, f"{ref.describe()} is gone")
         return self._owner(obj), self._spec(ref, obj)
 
     @staticmethod
@@ -117,7 +130,7 @@ class ServingActivities:
         try:
             return InferenceServiceSpec.model_validate(obj.get("spec") or {})
         except ValidationError as exc:
-            raise _bad_input(f"{ref.describe()}: spec does not parse: {exc}", "InvalidSpec") from exc
+            raise application_error(ErrorType.INVALID_SPEC, _invalid_spec(ref, exc)) from exc
 
     def _deployment(self, name: str, namespace: str) -> client.V1Deployment | None:
         try:
@@ -206,16 +219,20 @@ class ServingActivities:
         """Create the revision from the current spec when absent, else only set its replicas."""
         key = inp.key
         if inp.replicas < 0:
-            raise _bad_input(f"replicas must be >= 0, got {inp.replicas}")
+            raise application_error(ErrorType.INVALID_INPUT, f"replicas must be >= 0, got {inp.replicas}")
         namespace = _namespace(key.isvc)
         owner, spec = self._live_isvc(key.isvc)
         name = revision_name(owner.name, key.component.value, key.revision)
         existing = self._deployment(name, namespace)
         if existing is not None and existing.metadata and existing.metadata.deletion_timestamp:
             # Being deleted: creating under the same name only works once it is gone; a retry will.
-            raise ApplicationError(f"Deployment {namespace}/{name} is being deleted", type="RevisionDeleting")
+            raise application_error(ErrorType.REVISION_DELETING, f"Deployment {namespace}/{name} is being deleted")
         if existing is None:
-            return self._create_revision(owner, key, spec, inp.replicas)
+            try:
+                return self._create_revision(owner, key, spec, inp.replicas)
+            except ValidationError as exc:
+                # Rendering read a part of the spec it cannot use: the spec must change.
+                raise application_error(ErrorType.INVALID_SPEC, _invalid_spec(key.isvc, exc)) from exc
         if not self._service_exists(name, namespace):
             # Deleted by someone else: rebuild it from the Deployment's own template, which is
             # what the revision runs whatever the spec says now.
@@ -235,9 +252,13 @@ class ServingActivities:
         rendered = render.render_revision(owner.name, key.component, cspec) if cspec is not None else None
         if cspec is None or rendered is None or rendered.revision != key.revision:
             now = rendered.revision if rendered else "nothing (the component is not set)"
-            raise ApplicationError(
-                f"revision {key.revision} of {key.component.value} does not exist and the spec now renders {now}",
-                type="RevisionSuperseded", non_retryable=True)
+            raise application_error(
+                ErrorType.REVISION_SUPERSEDED,
+                f"revision {key.revision} of {key.component.value} does not exist and the spec now renders {now}")
+        try:
+            render.check_servable(spec, key.component, cspec)
+        except render.Unservable as exc:
+            raise application_error(ErrorType.INVALID_SPEC, f"{key.isvc.describe()}: {exc}") from exc
         # The Service first: once the Deployment exists, its Service does too, so a crash
         # between the two leaves at worst an unused Service that the retry adopts.
         self._create_service(owner, rendered, cspec)
@@ -251,8 +272,8 @@ class ServingActivities:
                 dep = self.apps.patch_namespaced_deployment(name, owner.namespace, {"spec": {"replicas": replicas}},
                                                             field_manager=FIELD_MANAGER, _request_timeout=_TIMEOUT)
             elif exc.status in (400, 422):
-                raise _bad_input(f"Deployment {owner.namespace}/{name} rejected: {exc.body}",
-                                 "InvalidRevision") from exc
+                raise application_error(ErrorType.INVALID_REVISION,
+                                        f"Deployment {owner.namespace}/{name} rejected: {exc.body}") from exc
             else:
                 raise
         return _revision_observation(key.revision, dep)
@@ -267,8 +288,9 @@ class ServingActivities:
             if exc.status == 409:
                 return  # already there: a revision's Service never changes
             if exc.status in (400, 422):
-                raise _bad_input(f"Service {owner.namespace}/{body['metadata']['name']} rejected: {exc.body}",
-                                 "InvalidRevision") from exc
+                raise application_error(ErrorType.INVALID_REVISION,
+                                        f"Service {owner.namespace}/{body['metadata']['name']} rejected: "
+                                        f"{exc.body}") from exc
             raise
 
     @activity.defn(name="serving.set_traffic")
@@ -280,8 +302,8 @@ class ServingActivities:
                    if not self._service_exists(revision_name(owner.name, inp.component.value, w.revision),
                                                owner.namespace)]
         if missing:
-            raise _bad_input(f"no Service for revision(s) {', '.join(missing)} of {inp.component.value}",
-                             "InvalidTraffic")
+            raise application_error(ErrorType.INVALID_TRAFFIC,
+                                    f"no Service for revision(s) {', '.join(missing)} of {inp.component.value}")
         body = render.http_route(owner, inp.component, inp.weights, self.gateway)
         try:
             self.custom.patch_namespaced_custom_object(
@@ -289,8 +311,9 @@ class ServingActivities:
                 field_manager=FIELD_MANAGER, force=True, _content_type=_APPLY, _request_timeout=_TIMEOUT)
         except ApiException as exc:
             if exc.status in (400, 422):
-                raise _bad_input(f"HTTPRoute {owner.namespace}/{body['metadata']['name']} rejected: {exc.body}",
-                                 "InvalidTraffic") from exc
+                raise application_error(ErrorType.INVALID_TRAFFIC,
+                                        f"HTTPRoute {owner.namespace}/{body['metadata']['name']} rejected: "
+                                        f"{exc.body}") from exc
             raise
 
     @activity.defn(name="serving.delete_revision")
@@ -303,8 +326,9 @@ class ServingActivities:
             serving = [w for w in render.route_weights(route, key.isvc.name, key.component)
                        if w.revision == key.revision and w.weight > 0]
             if serving:
-                raise _bad_input(f"revision {key.revision} of {key.component.value} still has weight "
-                                 f"{serving[0].weight}", "RevisionServingTraffic")
+                raise application_error(ErrorType.REVISION_SERVING_TRAFFIC,
+                                        f"revision {key.revision} of {key.component.value} still has weight "
+                                        f"{serving[0].weight}")
         name = revision_name(key.isvc.name, key.component.value, key.revision)
         options = client.V1DeleteOptions(propagation_policy="Background")
         for delete in (self.apps.delete_namespaced_deployment, self.core.delete_namespaced_service):
@@ -326,12 +350,13 @@ class ServingActivities:
 
 def _validate_weights(weights: list[TrafficWeight]) -> None:
     if not weights:
-        raise _bad_input("no weights given", "InvalidTraffic")
+        raise application_error(ErrorType.INVALID_TRAFFIC, "no weights given")
     revisions = [w.revision for w in weights]
     if len(set(revisions)) != len(revisions):
-        raise _bad_input(f"a revision is listed twice: {revisions}", "InvalidTraffic")
+        raise application_error(ErrorType.INVALID_TRAFFIC, f"a revision is listed twice: {revisions}")
     if any(not 0 <= w.weight <= 100 for w in weights):
-        raise _bad_input(f"weights must be within 0-100: {[w.weight for w in weights]}", "InvalidTraffic")
+        raise application_error(ErrorType.INVALID_TRAFFIC,
+                                f"weights must be within 0-100: {[w.weight for w in weights]}")
     total = sum(w.weight for w in weights)
     if total != 100:
-        raise _bad_input(f"weights add up to {total}, not 100", "InvalidTraffic")
+        raise application_error(ErrorType.INVALID_TRAFFIC, f"weights add up to {total}, not 100")

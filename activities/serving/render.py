@@ -14,11 +14,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from activities.serving.types import revision_name, route_name
 from api_models.ome.components import DecoderSpec, EngineSpec, PodSpec, RouterSpec
 from api_models.ome.constants import API_VERSION
 from api_models.ome.enums import ComponentType
 from api_models.ome.inference_service import InferenceServiceSpec
-from api_models.serving_io import TrafficWeight, revision_name, route_name
+from api_models.serving import TrafficWeight
 
 ComponentSpec = EngineSpec | DecoderSpec | RouterSpec
 
@@ -96,6 +97,34 @@ def _containers(spec: ComponentSpec) -> list[dict[str, Any]]:
             containers[index] = {**existing, **runner}
             return containers
     return [runner, *containers]
+
+
+class Unservable(ValueError):
+    """The spec asks for a component this renderer cannot turn into pods; `field` names where."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field} {message}")
+        self.field = field
+
+
+def check_servable(spec: InferenceServiceSpec, component: ComponentType, cspec: ComponentSpec) -> None:
+    """Raise Unservable unless the component carries a container to run. Upstream OME also renders
+    pods from spec.model + spec.runtime (a ServingRuntime's pod template); this renderer only
+    serves what the component carries inline (its runner and containers), so such a spec is
+    refused with a message saying what to set, instead of a Deployment the apiserver rejects."""
+    if _containers(cspec):
+        return
+    field = f"spec.{component.value}"
+    by_reference = []
+    if spec.model is not None:
+        by_reference.append(f"spec.model ({spec.model.kind} {spec.model.name})")
+    if spec.runtime is not None:
+        by_reference.append(f"spec.runtime ({spec.runtime.kind} {spec.runtime.name})")
+    advice = f"set {field}.runner (at least an image) or {field}.containers"
+    if by_reference:
+        raise Unservable(field, f"has no runner and no containers, and rendering pods from "
+                                f"{' and '.join(by_reference)} by reference is not supported yet: {advice}")
+    raise Unservable(field, f"has no runner and no containers: {advice}")
 
 
 def main_container_name(spec: ComponentSpec) -> str | None:

@@ -1,9 +1,9 @@
 """Model sources: resolve a Hugging Face or Ollama URL, fetch its files into the worker's spool.
 
-`types` holds the activity inputs and outputs (and the error types the workflow turns into condition
-reasons), `huggingface` and `ollama` speak to the providers, `spool` is the resumable streaming writer both
-share, and `activities` wraps them as the Temporal activities `source.resolve`, `source.fetch_file` and
-`source.clean_spool`.
+`types` holds the activity inputs and outputs (their errors are `api_models.errors.ErrorType` members,
+which the workflow writes as condition reasons), `huggingface` and `ollama` speak to the providers, `spool`
+is the resumable streaming writer both share, and `activities` wraps them as the Temporal activities
+`source.resolve`, `source.fetch_file` and `source.clean_spool`.
 
 Which files of a Hugging Face repository are the model (`huggingface.select_files`):
 
@@ -36,7 +36,6 @@ from activities.sources.types import (
     FetchedFile,
     FetchInput,
     ResolveInput,
-    SourceErrorType,
     SourceFile,
     SourceListing,
 )
@@ -48,7 +47,6 @@ __all__ = [
     "FetchedFile",
     "ResolveInput",
     "SourceActivities",
-    "SourceErrorType",
     "SourceFile",
     "SourceListing",
     "source_type",

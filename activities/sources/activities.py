@@ -18,7 +18,6 @@ import logging
 import os
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -35,12 +34,11 @@ from activities.sources.types import (
     FetchedFile,
     FetchInput,
     ResolveInput,
-    SourceErrorType,
     SourceListing,
-    source_error,
 )
 from api_models.deckhouse.enums import SourceType
 from api_models.deckhouse.model import HUGGING_FACE_URL_PREFIX
+from api_models.errors import ErrorType, application_error
 from api_models.refs import ObjectRef
 
 log = logging.getLogger(__name__)
@@ -62,8 +60,8 @@ def source_type(url: str) -> SourceType:
         return SourceType.HUGGING_FACE
     if _OLLAMA_URL.match(url):
         return SourceType.OLLAMA
-    raise source_error(
-        SourceErrorType.INVALID_SOURCE_URL,
+    raise application_error(
+        ErrorType.INVALID_SOURCE_URL,
         f"{url[:300]!r} is neither a Hugging Face (https://huggingface.co/<org>/<repo>) nor an Ollama "
         "(https://ollama.com/library/<name>[:<tag>]) URL",
     )
@@ -85,7 +83,7 @@ def _without_token_in_errors(token: str | None, call: Callable[[], _T]) -> _T:
     try:
         return call()
     except InvalidModel as exc:
-        replacement = exc.to_application_error()
+        replacement = application_error(exc.reason, exc.message)
     except ApplicationError as exc:
         if not token:
             raise
@@ -93,7 +91,8 @@ def _without_token_in_errors(token: str | None, call: Callable[[], _T]) -> _T:
     except Exception as exc:
         if not token:
             raise
-        # Unknown failures stay retryable; only their scrubbed text travels.
+        # Unknown failures (bugs, I/O) are no ErrorType: they stay retryable under the type Temporal would
+        # give the exception itself; only their scrubbed text travels.
         replacement = ApplicationError(f"{type(exc).__name__}: {exc}", type=type(exc).__name__)
     if token:
         details = [_scrub(d, token) if isinstance(d, str) else d for d in replacement.details]
@@ -130,20 +129,20 @@ class SourceActivities:
         if not secret_name:
             return None
         if model.namespace is None:
-            raise source_error(SourceErrorType.AUTH_SECRET_NOT_FOUND,
-                               f"{model.describe()} is cluster-scoped and cannot reference a Secret")  # fmt: skip
+            raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND,
+                                    f"{model.describe()} is cluster-scoped and cannot reference a Secret")  # fmt: skip
         where = f"Secret {model.namespace}/{secret_name}"
         if self._core is None:
-            raise source_error(SourceErrorType.AUTH_SECRET_NOT_FOUND,
-                               f"{where}: this worker has no Kubernetes client to read it")  # fmt: skip
+            raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND,
+                                    f"{where}: this worker has no Kubernetes client to read it")  # fmt: skip
         try:
             secret = self._core.read_namespaced_secret(secret_name, model.namespace)
         except ApiException as exc:
             if exc.status == 404:
-                raise source_error(SourceErrorType.AUTH_SECRET_NOT_FOUND, f"{where} does not exist") from None
+                raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND, f"{where} does not exist") from None
             # 403 (RBAC) and server trouble: a deployment or transient problem, not the user's input.
-            raise source_error("AuthSecretUnreadable", f"{where}: HTTP {exc.status} {exc.reason}",
-                               retryable=True) from None  # fmt: skip
+            raise application_error(ErrorType.AUTH_SECRET_UNREADABLE,
+                                    f"{where}: HTTP {exc.status} {exc.reason}") from None  # fmt: skip
         data = secret.data or {}
         for key in TOKEN_KEYS:
             if key not in data:
@@ -153,12 +152,12 @@ class SourceActivities:
             except (binascii.Error, UnicodeDecodeError, ValueError):
                 token = ""  # the error text could quote token bytes: say nothing about them
             if not _TOKEN.match(token):
-                raise source_error(SourceErrorType.AUTH_SECRET_INVALID,
-                                   f"{where}: the value of key {key!r} is not a token (empty, or not a single "
-                                   "line of visible ASCII)")  # fmt: skip
+                raise application_error(ErrorType.AUTH_SECRET_INVALID,
+                                        f"{where}: the value of key {key!r} is not a token (empty, or not a "
+                                        "single line of visible ASCII)")  # fmt: skip
             return token
-        raise source_error(SourceErrorType.AUTH_SECRET_INVALID,
-                           f"{where} has none of the keys {', '.join(TOKEN_KEYS)}")  # fmt: skip
+        raise application_error(ErrorType.AUTH_SECRET_INVALID,
+                                f"{where} has none of the keys {', '.join(TOKEN_KEYS)}")  # fmt: skip
 
     # -- activities ----------------------------------------------------------------------------------
 
@@ -176,7 +175,7 @@ class SourceActivities:
         """One file into `<spool>/<model uid>/<path>`: streamed, verified, resumed from a previous attempt."""
         uid = req.model.uid
         if not uid:
-            raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{req.model.describe()}: the reference has no uid")
+            raise application_error(ErrorType.INVALID_FETCH_INPUT, f"{req.model.describe()}: the reference has no uid")
         info = activity.info()
         if info.attempt > 1:
             # The resume point is the partial file on disk; the heartbeat only says where the last attempt was.
@@ -186,7 +185,7 @@ class SourceActivities:
         file = req.file
         sha256 = file.sha256.lower() if file.sha256 and _SHA256.match(file.sha256.lower()) else None
         if file.sha256 and sha256 is None:
-            raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{file.path}: {file.sha256[:80]!r} is no sha256")
+            raise application_error(ErrorType.INVALID_FETCH_INPUT, f"{file.path}: {file.sha256[:80]!r} is no sha256")
         if req.provider == SourceType.HUGGING_FACE:
             token = self._token(req.model, req.auth_secret_name)
             git_oid = file.blob if file.blob and _GIT_OID.match(file.blob) else None
@@ -208,7 +207,7 @@ class SourceActivities:
 
             result = _without_token_in_errors(None, fetch_ollama)
         else:
-            raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{req.provider} sources are not fetched here")
+            raise application_error(ErrorType.INVALID_FETCH_INPUT, f"{req.provider} sources are not fetched here")
         log.info("fetched %s (%d bytes, %d transferred%s)", file.path, file.size, result.transferred_bytes,
                  ", header only" if result.header_only else "")
         return FetchedFile(
@@ -225,7 +224,3 @@ class SourceActivities:
         """Remove the model's spool directory; nothing to do when it is gone already."""
         if self.spool.remove(req.model_uid):
             log.info("removed the spool of model %s", req.model_uid)
-
-    def model_dir(self, uid: str) -> Path:
-        """Where the files of the model with this uid land (for the workflow's inspect and publish steps)."""
-        return self.spool.model_dir(uid)

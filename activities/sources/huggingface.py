@@ -43,10 +43,11 @@ from huggingface_hub.hf_api import ModelInfo
 from huggingface_hub.utils import build_hf_headers, validate_repo_id  # type: ignore[attr-defined]
 from temporalio.exceptions import ApplicationError
 
-from activities.model_files import InvalidModel, ProviderInfo, Reason
+from activities.model_files import InvalidModel, ProviderInfo
 from activities.sources.spool import CHUNK_SIZE, Opener, RangeBody
-from activities.sources.types import SourceErrorType, SourceFile, SourceListing, source_error
+from activities.sources.types import SourceFile, SourceListing
 from api_models.deckhouse.enums import SourceType
+from api_models.errors import ErrorType, application_error
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ class HfRef:
 
 
 def _invalid(url: str, why: str) -> ApplicationError:
-    return source_error(SourceErrorType.INVALID_SOURCE_URL, f"{url[:300]!r} {why}")
+    return application_error(ErrorType.INVALID_SOURCE_URL, f"{url[:300]!r} {why}")
 
 
 def parse_hf_url(url: str) -> HfRef:
@@ -166,7 +167,6 @@ _EXPORT_DIRS = frozenset({"onnx", "openvino", "coreml", "tflite", "tensorrt", "f
 # Indexes of weights we skip: pytorch_model.bin.index.json, tf_model.h5.index.json, and diffusers'
 # variant form diffusion_pytorch_model.bin.index.fp16.json.
 _SKIPPED_INDEX = re.compile(r"\.(bin|pt|pth|ckpt|h5|msgpack)\.index(\.[A-Za-z0-9_]+)?\.json$", re.IGNORECASE)
-_CANONICAL_STEMS = ("model", "diffusion_pytorch_model")
 _VARIANT = re.compile(
     r"^(model|diffusion_pytorch_model)(?:\.([A-Za-z0-9_]+)(?:-\d{5}-of-\d{5})?\.safetensors"
     r"|\.safetensors\.index\.([A-Za-z0-9_]+)\.json)$"
@@ -239,10 +239,10 @@ def select_files(files: Sequence[HubFile], requested_file: str | None = None) ->
 
     if requested_file is not None:
         if requested_file not in paths:
-            raise source_error(SourceErrorType.SOURCE_FILE_NOT_FOUND, f"the repository has no file {requested_file!r}")
+            raise application_error(ErrorType.SOURCE_FILE_NOT_FOUND, f"the repository has no file {requested_file!r}")
         if _is_projector(requested_file):
-            raise source_error(
-                SourceErrorType.INVALID_SOURCE_URL,
+            raise application_error(
+                ErrorType.INVALID_SOURCE_URL,
                 f"{requested_file!r} is a multimodal projector, not a model; point the URL at the model's .gguf file",
             )
         kept = _select_gguf(visible, requested_file)
@@ -300,7 +300,7 @@ def _select_gguf(files: Sequence[HubFile], requested: str | None) -> list[HubFil
             groups.setdefault(_gguf_group_key(f.path), []).append(f)
     if not groups:
         raise InvalidModel(
-            Reason.UNKNOWN_FORMAT,
+            ErrorType.UNKNOWN_FORMAT,
             "the repository's GGUF files are all multimodal projectors (mmproj); there is no model file",
         )
     if requested is not None:
@@ -324,19 +324,19 @@ def _no_model(files: Sequence[HubFile]) -> InvalidModel:
     if pickles or others:
         shown = ", ".join((pickles + others)[:5])
         return InvalidModel(
-            Reason.UNSUPPORTED_FORMAT,
+            ErrorType.UNSUPPORTED_FORMAT,
             f"the repository has weights only in formats that are not served ({shown}); supported formats are "
             "Safetensors, GGUF and Diffusers (PyTorch pickles are refused because loading one can run code)",
         )
     nested = [f.path for f in files if f.path.endswith((".safetensors", "model_index.json"))]
     if nested:
         return InvalidModel(
-            Reason.UNKNOWN_FORMAT,
+            ErrorType.UNKNOWN_FORMAT,
             f"no model at the root of the repository; model files were found only in subdirectories "
             f"({', '.join(nested[:5])})",
         )
     return InvalidModel(
-        Reason.UNKNOWN_FORMAT,
+        ErrorType.UNKNOWN_FORMAT,
         f"no Safetensors, GGUF or Diffusers model among the repository's files "
         f"({', '.join(f.path for f in files[:5]) or 'none'})",
     )
@@ -353,40 +353,38 @@ def hub_error(exc: BaseException, what: str) -> ApplicationError:
     server = getattr(exc, "server_message", None)
     detail = f" (the Hub said: {server.strip()[:300]})" if isinstance(server, str) and server.strip() else ""
     if isinstance(exc, GatedRepoError):
-        return source_error(
-            SourceErrorType.SOURCE_ACCESS_DENIED,
+        return application_error(
+            ErrorType.SOURCE_ACCESS_DENIED,
             f"{what}: the repository is gated and the token has not been granted access (or no token was given); "
             f"accept its conditions on the Hub and reference a Secret with that account's token{detail}",
         )
     if isinstance(exc, RepositoryNotFoundError):
-        return source_error(
-            SourceErrorType.SOURCE_NOT_FOUND,
+        return application_error(
+            ErrorType.SOURCE_NOT_FOUND,
             f"{what}: the repository does not exist, or it is private and the token has no access to it",
         )
     if isinstance(exc, RevisionNotFoundError):
-        return source_error(SourceErrorType.REVISION_NOT_FOUND, f"{what}: the revision does not exist{detail}")
+        return application_error(ErrorType.REVISION_NOT_FOUND, f"{what}: the revision does not exist{detail}")
     if isinstance(exc, RemoteEntryNotFoundError):
-        return source_error(SourceErrorType.SOURCE_FILE_NOT_FOUND, f"{what}: the file does not exist{detail}")
+        return application_error(ErrorType.SOURCE_FILE_NOT_FOUND, f"{what}: the file does not exist{detail}")
     if isinstance(exc, DisabledRepoError):
-        return source_error(SourceErrorType.SOURCE_ACCESS_DENIED, f"{what}: the repository is disabled{detail}")
+        return application_error(ErrorType.SOURCE_ACCESS_DENIED, f"{what}: the repository is disabled{detail}")
     if isinstance(exc, HFValidationError):
-        return source_error(SourceErrorType.INVALID_SOURCE_URL, f"{what}: {str(exc)[:300]}")
+        return application_error(ErrorType.INVALID_SOURCE_URL, f"{what}: {str(exc)[:300]}")
     if isinstance(exc, HfHubHTTPError) and exc.response is not None:
         status = exc.response.status_code
         if status in (401, 403):
-            return source_error(
-                SourceErrorType.SOURCE_ACCESS_DENIED,
+            return application_error(
+                ErrorType.SOURCE_ACCESS_DENIED,
                 f"{what}: HTTP {status}, the token is invalid or lacks access{detail}",
             )
         if status == 404:
-            return source_error(SourceErrorType.SOURCE_NOT_FOUND, f"{what}: HTTP 404{detail}")
+            return application_error(ErrorType.SOURCE_NOT_FOUND, f"{what}: HTTP 404{detail}")
         if 400 <= status < 500 and status not in (408, 429):
-            return source_error(SourceErrorType.SOURCE_REQUEST_REJECTED, f"{what}: HTTP {status}{detail}")
-        return source_error(SourceErrorType.SOURCE_UNAVAILABLE, f"{what}: HTTP {status}{detail}", retryable=True)
+            return application_error(ErrorType.SOURCE_REQUEST_REJECTED, f"{what}: HTTP {status}{detail}")
+        return application_error(ErrorType.SOURCE_UNAVAILABLE, f"{what}: HTTP {status}{detail}")
     # Network trouble, timeouts, a connection cut mid-body: the next attempt may well succeed.
-    return source_error(
-        SourceErrorType.SOURCE_UNAVAILABLE, f"{what}: {type(exc).__name__}: {str(exc)[:300]}", retryable=True
-    )
+    return application_error(ErrorType.SOURCE_UNAVAILABLE, f"{what}: {type(exc).__name__}: {str(exc)[:300]}")
 
 
 # -- the source --------------------------------------------------------------------------------------
@@ -446,16 +444,14 @@ class HuggingFaceSource:
         except Exception as exc:
             raise hub_error(exc, what) from None
         if not info.sha or not _COMMIT.match(info.sha):
-            raise source_error(SourceErrorType.SOURCE_UNAVAILABLE, f"{what}: the Hub named no commit", retryable=True)
+            raise application_error(ErrorType.SOURCE_UNAVAILABLE, f"{what}: the Hub named no commit")
         hub_files: list[HubFile] = []
         for sibling in info.siblings or []:
             lfs = sibling.lfs
             size = lfs.size if lfs is not None else sibling.size
             if size is None:
-                raise source_error(
-                    SourceErrorType.SOURCE_UNAVAILABLE, f"{what}: the Hub gave no size for {sibling.rfilename}",
-                    retryable=True,
-                )  # fmt: skip
+                raise application_error(ErrorType.SOURCE_UNAVAILABLE,
+                                        f"{what}: the Hub gave no size for {sibling.rfilename}")  # fmt: skip
             sha256 = lfs.sha256.lower() if lfs is not None and _SHA256.match(lfs.sha256.lower()) else None
             hub_files.append(HubFile(sibling.rfilename, int(size), sha256, sibling.blob_id))
         selection = select_files(hub_files, ref.file)
@@ -476,9 +472,9 @@ class HuggingFaceSource:
         try:
             validate_repo_id(repo_id)
         except HFValidationError:
-            raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{repo_id[:200]!r} is not a repo id") from None
+            raise application_error(ErrorType.INVALID_FETCH_INPUT, f"{repo_id[:200]!r} is not a repo id") from None
         if not _COMMIT.match(revision):
-            raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{revision[:100]!r} is not a commit sha")
+            raise application_error(ErrorType.INVALID_FETCH_INPUT, f"{revision[:100]!r} is not a commit sha")
         url = hf_hub_url(repo_id, path, revision=revision, endpoint=self.endpoint)
         headers = build_hf_headers(token=token or False, library_name=LIBRARY_NAME)
         # A compressed body has other byte offsets than the file: ranges must count file bytes.
@@ -508,8 +504,8 @@ class HuggingFaceSource:
                 if response.status_code == 206:
                     offset_or_none = _content_range_start(response.headers.get("Content-Range"))
                     if offset_or_none is None:
-                        raise source_error(SourceErrorType.SOURCE_UNAVAILABLE,
-                                           f"{what}: a partial answer without a valid Content-Range", retryable=True)
+                        raise application_error(ErrorType.SOURCE_UNAVAILABLE,
+                                                f"{what}: a partial answer without a valid Content-Range")
                     offset = offset_or_none
                 yield RangeBody(offset, _guarded(response.iter_bytes(CHUNK_SIZE), convert))
 
@@ -520,8 +516,8 @@ def _check_commit(response: httpx2.Response, revision: str, what: str) -> None:
     """The Hub names the commit it served (on the redirect, when the file comes from a CDN): it must be ours."""
     commits = {r.headers.get("X-Repo-Commit") for r in [*response.history, response]} - {None}
     if commits != {revision}:
-        raise source_error(
-            SourceErrorType.SOURCE_REVISION_MISMATCH,
+        raise application_error(
+            ErrorType.SOURCE_REVISION_MISMATCH,
             f"{what}: the Hub served commit {', '.join(sorted(c for c in commits if c)) or '(none named)'} "
             f"instead of {revision}",
         )

@@ -37,12 +37,13 @@ from urllib.parse import urlsplit
 
 from temporalio.exceptions import ApplicationError
 
-from activities.model_files import InvalidModel, ProviderInfo, Reason
+from activities.model_files import ProviderInfo
 from activities.oci.media_types import DOCKER_MANIFEST_V2, OCI_MANIFEST
 from activities.oci.registry_client import ModelRegistry, RegistryError
 from activities.sources.spool import CHUNK_SIZE, Opener, RangeBody
-from activities.sources.types import SourceErrorType, SourceFile, SourceListing, source_error
+from activities.sources.types import SourceFile, SourceListing
 from api_models.deckhouse.enums import SourceType
+from api_models.errors import ErrorType, application_error
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,6 @@ MEDIA_TEMPLATE = MEDIA_PREFIX + "template"
 MEDIA_SYSTEM = MEDIA_PREFIX + "system"
 MEDIA_PARAMS = MEDIA_PREFIX + "params"
 MEDIA_LICENSE = MEDIA_PREFIX + "license"
-MEDIA_MESSAGES = MEDIA_PREFIX + "messages"
 CONFIG_MEDIA_TYPE = "application/vnd.docker.container.image.v1+json"
 
 # Where each layer kind lands in the model directory: (first name, pattern for the n-th, n >= 2).
@@ -100,7 +100,7 @@ class OllamaRef:
 
 
 def _invalid(url: str, why: str) -> ApplicationError:
-    return source_error(SourceErrorType.INVALID_SOURCE_URL, f"{url[:300]!r} {why}")
+    return application_error(ErrorType.INVALID_SOURCE_URL, f"{url[:300]!r} {why}")
 
 
 def parse_ollama_url(url: str) -> OllamaRef:
@@ -128,19 +128,19 @@ def parse_ollama_url(url: str) -> OllamaRef:
 def parse_locator(locator: str) -> OllamaRef:
     name, _, tag = locator.partition(":")
     if not _NAME.match(name) or not _TAG.match(tag):
-        raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{locator[:200]!r} is not an Ollama <name>:<tag>")
+        raise application_error(ErrorType.INVALID_FETCH_INPUT, f"{locator[:200]!r} is not an Ollama <name>:<tag>")
     return OllamaRef(name, tag)
 
 
 def registry_error(exc: RegistryError, what: str) -> ApplicationError:
     status = exc.status
     if status in (401, 403):
-        return source_error(SourceErrorType.SOURCE_ACCESS_DENIED, f"{what}: the registry refused access ({exc})")
+        return application_error(ErrorType.SOURCE_ACCESS_DENIED, f"{what}: the registry refused access ({exc})")
     if status == 404:
-        return source_error(SourceErrorType.SOURCE_NOT_FOUND, f"{what}: not found ({exc})")
+        return application_error(ErrorType.SOURCE_NOT_FOUND, f"{what}: not found ({exc})")
     if exc.retryable:
-        return source_error(SourceErrorType.SOURCE_UNAVAILABLE, f"{what}: {exc}", retryable=True)
-    return source_error(SourceErrorType.SOURCE_REQUEST_REJECTED, f"{what}: {exc}")
+        return application_error(ErrorType.SOURCE_UNAVAILABLE, f"{what}: {exc}")
+    return application_error(ErrorType.SOURCE_REQUEST_REJECTED, f"{what}: {exc}")
 
 
 def _guarded(chunks: Iterator[bytes], convert: Callable[[BaseException], ApplicationError]) -> Iterator[bytes]:
@@ -184,17 +184,17 @@ class OllamaSource:
             except RegistryError as exc:
                 raise registry_error(exc, what) from None
             if document is None:
-                raise source_error(SourceErrorType.SOURCE_NOT_FOUND, f"{what}: the registry has no such model or tag")
+                raise application_error(ErrorType.SOURCE_NOT_FOUND, f"{what}: the registry has no such model or tag")
             if len(document.raw) > MANIFEST_LIMIT:
-                raise source_error(SourceErrorType.UNSUPPORTED_SOURCE, f"{what}: the manifest is implausibly large")
+                raise application_error(ErrorType.UNSUPPORTED_SOURCE, f"{what}: the manifest is implausibly large")
             config_layer, layers = _parse_manifest(document.raw, document.media_type, what)
             config = self._json_blob(registry, ref.repository, config_layer, CONFIG_LIMIT, what, "config")
             model_format = config.get("model_format")
             if isinstance(model_format, str) and model_format and model_format.lower() != "gguf":
-                raise InvalidModel(
-                    Reason.UNSUPPORTED_FORMAT,
+                raise application_error(
+                    ErrorType.UNSUPPORTED_FORMAT,
                     f"{what} is stored as {model_format[:50]!r}; only GGUF Ollama models can be imported",
-                ).to_application_error()
+                )
             files, skipped, texts = self._files(registry, ref.repository, layers, what)
         capabilities = config.get("capabilities")
         caps = [c for c in capabilities if isinstance(c, str)] if isinstance(capabilities, list) else []
@@ -249,17 +249,17 @@ class OllamaSource:
                 texts.setdefault(layer.media_type, []).append(raw.decode("utf-8", errors="replace"))
         models = counts.get(MEDIA_MODEL, 0)
         if models != 1:
-            raise InvalidModel(
-                Reason.UNKNOWN_FORMAT if models == 0 else Reason.AMBIGUOUS_MODEL,
+            raise application_error(
+                ErrorType.UNKNOWN_FORMAT if models == 0 else ErrorType.AMBIGUOUS_MODEL,
                 f"{what}: the manifest has {models} model layers ({MEDIA_MODEL}); exactly one is expected",
-            ).to_application_error()
+            )
         return files, skipped, texts
 
     def _blob(self, registry: ModelRegistry, repository: str, layer: _Layer, limit: int, what: str,
               kind: str) -> bytes:  # fmt: skip
         """A small blob, whole and verified against its digest."""
         if layer.size > limit:
-            raise source_error(SourceErrorType.UNSUPPORTED_SOURCE, f"{what}: the {kind} blob has {layer.size} bytes")
+            raise application_error(ErrorType.UNSUPPORTED_SOURCE, f"{what}: the {kind} blob has {layer.size} bytes")
         data = bytearray()
         with self._open(registry, repository, layer.digest, what)(0, None) as body:
             for chunk in body.chunks:
@@ -267,9 +267,8 @@ class OllamaSource:
                 if len(data) > limit:
                     break
         if len(data) != layer.size or "sha256:" + hashlib.sha256(data).hexdigest() != layer.digest:
-            raise source_error(
-                SourceErrorType.SOURCE_CHECKSUM_MISMATCH, f"{what}: the {kind} blob does not match its digest",
-            )  # fmt: skip
+            raise application_error(ErrorType.SOURCE_CHECKSUM_MISMATCH,
+                                    f"{what}: the {kind} blob does not match its digest")  # fmt: skip
         return bytes(data)
 
     def _json_blob(self, registry: ModelRegistry, repository: str, layer: _Layer, limit: int, what: str,
@@ -278,9 +277,9 @@ class OllamaSource:
         try:
             data = json.loads(raw)
         except ValueError:
-            raise source_error(SourceErrorType.UNSUPPORTED_SOURCE, f"{what}: the {kind} blob is not JSON") from None
+            raise application_error(ErrorType.UNSUPPORTED_SOURCE, f"{what}: the {kind} blob is not JSON") from None
         if not isinstance(data, dict):
-            raise source_error(SourceErrorType.UNSUPPORTED_SOURCE, f"{what}: the {kind} blob is not a JSON object")
+            raise application_error(ErrorType.UNSUPPORTED_SOURCE, f"{what}: the {kind} blob is not a JSON object")
         return data
 
     # -- fetch ---------------------------------------------------------------------------------------
@@ -290,7 +289,7 @@ class OllamaSource:
         """An opener of one layer blob of `<name>:<tag>`, valid inside the `with`."""
         ref = parse_locator(locator)
         if not _DIGEST.match(digest):
-            raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{digest[:100]!r} is not a sha256 digest")
+            raise application_error(ErrorType.INVALID_FETCH_INPUT, f"{digest[:100]!r} is not a sha256 digest")
         with self._registry() as registry:
             yield self._open(registry, ref.repository, digest, f"Ollama model {ref.locator}: blob {digest[:19]}")
 
@@ -300,8 +299,7 @@ class OllamaSource:
         def convert(exc: BaseException) -> ApplicationError:
             if isinstance(exc, RegistryError):
                 return registry_error(exc, what)
-            return source_error(SourceErrorType.SOURCE_UNAVAILABLE, f"{what}: {type(exc).__name__}: {exc}",
-                                retryable=True)  # fmt: skip
+            return application_error(ErrorType.SOURCE_UNAVAILABLE, f"{what}: {type(exc).__name__}: {exc}")  # fmt: skip
 
         @contextlib.contextmanager
         def open_range(start: int, last: int | None) -> Iterator[RangeBody]:
@@ -317,14 +315,14 @@ class OllamaSource:
                 if response.status_code not in (200, 206):
                     error = registry._error(response, f"GET blob {digest}")
                     if response.status_code == 404:
-                        raise source_error(SourceErrorType.SOURCE_FILE_NOT_FOUND, f"{what}: no such blob")
+                        raise application_error(ErrorType.SOURCE_FILE_NOT_FOUND, f"{what}: no such blob")
                     raise convert(error)
                 offset = 0
                 if response.status_code == 206:
                     match = re.match(r"^\s*bytes\s+(\d+)-\d+/(\d+|\*)\s*$", response.headers.get("Content-Range", ""))
                     if not match:
-                        raise source_error(SourceErrorType.SOURCE_UNAVAILABLE,
-                                           f"{what}: a partial answer without a valid Content-Range", retryable=True)
+                        raise application_error(ErrorType.SOURCE_UNAVAILABLE,
+                                                f"{what}: a partial answer without a valid Content-Range")
                     offset = int(match.group(1))
                 yield RangeBody(offset, _guarded(response.iter_content(CHUNK_SIZE), convert))
 
@@ -339,21 +337,21 @@ def _parse_manifest(raw: bytes, media_type: str, what: str) -> tuple[_Layer, lis
     try:
         manifest = json.loads(raw)
     except ValueError:
-        raise source_error(SourceErrorType.UNSUPPORTED_SOURCE, f"{what}: the manifest is not JSON") from None
+        raise application_error(ErrorType.UNSUPPORTED_SOURCE, f"{what}: the manifest is not JSON") from None
     kind = (manifest.get("mediaType") if isinstance(manifest, dict) else None) or media_type
     if not isinstance(manifest, dict) or kind not in (DOCKER_MANIFEST_V2, OCI_MANIFEST):
-        raise source_error(SourceErrorType.UNSUPPORTED_SOURCE,
-                           f"{what}: the manifest ({kind or 'no media type'}) is not an image manifest")
+        raise application_error(ErrorType.UNSUPPORTED_SOURCE,
+                                f"{what}: the manifest ({kind or 'no media type'}) is not an image manifest")
     config = _layer(manifest.get("config"), what)
     raw_layers = manifest.get("layers")
     if not isinstance(raw_layers, list):
-        raise source_error(SourceErrorType.UNSUPPORTED_SOURCE, f"{what}: the manifest lists no layers")
+        raise application_error(ErrorType.UNSUPPORTED_SOURCE, f"{what}: the manifest lists no layers")
     return config, [_layer(item, what) for item in raw_layers]
 
 
 def _layer(item: Any, what: str) -> _Layer:
     if not isinstance(item, dict):
-        raise source_error(SourceErrorType.UNSUPPORTED_SOURCE, f"{what}: a manifest descriptor is not an object")
+        raise application_error(ErrorType.UNSUPPORTED_SOURCE, f"{what}: a manifest descriptor is not an object")
     media_type, digest, size = item.get("mediaType"), item.get("digest"), item.get("size")
     if (
         not isinstance(media_type, str)
@@ -363,5 +361,5 @@ def _layer(item: Any, what: str) -> _Layer:
         or isinstance(size, bool)
         or size < 0
     ):
-        raise source_error(SourceErrorType.UNSUPPORTED_SOURCE, f"{what}: a manifest descriptor is malformed")
+        raise application_error(ErrorType.UNSUPPORTED_SOURCE, f"{what}: a manifest descriptor is malformed")
     return _Layer(media_type, digest, size)

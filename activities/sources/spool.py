@@ -39,7 +39,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from activities.sources.types import SourceErrorType, source_error
+from api_models.errors import ErrorType, application_error
 
 log = logging.getLogger(__name__)
 
@@ -184,8 +184,8 @@ def check_relative_path(rel: str) -> str:
         or any(part in ("", ".", "..") or len(part.encode()) > 255 for part in parts)
         or parts[0] == _STATE[0]
     ):
-        raise source_error(
-            SourceErrorType.INVALID_FETCH_INPUT,
+        raise application_error(
+            ErrorType.INVALID_FETCH_INPUT,
             f"the source file path {rel[:200]!r} is not a relative path inside the model directory",
         )
     return rel
@@ -199,7 +199,7 @@ class Spool:
 
     def model_dir(self, uid: str) -> Path:
         if not _UID.match(uid):
-            raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{uid[:200]!r} is not a Kubernetes uid")
+            raise application_error(ErrorType.INVALID_FETCH_INPUT, f"{uid[:200]!r} is not a Kubernetes uid")
         return self.root / uid
 
     def _paths(self, uid: str, rel: str) -> _FilePaths:
@@ -217,7 +217,7 @@ class Spool:
         real_base = os.path.realpath(base)
         for p in (paths.target, paths.partial, paths.marker, paths.lock):
             if os.path.commonpath([real_base, os.path.realpath(p.parent)]) != real_base:
-                raise source_error(SourceErrorType.INVALID_FETCH_INPUT, f"{rel!r} leads outside the model directory")
+                raise application_error(ErrorType.INVALID_FETCH_INPUT, f"{rel!r} leads outside the model directory")
             p.parent.mkdir(parents=True, exist_ok=True)
         return paths
 
@@ -270,10 +270,9 @@ def _locked(lock: Path, rel: str) -> Iterator[None]:
                 break
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                    raise source_error(
-                        SourceErrorType.FETCH_IN_PROGRESS,
+                    raise application_error(
+                        ErrorType.FETCH_IN_PROGRESS,
                         f"{rel}: another attempt is still writing this file on this worker",
-                        retryable=True,
                     ) from None
                 time.sleep(0.1)
         yield
@@ -368,10 +367,9 @@ def _fetch_whole(paths: _FilePaths, rel: str, expected: Expected, opener: Opener
                 with opener(have, None) as body:
                     if body.offset != have:
                         if body.offset != 0:
-                            raise source_error(
-                                SourceErrorType.SOURCE_UNAVAILABLE,
+                            raise application_error(
+                                ErrorType.SOURCE_UNAVAILABLE,
                                 f"{rel}: asked for bytes from {have}, the server sent bytes from {body.offset}",
-                                retryable=True,
                             )
                         # The server ignored the Range header and sends everything: start over with it.
                         out.seek(0)
@@ -381,8 +379,8 @@ def _fetch_whole(paths: _FilePaths, rel: str, expected: Expected, opener: Opener
                         if have + len(chunk) > size:
                             out.close()
                             paths.partial.unlink(missing_ok=True)
-                            raise source_error(
-                                SourceErrorType.SOURCE_SIZE_MISMATCH,
+                            raise application_error(
+                                ErrorType.SOURCE_SIZE_MISMATCH,
                                 f"{rel}: the source sends more than the {size} bytes it listed for this file",
                             )
                         out.write(chunk)
@@ -393,19 +391,13 @@ def _fetch_whole(paths: _FilePaths, rel: str, expected: Expected, opener: Opener
             out.truncate(have)
         if have < size:
             # The partial file stays: the retry continues from here.
-            raise source_error(
-                SourceErrorType.SOURCE_TRUNCATED,
-                f"{rel}: the download ended at byte {have} of {size}",
-                retryable=True,
-            )
+            raise application_error(ErrorType.SOURCE_TRUNCATED, f"{rel}: the download ended at byte {have} of {size}")
         mismatch = hashes.mismatch(expected)
         if mismatch is None:
             break
         paths.partial.unlink(missing_ok=True)
         if resumed_from == 0:
-            raise source_error(
-                SourceErrorType.SOURCE_CHECKSUM_MISMATCH, f"{rel}: the downloaded content has {mismatch}"
-            )
+            raise application_error(ErrorType.SOURCE_CHECKSUM_MISMATCH, f"{rel}: the downloaded content has {mismatch}")
         # The bytes a previous attempt left may be what is wrong (a crash mid-write): one fresh try.
         log.warning("%s: content resumed from byte %d has %s; downloading it again from 0", rel, resumed_from,
                     mismatch)
@@ -439,10 +431,9 @@ def _read_range(opener: Opener, start: int, stop: int, rel: str) -> tuple[bytes,
     received = 0
     with opener(start, stop - 1) as body:
         if body.offset not in (start, 0):
-            raise source_error(
-                SourceErrorType.SOURCE_UNAVAILABLE,
+            raise application_error(
+                ErrorType.SOURCE_UNAVAILABLE,
                 f"{rel}: asked for bytes from {start}, the server sent bytes from {body.offset}",
-                retryable=True,
             )
         skip = start - body.offset  # the whole file came (Range ignored): drop what precedes start
         for chunk in body.chunks:
@@ -455,9 +446,7 @@ def _read_range(opener: Opener, start: int, stop: int, rel: str) -> tuple[bytes,
             if len(out) >= wanted:
                 break
     if len(out) < wanted:
-        raise source_error(
-            SourceErrorType.SOURCE_TRUNCATED, f"{rel}: the download ended at byte {start + len(out)}", retryable=True
-        )
+        raise application_error(ErrorType.SOURCE_TRUNCATED, f"{rel}: the download ended at byte {start + len(out)}")
     return bytes(out), received
 
 

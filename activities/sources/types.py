@@ -7,7 +7,6 @@ through `auth_secret_name`, which names a Secret the activity reads itself, neve
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio.exceptions import ApplicationError
 
 from activities.model_files import ProviderInfo
 from api_models.deckhouse.enums import SourceType
@@ -86,32 +85,3 @@ class FetchedFile(BaseModel):
 class CleanSpoolInput(BaseModel):
     model_uid: str
 
-
-# -- errors -------------------------------------------------------------------------------------
-# The ApplicationError `type`s these activities raise. Each is CamelCase so the workflow can use it as
-# the condition reason as is; non-retryable ones are answers about the input, retryable ones are luck.
-
-
-class SourceErrorType:
-    INVALID_SOURCE_URL = "InvalidSourceURL"
-    SOURCE_NOT_FOUND = "SourceNotFound"
-    REVISION_NOT_FOUND = "RevisionNotFound"
-    SOURCE_ACCESS_DENIED = "SourceAccessDenied"
-    SOURCE_FILE_NOT_FOUND = "SourceFileNotFound"
-    SOURCE_CHECKSUM_MISMATCH = "SourceChecksumMismatch"
-    SOURCE_SIZE_MISMATCH = "SourceSizeMismatch"
-    SOURCE_REVISION_MISMATCH = "SourceRevisionMismatch"
-    SOURCE_REQUEST_REJECTED = "SourceRequestRejected"
-    UNSUPPORTED_SOURCE = "UnsupportedSource"
-    AUTH_SECRET_NOT_FOUND = "AuthSecretNotFound"
-    AUTH_SECRET_INVALID = "AuthSecretInvalid"
-    INVALID_FETCH_INPUT = "InvalidFetchInput"
-    # retryable
-    SOURCE_UNAVAILABLE = "SourceUnavailable"
-    SOURCE_TRUNCATED = "SourceTruncated"
-    FETCH_IN_PROGRESS = "FetchInProgress"
-
-
-def source_error(type: str, message: str, *, retryable: bool = False) -> ApplicationError:
-    """An ApplicationError for the workflow: `type` is the condition reason, `message` says what to fix."""
-    return ApplicationError(message, type=type, non_retryable=not retryable)

@@ -3,9 +3,10 @@
 - `types`: the activity inputs/outputs and the `upload-complete` signal payload (what workflows import);
 - `sessions`: the session Secret and the activities upload.open_session, upload.close_session and
   upload.prepare_model_dir (`UploadActivities(...).all()`);
-- `server`: `UploadServer`, the HTTP endpoint the worker process serves, which signals the model workflow
-  when an upload is complete.
+
+The HTTP endpoint itself (`UploadServer`, which the worker process serves and which signals the model
+workflow when an upload is complete) is not an activity: it lives in `ingress/uploads.py`.
 
 Workflows import `activities.uploads.types` only: this package's __init__ imports nothing, so importing the
-types never pulls the Kubernetes client or the HTTP server into the workflow sandbox.
+types never pulls the Kubernetes client into the workflow sandbox.
 """

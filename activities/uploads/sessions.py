@@ -41,10 +41,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.model_files.archive import ArchiveLimits, stage_upload
-from activities.model_files.errors import InvalidModel, Reason
+from activities.model_files.errors import InvalidModel
 from activities.uploads.types import (
     CloseUploadInput,
     OpenUploadInput,
@@ -54,6 +53,7 @@ from activities.uploads.types import (
     UploadComplete,
     UploadSessionInfo,
 )
+from api_models.errors import ErrorType, application_error
 from api_models.refs import ObjectRef
 
 log = logging.getLogger("servingops.uploads")
@@ -246,10 +246,6 @@ def _ensure_namespace(core: client.CoreV1Api, namespace: str) -> None:
             raise
 
 
-def _bad_input(message: str) -> ApplicationError:
-    return ApplicationError(message, type="InvalidInput", non_retryable=True)
-
-
 # -- activities -------------------------------------------------------------------------------------
 
 
@@ -317,7 +313,8 @@ class UploadActivities:
         """
         ref = inp.model
         if not ref.uid:
-            raise _bad_input(f"{ref.describe()}: an upload session needs the model's uid")
+            raise application_error(ErrorType.INVALID_INPUT,
+                                    f"{ref.describe()}: an upload session needs the model's uid")
         namespace, name = secret_namespace(ref, self.controller_namespace), secret_name(ref)
         _ensure_namespace(self.core, self.controller_namespace)
         key = self.signing_key.get(create=True)
@@ -329,10 +326,10 @@ class UploadActivities:
                 meta = existing.metadata
                 labels = (meta.labels if meta else None) or {}
                 if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
-                    raise ApplicationError(
+                    raise application_error(
+                        ErrorType.UPLOAD_SECRET_CONFLICT,
                         f"Secret {namespace}/{name} exists and is not an upload session of servingops; "
-                        "delete or rename it so the controller can open the upload session",
-                        type="UploadSecretConflict", non_retryable=True)
+                        "delete or rename it so the controller can open the upload session")
                 if labels.get(LABEL_SESSION) != ref.uid:
                     # The session of an earlier model of this name, not yet garbage collected.
                     self._delete(namespace, name, meta.uid if meta else None)
@@ -354,13 +351,13 @@ class UploadActivities:
                 if exc.status == 409:  # created or changed concurrently: look again
                     continue
                 if exc.status == 422:
-                    raise ApplicationError(f"Secret {namespace}/{name}: {exc.reason}", type="Invalid",
-                                           non_retryable=True) from None
+                    raise application_error(ErrorType.INVALID_OBJECT,
+                                            f"Secret {namespace}/{name}: {exc.reason}") from None
                 raise
             log.info("opened upload session %s for %s (Secret %s/%s, expires %s)", record.session_id,
                      ref.describe(), namespace, name, _rfc3339(record.expires_at))
             return self._info(record, namespace, name)
-        raise ApplicationError(f"Secret {namespace}/{name}: still conflicting", type="Conflict")
+        raise application_error(ErrorType.CONFLICT, f"Secret {namespace}/{name}: still conflicting")
 
     def _delete(self, namespace: str, name: str, uid: str | None) -> None:
         # The uid precondition: never delete a Secret that replaced the one we looked at.
@@ -376,7 +373,8 @@ class UploadActivities:
         """Delete the session Secret (idempotent), and with discard_files the upload on this worker's spool."""
         ref = inp.model
         if not ref.uid:
-            raise _bad_input(f"{ref.describe()}: closing an upload session needs the model's uid")
+            raise application_error(ErrorType.INVALID_INPUT,
+                                    f"{ref.describe()}: closing an upload session needs the model's uid")
         namespace, name = secret_namespace(ref, self.controller_namespace), secret_name(ref)
         existing = self._read_secret(namespace, name)
         if existing is not None and existing.metadata is not None:
@@ -391,32 +389,36 @@ class UploadActivities:
     def prepare_model_dir(self, inp: PrepareUploadInput) -> PreparedUpload:
         """Stage a single weight file in its own directory, or extract an archive safely.
 
-        Bad content ends as a non-retryable ApplicationError of type InvalidModel (details[0]: the condition
-        reason). Retry-safe: the model directory is built aside and renamed into place.
+        Bad content ends as a non-retryable ApplicationError whose type is the condition reason (an
+        ErrorType such as ArchivePathEscape). Retry-safe: the model directory is built aside and renamed
+        into place.
         """
         ref, upload = inp.model, inp.upload
         if not ref.uid:
-            raise _bad_input(f"{ref.describe()}: preparing an upload needs the model's uid")
+            raise application_error(ErrorType.INVALID_INPUT,
+                                    f"{ref.describe()}: preparing an upload needs the model's uid")
         expected_dir = upload_dir(self.spool_root, ref.uid).resolve()
         path = Path(upload.path)
         # The path comes back through a workflow: accept only this model's upload directory.
         if path.resolve().parent != expected_dir:
-            raise _bad_input(f"{ref.describe()}: {upload.filename} is not in this model's upload directory")
+            raise application_error(ErrorType.INVALID_INPUT,
+                                    f"{ref.describe()}: {upload.filename} is not in this model's upload directory")
         if not path.is_file():
-            raise ApplicationError(
-                f"{ref.describe()}: the upload {upload.filename} is not on this worker; upload it again",
-                type="UploadMissing", non_retryable=True)
+            raise application_error(
+                ErrorType.UPLOAD_MISSING,
+                f"{ref.describe()}: the upload {upload.filename} is not on this worker; upload it again")
         if path.stat().st_size != upload.size:
-            raise ApplicationError(
+            raise application_error(
+                ErrorType.UPLOAD_MISSING,
                 f"{ref.describe()}: {upload.filename} is {path.stat().st_size} bytes on disk, the upload had "
-                f"{upload.size}; upload it again", type="UploadMissing", non_retryable=True)
+                f"{upload.size}; upload it again")
         destination = session_spool(self.spool_root, ref.uid) / "model"
         try:
             kind, root = stage_upload(path, destination, filename=upload.filename, limits=self.archive_limits,
                                       progress=_heartbeater())
             files = _list_files(root, upload.filename)
         except InvalidModel as exc:
-            raise exc.to_application_error() from None
+            raise application_error(exc.reason, exc.message) from None
         return PreparedUpload(model_dir=str(root), kind=kind.value, files=files,
                               total_bytes=sum(f.size for f in files))
 
@@ -447,7 +449,7 @@ def _list_files(root: Path, shown: str) -> list[PreparedFile]:
             relative = full.relative_to(root).as_posix()
             listed += len(relative) + 32
             if listed > _MAX_LISTED_BYTES:
-                raise InvalidModel(Reason.ARCHIVE_TOO_MANY_FILES,
+                raise InvalidModel(ErrorType.ARCHIVE_TOO_MANY_FILES,
                                    f"{shown}: lists more files (or longer names) than a model import takes")
             files.append(PreparedFile(path=relative, size=full.stat().st_size))
     files.sort(key=lambda f: f.path)

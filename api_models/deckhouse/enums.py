@@ -14,6 +14,17 @@ class ModelPhase(StrEnum):
     DELETING = "Deleting"
 
 
+class ModelReason(StrEnum):
+    """Reasons of a Model's Ready condition while nothing is wrong (failures use
+    api_models.errors.ErrorType, whose values are the reasons of a Failed model)."""
+
+    PENDING = "Pending"
+    WAIT_FOR_UPLOAD = "WaitForUpload"
+    PUBLISHING = "Publishing"
+    PUBLISHED = "Published"
+    DELETING = "Deleting"
+
+
 class SourceType(StrEnum):
     """The source provider of a model."""
 

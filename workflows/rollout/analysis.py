@@ -11,19 +11,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.prometheus import EvaluateInput, Evaluation, MetricOutcome, MetricQuery, PrometheusActivities
+    from activities.serving.types import revision_name
     from api_models.ome.rollout import GroupCanary, RolloutAnalysis
     from api_models.ome.rollout_status import AnalysisMetricResult
-    from api_models.operator_config import OperatorDefaults
+    from api_models.operator_config import OperatorDefaults, PrometheusSource
     from api_models.refs import ObjectRef
-    from api_models.serving_io import (
-        EvaluateInput,
-        Evaluation,
-        MetricOutcome,
-        MetricQuery,
-        PrometheusSource,
-        revision_name,
-    )
-    from workflows.rollout import actions
+    from workflows import options
     from workflows.rollout.models import ComponentTarget
     from workflows.rollout.templating import QueryContext, TemplateError, render
 
@@ -87,7 +81,8 @@ async def sample(analysis: RolloutAnalysis, source: PrometheusSource | None, con
     if not queries:
         return Evaluation(metrics=problems)
     try:
-        result = await actions.evaluate(EvaluateInput(source=source, metrics=queries))
+        result = await workflow.execute_activity_method(
+            PrometheusActivities.evaluate, EvaluateInput(source=source, metrics=queries), **options.SAMPLE)
     except ActivityError as error:
         message = f"sample failed: {error.cause or error}"
         return Evaluation(metrics=[*problems, *(MetricOutcome(name=q.name, value=None, passed=None, message=message)

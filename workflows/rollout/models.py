@@ -1,33 +1,32 @@
-"""Payloads of the rollout workflows: what the InferenceService workflow hands a rollout run,
-what a run reports back, the signals between them, and the state carried across
-continue-as-new. Pure pydantic, no workflow code."""
+"""Payloads of the rollout workflows that stay inside the workflow package: what the
+InferenceService workflow hands a rollout run, what a run returns, and the state carried across
+continue-as-new. The message payloads and `state` query answers the SDK also reads live in
+api_models.contract.rollout (re-exported here for the workflow modules). Pure pydantic, no
+workflow code."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 
 from pydantic import BaseModel
 
-from api_models.ome.enums import ComponentType, RolloutPlanSource, RolloutRunOutcome
-from api_models.ome.rollout import RolloutGroup, RolloutPolicyRef
+from api_models.contract.rollout import ActiveRun as ActiveRun
+from api_models.contract.rollout import ComponentTarget as ComponentTarget
+from api_models.contract.rollout import ComponentView as ComponentView
+from api_models.contract.rollout import PinnedGroup as PinnedGroup
+from api_models.contract.rollout import Progression as Progression
+from api_models.contract.rollout import PromoteRequest as PromoteRequest
+from api_models.contract.rollout import RetargetRequest as RetargetRequest
+from api_models.contract.rollout import RolloutReport as RolloutReport
+from api_models.contract.rollout import RolloutState as RolloutState
+from api_models.contract.rollout import ServiceState as ServiceState
+from api_models.contract.rollout import progression_of as progression_of
+from api_models.errors import ErrorType
+from api_models.ome.enums import ComponentType, RolloutRunOutcome
 from api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationGroupStatus
 from api_models.operator_config import OperatorDefaults
 from api_models.refs import ObjectRef
-from api_models.serving_io import TrafficWeight
-
-# Signal / update / query names of the RolloutWorkflow (the SDK and the InferenceService workflow
-# address them by these strings).
-PROMOTE = "promote"
-PROMOTE_FORCE = "promote-force"
-ROLLBACK = "rollback"
-RESUME = "resume"
-PAUSED = "paused"
-RETARGET = "retarget"
-READY_TIMEOUT = "ready-timeout"
-STATE = "state"
-# The InferenceService workflow's signal carrying a run's progress.
-ROLLOUT_REPORT = "rollout-report"
+from api_models.serving import TrafficWeight
 
 
 class RolloutSettings(BaseModel):
@@ -44,28 +43,6 @@ class RolloutSettings(BaseModel):
     parent's history during a week-long bake; the `state` query always has the latest)."""
     history_budget: int = 10_000
     """Continue-as-new past this many history events even if the server has not suggested it."""
-
-
-class ComponentTarget(BaseModel):
-    component: ComponentType
-    revision: str
-    """The revision this run rolls toward."""
-    stable_revision: str
-    """The revision that fully owned traffic when the run opened: the rollback target."""
-    desired_replicas: int
-
-
-class PinnedGroup(BaseModel):
-    """A group with its progression resolved (inline, policy or default blueGreen)."""
-
-    key: str
-    """`<index>` for spec groups, the component name for a component in no group."""
-    index: int | None
-    group: RolloutGroup
-    source: RolloutPlanSource
-    policy_ref: RolloutPolicyRef | None = None
-    policy_generation: int | None = None
-    portable_digest: str
 
 
 class AnnotationState(BaseModel):
@@ -88,40 +65,6 @@ class RolloutInput(BaseModel):
     """Set only by continue-as-new."""
 
 
-class Progression(StrEnum):
-    CANARY = "canary"
-    BLUE_GREEN = "blueGreen"
-    ROLLING_UPDATE = "rollingUpdate"
-
-
-def progression_of(pinned: PinnedGroup) -> Progression:
-    if pinned.group.canary is not None:
-        return Progression.CANARY
-    if pinned.group.rolling_update is not None:
-        return Progression.ROLLING_UPDATE
-    return Progression.BLUE_GREEN
-
-
-class RolloutReport(BaseModel):
-    """One consistent picture of a run, sent to the InferenceService workflow after every
-    transition; the parent writes it to status."""
-
-    key: str
-    seq: int
-    """Monotonic per run: the parent ignores a report older than one it has applied."""
-    run_id: str
-    progression: Progression
-    phase: str
-    """RolloutPhase for canary groups, CoordinationPhase otherwise."""
-    canary: CanaryStatus | None = None
-    coordination: RolloutCoordinationGroupStatus | None = None
-    traffic: dict[ComponentType, list[TrafficWeight]] = {}
-    """What the run last programmed on each component's HTTPRoute."""
-    ready: dict[ComponentType, str] = {}
-    """Per component, the newest revision of this run whose pods reached Ready."""
-    targets: list[ComponentTarget] = []
-
-
 class RolloutResult(BaseModel):
     key: str
     run_id: str
@@ -129,35 +72,6 @@ class RolloutResult(BaseModel):
     """None when the run ended Failed (blue-green / rolling readiness timeout): held like a rollback."""
     targets: list[ComponentTarget]
     last: RolloutReport
-
-
-class RetargetRequest(BaseModel):
-    """A new target set (re-arm) and/or a new pinned plan (repin) for a running group."""
-
-    run_id: str
-    targets: list[ComponentTarget]
-    pinned: PinnedGroup | None = None
-
-
-class PromoteRequest(BaseModel):
-    revision: str
-
-
-class RolloutState(BaseModel):
-    """The answer of the `state` query."""
-
-    key: str
-    run_id: str
-    progression: Progression
-    phase: str
-    gate: str | None = None
-    """What the current step waits for: capacity, analysis, timed, manual, immediate, hold."""
-    paused: bool = False
-    canary: CanaryStatus | None = None
-    coordination: RolloutCoordinationGroupStatus | None = None
-    targets: list[ComponentTarget] = []
-    traffic: dict[ComponentType, list[TrafficWeight]] = {}
-    last_message: str = ""
 
 
 class CarriedRun(BaseModel):
@@ -181,51 +95,12 @@ class CarriedRun(BaseModel):
 RolloutInput.model_rebuild()
 
 
-class ComponentView(BaseModel):
-    """What the InferenceService workflow knows of one component; status is rendered from it."""
+class Refusal(BaseModel):
+    """Why the InferenceService workflow stopped serving a generation of the spec: a serving
+    activity refused it with a permanent error. Written to status as the Ready condition's reason
+    and message; cleared when a new generation is observed. Carried across continue-as-new."""
 
-    url: str | None = None
-    stable: str | None = None
-    """Hash of the revision that fully owns traffic (latestRolledoutRevision)."""
-    previous: str | None = None
-    latest_ready: str | None = None
-    traffic: list[TrafficWeight] = []
-    canary: CanaryStatus | None = None
-    """Only on a canary unit's entrypoint component."""
-    rollout_phase: str | None = None
-    serving_ready: bool = False
-    desired: str | None = None
-
-
-class ActiveRun(BaseModel):
-    key: str
-    workflow_id: str
-    run_id: str
-    targets: list[ComponentTarget]
-    pinned: PinnedGroup
-    seq: int = 0
-    opened_at: datetime
-
-
-class ServiceState(BaseModel):
-    """The InferenceService workflow's memory, carried across continue-as-new."""
-
-    generation: int = 0
-    annotations: dict[str, str] = {}
-    components: dict[ComponentType, ComponentView] = {}
-    active: dict[str, ActiveRun] = {}
-    held: dict[str, dict[ComponentType, str]] = {}
-    """Unit key -> the rejected target set a rollback (or failed run) left; not retried."""
-    held_primary: dict[str, str] = {}
-    """Unit key -> the rejected primary revision hash (what ome.io/rollout-resume names)."""
-    coordination: dict[str, RolloutCoordinationGroupStatus] = {}
-    parked: dict[str, str] = {}
-    """Unit key -> why its run could not open (policy unresolvable or mismatched)."""
-    resolutions: list[dict[str, object]] = []
-    last_run: dict[str, object] | None = None
-    run_counter: int = 0
-    soak_until: datetime | None = None
-    entry_unit: str | None = None
-    policy_attachments: dict[str, int] = {}
-    """RolloutPolicy workflow id -> how many of this service's groups reference that policy, as
-    last announced to it (a change is pushed so its status.attachedGroups moves at once)."""
+    generation: int
+    """The metadata.generation that was refused (the last one observed when the refusal came)."""
+    reason: ErrorType
+    message: str

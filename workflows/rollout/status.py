@@ -1,14 +1,23 @@
 """Render the InferenceService status the rollout workflows own, from the InferenceService
 workflow's memory: per-component traffic / revisions / canary / rolloutPhase, status.url,
 status.canary (the entrypoint unit's run), status.rollout (active run, last run, resolution
-view), status.rolloutCoordination, and the Ready conditions. Pure functions returning the wire
-dicts that kube.patch_status merges into status."""
+view), status.rolloutCoordination, the Ready conditions, and the Events that go with a status
+write (`EventReason`). Pure functions returning the wire dicts and Event notes that
+kube.patch_status merges into status and records.
+
+Condition transitions get their Event from kube.patch_status itself; the notes here say what a
+condition does not show: a canary step promoted, traffic moved, a run completed or rolled back,
+and the Warning of a refused spec or a failed run (its reason is the condition's reason)."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
+from activities.kubernetes import EventNote
+from activities.serving.types import revision_name
+from api_models.errors import ErrorType
 from api_models.ome.enums import ComponentType, RolloutRunOutcome
 from api_models.ome.inference_service import ComponentStatusSpec
 from api_models.ome.rollout_status import (
@@ -24,12 +33,29 @@ from api_models.ome.rollout_status import (
 )
 from api_models.ome.traffic import ComponentTrafficTarget
 from api_models.refs import ConditionUpdate
-from api_models.serving_io import TrafficWeight, revision_name
-from workflows.rollout.models import ActiveRun, ComponentTarget, ComponentView, ServiceState
-from workflows.rollout.units import entrypoint, target_id
+from api_models.serving import TrafficWeight
+from workflows.rollout.models import ActiveRun, ComponentTarget, ComponentView, Refusal, ServiceState
+from workflows.rollout.plan import entrypoint, target_id
 
 _CONDITION = {ComponentType.ENGINE: "EngineReady", ComponentType.DECODER: "DecoderReady",
               ComponentType.ROUTER: "RouterReady"}
+
+
+class EventReason(StrEnum):
+    """Reasons of the Events the rollout status writes carry (Warnings about refused input use
+    the ErrorType value instead, the same reason as their condition)."""
+
+    STEP_PROMOTED = "StepPromoted"
+    """A canary step's gate passed (timed, analysis, promote or promote-force): the next step begins."""
+    TRAFFIC_SHIFTED = "TrafficShifted"
+    """A component's HTTPRoute weights changed."""
+    COMPLETED = "Completed"
+    """A run finished: its target revisions carry all traffic."""
+    ROLLED_BACK = "RolledBack"
+    """A run ended with traffic back on the stable revisions."""
+    ROLLOUT_FAILED = "RolloutFailed"
+    """A run ended without an outcome (a readiness timeout, or the run itself failed); also the
+    park reason of such a group when the failure carries no error type."""
 
 
 def armed_canary(targets: list[ComponentTarget], primary: ComponentTarget, *, previous: CanaryStatus | None,
@@ -107,7 +133,7 @@ def run_record(run: ActiveRun, outcome: RolloutRunOutcome, closed_at: datetime) 
     return record.to_api()
 
 
-def conditions(state: ServiceState) -> list[ConditionUpdate]:
+def conditions(state: ServiceState, refusal: Refusal | None = None) -> list[ConditionUpdate]:
     updates = []
     for component, view in sorted(state.components.items(), key=lambda item: item[0].value):
         updates.append(ConditionUpdate(
@@ -116,9 +142,14 @@ def conditions(state: ServiceState) -> list[ConditionUpdate]:
             message=f"{component.value} serves revision {view.stable}" if view.serving_ready
             else f"{component.value} has no ready pods on a revision carrying traffic"))
     ready = bool(state.components) and all(v.serving_ready for v in state.components.values())
-    updates.append(ConditionUpdate(type="Ready", status="True" if ready else "False",
-                                   reason="ComponentsReady" if ready else "ComponentsNotReady",
-                                   message="" if ready else "waiting for components to serve"))
+    if refusal is not None and not ready:
+        # Nothing serves and nothing will until the spec changes: say why, not "waiting".
+        updates.append(ConditionUpdate(type="Ready", status="False", reason=refusal.reason.value,
+                                       message=refusal.message))
+    else:
+        updates.append(ConditionUpdate(type="Ready", status="True" if ready else "False",
+                                       reason="ComponentsReady" if ready else "ComponentsNotReady",
+                                       message="" if ready else "waiting for components to serve"))
     if state.parked:
         updates.append(ConditionUpdate(
             type="RolloutReady", status="False", reason=_park_reason(state.parked),
@@ -158,3 +189,67 @@ def service_status(isvc: str, state: ServiceState, now: datetime) -> dict[str, A
         coordination = RolloutCoordinationStatus(groups=[state.coordination[k] for k in sorted(state.coordination)])
         body["rolloutCoordination"] = coordination.to_api()
     return body
+
+
+# -- Events ------------------------------------------------------------------------------------
+
+
+def _split(weights: list[TrafficWeight]) -> str:
+    return " / ".join(f"{w.revision} {w.weight}%" for w in weights if w.weight > 0) or "no traffic"
+
+
+def traffic_note(component: ComponentType, before: list[TrafficWeight], after: list[TrafficWeight]) -> EventNote | None:
+    """TrafficShifted when the weights a component carries changed."""
+    if [w for w in before if w.weight > 0] == [w for w in after if w.weight > 0]:
+        return None
+    return EventNote(reason=EventReason.TRAFFIC_SHIFTED.value,
+                     message=f"{component.value} traffic: {_split(after)} (was {_split(before)})")
+
+
+def step_note(before: CanaryStatus | None, after: CanaryStatus | None, step_count: int) -> EventNote | None:
+    """StepPromoted when the same canary moved past its current step."""
+    if before is None or after is None or before.canary_revision_hash != after.canary_revision_hash:
+        return None
+    was, now = before.current_step or 0, after.current_step or 0
+    if now <= was:
+        return None
+    following = f"step {now} of {step_count}" if now < step_count else "completion"
+    how = " by promote" if after.promoted_through and after.promoted_through != before.promoted_through else ""
+    return EventNote(reason=EventReason.STEP_PROMOTED.value,
+                     message=f"canary {after.canary_revision_hash}: step {was} promoted{how}; on to {following}")
+
+
+def _revisions(targets: list[ComponentTarget], *, stable: bool) -> str:
+    return ", ".join(f"{t.component.value} {t.stable_revision if stable else t.revision}" for t in targets)
+
+
+def closed_note(group: str, outcome: RolloutRunOutcome | None, targets: list[ComponentTarget],
+                message: str = "") -> EventNote | None:
+    """Completed / RolledBack (Normal) or RolloutFailed (Warning) as a run closes; a superseded run
+    says nothing (its successor is already running)."""
+    moved = [t for t in targets if t.revision != t.stable_revision] or targets
+    if outcome == RolloutRunOutcome.COMPLETED:
+        return EventNote(reason=EventReason.COMPLETED.value,
+                         message=f"group {group}: all traffic on {_revisions(moved, stable=False)}")
+    if outcome == RolloutRunOutcome.ROLLED_BACK:
+        return EventNote(reason=EventReason.ROLLED_BACK.value,
+                         message=f"group {group}: rolled back from {_revisions(moved, stable=False)}; "
+                                 f"all traffic on {_revisions(moved, stable=True)}")
+    if outcome is None:
+        why = f" ({message})" if message else ""
+        return EventNote(type="Warning", reason=EventReason.ROLLOUT_FAILED.value,
+                         message=f"group {group}: {_revisions(moved, stable=False)} not rolled out{why}; "
+                                 f"all traffic on {_revisions(moved, stable=True)}")
+    return None
+
+
+def failed_run_note(group: str, error_type: ErrorType | None, message: str) -> EventNote:
+    """The Warning of a run that failed (its park reason: the error's type, else RolloutFailed)."""
+    reason = error_type.value if error_type is not None else EventReason.ROLLOUT_FAILED.value
+    return EventNote(type="Warning", reason=reason, message=f"group {group}: {message}")
+
+
+def refusal_note(refusal: Refusal) -> EventNote:
+    """The Warning of a spec a serving activity refused (the Ready condition's reason)."""
+    return EventNote(type="Warning", reason=refusal.reason.value,
+                     message=f"generation {refusal.generation}: {refusal.message}")

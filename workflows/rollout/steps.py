@@ -46,6 +46,32 @@ class Gate(StrEnum):
     IMMEDIATE = "immediate"
 
 
+class StepWait(StrEnum):
+    """What a step waits on besides its gate (with Gate, the `gate` the state query reports)."""
+
+    CAPACITY = "capacity"
+    """The step's new-revision replicas are not Ready yet."""
+    HOLD = "hold"
+    """A repin would raise exposure: traffic holds until a promote."""
+    PAUSED = "paused"
+    """ome.io/rollout-paused=true."""
+
+
+class GateOutcome(StrEnum):
+    """What waiting on a step's gate came to."""
+
+    ADVANCE = "advance"
+    """The gate passed on its own (immediate, timed pause over, analysis passed and baked)."""
+    PROMOTED = "promoted"
+    """A manual gate passed by a promote (recorded as promotedThrough)."""
+    FORCED = "forced"
+    """ome.io/rollout-promote-force skipped the gate."""
+    ROLLBACK = "rollback"
+    """Analysis failed: roll back."""
+    AGAIN = "again"
+    """Something else needs the step machine's outer loop (a signal, a park, a released hold)."""
+
+
 def gate_of(step: RolloutGroupStep) -> Gate:
     """The seed's resolution order: analysis, then timed pause, then manual pause, then none."""
     if step.analysis is not None:

@@ -7,6 +7,11 @@ at 100%, and when a component's desired revision changes it opens a run for the 
 component: one RolloutWorkflow child per unit (id rollout/<ns>/<isvc>/<uid>/<group>). It is the
 single writer of the status fields rollouts own, so concurrent groups never overwrite each
 other's part of status.components.
+
+A serving activity that refuses the spec with a permanent error (a component with nothing to
+run, a Deployment the apiserver rejects) ends that reconcile: the refusal becomes the Ready
+condition's reason and message and a Warning Event, and the workflow waits for the next
+generation instead of retrying the same spec.
 """
 
 from __future__ import annotations
@@ -16,13 +21,36 @@ from datetime import datetime
 
 from temporalio import workflow
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ChildWorkflowError
 from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
+    from activities.operator_config import OperatorConfigActivities
+    from activities.serving.activities import ServingActivities
+    from activities.serving.types import (
+        ComponentObservation,
+        EnsureRevisionInput,
+        ObserveInput,
+        RevisionKey,
+        ServiceObservation,
+        SetTrafficInput,
+    )
     from api_models import contract
-    from api_models.contract import AnnotationEvent, ObjectEvent, Signal, StartObject
+    from api_models.contract import AnnotationEvent, ObjectEvent, Query, Signal, StartObject
+    from api_models.contract.rollout import (
+        ActiveRun,
+        ComponentTarget,
+        ComponentView,
+        PinnedGroup,
+        Progression,
+        RetargetRequest,
+        RolloutReport,
+        ServiceState,
+        ServiceView,
+    )
     from api_models.durations import parse_duration
+    from api_models.errors import ErrorType, error_message, error_type_of
     from api_models.ome.enums import RolloutPlanSource, RolloutRunOutcome
     from api_models.ome.rollout import RolloutGroup, RolloutSpec
     from api_models.ome.rollout_status import (
@@ -30,44 +58,14 @@ with workflow.unsafe.imports_passed_through():
         ShadowedRolloutPolicyRef,
     )
     from api_models.refs import ObjectRef
-    from api_models.serving_io import ComponentObservation, ServiceObservation, TrafficWeight
-    from workflows.rollout import actions, analysis, policy, status
-    from workflows.rollout.models import (
-        PAUSED,
-        PROMOTE,
-        PROMOTE_FORCE,
-        READY_TIMEOUT,
-        RESUME,
-        RETARGET,
-        ROLLBACK,
-        ROLLOUT_REPORT,
-        STATE,
-        ActiveRun,
-        AnnotationState,
-        ComponentTarget,
-        ComponentView,
-        PinnedGroup,
-        Progression,
-        RetargetRequest,
-        RolloutInput,
-        RolloutReport,
-        RolloutResult,
-        RolloutSettings,
-        ServiceState,
-    )
+    from api_models.serving import TrafficWeight
+    from workflows import options
+    from workflows.rollout import analysis, plan, policy_pinning, status
+    from workflows.rollout.models import AnnotationState, Refusal, RolloutInput, RolloutResult, RolloutSettings
+    from workflows.rollout.plan import Unit, entrypoint
     from workflows.rollout.steps import poll_interval
-    from workflows.rollout.units import Unit, entrypoint, sequential, units
     from workflows.visibility import Visibility
 
-# Annotation -> the RolloutWorkflow signal it becomes.
-_FORWARD = {
-    contract.ROLLOUT_PROMOTE: PROMOTE,
-    contract.ROLLOUT_PROMOTE_FORCE: PROMOTE_FORCE,
-    contract.ROLLOUT_ROLLBACK: ROLLBACK,
-    contract.ROLLOUT_RESUME: RESUME,
-    contract.ROLLOUT_PAUSED: PAUSED,
-    contract.ROLLOUT_READY_TIMEOUT: READY_TIMEOUT,
-}
 _RESYNC_PARKED = 60.0
 """How often a parked group re-tries resolving its policy (it may have been created since)."""
 
@@ -77,12 +75,8 @@ class ServiceInput(StartObject):
 
     carried: ServiceState | None = None
     settings: RolloutSettings = RolloutSettings()
-
-
-class ServiceView(ServiceState):
-    """The answer of the `state` query."""
-
-    phase: str = ""
+    refusal: Refusal | None = None
+    """The refused generation, carried so a continue-as-new does not retry it."""
 
 
 @workflow.defn(name="InferenceServiceWorkflow")
@@ -95,12 +89,15 @@ class InferenceServiceWorkflow:
         self._deleting = False
         self._dirty = False
         self._reports: list[RolloutReport] = []
-        self._results: list[tuple[str, RolloutResult | None, str]] = []
+        self._results: list[tuple[str, RolloutResult | None, str, ErrorType | None]] = []
         self._annotations: list[AnnotationEvent] = []
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._phase = "Pending"
         self._unready_since: datetime | None = None
         """When the current wait for components to serve began (paces the readiness poll)."""
+        self._refusal: Refusal | None = None
+        self._notes: list[EventNote] = []
+        """Events to record with the next status write."""
 
     # -- bridge signals ----------------------------------------------------------------------
 
@@ -123,11 +120,11 @@ class InferenceServiceWorkflow:
         if self._same_object(event.uid):
             self._annotations.append(event)
 
-    @workflow.signal(name=ROLLOUT_REPORT)
+    @workflow.signal(name=Signal.ROLLOUT_REPORT)
     def rollout_report(self, report: RolloutReport) -> None:
         self._reports.append(report)
 
-    @workflow.query(name=STATE)
+    @workflow.query(name=Query.STATE)
     def state(self) -> ServiceView:
         return ServiceView.model_validate({**self._state.model_dump(), "phase": self._phase})
 
@@ -143,6 +140,7 @@ class InferenceServiceWorkflow:
         self._settings = start.settings
         if start.carried is not None:
             self._state = start.carried
+        self._refusal = start.refusal
         visibility = Visibility("InferenceService", start.ref.namespace, start.ref.name)
         while True:
             if self._deleting:
@@ -166,7 +164,8 @@ class InferenceServiceWorkflow:
             visibility.publish(self._phase)
             if self._idle() and self._history_full():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(ServiceInput(ref=start.ref, carried=self._state, settings=self._settings))
+                workflow.continue_as_new(ServiceInput(ref=start.ref, carried=self._state, settings=self._settings,
+                                                      refusal=self._refusal))
             try:
                 await workflow.wait_condition(self._has_work, timeout=self._next_wake())
             except TimeoutError:
@@ -185,7 +184,8 @@ class InferenceServiceWorkflow:
 
     def _next_wake(self) -> float | None:
         waits: list[float] = []
-        if any(not v.serving_ready for v in self._state.components.values()):
+        # A refused spec is not polled: nothing will serve until a new generation arrives.
+        if self._refusal is None and any(not v.serving_ready for v in self._state.components.values()):
             self._unready_since = self._unready_since or workflow.now()
             waits.append(poll_interval(workflow.now() - self._unready_since, self._settings.poll_seconds))
         else:
@@ -197,6 +197,8 @@ class InferenceServiceWorkflow:
         return min(waits) if waits else None
 
     def _summary(self) -> str:
+        if self._refusal is not None:
+            return "Failed"
         if self._state.parked:
             return "Parked"
         if self._state.active:
@@ -207,20 +209,42 @@ class InferenceServiceWorkflow:
     # -- observing and acting -------------------------------------------------------------------
 
     async def _reconcile(self) -> None:
-        ref = self._require_ref()
+        """Observe and act; a permanent refusal from a serving activity ends the attempt."""
         try:
-            observation = await actions.observe(ref)
+            await self._observe_and_act()
         except ActivityError as error:
-            if isinstance(error.cause, ApplicationError) and error.cause.type == "ObjectGone":
+            error_type = error_type_of(error)
+            if error_type is ErrorType.OBJECT_GONE:
                 self._deleting = True
-                return
-            raise
+            elif error_type is ErrorType.REVISION_SUPERSEDED:
+                self._changed = True  # the spec moved on between the read and the write: read it again
+            elif error_type is not None and error_type.permanent:
+                self._refuse(error_type, error_message(error))
+            else:
+                raise
+
+    def _refuse(self, error_type: ErrorType, message: str) -> None:
+        refusal = Refusal(generation=self._state.generation, reason=error_type, message=message)
+        if refusal != self._refusal:
+            self._notes.append(status.refusal_note(refusal))
+        self._refusal = refusal
+        self._dirty = True
+
+    async def _observe_and_act(self) -> None:
+        ref = self._require_ref()
+        observation = await workflow.execute_activity_method(
+            ServingActivities.observe, ObserveInput(isvc=ref), **options.KUBE)
         if observation is None or observation.deleting:
             self._deleting = True
             return
         state = self._state
         state.generation = observation.generation
         state.annotations = dict(observation.annotations)
+        if self._refusal is not None:
+            if self._refusal.generation == observation.generation:
+                return  # the refused spec has not changed: wait for the next generation
+            self._refusal = None
+            self._dirty = True
         for seen in observation.components:
             await self._serve(seen)
         served = [c.component for c in observation.components]
@@ -241,65 +265,42 @@ class InferenceServiceWorkflow:
             view.stable = max(seen.traffic, key=lambda w: w.weight).revision
             view.traffic = list(seen.traffic)
         if view.stable is None:
-            await actions.ensure_revision(ref, seen.component, seen.desired_revision, seen.desired_replicas)
+            await workflow.execute_activity_method(
+                ServingActivities.ensure_revision,
+                EnsureRevisionInput(key=RevisionKey(isvc=ref, component=seen.component, revision=seen.desired_revision),
+                                    replicas=seen.desired_replicas),
+                **options.KUBE)
             weights = [TrafficWeight(revision=seen.desired_revision, weight=100)]
-            await actions.set_traffic(ref, seen.component, weights)
+            await workflow.execute_activity_method(
+                ServingActivities.set_traffic, SetTrafficInput(isvc=ref, component=seen.component, weights=weights),
+                **options.KUBE)
             view.stable = seen.desired_revision
             view.traffic = weights
         revisions = {r.revision: r for r in seen.revisions}
         moving = any(seen.component in (t.component for t in run.targets) for run in self._state.active.values())
         stable = revisions.get(view.stable)
         if not moving and stable is not None and stable.replicas != seen.desired_replicas:
-            await actions.ensure_revision(ref, seen.component, view.stable, seen.desired_replicas)
+            await workflow.execute_activity_method(
+                ServingActivities.ensure_revision,
+                EnsureRevisionInput(key=RevisionKey(isvc=ref, component=seen.component, revision=view.stable),
+                                    replicas=seen.desired_replicas),
+                **options.KUBE)
         carrying = [w.revision for w in view.traffic if w.weight > 0] or [view.stable]
         view.serving_ready = any(revisions[r].ready_replicas > 0 for r in carrying if r in revisions)
         if view.latest_ready is None and stable is not None and stable.ready_replicas > 0:
             view.latest_ready = view.stable
 
     async def _plan(self, spec: RolloutSpec | None, observation: ServiceObservation) -> None:
+        """Steer the runs that are open, then open the units plan.admit lets start."""
         state = self._state
         seen = {c.component: c for c in observation.components}
-        plan_units = units(spec, list(seen))
+        planned_units = plan.units(spec, list(seen))
         state.resolutions = await self._resolutions(spec)
-        startable: list[tuple[Unit, list[ComponentTarget]]] = []
-        for unit in plan_units:
-            targets = [ComponentTarget(component=c, revision=seen[c].desired_revision,
-                                       stable_revision=state.components[c].stable or seen[c].desired_revision,
-                                       desired_replicas=seen[c].desired_replicas) for c in unit.components]
-            wanted = {t.component: t.revision for t in targets}
-            run = state.active.get(unit.key)
-            if run is not None:
-                await self._steer(run, unit, targets)
-                continue
-            if all(t.revision == t.stable_revision for t in targets):
-                state.held.pop(unit.key, None)
-                state.held_primary.pop(unit.key, None)
-                state.parked.pop(unit.key, None)
-                continue
-            if state.held.get(unit.key) == wanted:
-                continue  # the rejected target set is not retried until a different one appears
-            state.held.pop(unit.key, None)
-            state.held_primary.pop(unit.key, None)
-            startable.append((unit, targets))
-        if sequential(spec):
-            # Group N completes (and soaks) before group N+1 starts; ungrouped components are
-            # independent of the sequence.
-            grouped_busy = any(r.pinned.index is not None for r in state.active.values())
-            soaking = state.soak_until is not None and workflow.now() < state.soak_until
-            if state.soak_until is not None and not soaking:
-                state.soak_until = None
-            first = True
-            kept = []
-            for unit, targets in startable:
-                if unit.index is None:
-                    kept.append((unit, targets))
-                elif first and not grouped_busy and not soaking:
-                    kept.append((unit, targets))
-                    first = False
-                else:
-                    first = False
-            startable = kept
-        for unit, targets in startable:
+        running, startable = plan.triage(planned_units, seen, state)
+        for unit, targets in running:
+            await self._steer(state.active[unit.key], unit, targets)
+        # Admission reads the clock after the steers, as their signals may have taken a while.
+        for unit, targets in plan.admit(spec, startable, state, workflow.now()):
             await self._open(unit, targets)
 
     async def _steer(self, run: ActiveRun, unit: Unit, targets: list[ComponentTarget]) -> None:
@@ -312,7 +313,7 @@ class InferenceServiceWorkflow:
         # Only a canary plan is repinned mid-run (with the hold-or-tighten rule); blue-green and
         # rolling runs keep the plan they opened with.
         if unit.group is not None and unit.group.canary is not None and run.pinned.group.canary is not None:
-            resolution = policy.resolve(unit.group, None)
+            resolution = policy_pinning.resolve(unit.group, None)
             if resolution.group is not None and resolution.digest != run.pinned.portable_digest:
                 pinned = run.pinned.model_copy(update={"group": resolution.group, "portable_digest": resolution.digest})
         if current == wanted and pinned is None:
@@ -328,7 +329,7 @@ class InferenceServiceWorkflow:
                            for t in targets]
         if pinned is not None:
             run.pinned = pinned
-        await self._signal(run, RETARGET, RetargetRequest(run_id=run.run_id, targets=run.targets, pinned=pinned))
+        await self._signal(run, Signal.RETARGET, RetargetRequest(run_id=run.run_id, targets=run.targets, pinned=pinned))
 
     async def _open(self, unit: Unit, targets: list[ComponentTarget]) -> None:
         """Pin the unit's progression and start its run; park (fail-closed) when a policyRef
@@ -336,20 +337,24 @@ class InferenceServiceWorkflow:
         ref = self._require_ref()
         state = self._state
         group = unit.group or RolloutGroup(components=list(unit.components))
-        resolution = policy.resolve(group, await self._read_policy(group))
+        resolution = policy_pinning.resolve(group, await self._read_policy(group))
         if resolution.group is None:
             self._park(unit.key, f"{resolution.park_reason}: {resolution.park_message}")
             return
-        # The operator's defaults are read now and pinned for the run, like its policy.
-        operator = await actions.operator_config()
-        if operator.error is not None:
-            self._park(unit.key, f"OperatorConfigInvalid: {operator.error}")
-            return
-        unbound = analysis.unbound_provider(resolution.group.canary, operator)
-        if unbound is not None:
-            self._park(unit.key, f"MetricProviderUnbound: providerRef {unbound!r} is not bound in the operator's "
-                                 f"metricProviders ({operator.source or 'no operator ConfigMap'})")
-            return
+        # The operator's defaults are read now and pinned for the run, like its policy. A history
+        # recorded before this read existed (no patch marker) keeps opening runs as it did then:
+        # with its start settings and no operator parks (docs/durability.md).
+        operator = self._settings.operator
+        if workflow.patched("operator-config-at-run-open"):
+            operator = await workflow.execute_activity_method(OperatorConfigActivities.read, **options.KUBE)
+            if operator.error is not None:
+                self._park(unit.key, f"OperatorConfigInvalid: {operator.error}")
+                return
+            unbound = analysis.unbound_provider(resolution.group.canary, operator)
+            if unbound is not None:
+                self._park(unit.key, f"MetricProviderUnbound: providerRef {unbound!r} is not bound in the "
+                                     f"operator's metricProviders ({operator.source or 'no operator ConfigMap'})")
+                return
         state.parked.pop(unit.key, None)
         state.run_counter += 1
         pinned = PinnedGroup(key=unit.key, index=unit.index, group=resolution.group, source=resolution.source,
@@ -376,12 +381,15 @@ class InferenceServiceWorkflow:
         self._tasks[unit.key] = asyncio.create_task(self._await(unit.key, handle))
 
     async def _await(self, key: str, handle: ChildWorkflowHandle[object, RolloutResult]) -> None:
+        error_type: ErrorType | None = None
         try:
             result: RolloutResult | None = await handle
             message = ""
         except ChildWorkflowError as error:
-            result, message = None, str(error.cause or error)
-        self._results.append((key, result, message))
+            error_type = error_type_of(error)
+            result = None
+            message = error_message(error) if error_type is not None else str(error.cause or error)
+        self._results.append((key, result, message, error_type))
 
     def _park(self, key: str, why: str) -> None:
         self._state.parked[key] = why
@@ -391,9 +399,9 @@ class InferenceServiceWorkflow:
         if group.policy_ref is None:
             return None
         ref = self._require_ref()
-        return await actions.read_object(ObjectRef(group="ome.io", version="v1beta1", plural="rolloutpolicies",
-                                                   kind="RolloutPolicy", name=group.policy_ref.name,
-                                                   namespace=ref.namespace))
+        policy_ref = ObjectRef(group="ome.io", version="v1beta1", plural="rolloutpolicies", kind="RolloutPolicy",
+                               name=group.policy_ref.name, namespace=ref.namespace)
+        return await workflow.execute_activity_method(KubernetesActivities.read_object, policy_ref, **options.KUBE)
 
     async def _resolutions(self, spec: RolloutSpec | None) -> list[dict[str, object]]:
         """status.rollout.groups: per spec group, what a run opened now would pin. Also tells each
@@ -408,7 +416,7 @@ class InferenceServiceWorkflow:
                 ref = self._require_ref()
                 wid = contract.rollout_policy_workflow_id(ref.namespace or "", group.policy_ref.name, policy_uid)
                 attachments[wid] = attachments.get(wid, 0) + 1
-            resolution = policy.resolve(group, live)
+            resolution = policy_pinning.resolve(group, live)
             view = RolloutGroupResolution(index=index, source=resolution.source, policy_ref=group.policy_ref,
                                           observed_digest=resolution.digest)
             if resolution.source == RolloutPlanSource.INLINE and group.policy_ref is not None:
@@ -426,6 +434,10 @@ class InferenceServiceWorkflow:
         before = self._state.policy_attachments
         changed = sorted(wid for wid in before.keys() | attachments.keys() if before.get(wid) != attachments.get(wid))
         self._state.policy_attachments = attachments
+        # Each nudge is a SignalExternalWorkflowExecution command: a history recorded before the
+        # nudges existed (no patch marker) sends none; the policy's periodic recount covers it.
+        if changed and not workflow.patched("refresh-now-nudges"):
+            return
         for wid in changed:
             try:
                 await workflow.get_external_workflow_handle(wid).signal(contract.Signal.REFRESH_NOW)
@@ -441,13 +453,14 @@ class InferenceServiceWorkflow:
             if run is None or report.seq <= run.seq:
                 continue  # late or duplicate
             run.seq = report.seq
-            self._apply(report)
+            self._apply(run, report)
             self._dirty = True
 
-    def _apply(self, report: RolloutReport) -> None:
+    def _apply(self, run: ActiveRun, report: RolloutReport) -> None:
         components = self._state.components
         for component, weights in report.traffic.items():
             if component in components:
+                self._note(status.traffic_note(component, components[component].traffic, list(weights)))
                 components[component].traffic = list(weights)
         for component, revision in report.ready.items():
             if component in components:
@@ -455,6 +468,8 @@ class InferenceServiceWorkflow:
         if report.progression == Progression.CANARY:
             entry = entrypoint([t.component for t in report.targets]) if report.targets else None
             if entry is not None and entry in components:
+                steps = run.pinned.group.canary.steps if run.pinned.group.canary else None
+                self._note(status.step_note(components[entry].canary, report.canary, len(steps or [])))
                 components[entry].canary = report.canary
                 components[entry].rollout_phase = report.phase
         elif report.coordination is not None:
@@ -462,19 +477,22 @@ class InferenceServiceWorkflow:
 
     def _take_results(self) -> None:
         results, self._results = self._results, []
-        for key, result, message in results:
+        for key, result, message, error_type in results:
             self._tasks.pop(key, None)
             run = self._state.active.pop(key, None)
             if run is None:
                 continue
             if result is not None:
                 if result.last.seq > run.seq:
-                    self._apply(result.last)
+                    self._apply(run, result.last)
                 self._close(run, result)
             else:
-                # A crashed run: hold its target (never retried blindly) and say why.
+                # A crashed run: hold its target (never retried blindly) and say why, with the
+                # error's own type as the reason when an activity refused it.
                 self._hold(run)
-                self._state.parked[key] = f"RolloutFailed: {message}"
+                note = status.failed_run_note(key, error_type, message)
+                self._state.parked[key] = f"{note.reason}: {message}"
+                self._note(note)
                 self._state.last_run = status.run_record(run, RolloutRunOutcome.ROLLED_BACK, workflow.now())
             self._changed = True  # the next group may start, or a newer target may be waiting
             self._dirty = True
@@ -497,6 +515,9 @@ class InferenceServiceWorkflow:
                 state.soak_until = now + parse_duration(soak)
         elif outcome in (RolloutRunOutcome.ROLLED_BACK, None):
             self._hold(run, result.targets)
+        coordination = result.last.coordination
+        why = (coordination.message or "") if coordination is not None else ""
+        self._note(status.closed_note(run.key, outcome, result.targets, why))
         state.last_run = status.run_record(run, outcome or RolloutRunOutcome.ROLLED_BACK, now)
 
     def _hold(self, run: ActiveRun, targets: list[ComponentTarget] | None = None) -> None:
@@ -520,7 +541,7 @@ class InferenceServiceWorkflow:
                 self._state.annotations.pop(event.name, None)
             else:
                 self._state.annotations[event.name] = event.value
-            name = _FORWARD.get(event.name)
+            name = contract.ROLLOUT_SIGNALS.get(event.name)
             if name is None:
                 continue
             if event.name == contract.ROLLOUT_RESUME and event.value:
@@ -542,10 +563,17 @@ class InferenceServiceWorkflow:
 
     # -- status ------------------------------------------------------------------------------
 
+    def _note(self, note: EventNote | None) -> None:
+        if note is not None:
+            self._notes.append(note)
+
     async def _write_status(self) -> None:
         ref = self._require_ref()
         body = status.service_status(ref.name, self._state, workflow.now())
-        alive = await actions.patch_status(ref, body, status.conditions(self._state), self._state.generation)
+        notes, self._notes = self._notes, []
+        patch = StatusPatch(ref=ref, status=body, conditions=status.conditions(self._state, self._refusal),
+                            observed_generation=self._state.generation, events=notes)
+        alive = await workflow.execute_activity_method(KubernetesActivities.patch_status, patch, **options.KUBE)
         if not alive:
             self._deleting = True
 

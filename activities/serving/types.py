@@ -1,11 +1,15 @@
-"""Inputs and outputs of the serving activities (Deployments, Services, HTTPRoutes) and of the
-Prometheus analysis activity: the contract between the rollout workflows and the activities.
+"""Inputs and outputs of the serving activities (Deployments, Services, HTTPRoutes): the contract
+between the rollout workflows and `ServingActivities`. Workflows import them, with the activity
+class, inside `workflow.unsafe.imports_passed_through()`.
 
 An InferenceService component in RawDeployment mode is served as one Deployment and one Service
 per revision, both named `<isvc>-<component>-rev-<hash>`, and one HTTPRoute named
 `<isvc>-<component>` whose weighted backendRefs carry the split. The revision hash is a stable
 hash of the rendered pod template. Activities observe and move capacity and traffic; the
 workflow decides.
+
+`TrafficWeight` is also part of the rollout messages, so it lives in the API models
+(api_models.serving) and is only used here.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pydantic import BaseModel
 
 from api_models.ome.enums import ComponentType
 from api_models.refs import ObjectRef
+from api_models.serving import TrafficWeight
 
 
 def revision_name(isvc: str, component: str, revision: str) -> str:
@@ -36,12 +41,6 @@ class RevisionObservation(BaseModel):
     """spec.replicas of the revision's Deployment."""
     ready_replicas: int
     updated_replicas: int = 0
-
-
-class TrafficWeight(BaseModel):
-    revision: str
-    weight: int
-    """0-100; the weights of one route add up to 100."""
 
 
 class ComponentObservation(BaseModel):
@@ -77,8 +76,8 @@ class ObserveInput(BaseModel):
 
 class EnsureRevisionInput(BaseModel):
     """Create the revision's Deployment and Service from the current spec when absent, else only
-    set replicas. Refused (non-retryable, type RevisionSuperseded) when the revision does not
-    exist and the current spec no longer renders to it."""
+    set replicas. Refused, permanently: RevisionSuperseded when the revision does not exist and
+    the current spec no longer renders to it; InvalidSpec when the spec cannot be rendered."""
 
     key: RevisionKey
     replicas: int
@@ -88,56 +87,3 @@ class SetTrafficInput(BaseModel):
     isvc: ObjectRef
     component: ComponentType
     weights: list[TrafficWeight]
-
-
-class PrometheusSource(BaseModel):
-    """Where and how to query: a resolved providerRef, serverAddress, or the default source."""
-
-    address: str
-    auth_secret: ObjectRef | None = None
-    """A Secret holding the bearer token; read by the activity, never carried."""
-    auth_key: str = "token"
-    """The key of auth_secret that holds the token."""
-    headers: dict[str, str] = {}
-
-
-class MetricQuery(BaseModel):
-    name: str
-    query: str
-    """PromQL with the templates already rendered by the workflow."""
-    threshold: str
-    operator: str
-    """A ComparisonOperator value."""
-
-
-class EvaluateInput(BaseModel):
-    source: PrometheusSource
-    metrics: list[MetricQuery]
-
-
-class MetricOutcome(BaseModel):
-    name: str
-    value: str | None
-    """The worst series' value as a string (what the operator sees), None when inconclusive."""
-    passed: bool | None
-    """None when inconclusive (Prometheus down, query error, no data)."""
-    message: str
-
-
-class Evaluation(BaseModel):
-    """One analysis sample: it passes only if every metric passes; inconclusive if any metric
-    could not be evaluated and none failed."""
-
-    metrics: list[MetricOutcome]
-
-    @property
-    def failed(self) -> bool:
-        return any(m.passed is False for m in self.metrics)
-
-    @property
-    def conclusive(self) -> bool:
-        return self.failed or all(m.passed is not None for m in self.metrics)
-
-    @property
-    def passed(self) -> bool:
-        return all(m.passed is True for m in self.metrics)

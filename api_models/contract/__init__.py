@@ -1,8 +1,12 @@
-"""The contract between the CRD bridge and the workflows.
+"""The contract between the bridge, the workflows, the SDK and the CLI.
 
-One place names every workflow type, builds every workflow id and names every signal, so the
-bridge (which maps) and the workflows (which decide) cannot drift apart. A signal carries a
-reference and a version, never a copy of the object: the workflow re-reads what it needs.
+One place names every workflow type, builds every workflow id and names every signal, query and
+update with its payload, so the bridge (which maps), the workflows (which decide) and the SDK
+(which asks) cannot drift apart. A signal from the bridge carries a reference and a version,
+never a copy of the object: the workflow re-reads what it needs. The rollout workflows' payloads
+and query answers are in `api_models.contract.rollout`.
+
+Every name here is in stored histories: a member may be added, never renamed.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ class WorkflowType(StrEnum):
     INFERENCE_SERVICE = "InferenceServiceWorkflow"
     ROLLOUT = "RolloutWorkflow"
     MIGRATION = "MigrationWorkflow"
-    PLACEMENT = "PlacementWorkflow"
     INFERENCE_REPLICA = "InferenceReplicaWorkflow"
     ROLLOUT_POLICY = "RolloutPolicyWorkflow"
     WORKLOAD_CLUSTER = "WorkloadClusterWorkflow"
@@ -35,25 +38,60 @@ class WorkflowType(StrEnum):
 IMPLEMENTED_WORKFLOWS = frozenset({WorkflowType.MODEL, WorkflowType.INFERENCE_SERVICE, WorkflowType.ROLLOUT,
                                    WorkflowType.ROLLOUT_POLICY})
 """The workflow types this release's worker registers (a test holds the worker to it). The bridge
-follows, by default, only the kinds routed to one of them: an object of another kind would get a
-workflow that no worker runs."""
+checks every dispatch against it: an event whose workflow type is not here (a migration request,
+today) starts nothing, since nothing would ever run it, and becomes a Warning Event on the object.
+By default the bridge follows only the kinds routed to one of these types."""
 
 
 class Signal(StrEnum):
+    """Every signal name, with its payload beside it. Workflows register with these members and
+    the bridge, the upload endpoint, the SDK and other workflows send with them."""
+
     OBJECT_CHANGED = "object-changed"
-    """The object's generation moved, or it is being deleted (ObjectEvent)."""
+    """Bridge -> entity workflows: the object's generation moved, or it is being deleted (ObjectEvent)."""
     DELETE = "delete"
-    """The object is being deleted (ObjectEvent)."""
+    """Bridge -> entity workflows: the object is being deleted (ObjectEvent)."""
     ANNOTATION = "annotation"
-    """A watched annotation changed (AnnotationEvent)."""
+    """Bridge -> InferenceServiceWorkflow: a watched annotation changed (AnnotationEvent)."""
     UPLOAD_COMPLETE = "upload-complete"
+    """Upload endpoint (ingress.uploads) -> ModelWorkflow: the upload finished
+    (activities.uploads.types.UploadComplete)."""
     REFRESH_NOW = "refresh-now"
+    """InferenceServiceWorkflow -> RolloutPolicyWorkflow: re-count attachments now (no payload)."""
+    ROLLOUT_REPORT = "rollout-report"
+    """RolloutWorkflow -> InferenceServiceWorkflow: a run's progress (contract.rollout.RolloutReport)."""
+    # InferenceServiceWorkflow -> RolloutWorkflow: the ome.io/rollout-* annotations forwarded,
+    # each carrying the annotation's value (str, None when removed); see ROLLOUT_SIGNALS.
     PROMOTE = "promote"
+    """ome.io/rollout-promote (str | None). Also the name of Update.PROMOTE."""
+    PROMOTE_FORCE = "promote-force"
+    """ome.io/rollout-promote-force (str | None)."""
     ROLLBACK = "rollback"
+    """ome.io/rollout-rollback (str | None). Also the name of Update.ROLLBACK."""
+    RESUME = "resume"
+    """ome.io/rollout-resume (str | None)."""
+    PAUSED = "paused"
+    """ome.io/rollout-paused (str | None)."""
+    READY_TIMEOUT = "ready-timeout"
+    """ome.io/rollout-ready-timeout (str | None)."""
     RETARGET = "retarget"
-    CANCEL = "cancel"
-    SPEC_CHANGED = "spec-changed"
-    HOME_OBSERVED = "home-observed"
+    """InferenceServiceWorkflow -> RolloutWorkflow: new targets and/or plan (contract.rollout.RetargetRequest)."""
+
+
+class Query(StrEnum):
+    STATE = "state"
+    """Every entity workflow's state. InferenceServiceWorkflow answers contract.rollout.ServiceView,
+    RolloutWorkflow contract.rollout.RolloutState, ModelWorkflow and RolloutPolicyWorkflow their
+    own state models (derived from workflows.entity.EntityState)."""
+
+
+class Update(StrEnum):
+    """The RolloutWorkflow's synchronous requests (the SDK and CLI), equivalent to the annotations."""
+
+    PROMOTE = "promote"
+    """Argument contract.rollout.PromoteRequest; result CanaryStatus once the step advanced."""
+    ROLLBACK = "rollback"
+    """No argument; result CanaryStatus once traffic is back on the stable revision."""
 
 
 # The OME contract's rollout annotations, with upstream OME's meaning (DESIGN.md).
@@ -63,8 +101,16 @@ ROLLOUT_ROLLBACK = "ome.io/rollout-rollback"
 ROLLOUT_RESUME = "ome.io/rollout-resume"
 ROLLOUT_PAUSED = "ome.io/rollout-paused"
 ROLLOUT_READY_TIMEOUT = "ome.io/rollout-ready-timeout"
-ROLLOUT_ANNOTATIONS = (ROLLOUT_PROMOTE, ROLLOUT_PROMOTE_FORCE, ROLLOUT_ROLLBACK, ROLLOUT_RESUME, ROLLOUT_PAUSED,
-                       ROLLOUT_READY_TIMEOUT)
+ROLLOUT_SIGNALS: dict[str, Signal] = {
+    ROLLOUT_PROMOTE: Signal.PROMOTE,
+    ROLLOUT_PROMOTE_FORCE: Signal.PROMOTE_FORCE,
+    ROLLOUT_ROLLBACK: Signal.ROLLBACK,
+    ROLLOUT_RESUME: Signal.RESUME,
+    ROLLOUT_PAUSED: Signal.PAUSED,
+    ROLLOUT_READY_TIMEOUT: Signal.READY_TIMEOUT,
+}
+"""Rollout annotation -> the RolloutWorkflow signal the InferenceService workflow forwards it as."""
+ROLLOUT_ANNOTATIONS = tuple(ROLLOUT_SIGNALS)
 MIGRATION_REQUEST_PREFIX = "ome.io/migration-request-v1-"
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -82,8 +128,6 @@ class ObjectEvent(BaseModel):
     generation: int
     resource_version: str
     deleting: bool = False
-    annotation: str | None = None
-    """The watched annotation whose change triggered this event, if any."""
 
 
 class AnnotationEvent(BaseModel):
@@ -167,10 +211,6 @@ def rollout_workflow_id(namespace: str, isvc: str, uid: str, group: str) -> str:
 
 def migration_workflow_id(namespace: str, replica: str, request_uuid: str) -> str:
     return f"migration/{namespace}/{replica}/{request_uuid}"
-
-
-def placement_workflow_id(namespace: str, isvc: str, uid: str) -> str:
-    return f"placement/{namespace}/{isvc}/{uid}"
 
 
 def replica_workflow_id(namespace: str, name: str, uid: str) -> str:

@@ -10,10 +10,14 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.serving.activities import ServingActivities
+    from activities.serving.types import EnsureRevisionInput, RevisionKey, SetTrafficInput
+    from api_models.errors import ErrorType, error_type_of
     from api_models.ome.enums import CoordinationPhase, RolloutRunOutcome
-    from api_models.serving_io import TrafficWeight
-    from workflows.rollout import actions
-    from workflows.rollout.driver import Driver
+    from api_models.serving import TrafficWeight
+    from workflows import options
+    from workflows.rollout.progressions.driver import Driver
+    from workflows.rollout.progressions.readiness import all_ready
 
 
 async def run(driver: Driver) -> RolloutRunOutcome | None:
@@ -22,9 +26,14 @@ async def run(driver: Driver) -> RolloutRunOutcome | None:
     await driver.coordinate(CoordinationPhase.SURGING, surge="100%")
     try:
         for target in moving:
-            await actions.ensure_revision(driver.isvc, target.component, target.revision, target.desired_replicas)
+            await workflow.execute_activity_method(
+                ServingActivities.ensure_revision,
+                EnsureRevisionInput(
+                    key=RevisionKey(isvc=driver.isvc, component=target.component, revision=target.revision),
+                    replicas=target.desired_replicas),
+                **options.KUBE)
     except ActivityError as error:
-        if not actions.is_superseded(error):
+        if error_type_of(error) is not ErrorType.REVISION_SUPERSEDED:
             raise
         # The spec moved on before the surge: the parent retargets us.
         await driver.coordinate(CoordinationPhase.WAITING, "revision superseded; waiting for the new target")
@@ -36,7 +45,7 @@ async def run(driver: Driver) -> RolloutRunOutcome | None:
         if driver.rollback_requested() or driver.retarget_requested():
             return await _abandon(driver, RolloutRunOutcome.ROLLED_BACK if driver.rollback_requested()
                                   else RolloutRunOutcome.SUPERSEDED)
-        if await actions.all_ready(driver.isvc, moving):
+        if await all_ready(driver.isvc, moving):
             break
         elapsed = workflow.now() - since
         if elapsed >= driver.ready_timeout():
@@ -50,13 +59,17 @@ async def run(driver: Driver) -> RolloutRunOutcome | None:
     await driver.coordinate(CoordinationPhase.SHIFTING)
     for target in moving:
         weights = [TrafficWeight(revision=target.revision, weight=100)]
-        await actions.set_traffic(driver.isvc, target.component, weights)
+        await workflow.execute_activity_method(
+            ServingActivities.set_traffic,
+            SetTrafficInput(isvc=driver.isvc, component=target.component, weights=weights), **options.KUBE)
         driver.record_traffic(target.component, weights)
     await driver.coordinate(CoordinationPhase.DRAINING)
     await workflow.sleep(driver.scale_down_delay())
     await driver.coordinate(CoordinationPhase.SCALING_DOWN)
     for target in moving:
-        await actions.delete_revision(driver.isvc, target.component, target.stable_revision)
+        await workflow.execute_activity_method(
+            ServingActivities.delete_revision,
+            RevisionKey(isvc=driver.isvc, component=target.component, revision=target.stable_revision), **options.KUBE)
     await driver.coordinate(CoordinationPhase.IDLE)
     return RolloutRunOutcome.COMPLETED
 
@@ -66,9 +79,13 @@ async def _abandon(driver: Driver, outcome: RolloutRunOutcome | None) -> Rollout
     await driver.coordinate(CoordinationPhase.ROLLING_BACK)
     for target in driver.moving():
         weights = [TrafficWeight(revision=target.stable_revision, weight=100)]
-        await actions.set_traffic(driver.isvc, target.component, weights)
+        await workflow.execute_activity_method(
+            ServingActivities.set_traffic,
+            SetTrafficInput(isvc=driver.isvc, component=target.component, weights=weights), **options.KUBE)
         driver.record_traffic(target.component, weights)
-        await actions.delete_revision(driver.isvc, target.component, target.revision)
+        await workflow.execute_activity_method(
+            ServingActivities.delete_revision,
+            RevisionKey(isvc=driver.isvc, component=target.component, revision=target.revision), **options.KUBE)
     if outcome is not None:
         await driver.coordinate(CoordinationPhase.IDLE, f"run closed: {outcome.value}")
     return outcome

@@ -12,12 +12,15 @@ from dataclasses import dataclass
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from activities.serving.activities import ServingActivities
+    from activities.serving.types import EnsureRevisionInput, RevisionKey, SetTrafficInput
     from api_models.ome.enums import ComponentType, CoordinationPhase, RolloutRunOutcome
     from api_models.ome.rollout import GroupRollingUpdate
-    from api_models.serving_io import TrafficWeight
-    from workflows.rollout import actions
-    from workflows.rollout.driver import Driver
+    from api_models.serving import TrafficWeight
+    from workflows import options
     from workflows.rollout.models import ComponentTarget
+    from workflows.rollout.progressions.driver import Driver
+    from workflows.rollout.progressions.readiness import all_ready
     from workflows.rollout.steps import scaled
 
 DEFAULT_BUDGET = "25%"
@@ -59,7 +62,10 @@ def split(new_ready: int, old_ready: int) -> int:
     return 100 if total == 0 else round(100 * new_ready / total)
 
 
-async def run(driver: Driver, spec: GroupRollingUpdate | None) -> RolloutRunOutcome | None:
+async def run(driver: Driver) -> RolloutRunOutcome | None:
+    """Completed, RolledBack (annotation), Superseded (retarget), or None when no progress was
+    made within the ready timeout (the old revision is restored)."""
+    spec = driver.group().group.rolling_update
     moving = driver.moving()
     counts = {t.component: Counts(new=0, old=t.desired_replicas) for t in moving}
     budgets = {t.component: budget(t.desired_replicas, spec) for t in moving}
@@ -76,17 +82,31 @@ async def run(driver: Driver, spec: GroupRollingUpdate | None) -> RolloutRunOutc
         moved = False
         for target in moving:
             component = target.component
-            new_seen = await actions.revision_status(driver.isvc, component, target.revision)
-            old_seen = await actions.revision_status(driver.isvc, component, target.stable_revision)
+            new_seen = await workflow.execute_activity_method(
+                ServingActivities.revision_status,
+                RevisionKey(isvc=driver.isvc, component=component, revision=target.revision), **options.KUBE)
+            old_seen = await workflow.execute_activity_method(
+                ServingActivities.revision_status,
+                RevisionKey(isvc=driver.isvc, component=component, revision=target.stable_revision), **options.KUBE)
             new_ready = new_seen.ready_replicas
             old_ready = old_seen.ready_replicas
             surge, unavailable = budgets[component]
             before = counts[component]
             after = next_counts(target.desired_replicas, surge, unavailable, before, new_ready, old_ready)
             if after.new != before.new:
-                await actions.ensure_revision(driver.isvc, component, target.revision, after.new)
+                await workflow.execute_activity_method(
+                    ServingActivities.ensure_revision,
+                    EnsureRevisionInput(
+                        key=RevisionKey(isvc=driver.isvc, component=component, revision=target.revision),
+                        replicas=after.new),
+                    **options.KUBE)
             if after.old != before.old:
-                await actions.ensure_revision(driver.isvc, component, target.stable_revision, after.old)
+                await workflow.execute_activity_method(
+                    ServingActivities.ensure_revision,
+                    EnsureRevisionInput(
+                        key=RevisionKey(isvc=driver.isvc, component=component, revision=target.stable_revision),
+                        replicas=after.old),
+                    **options.KUBE)
             counts[component] = after
             weight = split(new_ready, min(old_ready, after.old))
             if weights.get(component) != weight:
@@ -110,7 +130,9 @@ async def run(driver: Driver, spec: GroupRollingUpdate | None) -> RolloutRunOutc
         await driver.wait(driver.poll_seconds(workflow.now() - last_progress))
     for target in moving:
         await _route(driver, target, 100)
-        await actions.delete_revision(driver.isvc, target.component, target.stable_revision)
+        await workflow.execute_activity_method(
+            ServingActivities.delete_revision,
+            RevisionKey(isvc=driver.isvc, component=target.component, revision=target.stable_revision), **options.KUBE)
     await driver.coordinate(CoordinationPhase.IDLE)
     return RolloutRunOutcome.COMPLETED
 
@@ -119,7 +141,9 @@ async def _route(driver: Driver, target: ComponentTarget, weight: int) -> None:
     weights = [TrafficWeight(revision=target.revision, weight=weight)]
     if weight < 100:
         weights.insert(0, TrafficWeight(revision=target.stable_revision, weight=100 - weight))
-    await actions.set_traffic(driver.isvc, target.component, weights)
+    await workflow.execute_activity_method(
+        ServingActivities.set_traffic,
+        SetTrafficInput(isvc=driver.isvc, component=target.component, weights=weights), **options.KUBE)
     driver.record_traffic(target.component, weights)
 
 
@@ -128,15 +152,22 @@ async def _restore(driver: Driver, moving: list[ComponentTarget],
     """Scale the old revision back to desired, wait for it (bounded), route to it, drop the new."""
     await driver.coordinate(CoordinationPhase.ROLLING_BACK)
     for target in moving:
-        await actions.ensure_revision(driver.isvc, target.component, target.stable_revision, target.desired_replicas)
+        await workflow.execute_activity_method(
+            ServingActivities.ensure_revision,
+            EnsureRevisionInput(
+                key=RevisionKey(isvc=driver.isvc, component=target.component, revision=target.stable_revision),
+                replicas=target.desired_replicas),
+            **options.KUBE)
     since = workflow.now()
     while workflow.now() - since < driver.ready_timeout():
-        if await actions.all_ready(driver.isvc, moving, stable=True):
+        if await all_ready(driver.isvc, moving, stable=True):
             break
         await workflow.sleep(driver.poll_seconds(workflow.now() - since))
     for target in moving:
         await _route(driver, target, 0)
-        await actions.delete_revision(driver.isvc, target.component, target.revision)
+        await workflow.execute_activity_method(
+            ServingActivities.delete_revision,
+            RevisionKey(isvc=driver.isvc, component=target.component, revision=target.revision), **options.KUBE)
     if outcome is not None:
         await driver.coordinate(CoordinationPhase.IDLE, f"run closed: {outcome.value}")
     return outcome

@@ -1,0 +1,1 @@
+"""Stored workflow histories replayed by tests/test_replay.py, and the recorder that made them."""

@@ -1,0 +1,27 @@
+"""Readiness of a set of revisions, read through the serving activity: the one piece of activity
+logic the blue-green and rolling progressions share."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.serving.activities import ServingActivities
+    from activities.serving.types import RevisionKey
+    from api_models.contract.rollout import ComponentTarget
+    from api_models.refs import ObjectRef
+    from workflows import options
+
+
+async def all_ready(isvc: ObjectRef, targets: list[ComponentTarget], *, stable: bool = False) -> bool:
+    """Whether every target's revision (its stable one with `stable`) has its desired replicas Ready.
+    Every target is read, even after one falls short, so the activity sequence does not depend on
+    which one did."""
+    ready = True
+    for target in targets:
+        revision = target.stable_revision if stable else target.revision
+        seen = await workflow.execute_activity_method(
+            ServingActivities.revision_status,
+            RevisionKey(isvc=isvc, component=target.component, revision=revision), **options.KUBE)
+        ready = ready and seen.ready_replicas >= target.desired_replicas
+    return ready
