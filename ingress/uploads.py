@@ -81,8 +81,8 @@ from activities.uploads.sessions import (
     upload_dir,
     verified_record,
 )
-from activities.uploads.types import UploadComplete
 from api_models.contract import Signal, model_workflow_id
+from api_models.contract.uploads import UploadComplete
 
 log = logging.getLogger("servingops.uploads.server")
 

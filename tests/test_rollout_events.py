@@ -103,3 +103,23 @@ async def test_rollback_is_an_event(env: WorkflowEnvironment) -> None:
         assert rolled_back.message == "group 0: rolled back from engine b; all traffic on engine a"
         assert notes(isvc, EventReason.TRAFFIC_SHIFTED)[-1].message == "engine traffic: a 100% (was a 75% / b 25%)"
         assert not notes(isvc, EventReason.STEP_PROMOTED) and not notes(isvc, EventReason.COMPLETED)
+
+
+async def test_a_parked_group_says_why_in_a_warning_event(env: WorkflowEnvironment) -> None:
+    rollout = {"groups": [{"components": ["engine"], "policyRef": {"name": "safe", "progression": "canary"}}]}
+    async with served(env, rollout=rollout) as isvc:
+        await roll_to(isvc, "b")
+        await isvc.until(lambda: condition(isvc, "RolloutReady").get("reason") == "PolicyNotFound", what="park")
+        (warning,) = notes(isvc, "PolicyNotFound")
+        assert warning.type == "Warning" and warning.message.startswith("group ")
+        # Still parked for the same reason after several re-resolves: said once, not once a minute.
+        await env.sleep(600)
+        assert len(notes(isvc, "PolicyNotFound")) == 1
+        # Parked again for another reason: a new Warning with that reason.
+        isvc.cluster.policies["safe"] = {"apiVersion": "ome.io/v1beta1", "kind": "RolloutPolicy",
+                                         "metadata": {"name": "safe", "generation": 3},
+                                         "spec": {"rollingUpdate": {"maxSurge": 1}}}
+        await isvc.until(lambda: condition(isvc, "RolloutReady").get("reason") == "ProgressionMismatch",
+                         step=30, what="mismatch")
+        (mismatch,) = notes(isvc, "ProgressionMismatch")
+        assert mismatch.type == "Warning"

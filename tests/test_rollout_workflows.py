@@ -15,8 +15,9 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from api_models import contract
+from api_models.contract.rollout import PromoteRequest
 from tests.rollout_harness import ENGINE, Isvc, analysis, canary_group, roll_to, rolled_out, served, start_env
-from workflows.rollout.models import PromoteRequest, RolloutSettings
+from workflows.rollout.models import RolloutSettings
 
 
 @pytest.fixture

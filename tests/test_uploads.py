@@ -46,10 +46,10 @@ from activities.uploads.types import (
     OpenUploadInput,
     PreparedUpload,
     PrepareUploadInput,
-    UploadComplete,
     UploadSessionInfo,
 )
 from api_models.contract import model_workflow_id
+from api_models.contract.uploads import UploadComplete
 from api_models.deckhouse import ClusterModel, Model
 from api_models.errors import ErrorType
 from api_models.refs import ObjectRef

@@ -54,10 +54,10 @@ with workflow.unsafe.imports_passed_through():
         CloseUploadInput,
         OpenUploadInput,
         PrepareUploadInput,
-        UploadComplete,
         UploadSessionInfo,
     )
-    from api_models.contract import Signal, StartObject
+    from api_models.contract import Signal, StartObject, WorkflowType
+    from api_models.contract.uploads import UploadComplete
     from api_models.deckhouse.enums import ArtifactKind, ModelPhase, ModelReason, SourceType
     from api_models.deckhouse.model import Artifact, ModelStatus, ResolvedSource, UploadSession
     from api_models.errors import ErrorType, error_message, error_type_of
@@ -138,7 +138,7 @@ def _failure(exc: ActivityError) -> ImportFailed:
     return ImportFailed(ErrorType.IMPORT_GAVE_UP, f"gave up after retries ({cause}): {error_message(exc)}")
 
 
-@workflow.defn(name="ModelWorkflow")
+@workflow.defn(name=WorkflowType.MODEL)
 class ModelWorkflow(EntitySignals[ModelState]):
     def __init__(self) -> None:
         # Signal handlers may run before run(): everything they touch starts here.

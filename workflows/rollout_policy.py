@@ -27,7 +27,7 @@ from workflows.entity import EntitySignals, EntityState
 
 with workflow.unsafe.imports_passed_through():
     from activities.kubernetes import EventNote, KubernetesActivities, PolicyAttachments, StatusPatch
-    from api_models.contract import Signal, StartObject
+    from api_models.contract import Signal, StartObject, WorkflowType
     from api_models.ome.rollout_policy import RolloutPolicySpec, RolloutPolicyStatus
     from api_models.refs import ConditionUpdate, ObjectRef
     from workflows.rollout.policy_pinning import kind_of, portable_digest
@@ -83,7 +83,7 @@ def validate(spec: dict[str, Any] | None) -> tuple[RolloutPolicySpec | None, str
     return body, None
 
 
-@workflow.defn(name="RolloutPolicyWorkflow")
+@workflow.defn(name=WorkflowType.ROLLOUT_POLICY)
 class RolloutPolicyWorkflow(EntitySignals[PolicyState]):
     def __init__(self) -> None:
         self.state = PolicyState()

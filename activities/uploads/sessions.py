@@ -50,9 +50,9 @@ from activities.uploads.types import (
     PreparedFile,
     PreparedUpload,
     PrepareUploadInput,
-    UploadComplete,
     UploadSessionInfo,
 )
+from api_models.contract.uploads import UploadComplete
 from api_models.errors import ErrorType, application_error
 from api_models.refs import ObjectRef
 

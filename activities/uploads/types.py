@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from api_models.contract.uploads import UploadComplete
 from api_models.refs import ObjectRef
 
 DEFAULT_TTL_SECONDS = 24 * 3600
@@ -43,25 +44,6 @@ class CloseUploadInput(BaseModel):
     discard_files: bool = False
     """Also remove the uploaded file (and any partial upload) from this worker's spool. Safe once
     prepare_model_dir has run: a staged single file is a hard link, an archive has been extracted."""
-
-
-class UploadComplete(BaseModel):
-    """The payload of the `upload-complete` signal, sent by the upload server once the last byte is in."""
-
-    model_config = ConfigDict(frozen=True)
-
-    filename: str
-    """The file's name as the user gave it (X-Filename or ?filename=), or model.<kind> when none was given."""
-    size: int = Field(ge=1)
-    sha256: str
-    """Hex digest of the whole upload, computed while streaming."""
-    path: str
-    """Absolute path of the upload in the spool of the worker that received it."""
-    kind: str
-    """What the content is, by its magic bytes: safetensors, gguf, tar, tar.gz or zip."""
-    worker_task_queue: str | None = None
-    """When several workers serve uploads, a task queue served only by the worker holding `path`: run
-    prepare_model_dir (and publishing) there, because the bytes are on that worker's disk only."""
 
 
 class PrepareUploadInput(BaseModel):

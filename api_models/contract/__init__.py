@@ -55,7 +55,7 @@ class Signal(StrEnum):
     """Bridge -> InferenceServiceWorkflow: a watched annotation changed (AnnotationEvent)."""
     UPLOAD_COMPLETE = "upload-complete"
     """Upload endpoint (ingress.uploads) -> ModelWorkflow: the upload finished
-    (activities.uploads.types.UploadComplete)."""
+    (api_models.contract.uploads.UploadComplete)."""
     REFRESH_NOW = "refresh-now"
     """InferenceServiceWorkflow -> RolloutPolicyWorkflow: re-count attachments now (no payload)."""
     ROLLOUT_REPORT = "rollout-report"

@@ -13,12 +13,12 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.prometheus import EvaluateInput, Evaluation, MetricOutcome, MetricQuery, PrometheusActivities
     from activities.serving.types import revision_name
+    from api_models.contract.rollout import ComponentTarget
     from api_models.ome.rollout import GroupCanary, RolloutAnalysis
     from api_models.ome.rollout_status import AnalysisMetricResult
     from api_models.operator_config import OperatorDefaults, PrometheusSource
     from api_models.refs import ObjectRef
     from workflows import options
-    from workflows.rollout.models import ComponentTarget
     from workflows.rollout.templating import QueryContext, TemplateError, render
 
 

@@ -1,7 +1,7 @@
 """Payloads of the rollout workflows that stay inside the workflow package: what the
 InferenceService workflow hands a rollout run, what a run returns, and the state carried across
 continue-as-new. The message payloads and `state` query answers the SDK also reads live in
-api_models.contract.rollout (re-exported here for the workflow modules). Pure pydantic, no
+api_models.contract.rollout. Pure pydantic, no
 workflow code."""
 
 from __future__ import annotations
@@ -10,17 +10,7 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-from api_models.contract.rollout import ActiveRun as ActiveRun
-from api_models.contract.rollout import ComponentTarget as ComponentTarget
-from api_models.contract.rollout import ComponentView as ComponentView
-from api_models.contract.rollout import PinnedGroup as PinnedGroup
-from api_models.contract.rollout import Progression as Progression
-from api_models.contract.rollout import PromoteRequest as PromoteRequest
-from api_models.contract.rollout import RetargetRequest as RetargetRequest
-from api_models.contract.rollout import RolloutReport as RolloutReport
-from api_models.contract.rollout import RolloutState as RolloutState
-from api_models.contract.rollout import ServiceState as ServiceState
-from api_models.contract.rollout import progression_of as progression_of
+from api_models.contract.rollout import ComponentTarget, PinnedGroup, RolloutReport
 from api_models.errors import ErrorType
 from api_models.ome.enums import ComponentType, RolloutRunOutcome
 from api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationGroupStatus

@@ -18,9 +18,11 @@ from collections.abc import Awaitable, Callable
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from api_models.contract import WorkflowType
+    from api_models.contract.rollout import Progression, progression_of
     from api_models.ome.enums import RolloutRunOutcome
     from workflows.rollout.handlers import RolloutHandlers
-    from workflows.rollout.models import Progression, RolloutInput, RolloutResult, progression_of
+    from workflows.rollout.models import RolloutInput, RolloutResult
     from workflows.rollout.progressions import bluegreen, canary, rolling
     from workflows.visibility import Visibility
 
@@ -31,7 +33,7 @@ _PROGRESSIONS: dict[Progression, Callable[[RolloutHandlers], Awaitable[RolloutRu
 }
 
 
-@workflow.defn(name="RolloutWorkflow")
+@workflow.defn(name=WorkflowType.ROLLOUT)
 class RolloutWorkflow(RolloutHandlers):
     @workflow.run
     async def run(self, params: RolloutInput) -> RolloutResult:

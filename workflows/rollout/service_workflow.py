@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         SetTrafficInput,
     )
     from api_models import contract
-    from api_models.contract import AnnotationEvent, ObjectEvent, Query, Signal, StartObject
+    from api_models.contract import AnnotationEvent, ObjectEvent, Query, Signal, StartObject, WorkflowType
     from api_models.contract.rollout import (
         ActiveRun,
         ComponentTarget,
@@ -79,7 +79,7 @@ class ServiceInput(StartObject):
     """The refused generation, carried so a continue-as-new does not retry it."""
 
 
-@workflow.defn(name="InferenceServiceWorkflow")
+@workflow.defn(name=WorkflowType.INFERENCE_SERVICE)
 class InferenceServiceWorkflow:
     def __init__(self) -> None:
         self._state = ServiceState()
@@ -373,7 +373,7 @@ class InferenceServiceWorkflow:
                 paused=annotations.get(contract.ROLLOUT_PAUSED) == "true",
                 ready_timeout=annotations.get(contract.ROLLOUT_READY_TIMEOUT)))
         handle: ChildWorkflowHandle[object, RolloutResult] = await workflow.start_child_workflow(
-            "RolloutWorkflow", params, id=workflow_id, result_type=RolloutResult,
+            WorkflowType.ROLLOUT, params, id=workflow_id, result_type=RolloutResult,
             parent_close_policy=ParentClosePolicy.TERMINATE,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE)
         state.active[unit.key] = ActiveRun(key=unit.key, workflow_id=workflow_id, run_id=run_id, targets=targets,
@@ -392,6 +392,8 @@ class InferenceServiceWorkflow:
         self._results.append((key, result, message, error_type))
 
     def _park(self, key: str, why: str) -> None:
+        if self._state.parked.get(key) != why:
+            self._note(status.park_note(key, why))
         self._state.parked[key] = why
         self._dirty = True
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from activities.kubernetes import EventNote
 from activities.serving.types import revision_name
+from api_models.contract.rollout import ActiveRun, ComponentTarget, ComponentView, ServiceState
 from api_models.errors import ErrorType
 from api_models.ome.enums import ComponentType, RolloutRunOutcome
 from api_models.ome.inference_service import ComponentStatusSpec
@@ -34,7 +35,7 @@ from api_models.ome.rollout_status import (
 from api_models.ome.traffic import ComponentTrafficTarget
 from api_models.refs import ConditionUpdate
 from api_models.serving import TrafficWeight
-from workflows.rollout.models import ActiveRun, ComponentTarget, ComponentView, Refusal, ServiceState
+from workflows.rollout.models import Refusal
 from workflows.rollout.plan import entrypoint, target_id
 
 _CONDITION = {ComponentType.ENGINE: "EngineReady", ComponentType.DECODER: "DecoderReady",
@@ -160,8 +161,19 @@ def conditions(state: ServiceState, refusal: Refusal | None = None) -> list[Cond
 
 
 def _park_reason(parked: dict[str, str]) -> str:
-    first = parked[sorted(parked)[0]]
-    return first.split(":", 1)[0] if ":" in first else "RolloutParked"
+    return _reason_of(parked[sorted(parked)[0]])
+
+
+def _reason_of(why: str) -> str:
+    """A park is written "<Reason>: <message>"; the reason is also the RolloutReady condition's."""
+    return why.split(":", 1)[0] if ":" in why else "RolloutParked"
+
+
+def park_note(group: str, why: str) -> EventNote:
+    """The Warning of a group that parks (PolicyNotFound, MetricProviderUnbound, ...): the same
+    reason as the RolloutReady condition, so `kubectl get events` says why it is held."""
+    message = why.split(":", 1)[1].strip() if ":" in why else why
+    return EventNote(type="Warning", reason=_reason_of(why), message=f"group {group}: {message}")
 
 
 def service_status(isvc: str, state: ServiceState, now: datetime) -> dict[str, Any]:

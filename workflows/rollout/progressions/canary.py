@@ -23,6 +23,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.serving.activities import ServingActivities
     from activities.serving.types import EnsureRevisionInput, ObserveInput, RevisionKey, SetTrafficInput
+    from api_models.contract.rollout import ComponentTarget, PinnedGroup, RetargetRequest
     from api_models.durations import parse_duration
     from api_models.errors import ErrorType, error_type_of
     from api_models.ome.enums import CanaryFailureReason, ComponentType, RolloutPhase, RolloutRunOutcome
@@ -31,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
     from api_models.serving import TrafficWeight
     from workflows import options
     from workflows.rollout import analysis, status
-    from workflows.rollout.models import ComponentTarget, PinnedGroup, RetargetRequest
     from workflows.rollout.progressions.driver import CanaryDriver
     from workflows.rollout.steps import (
         Gate,

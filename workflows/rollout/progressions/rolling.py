@@ -14,11 +14,11 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from activities.serving.activities import ServingActivities
     from activities.serving.types import EnsureRevisionInput, RevisionKey, SetTrafficInput
+    from api_models.contract.rollout import ComponentTarget
     from api_models.ome.enums import ComponentType, CoordinationPhase, RolloutRunOutcome
     from api_models.ome.rollout import GroupRollingUpdate
     from api_models.serving import TrafficWeight
     from workflows import options
-    from workflows.rollout.models import ComponentTarget
     from workflows.rollout.progressions.driver import Driver
     from workflows.rollout.progressions.readiness import all_ready
     from workflows.rollout.steps import scaled
