@@ -12,7 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.oci.activities import RegistryTarget
+from servingops.activities.oci.activities import RegistryTarget
 
 
 class HostClaim(BaseModel):

@@ -14,10 +14,10 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel
 from temporalio import activity
 
-from api_models.conditions import merge_conditions
-from api_models.errors import ErrorType, application_error
-from api_models.refs import ConditionUpdate, ObjectRef
-from runtime.kube import record_event
+from servingops.api_models.conditions import merge_conditions
+from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.refs import ConditionUpdate, ObjectRef
+from servingops.runtime.kube import record_event
 
 _CONFLICT_RETRIES = 10
 

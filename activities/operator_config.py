@@ -10,7 +10,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from api_models.operator_config import (
+from servingops.api_models.operator_config import (
     DEFAULT_CONFIGMAP,
     OperatorConfig,
     OperatorConfigError,

@@ -26,10 +26,10 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from api_models.errors import ErrorType, application_error
-from api_models.ome.enums import ComparisonOperator
-from api_models.operator_config import PrometheusSource
-from api_models.refs import ObjectRef
+from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.ome.enums import ComparisonOperator
+from servingops.api_models.operator_config import PrometheusSource
+from servingops.api_models.refs import ObjectRef
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from api_models.refs import ConditionUpdate
+from servingops.api_models.refs import ConditionUpdate
 
 
 def merge_conditions(

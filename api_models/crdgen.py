@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from api_models.base import KubeResource
+from servingops.api_models.base import KubeResource
 
 # Keys of JSON Schema that a CRD's openAPIV3Schema accepts (plus every x-kubernetes-* key).
 _ALLOWED_KEYS = {

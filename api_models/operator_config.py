@@ -32,8 +32,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from api_models.durations import parse_duration
-from api_models.refs import ObjectRef
+from servingops.api_models.durations import parse_duration
+from servingops.api_models.refs import ObjectRef
 
 DEFAULT_CONFIGMAP = "servingops-config"
 BLOCKS = ("rollout", "canaryAnalysis", "metricProviders")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from api_models.base import KubeResource
+from servingops.api_models.base import KubeResource
 
 
 class ObjectRef(BaseModel):

@@ -32,14 +32,14 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 
-from api_models.contract import ObjectEvent, Signal, StartObject, WorkflowType
-from api_models.deckhouse import Model
-from api_models.refs import ObjectRef
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess, free_port
 from devstack.services import TemporalDevServer
-from runtime.temporal import TemporalSettings, connect
-from workflows import search_attributes
+from servingops.api_models.contract import ObjectEvent, Signal, StartObject, WorkflowType
+from servingops.api_models.deckhouse import Model
+from servingops.api_models.refs import ObjectRef
+from servingops.runtime.temporal import TemporalSettings, connect
+from servingops.workflows import search_attributes
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -110,7 +110,7 @@ async def wait_for(temporal: Client, ns: str, count: int, wait_seconds: float = 
 
 
 def start_bridge(cluster: LocalKubeCluster, temporal: TemporalDevServer, logs: Path) -> ManagedProcess:
-    argv = [sys.executable, "-m", "crd_bridge.main", "--temporal-address", temporal.address,
+    argv = [sys.executable, "-m", "servingops.crd_bridge.main", "--temporal-address", temporal.address,
             "--kubeconfig", str(cluster.kubeconfig_path), "--task-queue", "bench", "--kinds", "Model",
             "--no-leader-elect", "--metrics-address", f"127.0.0.1:{free_port()}"]
     return ManagedProcess(f"bridge-{uuid.uuid4().hex[:4]}", argv, logs, cwd=REPO_ROOT).start()

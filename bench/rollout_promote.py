@@ -39,7 +39,7 @@ from devstack.hub_server import HubServer
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
-from runtime.temporal import TemporalSettings, connect
+from servingops.runtime.temporal import TemporalSettings, connect
 from tests.fixtures.bridge import BridgeLauncher
 from tests.test_model_import_e2e import start_worker
 

@@ -17,8 +17,8 @@ CHECKOUT_CRDS = REPO_ROOT / "deploy" / "crds"
 
 def cmd_crds(args: argparse.Namespace) -> int:
     """Write (or, with --check, compare) deploy/crds/ from the pydantic models."""
-    from api_models.crdgen import manifest_path, render, write_crds
-    from api_models.registry import served_kinds
+    from servingops.api_models.crdgen import manifest_path, render, write_crds
+    from servingops.api_models.registry import served_kinds
 
     if args.out == "-":
         if args.check:
@@ -44,14 +44,14 @@ def cmd_crds(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from workers.main import main as worker_main
+    from servingops.workers.main import main as worker_main
 
     worker_main(args.rest)
     return 0
 
 
 def cmd_bridge(args: argparse.Namespace) -> int:
-    from crd_bridge.main import main as bridge_main
+    from servingops.crd_bridge.main import main as bridge_main
 
     bridge_main(args.rest)
     return 0
@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         proc.add_argument("rest", nargs=argparse.REMAINDER)
         proc.set_defaults(func=func)
 
-    from cli.rollout import add_parser as add_rollout
+    from servingops.cli.rollout import add_parser as add_rollout
 
     add_rollout(sub)
     return parser

@@ -39,9 +39,9 @@ async def _run(args: argparse.Namespace) -> int:
 
     from kubernetes import config
 
-    from cli.rollout_view import render_canary, render_status
-    from runtime.temporal import TemporalSettings, connect
-    from sdk.rollouts import NoActiveCanaryError, RolloutClient
+    from servingops.cli.rollout_view import render_canary, render_status
+    from servingops.runtime.temporal import TemporalSettings, connect
+    from servingops.sdk.rollouts import NoActiveCanaryError, RolloutClient
 
     settings = replace(TemporalSettings.from_env(), address=args.temporal_address)
     temporal = await connect(settings)

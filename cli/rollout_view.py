@@ -7,9 +7,9 @@ from datetime import datetime
 
 from pydantic_core import to_jsonable_python
 
-from api_models.contract.rollout import ActiveRun, RolloutState
-from api_models.ome.rollout_status import CanaryStatus
-from sdk.rollouts import RolloutStatus, RunUnavailable
+from servingops.api_models.contract.rollout import ActiveRun, RolloutState
+from servingops.api_models.ome.rollout_status import CanaryStatus
+from servingops.sdk.rollouts import RolloutStatus, RunUnavailable
 
 
 def _row(label: str, value: object, indent: int = 0) -> str:

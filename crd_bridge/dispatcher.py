@@ -28,14 +28,14 @@ from temporalio.common import (
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from api_models import contract
-from api_models.contract import MigrationStart, StartObject, WorkflowType
-from crd_bridge.metrics import BridgeMetrics
-from crd_bridge.queue import CoalescingQueue
-from crd_bridge.routes import Dispatch, Fingerprint, not_served, plan
-from crd_bridge.watcher import Observed
-from runtime.kube import record_event
-from workflows import search_attributes
+from servingops.api_models import contract
+from servingops.api_models.contract import MigrationStart, StartObject, WorkflowType
+from servingops.crd_bridge.metrics import BridgeMetrics
+from servingops.crd_bridge.queue import CoalescingQueue
+from servingops.crd_bridge.routes import Dispatch, Fingerprint, not_served, plan
+from servingops.crd_bridge.watcher import Observed
+from servingops.runtime.kube import record_event
+from servingops.workflows import search_attributes
 
 log = logging.getLogger("servingops.bridge.dispatch")
 tracer = trace.get_tracer("servingops.bridge")

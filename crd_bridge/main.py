@@ -16,15 +16,15 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from crd_bridge.dispatcher import Dispatcher
-from crd_bridge.leader import start_election
-from crd_bridge.metrics import BridgeMetrics
-from crd_bridge.queue import CoalescingQueue
-from crd_bridge.routes import DEFAULT_KINDS, ROUTES
-from crd_bridge.watcher import KindWatcher, Observed
-from runtime.kube import load_api_client
-from runtime.telemetry import configure_tracing
-from runtime.temporal import TemporalSettings, connect
+from servingops.crd_bridge.dispatcher import Dispatcher
+from servingops.crd_bridge.leader import start_election
+from servingops.crd_bridge.metrics import BridgeMetrics
+from servingops.crd_bridge.queue import CoalescingQueue
+from servingops.crd_bridge.routes import DEFAULT_KINDS, ROUTES
+from servingops.crd_bridge.watcher import KindWatcher, Observed
+from servingops.runtime.kube import load_api_client
+from servingops.runtime.telemetry import configure_tracing
+from servingops.runtime.temporal import TemporalSettings, connect
 
 log = logging.getLogger("servingops.bridge")
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from api_models import contract
-from api_models.contract import (
+from servingops.api_models import contract
+from servingops.api_models.contract import (
     AnnotationEvent,
     BadAnnotation,
     MigrationStart,
@@ -22,7 +22,7 @@ from api_models.contract import (
     StartObject,
     WorkflowType,
 )
-from api_models.refs import ObjectRef
+from servingops.api_models.refs import ObjectRef
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any, cast
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from crd_bridge.routes import Route
+from servingops.crd_bridge.routes import Route
 
 log = logging.getLogger("servingops.bridge.watch")
 

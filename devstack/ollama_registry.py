@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from activities.oci.media_types import DOCKER_MANIFEST_V2
-from activities.oci.modelpack import canonical_json, sha256_digest
-from activities.oci.registry_client import ModelRegistry, file_sha256
+from devstack import model_repos
+from servingops.activities.oci.media_types import DOCKER_MANIFEST_V2
+from servingops.activities.oci.modelpack import canonical_json, sha256_digest
+from servingops.activities.oci.registry_client import ModelRegistry, file_sha256
 
 # The media types are the ones the import reads: one definition, in the activity.
-from activities.sources.ollama import (
+from servingops.activities.sources.ollama import (
     CONFIG_MEDIA_TYPE,
     MEDIA_LICENSE,
     MEDIA_MODEL,
@@ -31,7 +32,6 @@ from activities.sources.ollama import (
     MEDIA_SYSTEM,
     MEDIA_TEMPLATE,
 )
-from devstack import model_repos
 
 # A chat template in Ollama's Go template syntax, as the library's models ship them.
 DEFAULT_TEMPLATE = (

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from devstack.process import ManagedProcess, find_binary, free_port, http_ok, tcp_open
-from workflows import search_attributes
+from servingops.workflows import search_attributes
 
 
 class MissingBinary(RuntimeError):

@@ -83,10 +83,10 @@ def up(state_dir: Path) -> int:
     }
     api = cluster.api_client()
     write_operator_config(api, prometheus.url)
-    worker = ManagedProcess("worker", [sys.executable, "-m", "workers.main"], logs, env=env,
+    worker = ManagedProcess("worker", [sys.executable, "-m", "servingops.workers.main"], logs, env=env,
                             cwd=REPO_ROOT).start()
     # The bridge follows, by default, every kind whose workflow the worker serves.
-    bridge = ManagedProcess("bridge", [sys.executable, "-m", "crd_bridge.main", "--no-leader-elect"], logs,
+    bridge = ManagedProcess("bridge", [sys.executable, "-m", "servingops.crd_bridge.main", "--no-leader-elect"], logs,
                             env=env, cwd=REPO_ROOT).start()
 
     processes = [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge]

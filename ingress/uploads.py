@@ -61,9 +61,9 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from activities.model_files.archive import classify_upload
-from activities.model_files.errors import InvalidModel
-from activities.uploads.sessions import (
+from servingops.activities.model_files.archive import classify_upload
+from servingops.activities.model_files.errors import InvalidModel
+from servingops.activities.uploads.sessions import (
     ANN_COMPLETED,
     ANN_NOTIFIED,
     DEFAULT_CONTROLLER_NAMESPACE,
@@ -81,8 +81,8 @@ from activities.uploads.sessions import (
     upload_dir,
     verified_record,
 )
-from api_models.contract import Signal, model_workflow_id
-from api_models.contract.uploads import UploadComplete
+from servingops.api_models.contract import Signal, model_workflow_id
+from servingops.api_models.contract.uploads import UploadComplete
 
 log = logging.getLogger("servingops.uploads.server")
 

@@ -1,5 +1,5 @@
 """A small Python SDK for servingops: drive InferenceService rollouts through Temporal."""
 
-from sdk.rollouts import NoActiveCanaryError, RolloutClient, RolloutStatus, RunUnavailable
+from servingops.sdk.rollouts import NoActiveCanaryError, RolloutClient, RolloutStatus, RunUnavailable
 
 __all__ = ["NoActiveCanaryError", "RolloutClient", "RolloutStatus", "RunUnavailable"]

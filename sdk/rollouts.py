@@ -20,10 +20,10 @@ from kubernetes import client as kube
 from pydantic import BaseModel
 from temporalio.client import Client
 
-from api_models import contract
-from api_models.contract import Query, Update
-from api_models.contract.rollout import Progression, PromoteRequest, RolloutState, ServiceView
-from api_models.ome.rollout_status import CanaryStatus
+from servingops.api_models import contract
+from servingops.api_models.contract import Query, Update
+from servingops.api_models.contract.rollout import Progression, PromoteRequest, RolloutState, ServiceView
+from servingops.api_models.ome.rollout_status import CanaryStatus
 
 
 class NoActiveCanaryError(RuntimeError):

@@ -9,7 +9,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from api_models.base import KubeResource
+from servingops.api_models.base import KubeResource
 
 
 def manifest(kind: type[KubeResource], spec: dict[str, Any], name: str | None = None) -> dict[str, Any]:

@@ -20,9 +20,9 @@ from typing import Any
 from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 
-from activities.kubernetes import EventNote, StatusPatch
-from activities.prometheus import EvaluateInput, Evaluation, MetricOutcome
-from activities.serving.types import (
+from servingops.activities.kubernetes import EventNote, StatusPatch
+from servingops.activities.prometheus import EvaluateInput, Evaluation, MetricOutcome
+from servingops.activities.serving.types import (
     ComponentObservation,
     EnsureRevisionInput,
     ObserveInput,
@@ -31,11 +31,11 @@ from activities.serving.types import (
     ServiceObservation,
     SetTrafficInput,
 )
-from api_models.errors import ErrorType, application_error
-from api_models.ome.enums import ComponentType
-from api_models.operator_config import OperatorDefaults, PrometheusSource
-from api_models.refs import ObjectRef
-from api_models.serving import TrafficWeight
+from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.operator_config import OperatorDefaults, PrometheusSource
+from servingops.api_models.refs import ObjectRef
+from servingops.api_models.serving import TrafficWeight
 
 NAMESPACE = "team-a"
 NAME = "llama"
@@ -285,7 +285,7 @@ async def register_search_attributes(env: WorkflowEnvironment) -> None:
     from temporalio.api.enums.v1 import IndexedValueType
     from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 
-    from workflows import search_attributes
+    from servingops.workflows import search_attributes
 
     await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
         namespace=env.client.namespace,

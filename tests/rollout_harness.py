@@ -18,13 +18,13 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from api_models import contract
-from api_models.contract import AnnotationEvent, ObjectEvent
-from api_models.ome.enums import ComponentType
+from servingops.api_models import contract
+from servingops.api_models.contract import AnnotationEvent, ObjectEvent
+from servingops.api_models.ome.enums import ComponentType
+from servingops.workflows.rollout import WORKFLOWS
+from servingops.workflows.rollout.models import RolloutSettings
+from servingops.workflows.rollout.service_workflow import ServiceInput
 from tests.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
-from workflows.rollout import WORKFLOWS
-from workflows.rollout.models import RolloutSettings
-from workflows.rollout.service_workflow import ServiceInput
 
 ENGINE = ComponentType.ENGINE
 DECODER = ComponentType.DECODER

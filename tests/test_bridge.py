@@ -21,10 +21,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from api_models.deckhouse import Model
 from devstack.process import free_port
 from devstack.services import TemporalDevServer
-from runtime.temporal import TemporalSettings, connect
+from servingops.api_models.deckhouse import Model
+from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.bridge import BridgeLauncher
 
@@ -203,7 +203,7 @@ async def _wait_signals(temporal: Client, workflow_id: str, count: int) -> list[
 
 async def test_rollout_annotations_reach_the_service_workflow(
         kube_api: client.ApiClient, bridges: BridgeLauncher, temporal: Client) -> None:
-    from api_models.ome import InferenceService
+    from servingops.api_models.ome import InferenceService
 
     ns = new_namespace(kube_api, "annotations")
     bridges.start(task_queue=f"q-{ns}", kinds="InferenceService")
@@ -240,7 +240,7 @@ async def test_an_unserved_migration_request_warns_and_starts_nothing(
         kube_api: client.ApiClient, bridges: BridgeLauncher, temporal: Client) -> None:
     """No worker of this release registers MigrationWorkflow: a valid request gets a Warning
     Event saying so instead of a workflow that would wait forever; bad requests get theirs."""
-    from api_models.ome import InferenceService
+    from servingops.api_models.ome import InferenceService
 
     ns = new_namespace(kube_api, "migrations")
     bridges.start(task_queue=f"q-{ns}", kinds="InferenceService")

@@ -7,7 +7,7 @@ import json
 import threading
 from typing import Any
 
-from api_models.contract import (
+from servingops.api_models.contract import (
     IMPLEMENTED_WORKFLOWS,
     AnnotationEvent,
     MigrationStart,
@@ -15,11 +15,11 @@ from api_models.contract import (
     Signal,
     WorkflowType,
 )
-from crd_bridge.dispatcher import Dispatcher
-from crd_bridge.metrics import BridgeMetrics
-from crd_bridge.queue import CoalescingQueue
-from crd_bridge.routes import NOT_SERVED, ROUTES, not_served, plan
-from crd_bridge.watcher import Observed
+from servingops.crd_bridge.dispatcher import Dispatcher
+from servingops.crd_bridge.metrics import BridgeMetrics
+from servingops.crd_bridge.queue import CoalescingQueue
+from servingops.crd_bridge.routes import NOT_SERVED, ROUTES, not_served, plan
+from servingops.crd_bridge.watcher import Observed
 
 MODEL = ROUTES["Model"]
 ISVC = ROUTES["InferenceService"]
@@ -203,8 +203,8 @@ async def test_queue_blocks_producers_when_full_and_keeps_retries() -> None:
 def test_the_bridge_follows_by_default_exactly_what_the_worker_serves() -> None:
     """An object of a kind whose workflow no worker registers would get a workflow that never
     runs; so the default kinds come from the same set the worker is held to here."""
-    from crd_bridge.routes import DEFAULT_KINDS, ROUTES
-    from workers.registry import workflows
+    from servingops.crd_bridge.routes import DEFAULT_KINDS, ROUTES
+    from servingops.workers.registry import workflows
 
     registered = {getattr(cls, "__temporal_workflow_definition").name for cls in workflows()}
     assert registered == {t.value for t in IMPLEMENTED_WORKFLOWS}

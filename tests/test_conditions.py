@@ -2,8 +2,8 @@
 
 from datetime import UTC, datetime
 
-from api_models.conditions import merge_conditions
-from api_models.refs import ConditionUpdate
+from servingops.api_models.conditions import merge_conditions
+from servingops.api_models.refs import ConditionUpdate
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T1 = datetime(2026, 1, 2, tzinfo=UTC)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from api_models.base import KubeResource
-from api_models.crdgen import crd_manifest, manifest_path, render
-from api_models.registry import served_kinds
+from servingops.api_models.base import KubeResource
+from servingops.api_models.crdgen import crd_manifest, manifest_path, render
+from servingops.api_models.registry import served_kinds
 
 CRD_DIR = Path(__file__).resolve().parent.parent / "deploy" / "crds"
 

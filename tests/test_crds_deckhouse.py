@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from api_models.base import KubeResource
-from api_models.deckhouse import ClusterModel, Model, ModelCatalogSource
+from servingops.api_models.base import KubeResource
+from servingops.api_models.deckhouse import ClusterModel, Model, ModelCatalogSource
 from tests.crd_helpers import create, manifest, new_namespace, rejection, replace
 
 HF = "https://huggingface.co/acme/tiny-llama"

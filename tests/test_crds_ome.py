@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from api_models.base import KubeResource
-from api_models.ome import InferenceReplica, InferenceService, RolloutPolicy, WorkloadCluster
+from servingops.api_models.base import KubeResource
+from servingops.api_models.ome import InferenceReplica, InferenceService, RolloutPolicy, WorkloadCluster
 from tests.crd_helpers import create, manifest, new_namespace, rejection, replace
 from tests.test_models_ome import (
     HASH,

@@ -10,10 +10,10 @@ import pytest
 from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
-from activities.kubernetes import EventNote, EventSpec, FinalizerChange, KubernetesActivities, StatusPatch
-from api_models.deckhouse import Model
-from api_models.refs import ConditionUpdate, ObjectRef
-from runtime import kube as runtime_kube
+from servingops.activities.kubernetes import EventNote, EventSpec, FinalizerChange, KubernetesActivities, StatusPatch
+from servingops.api_models.deckhouse import Model
+from servingops.api_models.refs import ConditionUpdate, ObjectRef
+from servingops.runtime import kube as runtime_kube
 from tests.crd_helpers import create, manifest, new_namespace
 
 FINALIZER = "ai.deckhouse.io/model-cleanup"

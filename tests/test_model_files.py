@@ -18,7 +18,9 @@ from typing import Any, Literal
 
 import pytest
 
-from activities.model_files import (
+from devstack import model_repos as repos
+from devstack.model_repos import GGUF_STRING, GGUF_UINT32, GGUFTensor, TensorSpec
+from servingops.activities.model_files import (
     ArchiveLimits,
     FileRole,
     InvalidModel,
@@ -31,12 +33,10 @@ from activities.model_files import (
     read_safetensors_header,
     stage_upload,
 )
-from activities.model_files.archive import _Extractor
-from activities.model_files.gguf import MAX_STRING_BYTES
-from api_models.deckhouse.enums import EndpointType, ModelFeature, ModelFormat, SourceType
-from api_models.errors import CONDITION_REASON_PATTERN, ErrorType, application_error
-from devstack import model_repos as repos
-from devstack.model_repos import GGUF_STRING, GGUF_UINT32, GGUFTensor, TensorSpec
+from servingops.activities.model_files.archive import _Extractor
+from servingops.activities.model_files.gguf import MAX_STRING_BYTES
+from servingops.api_models.deckhouse.enums import EndpointType, ModelFeature, ModelFormat, SourceType
+from servingops.api_models.errors import CONDITION_REASON_PATTERN, ErrorType, application_error
 
 # -- builders ---------------------------------------------------------------------------------
 

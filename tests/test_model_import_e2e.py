@@ -23,14 +23,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 
-from activities.oci.registry_client import ModelRegistry
-from api_models.contract import model_workflow_id
 from devstack.hub_server import HubServer
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.ollama_registry import publish_ollama_model
 from devstack.process import ManagedProcess, find_binary
 from devstack.services import OciRegistry, TemporalDevServer
-from runtime.temporal import TemporalSettings, connect
+from servingops.activities.oci.registry_client import ModelRegistry
+from servingops.api_models.contract import model_workflow_id
+from servingops.runtime.temporal import TemporalSettings, connect
 from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
 from tests.fixtures.hub import HubRepos
 
@@ -100,7 +100,7 @@ def start_worker(cluster: LocalKubeCluster, temporal: TemporalDevServer, registr
            "HF_ENDPOINT": hub.url, "SERVINGOPS_REGISTRY": registry.address, "SERVINGOPS_OLLAMA_REGISTRY": registry.url,
            "SERVINGOPS_SPOOL_DIR": str(spool), "SERVINGOPS_TASK_QUEUE": task_queue, "SERVINGOPS_HOST_ID": host_id,
            "HF_HUB_DISABLE_TELEMETRY": "1"}
-    worker = ManagedProcess(f"worker-{host_id}", [sys.executable, "-m", "workers.main"], logs, env=env,
+    worker = ManagedProcess(f"worker-{host_id}", [sys.executable, "-m", "servingops.workers.main"], logs, env=env,
                             cwd=REPO_ROOT).start()
     worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
     return worker

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import requests
 
-from activities.oci.registry_client import ModelRegistry
 from devstack.hub_server import HubServer
 from devstack.kube import LocalKubeCluster
 from devstack.model_repos import sha256_file
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
+from servingops.activities.oci.registry_client import ModelRegistry
 from tests.fixtures.hub import HubRepos
 from tests.test_model_import_e2e import REPOSITORY, Stack, stack, start_worker
 

@@ -14,18 +14,18 @@ import pytest
 from pydantic import BaseModel, ValidationError
 from pydantic.alias_generators import to_camel
 
-from api_models.base import KubeResource
-from api_models.crdgen import openapi_schema
-from api_models.ome import (
+from servingops.api_models.base import KubeResource
+from servingops.api_models.crdgen import openapi_schema
+from servingops.api_models.ome import (
     OME_KINDS,
     InferenceReplica,
     InferenceService,
     RolloutPolicy,
     WorkloadCluster,
 )
-from api_models.ome.enums import ComponentType, MigrationPhase, RolloutPhase
-from api_models.ome.placement import ClusterSelectorRequirement
-from api_models.ome.refs import ModelRef, ServingRuntimeRef
+from servingops.api_models.ome.enums import ComponentType, MigrationPhase, RolloutPhase
+from servingops.api_models.ome.placement import ClusterSelectorRequirement
+from servingops.api_models.ome.refs import ModelRef, ServingRuntimeRef
 
 T0 = "2026-11-29T10:00:00Z"
 T1 = "2026-11-29T10:05:00Z"

@@ -26,8 +26,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
-from activities.oci import media_types as mt
-from activities.oci.activities import (
+from devstack.services import OciRegistry, TemporalDevServer
+from servingops.activities.oci import media_types as mt
+from servingops.activities.oci.activities import (
     ArtifactRef,
     DeleteArtifactInput,
     OciActivities,
@@ -38,11 +39,10 @@ from activities.oci.activities import (
     RegistryTarget,
     credentials_from_secret_data,
 )
-from activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, role_for_path
-from activities.oci.registry_client import MiB, ModelRegistry, UploadProgress, UploadResume, parse_range
-from api_models.errors import ErrorType
-from devstack.services import OciRegistry, TemporalDevServer
-from runtime.temporal import TemporalSettings, connect
+from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, role_for_path
+from servingops.activities.oci.registry_client import MiB, ModelRegistry, UploadProgress, UploadResume, parse_range
+from servingops.api_models.errors import ErrorType
+from servingops.runtime.temporal import TemporalSettings, connect
 
 _repo_ids = itertools.count()
 
@@ -448,8 +448,8 @@ class _AuthProxy:
 @pytest.mark.parametrize("scheme", ["basic", "token"])
 def test_publish_through_an_authenticating_registry(oci_registry: OciRegistry, model_dir: Path,
                                                     scheme: str) -> None:
-    from activities.oci.activities import SecretRef
-    from activities.oci.registry_client import RegistryCredentials
+    from servingops.activities.oci.activities import SecretRef
+    from servingops.activities.oci.registry_client import RegistryCredentials
 
     proxy = _AuthProxy(oci_registry.url, scheme)
     try:

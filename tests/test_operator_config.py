@@ -10,8 +10,8 @@ import yaml
 from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
-from activities.operator_config import OperatorConfigActivities
-from api_models.operator_config import (
+from servingops.activities.operator_config import OperatorConfigActivities
+from servingops.api_models.operator_config import (
     OperatorConfig,
     OperatorConfigError,
     OperatorDefaults,
@@ -19,7 +19,7 @@ from api_models.operator_config import (
     parse_configmap_data,
     resolve,
 )
-from api_models.refs import ObjectRef
+from servingops.api_models.refs import ObjectRef
 from tests.crd_helpers import new_namespace
 
 MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "manifests" / "15-operator-config.yaml"

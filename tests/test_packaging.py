@@ -35,11 +35,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from api_models.ome import InferenceService
-from api_models.registry import served_kinds
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess, free_port
 from devstack.services import TemporalDevServer
+from servingops.api_models.ome import InferenceService
+from servingops.api_models.registry import served_kinds
 from tests.crd_helpers import create, manifest
 
 CONSOLE_SCRIPT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]["servingops"]

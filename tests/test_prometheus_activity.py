@@ -20,11 +20,11 @@ from kubernetes import client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.prometheus import EvaluateInput, Evaluation, MetricQuery, PrometheusActivities
-from api_models.errors import ErrorType
-from api_models.operator_config import PrometheusSource
-from api_models.refs import ObjectRef
 from devstack.services import Prometheus
+from servingops.activities.prometheus import EvaluateInput, Evaluation, MetricQuery, PrometheusActivities
+from servingops.api_models.errors import ErrorType
+from servingops.api_models.operator_config import PrometheusSource
+from servingops.api_models.refs import ObjectRef
 from tests.crd_helpers import new_namespace
 from tests.metrics_exporter import Exporter
 

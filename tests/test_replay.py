@@ -18,7 +18,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from workers.registry import workflows
+from servingops.workers.registry import workflows
 
 HISTORIES = Path(__file__).parent / "histories"
 STORED = sorted(HISTORIES.glob("*/*.json"))

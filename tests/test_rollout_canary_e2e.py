@@ -21,13 +21,13 @@ from typing import Any
 
 from kubernetes import client
 
-from api_models.contract.rollout import RolloutState
-from api_models.ome import InferenceService
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import Prometheus, TemporalDevServer
-from runtime.temporal import TemporalSettings, connect
-from sdk import RolloutClient
+from servingops.api_models.contract.rollout import RolloutState
+from servingops.api_models.ome import InferenceService
+from servingops.runtime.temporal import TemporalSettings, connect
+from servingops.sdk import RolloutClient
 from tests.crd_helpers import create, manifest
 from tests.metrics_exporter import Exporter
 from tests.test_rollout_e2e import _route_weights, _wait, rollout_stack
@@ -176,7 +176,7 @@ def test_bad_metric_rolls_back_on_its_own(kube_api: client.ApiClient, rollout_st
 
 def _cli(temporal: TemporalDevServer, cluster: LocalKubeCluster, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TEMPORAL_ADDRESS": temporal.address, "KUBECONFIG": str(cluster.kubeconfig_path)}
-    return subprocess.run([sys.executable, "-m", "cli.main", "rollout", *argv], env=env, cwd=REPO_ROOT,
+    return subprocess.run([sys.executable, "-m", "servingops.cli.main", "rollout", *argv], env=env, cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
 
 

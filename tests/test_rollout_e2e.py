@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from api_models.ome import InferenceService
 from devstack.hub_server import HubServer
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
+from servingops.api_models.ome import InferenceService
 from tests.crd_helpers import create, manifest
 from tests.fixtures.bridge import BridgeLauncher
 from tests.test_model_import_e2e import start_worker

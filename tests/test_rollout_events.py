@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from activities.kubernetes import EventNote
-from api_models import contract
-from api_models.errors import ErrorType
+from servingops.activities.kubernetes import EventNote
+from servingops.api_models import contract
+from servingops.api_models.errors import ErrorType
+from servingops.workflows.rollout.status import EventReason
 from tests.rollout_harness import ENGINE, Isvc, canary_group, roll_to, rolled_out, served, start_env
-from workflows.rollout.status import EventReason
 
 UNSERVABLE = ("spec.engine has no runner and no containers, and rendering pods from spec.model "
               "(ClusterBaseModel qwen) and spec.runtime (ClusterServingRuntime srt) by reference is not "

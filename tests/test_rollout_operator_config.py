@@ -12,8 +12,8 @@ from datetime import datetime
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from api_models.operator_config import OperatorDefaults, PrometheusSource
-from api_models.refs import ObjectRef
+from servingops.api_models.operator_config import OperatorDefaults, PrometheusSource
+from servingops.api_models.refs import ObjectRef
 from tests.rollout_harness import ENGINE, analysis, canary_group, roll_to, served, start_env
 
 

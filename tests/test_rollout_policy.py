@@ -17,21 +17,18 @@ from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.kubernetes import PolicyAttachments, StatusPatch
-from api_models import contract
-from api_models.contract import ObjectEvent
-from api_models.ome import InferenceService
-from api_models.ome.rollout_policy import RolloutPolicy, RolloutPolicySpec
-from api_models.refs import ObjectRef
 from devstack.hub_server import HubServer
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
-from tests.crd_helpers import create, manifest
-from tests.rollout_harness import start_env
-from tests.test_rollout_e2e import _wait, worker_and_bridge
-from workflows.rollout.policy_pinning import portable_digest
-from workflows.rollout_policy import (
+from servingops.activities.kubernetes import PolicyAttachments, StatusPatch
+from servingops.api_models import contract
+from servingops.api_models.contract import ObjectEvent
+from servingops.api_models.ome import InferenceService
+from servingops.api_models.ome.rollout_policy import RolloutPolicy, RolloutPolicySpec
+from servingops.api_models.refs import ObjectRef
+from servingops.workflows.rollout.policy_pinning import portable_digest
+from servingops.workflows.rollout_policy import (
     ATTACH_RESYNC,
     MAX_REFRESHES_PER_RUN,
     PolicyState,
@@ -39,6 +36,9 @@ from workflows.rollout_policy import (
     RolloutPolicyWorkflow,
     validate,
 )
+from tests.crd_helpers import create, manifest
+from tests.rollout_harness import start_env
+from tests.test_rollout_e2e import _wait, worker_and_bridge
 
 CANARY = {"canary": {"steps": [{"capacity": "10%", "traffic": 10, "pause": {}},
                                {"capacity": "50%", "traffic": 50, "pause": {"duration": "5m"}}]}}

@@ -13,11 +13,11 @@ from temporalio import workflow
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from api_models import contract
-from api_models.contract import ObjectEvent
+from servingops.api_models import contract
+from servingops.api_models.contract import ObjectEvent
+from servingops.workflows.rollout.models import RolloutSettings
 from tests.rollout_fakes import NAMESPACE
 from tests.rollout_harness import DECODER, ENGINE, ROUTER, Isvc, canary_group, roll_to, rolled_out, served, start_env
-from workflows.rollout.models import RolloutSettings
 
 
 @pytest.fixture

@@ -29,11 +29,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from api_models.ome import InferenceService
 from devstack.hub_server import HubServer
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
+from servingops.api_models.ome import InferenceService
 from tests.crd_helpers import create, manifest
 from tests.fixtures.bridge import BridgeLauncher
 from tests.metrics_exporter import Exporter

@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from activities.serving.types import ComponentObservation
-from api_models.contract.rollout import ComponentView, ServiceState
-from api_models.ome.enums import ComponentType, OnInconclusive, RolloutPlanSource
-from api_models.ome.rollout import GroupCanary, RolloutGroup, RolloutGroupStep, RolloutSpec
-from api_models.ome.rollout_policy import RolloutPolicySpec
-from workflows.rollout import plan, policy_pinning, steps, templating
-from workflows.rollout.progressions import rolling
+from servingops.activities.serving.types import ComponentObservation
+from servingops.api_models.contract.rollout import ComponentView, ServiceState
+from servingops.api_models.ome.enums import ComponentType, OnInconclusive, RolloutPlanSource
+from servingops.api_models.ome.rollout import GroupCanary, RolloutGroup, RolloutGroupStep, RolloutSpec
+from servingops.api_models.ome.rollout_policy import RolloutPolicySpec
+from servingops.workflows.rollout import plan, policy_pinning, steps, templating
+from servingops.workflows.rollout.progressions import rolling
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -14,10 +14,10 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
-from api_models import contract
-from api_models.contract.rollout import PromoteRequest
+from servingops.api_models import contract
+from servingops.api_models.contract.rollout import PromoteRequest
+from servingops.workflows.rollout.models import RolloutSettings
 from tests.rollout_harness import ENGINE, Isvc, analysis, canary_group, roll_to, rolled_out, served, start_env
-from workflows.rollout.models import RolloutSettings
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import oras.client
 from temporalio.client import Client
 
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
+from servingops.workflows import search_attributes
 from tests.metrics_exporter import Exporter
-from workflows import search_attributes
 
 
 async def test_temporal_has_the_search_attributes(temporal_server: TemporalDevServer) -> None:

@@ -15,9 +15,9 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.serving import render
-from activities.serving.activities import ServingActivities
-from activities.serving.types import (
+from servingops.activities.serving import render
+from servingops.activities.serving.activities import ServingActivities
+from servingops.activities.serving.types import (
     EnsureRevisionInput,
     ObserveInput,
     RevisionKey,
@@ -27,12 +27,12 @@ from activities.serving.types import (
     revision_name,
     route_name,
 )
-from api_models.errors import ErrorType
-from api_models.ome import InferenceService
-from api_models.ome.components import EngineSpec
-from api_models.ome.enums import ComponentType
-from api_models.refs import ObjectRef
-from api_models.serving import TrafficWeight
+from servingops.api_models.errors import ErrorType
+from servingops.api_models.ome import InferenceService
+from servingops.api_models.ome.components import EngineSpec
+from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.refs import ObjectRef
+from servingops.api_models.serving import TrafficWeight
 from tests.crd_helpers import create, manifest, new_namespace
 
 ENGINE, ROUTER = ComponentType.ENGINE, ComponentType.ROUTER
@@ -265,7 +265,7 @@ def test_ome_sample_is_refused_permanently_naming_the_field(kube_api: client.Api
 
 
 def test_a_component_without_a_container_is_unservable() -> None:
-    from api_models.ome.inference_service import InferenceServiceSpec
+    from servingops.api_models.ome.inference_service import InferenceServiceSpec
 
     spec = InferenceServiceSpec.model_validate(OME_SAMPLE)
     assert spec.engine is not None
@@ -283,9 +283,9 @@ def test_a_component_without_a_container_is_unservable() -> None:
     render.check_servable(served, ROUTER, served.router)
 
 _HASH_SCRIPT = """
-from activities.serving import render
-from api_models.ome.components import EngineSpec
-from api_models.ome.enums import ComponentType
+from servingops.activities.serving import render
+from servingops.api_models.ome.components import EngineSpec
+from servingops.api_models.ome.enums import ComponentType
 spec = EngineSpec.model_validate({spec!r})
 print(render.render_revision("svc", ComponentType.ENGINE, spec).revision)
 """

@@ -27,8 +27,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
-from activities.model_files import inspect_model_dir, read_gguf_header, read_safetensors_header
-from activities.sources import (
+from devstack.hub_server import HubServer
+from devstack.ollama_registry import DEFAULT_LICENSE, DEFAULT_PARAMS, DEFAULT_TEMPLATE, publish_ollama_model
+from devstack.services import OciRegistry, TemporalDevServer
+from servingops.activities.model_files import inspect_model_dir, read_gguf_header, read_safetensors_header
+from servingops.activities.sources import (
     TOKEN_KEYS,
     CleanSpoolInput,
     FetchedFile,
@@ -38,19 +41,16 @@ from activities.sources import (
     SourceFile,
     SourceListing,
 )
-from activities.sources import spool as spool_module
-from activities.sources.activities import _without_token_in_errors
-from activities.sources.huggingface import HubFile, parse_hf_url, quantization_label, select_files
-from activities.sources.ollama import parse_ollama_url
-from activities.sources.spool import gguf_header_end
-from api_models.deckhouse import Model
-from api_models.deckhouse.enums import ModelFormat, SourceType
-from api_models.errors import ErrorType
-from api_models.refs import ObjectRef
-from devstack.hub_server import HubServer
-from devstack.ollama_registry import DEFAULT_LICENSE, DEFAULT_PARAMS, DEFAULT_TEMPLATE, publish_ollama_model
-from devstack.services import OciRegistry, TemporalDevServer
-from runtime.temporal import TemporalSettings, connect
+from servingops.activities.sources import spool as spool_module
+from servingops.activities.sources.activities import _without_token_in_errors
+from servingops.activities.sources.huggingface import HubFile, parse_hf_url, quantization_label, select_files
+from servingops.activities.sources.ollama import parse_ollama_url
+from servingops.activities.sources.spool import gguf_header_end
+from servingops.api_models.deckhouse import Model
+from servingops.api_models.deckhouse.enums import ModelFormat, SourceType
+from servingops.api_models.errors import ErrorType
+from servingops.api_models.refs import ObjectRef
+from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import new_namespace
 from tests.fixtures.hub import HUB_USER_TOKEN, HubRepos
 

@@ -30,7 +30,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
-from activities.uploads.sessions import (
+from devstack.model_repos import GGUF_STRING, GGUFTensor, make_gguf_repo, write_gguf
+from devstack.process import free_port
+from devstack.services import TemporalDevServer
+from servingops.activities.uploads.sessions import (
     ANN_COMPLETED,
     ANN_NOTIFIED,
     ANN_SESSION,
@@ -41,23 +44,20 @@ from activities.uploads.sessions import (
     UploadActivities,
     secret_name,
 )
-from activities.uploads.types import (
+from servingops.activities.uploads.types import (
     CloseUploadInput,
     OpenUploadInput,
     PreparedUpload,
     PrepareUploadInput,
     UploadSessionInfo,
 )
-from api_models.contract import model_workflow_id
-from api_models.contract.uploads import UploadComplete
-from api_models.deckhouse import ClusterModel, Model
-from api_models.errors import ErrorType
-from api_models.refs import ObjectRef
-from devstack.model_repos import GGUF_STRING, GGUFTensor, make_gguf_repo, write_gguf
-from devstack.process import free_port
-from devstack.services import TemporalDevServer
-from ingress.uploads import UploadServer
-from runtime.temporal import TemporalSettings, connect
+from servingops.api_models.contract import model_workflow_id
+from servingops.api_models.contract.uploads import UploadComplete
+from servingops.api_models.deckhouse import ClusterModel, Model
+from servingops.api_models.errors import ErrorType
+from servingops.api_models.refs import ObjectRef
+from servingops.ingress.uploads import UploadServer
+from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.upload_probe_workflow import UploadProbe
 

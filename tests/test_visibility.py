@@ -10,7 +10,7 @@ import uuid
 from temporalio.worker import Worker
 
 from devstack.services import TemporalDevServer
-from runtime.temporal import TemporalSettings, connect
+from servingops.runtime.temporal import TemporalSettings, connect
 from tests.visibility_workflow import PhaseWalk, WalkInput, WalkState
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from api_models.contract import Signal
-    from api_models.contract.uploads import UploadComplete
+    from servingops.api_models.contract import Signal
+    from servingops.api_models.contract.uploads import UploadComplete
 
 
 @workflow.defn

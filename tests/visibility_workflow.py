@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from temporalio import workflow
 
-from workflows.visibility import Visibility
+from servingops.workflows.visibility import Visibility
 
 
 class WalkInput(BaseModel):

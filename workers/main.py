@@ -17,12 +17,12 @@ from datetime import timedelta
 
 from temporalio.worker import Worker
 
-from ingress.uploads import UploadServer
-from runtime.kube import load_api_client
-from runtime.telemetry import configure_tracing
-from runtime.temporal import connect
-from workers import registry
-from workers.settings import WorkerSettings, add_arguments, from_arguments
+from servingops.ingress.uploads import UploadServer
+from servingops.runtime.kube import load_api_client
+from servingops.runtime.telemetry import configure_tracing
+from servingops.runtime.temporal import connect
+from servingops.workers import registry
+from servingops.workers.settings import WorkerSettings, add_arguments, from_arguments
 
 log = logging.getLogger("servingops.worker")
 

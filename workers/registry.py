@@ -7,19 +7,19 @@ from typing import Any
 
 from kubernetes import client
 
-from activities.host import HostActivities
-from activities.kubernetes import KubernetesActivities
-from activities.model_files.activity import inspect as inspect_model
-from activities.oci.activities import OciActivities, RegistryTarget, kubernetes_secret_credentials
-from activities.operator_config import OperatorConfigActivities
-from activities.prometheus import PrometheusActivities
-from activities.serving.activities import ServingActivities
-from activities.sources.activities import SourceActivities
-from activities.uploads.sessions import UploadActivities
-from workers.settings import WorkerSettings
-from workflows.model_import import ModelWorkflow
-from workflows.rollout import WORKFLOWS as ROLLOUT_WORKFLOWS
-from workflows.rollout_policy import RolloutPolicyWorkflow
+from servingops.activities.host import HostActivities
+from servingops.activities.kubernetes import KubernetesActivities
+from servingops.activities.model_files.activity import inspect as inspect_model
+from servingops.activities.oci.activities import OciActivities, RegistryTarget, kubernetes_secret_credentials
+from servingops.activities.operator_config import OperatorConfigActivities
+from servingops.activities.prometheus import PrometheusActivities
+from servingops.activities.serving.activities import ServingActivities
+from servingops.activities.sources.activities import SourceActivities
+from servingops.activities.uploads.sessions import UploadActivities
+from servingops.workers.settings import WorkerSettings
+from servingops.workflows.model_import import ModelWorkflow
+from servingops.workflows.rollout import WORKFLOWS as ROLLOUT_WORKFLOWS
+from servingops.workflows.rollout_policy import RolloutPolicyWorkflow
 
 
 def workflows() -> Sequence[type]:

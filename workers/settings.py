@@ -8,8 +8,8 @@ import socket
 import tempfile
 from dataclasses import dataclass
 
-from api_models.operator_config import DEFAULT_CONFIGMAP
-from runtime.temporal import TemporalSettings
+from servingops.api_models.operator_config import DEFAULT_CONFIGMAP
+from servingops.runtime.temporal import TemporalSettings
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from api_models.contract import ObjectEvent, Query, Signal
+    from servingops.api_models.contract import ObjectEvent, Query, Signal
 
 
 class EntityState(BaseModel):

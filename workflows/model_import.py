@@ -21,22 +21,22 @@ from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from workflows import options
-from workflows.entity import EntitySignals, EntityState
+from servingops.workflows import options
+from servingops.workflows.entity import EntitySignals, EntityState
 
 with workflow.unsafe.imports_passed_through():
-    from activities.host import HostActivities, HostClaim
-    from activities.kubernetes import (
+    from servingops.activities.host import HostActivities, HostClaim
+    from servingops.activities.kubernetes import (
         ArtifactReferences,
         EventNote,
         FinalizerChange,
         KubernetesActivities,
         StatusPatch,
     )
-    from activities.model_files.activity import InspectInput
-    from activities.model_files.activity import inspect as inspect_model
-    from activities.model_files.inspect import InspectionResult, ProviderInfo
-    from activities.oci.activities import (
+    from servingops.activities.model_files.activity import InspectInput
+    from servingops.activities.model_files.activity import inspect as inspect_model
+    from servingops.activities.model_files.inspect import InspectionResult, ProviderInfo
+    from servingops.activities.oci.activities import (
         ArtifactRef,
         BlobsInput,
         DeleteArtifactInput,
@@ -45,24 +45,24 @@ with workflow.unsafe.imports_passed_through():
         PushFileInput,
         PushManifestInput,
     )
-    from activities.oci.media_types import RAW_LAYER_MEDIA_TYPE
-    from activities.oci.modelpack import ModelPackMeta, role_for_path
-    from activities.sources.activities import SourceActivities
-    from activities.sources.types import CleanSpoolInput, FetchInput, ResolveInput, SourceFile, SourceListing
-    from activities.uploads.sessions import UploadActivities
-    from activities.uploads.types import (
+    from servingops.activities.oci.media_types import RAW_LAYER_MEDIA_TYPE
+    from servingops.activities.oci.modelpack import ModelPackMeta, role_for_path
+    from servingops.activities.sources.activities import SourceActivities
+    from servingops.activities.sources.types import CleanSpoolInput, FetchInput, ResolveInput, SourceFile, SourceListing
+    from servingops.activities.uploads.sessions import UploadActivities
+    from servingops.activities.uploads.types import (
         CloseUploadInput,
         OpenUploadInput,
         PrepareUploadInput,
         UploadSessionInfo,
     )
-    from api_models.contract import Signal, StartObject, WorkflowType
-    from api_models.contract.uploads import UploadComplete
-    from api_models.deckhouse.enums import ArtifactKind, ModelPhase, ModelReason, SourceType
-    from api_models.deckhouse.model import Artifact, ModelStatus, ResolvedSource, UploadSession
-    from api_models.errors import ErrorType, error_message, error_type_of
-    from api_models.refs import ConditionUpdate, ObjectRef
-    from workflows.visibility import Visibility
+    from servingops.api_models.contract import Signal, StartObject, WorkflowType
+    from servingops.api_models.contract.uploads import UploadComplete
+    from servingops.api_models.deckhouse.enums import ArtifactKind, ModelPhase, ModelReason, SourceType
+    from servingops.api_models.deckhouse.model import Artifact, ModelStatus, ResolvedSource, UploadSession
+    from servingops.api_models.errors import ErrorType, error_message, error_type_of
+    from servingops.api_models.refs import ConditionUpdate, ObjectRef
+    from servingops.workflows.visibility import Visibility
 
 FINALIZER = "ai.deckhouse.io/model-cleanup"
 UPLOAD_TTL = timedelta(hours=24)

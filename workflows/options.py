@@ -18,7 +18,7 @@ from typing import TypedDict
 
 from temporalio.common import RetryPolicy
 
-from api_models.errors import NON_RETRYABLE_TYPES
+from servingops.api_models.errors import NON_RETRYABLE_TYPES
 
 
 class ActivityOptions(TypedDict, total=False):

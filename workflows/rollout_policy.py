@@ -22,16 +22,16 @@ from typing import Any
 from pydantic import ValidationError
 from temporalio import workflow
 
-from workflows import options
-from workflows.entity import EntitySignals, EntityState
+from servingops.workflows import options
+from servingops.workflows.entity import EntitySignals, EntityState
 
 with workflow.unsafe.imports_passed_through():
-    from activities.kubernetes import EventNote, KubernetesActivities, PolicyAttachments, StatusPatch
-    from api_models.contract import Signal, StartObject, WorkflowType
-    from api_models.ome.rollout_policy import RolloutPolicySpec, RolloutPolicyStatus
-    from api_models.refs import ConditionUpdate, ObjectRef
-    from workflows.rollout.policy_pinning import kind_of, portable_digest
-    from workflows.visibility import Visibility
+    from servingops.activities.kubernetes import EventNote, KubernetesActivities, PolicyAttachments, StatusPatch
+    from servingops.api_models.contract import Signal, StartObject, WorkflowType
+    from servingops.api_models.ome.rollout_policy import RolloutPolicySpec, RolloutPolicyStatus
+    from servingops.api_models.refs import ConditionUpdate, ObjectRef
+    from servingops.workflows.rollout.policy_pinning import kind_of, portable_digest
+    from servingops.workflows.visibility import Visibility
 
 ATTACH_RESYNC = timedelta(minutes=5)
 """How often the attached-groups count is re-taken without a `refresh-now` nudge."""

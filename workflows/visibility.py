@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows import search_attributes
+from servingops.workflows import search_attributes
 
 
 class Visibility:

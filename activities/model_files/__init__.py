@@ -5,7 +5,7 @@ Every rejection is an `InvalidModel` with an ErrorType (the condition reason) an
 at fault.
 """
 
-from activities.model_files.archive import (
+from servingops.activities.model_files.archive import (
     ArchiveLimits,
     ExtractionResult,
     UploadKind,
@@ -13,10 +13,10 @@ from activities.model_files.archive import (
     extract_archive,
     stage_upload,
 )
-from activities.model_files.diffusers import DiffusersComponent, DiffusersPipeline, read_diffusers
-from activities.model_files.errors import InvalidModel
-from activities.model_files.gguf import LLAMA_FILE_TYPES, GGUFInfo, read_gguf_header
-from activities.model_files.inspect import (
+from servingops.activities.model_files.diffusers import DiffusersComponent, DiffusersPipeline, read_diffusers
+from servingops.activities.model_files.errors import InvalidModel
+from servingops.activities.model_files.gguf import LLAMA_FILE_TYPES, GGUFInfo, read_gguf_header
+from servingops.activities.model_files.inspect import (
     FileRole,
     InspectionResult,
     ModelFile,
@@ -25,7 +25,7 @@ from activities.model_files.inspect import (
     inspect_model_dir,
     list_model_files,
 )
-from activities.model_files.safetensors import (
+from servingops.activities.model_files.safetensors import (
     SafetensorsIndex,
     SafetensorsInfo,
     WeightSet,

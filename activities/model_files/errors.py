@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from api_models.errors import MAX_MESSAGE_CHARS, ErrorType
+from servingops.api_models.errors import MAX_MESSAGE_CHARS, ErrorType
 
 # Config-like JSON (config.json, tokenizer_config.json, indexes) is read whole; big tokenizer configs run
 # to a few MB, so this bound only stops a hostile file from making us parse gigabytes.

@@ -26,9 +26,9 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.oci import media_types as mt
-from activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, normalize_digest
-from activities.oci.registry_client import (
+from servingops.activities.oci import media_types as mt
+from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, normalize_digest
+from servingops.activities.oci.registry_client import (
     DEFAULT_CHUNK_SIZE,
     BlobDigestMismatch,
     LocalFileChanged,
@@ -39,7 +39,7 @@ from activities.oci.registry_client import (
     UploadResume,
     file_sha256,
 )
-from api_models.errors import ErrorType, application_error
+from servingops.api_models.errors import ErrorType, application_error
 
 HEARTBEAT_INTERVAL = 2.0
 """Seconds between heartbeats while hashing or while one chunk is on the wire; set the

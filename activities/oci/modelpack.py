@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from activities.oci import media_types as mt
-from activities.oci.media_types import FileRole
+from servingops.activities.oci import media_types as mt
+from servingops.activities.oci.media_types import FileRole
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

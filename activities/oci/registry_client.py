@@ -39,8 +39,8 @@ from oras.provider import Registry
 from pydantic import BaseModel
 from requests.adapters import HTTPAdapter
 
-from activities.oci import media_types as mt
-from activities.oci.modelpack import canonical_json, normalize_digest, sha256_digest
+from servingops.activities.oci import media_types as mt
+from servingops.activities.oci.modelpack import canonical_json, normalize_digest, sha256_digest
 
 log = logging.getLogger(__name__)
 

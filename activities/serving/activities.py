@@ -22,8 +22,8 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio import activity
 
-from activities.serving import render
-from activities.serving.types import (
+from servingops.activities.serving import render
+from servingops.activities.serving.types import (
     ComponentObservation,
     EnsureRevisionInput,
     ObserveInput,
@@ -34,12 +34,12 @@ from activities.serving.types import (
     revision_name,
     route_name,
 )
-from api_models.errors import ErrorType, application_error
-from api_models.ome.components import EngineSpec
-from api_models.ome.enums import ComponentType
-from api_models.ome.inference_service import InferenceServiceSpec
-from api_models.refs import ObjectRef
-from api_models.serving import TrafficWeight
+from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.ome.components import EngineSpec
+from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.ome.inference_service import InferenceServiceSpec
+from servingops.api_models.refs import ObjectRef
+from servingops.api_models.serving import TrafficWeight
 
 FIELD_MANAGER = "servingops"
 _APPLY = "application/apply-patch+yaml"

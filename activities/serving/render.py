@@ -14,12 +14,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from activities.serving.types import revision_name, route_name
-from api_models.ome.components import DecoderSpec, EngineSpec, PodSpec, RouterSpec
-from api_models.ome.constants import API_VERSION
-from api_models.ome.enums import ComponentType
-from api_models.ome.inference_service import InferenceServiceSpec
-from api_models.serving import TrafficWeight
+from servingops.activities.serving.types import revision_name, route_name
+from servingops.api_models.ome.components import DecoderSpec, EngineSpec, PodSpec, RouterSpec
+from servingops.api_models.ome.constants import API_VERSION
+from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.ome.inference_service import InferenceServiceSpec
+from servingops.api_models.serving import TrafficWeight
 
 ComponentSpec = EngineSpec | DecoderSpec | RouterSpec
 

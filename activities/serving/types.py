@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from api_models.ome.enums import ComponentType
-from api_models.refs import ObjectRef
-from api_models.serving import TrafficWeight
+from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.refs import ObjectRef
+from servingops.api_models.serving import TrafficWeight
 
 
 def revision_name(isvc: str, component: str, revision: str) -> str:

@@ -30,8 +30,8 @@ Which files of a Hugging Face repository are the model (`huggingface.select_file
 What an Ollama manifest becomes is described in `ollama`.
 """
 
-from activities.sources.activities import TOKEN_KEYS, SourceActivities, source_type
-from activities.sources.types import (
+from servingops.activities.sources.activities import TOKEN_KEYS, SourceActivities, source_type
+from servingops.activities.sources.types import (
     CleanSpoolInput,
     FetchedFile,
     FetchInput,

@@ -25,21 +25,21 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.model_files import InvalidModel
-from activities.sources.huggingface import DEFAULT_HF_ENDPOINT, HF_ENDPOINT_ENV, HuggingFaceSource
-from activities.sources.ollama import DEFAULT_OLLAMA_REGISTRY, OLLAMA_REGISTRY_ENV, OllamaSource
-from activities.sources.spool import HEARTBEAT_INTERVAL, Expected, FetchResult, Heartbeat, Spool
-from activities.sources.types import (
+from servingops.activities.model_files import InvalidModel
+from servingops.activities.sources.huggingface import DEFAULT_HF_ENDPOINT, HF_ENDPOINT_ENV, HuggingFaceSource
+from servingops.activities.sources.ollama import DEFAULT_OLLAMA_REGISTRY, OLLAMA_REGISTRY_ENV, OllamaSource
+from servingops.activities.sources.spool import HEARTBEAT_INTERVAL, Expected, FetchResult, Heartbeat, Spool
+from servingops.activities.sources.types import (
     CleanSpoolInput,
     FetchedFile,
     FetchInput,
     ResolveInput,
     SourceListing,
 )
-from api_models.deckhouse.enums import SourceType
-from api_models.deckhouse.model import HUGGING_FACE_URL_PREFIX
-from api_models.errors import ErrorType, application_error
-from api_models.refs import ObjectRef
+from servingops.api_models.deckhouse.enums import SourceType
+from servingops.api_models.deckhouse.model import HUGGING_FACE_URL_PREFIX
+from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.refs import ObjectRef
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

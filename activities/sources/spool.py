@@ -39,7 +39,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from api_models.errors import ErrorType, application_error
+from servingops.api_models.errors import ErrorType, application_error
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from activities.model_files import ProviderInfo
-from api_models.deckhouse.enums import SourceType
-from api_models.refs import ObjectRef
+from servingops.activities.model_files import ProviderInfo
+from servingops.api_models.deckhouse.enums import SourceType
+from servingops.api_models.refs import ObjectRef
 
 
 class SourceFile(BaseModel):

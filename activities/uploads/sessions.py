@@ -42,9 +42,9 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
-from activities.model_files.archive import ArchiveLimits, stage_upload
-from activities.model_files.errors import InvalidModel
-from activities.uploads.types import (
+from servingops.activities.model_files.archive import ArchiveLimits, stage_upload
+from servingops.activities.model_files.errors import InvalidModel
+from servingops.activities.uploads.types import (
     CloseUploadInput,
     OpenUploadInput,
     PreparedFile,
@@ -52,9 +52,9 @@ from activities.uploads.types import (
     PrepareUploadInput,
     UploadSessionInfo,
 )
-from api_models.contract.uploads import UploadComplete
-from api_models.errors import ErrorType, application_error
-from api_models.refs import ObjectRef
+from servingops.api_models.contract.uploads import UploadComplete
+from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.refs import ObjectRef
 
 log = logging.getLogger("servingops.uploads")
 

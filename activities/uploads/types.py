@@ -10,8 +10,8 @@ import datetime as dt
 
 from pydantic import BaseModel, Field
 
-from api_models.contract.uploads import UploadComplete
-from api_models.refs import ObjectRef
+from servingops.api_models.contract.uploads import UploadComplete
+from servingops.api_models.refs import ObjectRef
 
 DEFAULT_TTL_SECONDS = 24 * 3600
 DEFAULT_MAX_BYTES = 1 << 40

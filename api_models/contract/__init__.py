@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from api_models.refs import ObjectRef
+from servingops.api_models.refs import ObjectRef
 
 # Namespace names cannot contain "_", so this never collides with a real namespace.
 CLUSTER_SCOPE = "_cluster"

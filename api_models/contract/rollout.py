@@ -14,10 +14,10 @@ from enum import StrEnum
 
 from pydantic import BaseModel
 
-from api_models.ome.enums import ComponentType, RolloutPlanSource
-from api_models.ome.rollout import RolloutGroup, RolloutPolicyRef
-from api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationGroupStatus
-from api_models.serving import TrafficWeight
+from servingops.api_models.ome.enums import ComponentType, RolloutPlanSource
+from servingops.api_models.ome.rollout import RolloutGroup, RolloutPolicyRef
+from servingops.api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationGroupStatus
+from servingops.api_models.serving import TrafficWeight
 
 
 class Progression(StrEnum):

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import (
+from servingops.api_models.base import (
     DNS1123_SUBDOMAIN,
     ApiModel,
     Condition,
@@ -20,8 +20,8 @@ from api_models.base import (
     condition_list_schema,
     validations,
 )
-from api_models.deckhouse.enums import CatalogSourceType
-from api_models.deckhouse.model import GROUP, VERSION
+from servingops.api_models.deckhouse.enums import CatalogSourceType
+from servingops.api_models.deckhouse.model import GROUP, VERSION
 
 SecretName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN)]
 

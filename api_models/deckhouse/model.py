@@ -10,7 +10,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import (
+from servingops.api_models.base import (
     DNS1123_SUBDOMAIN,
     ApiModel,
     Condition,
@@ -23,7 +23,14 @@ from api_models.base import (
     condition_list_schema,
     validations,
 )
-from api_models.deckhouse.enums import ArtifactKind, EndpointType, ModelFeature, ModelFormat, ModelPhase, SourceType
+from servingops.api_models.deckhouse.enums import (
+    ArtifactKind,
+    EndpointType,
+    ModelFeature,
+    ModelFormat,
+    ModelPhase,
+    SourceType,
+)
 
 GROUP = "ai.deckhouse.io"
 VERSION = "v1alpha1"

@@ -5,12 +5,12 @@ Root kinds: InferenceService, RolloutPolicy, InferenceReplica (namespaced) and W
 (Container, Volume, Affinity, ...) are embedded opaquely.
 """
 
-from api_models.base import KubeResource
-from api_models.ome.constants import API_VERSION, GROUP, VERSION
-from api_models.ome.inference_service import InferenceService, InferenceServiceSpec, InferenceServiceStatus
-from api_models.ome.replica import InferenceReplica, InferenceReplicaSpec, InferenceReplicaStatus
-from api_models.ome.rollout_policy import RolloutPolicy, RolloutPolicySpec, RolloutPolicyStatus
-from api_models.ome.workload_cluster import WorkloadCluster, WorkloadClusterSpec, WorkloadClusterStatus
+from servingops.api_models.base import KubeResource
+from servingops.api_models.ome.constants import API_VERSION, GROUP, VERSION
+from servingops.api_models.ome.inference_service import InferenceService, InferenceServiceSpec, InferenceServiceStatus
+from servingops.api_models.ome.replica import InferenceReplica, InferenceReplicaSpec, InferenceReplicaStatus
+from servingops.api_models.ome.rollout_policy import RolloutPolicy, RolloutPolicySpec, RolloutPolicyStatus
+from servingops.api_models.ome.workload_cluster import WorkloadCluster, WorkloadClusterSpec, WorkloadClusterStatus
 
 OME_KINDS: list[type[KubeResource]] = [InferenceService, RolloutPolicy, InferenceReplica, WorkloadCluster]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from api_models.base import ApiModel
-from api_models.ome.enums import AcceleratorSelectionPolicy
+from servingops.api_models.base import ApiModel
+from servingops.api_models.ome.enums import AcceleratorSelectionPolicy
 
 
 class AcceleratorConstraints(ApiModel):

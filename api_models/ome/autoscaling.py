@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import (
+from servingops.api_models.base import (
     ApiModel,
     Condition,
     KubeObject,
@@ -18,7 +18,7 @@ from api_models.base import (
     condition_list_schema,
     validations,
 )
-from api_models.ome.enums import AutoscalerClass, AutoscalerManagedBy, ComponentType, ScalingMode
+from servingops.api_models.ome.enums import AutoscalerClass, AutoscalerManagedBy, ComponentType, ScalingMode
 
 
 class KedaAutoscaler(ApiModel):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import ApiModel, IntOrString, KubeObject, KubeObjectList, Quantity, cel, validations
-from api_models.ome.accelerator import AcceleratorSelector
-from api_models.ome.autoscaling import AutoscalerPolicyRef, ComponentAutoscaler
-from api_models.ome.enums import TopologySpreadPolicy
-from api_models.ome.lifecycle import LifecycleSpec
+from servingops.api_models.base import ApiModel, IntOrString, KubeObject, KubeObjectList, Quantity, cel, validations
+from servingops.api_models.ome.accelerator import AcceleratorSelector
+from servingops.api_models.ome.autoscaling import AutoscalerPolicyRef, ComponentAutoscaler
+from servingops.api_models.ome.enums import TopologySpreadPolicy
+from servingops.api_models.ome.lifecycle import LifecycleSpec
 
 
 class PodSpec(ApiModel):

@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import (
+from servingops.api_models.base import (
     ApiModel,
     Condition,
     CrdInfo,
@@ -19,21 +19,21 @@ from api_models.base import (
     condition_list_schema,
     validations,
 )
-from api_models.ome.accelerator import AcceleratorSelection, AcceleratorSelector
-from api_models.ome.autoscaling import ComponentAutoscalerStatus, ScalingPolicy
-from api_models.ome.components import DecoderSpec, EngineSpec, ReplicaRefs, RouterSpec
-from api_models.ome.constants import GROUP, VERSION
-from api_models.ome.enums import ComponentType, RolloutPhase
-from api_models.ome.lifecycle import LifecycleStatus
-from api_models.ome.migration import MigrationHistoryEntry
-from api_models.ome.model_status import ModelStatus, MountedOverlay
-from api_models.ome.placement import PlacementSpec
-from api_models.ome.placement_status import PlacementStatus
-from api_models.ome.refs import ModelRef, ScaleTargetRef, ServingRuntimeRef
-from api_models.ome.rollout import RolloutSpec
-from api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationStatus, RolloutStatus
-from api_models.ome.routing import RoutingSpec
-from api_models.ome.traffic import ComponentTrafficTarget, TrafficSpec, TrafficStatus
+from servingops.api_models.ome.accelerator import AcceleratorSelection, AcceleratorSelector
+from servingops.api_models.ome.autoscaling import ComponentAutoscalerStatus, ScalingPolicy
+from servingops.api_models.ome.components import DecoderSpec, EngineSpec, ReplicaRefs, RouterSpec
+from servingops.api_models.ome.constants import GROUP, VERSION
+from servingops.api_models.ome.enums import ComponentType, RolloutPhase
+from servingops.api_models.ome.lifecycle import LifecycleStatus
+from servingops.api_models.ome.migration import MigrationHistoryEntry
+from servingops.api_models.ome.model_status import ModelStatus, MountedOverlay
+from servingops.api_models.ome.placement import PlacementSpec
+from servingops.api_models.ome.placement_status import PlacementStatus
+from servingops.api_models.ome.refs import ModelRef, ScaleTargetRef, ServingRuntimeRef
+from servingops.api_models.ome.rollout import RolloutSpec
+from servingops.api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationStatus, RolloutStatus
+from servingops.api_models.ome.routing import RoutingSpec
+from servingops.api_models.ome.traffic import ComponentTrafficTarget, TrafficSpec, TrafficStatus
 
 
 class ComponentStatusSpec(ApiModel):

@@ -7,8 +7,8 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import ApiModel, Condition, Time, cel, condition_list_schema, validations
-from api_models.ome.enums import InstanceOperationType, OMENativeInstancePhase, RetryBlockState
+from servingops.api_models.base import ApiModel, Condition, Time, cel, condition_list_schema, validations
+from servingops.api_models.ome.enums import InstanceOperationType, OMENativeInstancePhase, RetryBlockState
 
 
 class InstanceTermination(ApiModel):

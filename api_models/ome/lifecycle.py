@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from api_models.base import ApiModel, Condition, Duration, IntOrString, Time, condition_list_schema
-from api_models.ome.enums import (
+from servingops.api_models.base import ApiModel, Condition, Duration, IntOrString, Time, condition_list_schema
+from servingops.api_models.ome.enums import (
     InstanceReadyPolicy,
     InstanceRestartPolicy,
     MigrationPolicyMode,

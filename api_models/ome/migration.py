@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from api_models.base import ApiModel, Time
-from api_models.ome.enums import ComponentType, MigrationMode, MigrationPhase, MigrationTrigger
+from servingops.api_models.base import ApiModel, Time
+from servingops.api_models.ome.enums import ComponentType, MigrationMode, MigrationPhase, MigrationTrigger
 
 
 class MigrationEvent(ApiModel):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from api_models.base import ApiModel, Time
-from api_models.ome.enums import FailureReason, ModelState, TransitionStatus
+from servingops.api_models.base import ApiModel, Time
+from servingops.api_models.ome.enums import FailureReason, ModelState, TransitionStatus
 
 
 class FailureInfo(ApiModel):

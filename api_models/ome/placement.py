@@ -7,8 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import ApiModel, Duration, cel, validations
-from api_models.ome.enums import ComponentType, PlacementMode, PlacementPolicy
+from servingops.api_models.base import ApiModel, Duration, cel, validations
+from servingops.api_models.ome.enums import ComponentType, PlacementMode, PlacementPolicy
 
 
 class ClusterSelectorRequirement(ApiModel):

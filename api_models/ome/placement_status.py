@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from api_models.base import ApiModel, Time
-from api_models.ome.accelerator import AcceleratorCapacityAttribution
-from api_models.ome.autoscaling import CandidateAutoscalingStatus
-from api_models.ome.enums import CandidatePlacementPhase, ComponentType, PlacementMode, PlacementPhase
-from api_models.ome.placement import PlacementComponentFloor, PlacementDemandContract
-from api_models.ome.rollout_status import CandidateRolloutStatus
+from servingops.api_models.base import ApiModel, Time
+from servingops.api_models.ome.accelerator import AcceleratorCapacityAttribution
+from servingops.api_models.ome.autoscaling import CandidateAutoscalingStatus
+from servingops.api_models.ome.enums import CandidatePlacementPhase, ComponentType, PlacementMode, PlacementPhase
+from servingops.api_models.ome.placement import PlacementComponentFloor, PlacementDemandContract
+from servingops.api_models.ome.rollout_status import CandidateRolloutStatus
 
 
 class PlacementHomePolicy(ApiModel):

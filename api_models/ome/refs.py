@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from api_models.base import ApiModel
+from servingops.api_models.base import ApiModel
 
 
 class ModelOverlayRef(ApiModel):

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import (
+from servingops.api_models.base import (
     ApiModel,
     Condition,
     CrdInfo,
@@ -19,15 +19,21 @@ from api_models.base import (
     condition_list_schema,
     validations,
 )
-from api_models.ome.autoscaling import ComponentAutoscaler
-from api_models.ome.constants import GROUP, VERSION
-from api_models.ome.enums import ComponentType, InstanceStatusEncoding, PauseMode, RunnerName, TopologySpreadPolicy
-from api_models.ome.instance_status import InstanceStatusColumns, OMENativeInstanceStatus, RetryBlock
-from api_models.ome.lifecycle import LifecycleSpec, RolloutHold
-from api_models.ome.migration import MigrationStatus
-from api_models.ome.placement import PlacementExecutionPolicy
-from api_models.ome.refs import ModelRef, ParentReference, ServingRuntimeRef
-from api_models.ome.traffic import ComponentTrafficTarget
+from servingops.api_models.ome.autoscaling import ComponentAutoscaler
+from servingops.api_models.ome.constants import GROUP, VERSION
+from servingops.api_models.ome.enums import (
+    ComponentType,
+    InstanceStatusEncoding,
+    PauseMode,
+    RunnerName,
+    TopologySpreadPolicy,
+)
+from servingops.api_models.ome.instance_status import InstanceStatusColumns, OMENativeInstanceStatus, RetryBlock
+from servingops.api_models.ome.lifecycle import LifecycleSpec, RolloutHold
+from servingops.api_models.ome.migration import MigrationStatus
+from servingops.api_models.ome.placement import PlacementExecutionPolicy
+from servingops.api_models.ome.refs import ModelRef, ParentReference, ServingRuntimeRef
+from servingops.api_models.ome.traffic import ComponentTrafficTarget
 
 
 class Runner(ApiModel):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import ApiModel, Duration, IntOrString, KubeObject, cel, validations
-from api_models.ome.enums import (
+from servingops.api_models.base import ApiModel, Duration, IntOrString, KubeObject, cel, validations
+from servingops.api_models.ome.enums import (
     ComparisonOperator,
     ComponentType,
     OnInconclusive,

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import (
+from servingops.api_models.base import (
     ApiModel,
     Condition,
     CrdInfo,
@@ -16,8 +16,8 @@ from api_models.base import (
     condition_list_schema,
     validations,
 )
-from api_models.ome.constants import GROUP, VERSION
-from api_models.ome.rollout import GroupBlueGreen, GroupCanary, GroupRollingUpdate
+from servingops.api_models.ome.constants import GROUP, VERSION
+from servingops.api_models.ome.rollout import GroupBlueGreen, GroupCanary, GroupRollingUpdate
 
 
 class RolloutPolicySpec(ApiModel):

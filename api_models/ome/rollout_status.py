@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from api_models.base import ApiModel, IntOrString, Time
-from api_models.ome.enums import (
+from servingops.api_models.base import ApiModel, IntOrString, Time
+from servingops.api_models.ome.enums import (
     CanaryFailureReason,
     ComparisonOperator,
     ComponentType,
@@ -15,7 +15,7 @@ from api_models.ome.enums import (
     RolloutPlanSource,
     RolloutRunOutcome,
 )
-from api_models.ome.rollout import RolloutGroup, RolloutPolicyRef
+from servingops.api_models.ome.rollout import RolloutGroup, RolloutPolicyRef
 
 
 class AnalysisMetricResult(ApiModel):

@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, WithJsonSchema
 
-from api_models.base import QUANTITY_PATTERN, ApiModel, Duration, cel, validations
-from api_models.ome.enums import RoutingAllFailedPolicy
+from servingops.api_models.base import QUANTITY_PATTERN, ApiModel, Duration, cel, validations
+from servingops.api_models.ome.enums import RoutingAllFailedPolicy
 
 # A Quantity with a bounded string form, so the CEL rule that parses each capacity factor stays
 # within the apiserver's cost budget.

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import ApiModel, Condition, cel, condition_list_schema, validations
-from api_models.ome.enums import EndpointOverrideType, HashType, LoadBalancingType
+from servingops.api_models.base import ApiModel, Condition, cel, condition_list_schema, validations
+from servingops.api_models.ome.enums import EndpointOverrideType, HashType, LoadBalancingType
 
 
 class HashHeader(ApiModel):

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pydantic import ConfigDict, Field
 
-from api_models.base import (
+from servingops.api_models.base import (
     ApiModel,
     Condition,
     CrdInfo,
@@ -17,7 +17,7 @@ from api_models.base import (
     condition_list_schema,
     validations,
 )
-from api_models.ome.constants import GROUP, VERSION
+from servingops.api_models.ome.constants import GROUP, VERSION
 
 
 class KubeConfigSource(ApiModel):

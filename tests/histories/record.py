@@ -52,10 +52,10 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from api_models.ome.enums import ComponentType
+from servingops.api_models.ome.enums import ComponentType
+from servingops.workers.registry import workflows as registry_workflows
 from tests.histories.model_fakes import FakeModelWorld
 from tests.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
-from workers.registry import workflows as registry_workflows
 
 HERE = Path(__file__).parent
 ENGINE, DECODER, ROUTER = ComponentType.ENGINE, ComponentType.DECODER, ComponentType.ROUTER

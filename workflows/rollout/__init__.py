@@ -17,8 +17,8 @@ progression, portable digests), `templating` (PromQL context), `status` (the sta
 rollouts own and the Events that go with it). `analysis` takes one metrics sample.
 """
 
-from workflows.rollout.run_workflow import RolloutWorkflow
-from workflows.rollout.service_workflow import InferenceServiceWorkflow
+from servingops.workflows.rollout.run_workflow import RolloutWorkflow
+from servingops.workflows.rollout.service_workflow import InferenceServiceWorkflow
 
 WORKFLOWS = (InferenceServiceWorkflow, RolloutWorkflow)
 

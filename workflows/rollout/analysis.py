@@ -11,15 +11,21 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.prometheus import EvaluateInput, Evaluation, MetricOutcome, MetricQuery, PrometheusActivities
-    from activities.serving.types import revision_name
-    from api_models.contract.rollout import ComponentTarget
-    from api_models.ome.rollout import GroupCanary, RolloutAnalysis
-    from api_models.ome.rollout_status import AnalysisMetricResult
-    from api_models.operator_config import OperatorDefaults, PrometheusSource
-    from api_models.refs import ObjectRef
-    from workflows import options
-    from workflows.rollout.templating import QueryContext, TemplateError, render
+    from servingops.activities.prometheus import (
+        EvaluateInput,
+        Evaluation,
+        MetricOutcome,
+        MetricQuery,
+        PrometheusActivities,
+    )
+    from servingops.activities.serving.types import revision_name
+    from servingops.api_models.contract.rollout import ComponentTarget
+    from servingops.api_models.ome.rollout import GroupCanary, RolloutAnalysis
+    from servingops.api_models.ome.rollout_status import AnalysisMetricResult
+    from servingops.api_models.operator_config import OperatorDefaults, PrometheusSource
+    from servingops.api_models.refs import ObjectRef
+    from servingops.workflows import options
+    from servingops.workflows.rollout.templating import QueryContext, TemplateError, render
 
 
 def prometheus_source(canary: GroupCanary, operator: OperatorDefaults,

@@ -15,8 +15,8 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from api_models.contract import Query, Signal, Update
-    from api_models.contract.rollout import (
+    from servingops.api_models.contract import Query, Signal, Update
+    from servingops.api_models.contract.rollout import (
         ComponentTarget,
         PinnedGroup,
         Progression,
@@ -26,21 +26,21 @@ with workflow.unsafe.imports_passed_through():
         RolloutState,
         progression_of,
     )
-    from api_models.ome.enums import (
+    from servingops.api_models.ome.enums import (
         CanaryFailureReason,
         ComponentType,
         CoordinationPhase,
         CoordinationPolicy,
         RolloutPhase,
     )
-    from api_models.ome.rollout import RolloutGroupStep
-    from api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationGroupStatus
-    from api_models.refs import ObjectRef
-    from api_models.serving import TrafficWeight
-    from workflows.rollout.models import AnnotationState, CarriedRun, RolloutInput, RolloutSettings
-    from workflows.rollout.plan import entrypoint
-    from workflows.rollout.steps import Gate, StepWait, poll_interval, ready_timeout
-    from workflows.visibility import Visibility
+    from servingops.api_models.ome.rollout import RolloutGroupStep
+    from servingops.api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationGroupStatus
+    from servingops.api_models.refs import ObjectRef
+    from servingops.api_models.serving import TrafficWeight
+    from servingops.workflows.rollout.models import AnnotationState, CarriedRun, RolloutInput, RolloutSettings
+    from servingops.workflows.rollout.plan import entrypoint
+    from servingops.workflows.rollout.steps import Gate, StepWait, poll_interval, ready_timeout
+    from servingops.workflows.visibility import Visibility
 
 
 class RolloutHandlers:

@@ -10,13 +10,13 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-from api_models.contract.rollout import ComponentTarget, PinnedGroup, RolloutReport
-from api_models.errors import ErrorType
-from api_models.ome.enums import ComponentType, RolloutRunOutcome
-from api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationGroupStatus
-from api_models.operator_config import OperatorDefaults
-from api_models.refs import ObjectRef
-from api_models.serving import TrafficWeight
+from servingops.api_models.contract.rollout import ComponentTarget, PinnedGroup, RolloutReport
+from servingops.api_models.errors import ErrorType
+from servingops.api_models.ome.enums import ComponentType, RolloutRunOutcome
+from servingops.api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationGroupStatus
+from servingops.api_models.operator_config import OperatorDefaults
+from servingops.api_models.refs import ObjectRef
+from servingops.api_models.serving import TrafficWeight
 
 
 class RolloutSettings(BaseModel):

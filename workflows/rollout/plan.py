@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
-from activities.serving.types import ComponentObservation
-from api_models.contract.rollout import ComponentTarget, ServiceState
-from api_models.ome.enums import ComponentType, RolloutGroupOrdering
-from api_models.ome.rollout import RolloutGroup, RolloutSpec
+from servingops.activities.serving.types import ComponentObservation
+from servingops.api_models.contract.rollout import ComponentTarget, ServiceState
+from servingops.api_models.ome.enums import ComponentType, RolloutGroupOrdering
+from servingops.api_models.ome.rollout import RolloutGroup, RolloutSpec
 
 _ENTRY_ORDER = (ComponentType.ROUTER, ComponentType.ENGINE, ComponentType.DECODER)
 

@@ -10,9 +10,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from api_models.ome.enums import RolloutPlanSource, RolloutProgressionKind
-from api_models.ome.rollout import GroupBlueGreen, RolloutGroup
-from api_models.ome.rollout_policy import RolloutPolicy, RolloutPolicySpec
+from servingops.api_models.ome.enums import RolloutPlanSource, RolloutProgressionKind
+from servingops.api_models.ome.rollout import GroupBlueGreen, RolloutGroup
+from servingops.api_models.ome.rollout_policy import RolloutPolicy, RolloutPolicySpec
 
 
 def portable_digest(body: RolloutPolicySpec) -> str:

@@ -18,13 +18,13 @@ from collections.abc import Awaitable, Callable
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from api_models.contract import WorkflowType
-    from api_models.contract.rollout import Progression, progression_of
-    from api_models.ome.enums import RolloutRunOutcome
-    from workflows.rollout.handlers import RolloutHandlers
-    from workflows.rollout.models import RolloutInput, RolloutResult
-    from workflows.rollout.progressions import bluegreen, canary, rolling
-    from workflows.visibility import Visibility
+    from servingops.api_models.contract import WorkflowType
+    from servingops.api_models.contract.rollout import Progression, progression_of
+    from servingops.api_models.ome.enums import RolloutRunOutcome
+    from servingops.workflows.rollout.handlers import RolloutHandlers
+    from servingops.workflows.rollout.models import RolloutInput, RolloutResult
+    from servingops.workflows.rollout.progressions import bluegreen, canary, rolling
+    from servingops.workflows.visibility import Visibility
 
 _PROGRESSIONS: dict[Progression, Callable[[RolloutHandlers], Awaitable[RolloutRunOutcome | None]]] = {
     Progression.CANARY: canary.run,

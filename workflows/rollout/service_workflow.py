@@ -25,10 +25,10 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError
 from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
-    from activities.operator_config import OperatorConfigActivities
-    from activities.serving.activities import ServingActivities
-    from activities.serving.types import (
+    from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
+    from servingops.activities.operator_config import OperatorConfigActivities
+    from servingops.activities.serving.activities import ServingActivities
+    from servingops.activities.serving.types import (
         ComponentObservation,
         EnsureRevisionInput,
         ObserveInput,
@@ -36,9 +36,9 @@ with workflow.unsafe.imports_passed_through():
         ServiceObservation,
         SetTrafficInput,
     )
-    from api_models import contract
-    from api_models.contract import AnnotationEvent, ObjectEvent, Query, Signal, StartObject, WorkflowType
-    from api_models.contract.rollout import (
+    from servingops.api_models import contract
+    from servingops.api_models.contract import AnnotationEvent, ObjectEvent, Query, Signal, StartObject, WorkflowType
+    from servingops.api_models.contract.rollout import (
         ActiveRun,
         ComponentTarget,
         ComponentView,
@@ -49,22 +49,28 @@ with workflow.unsafe.imports_passed_through():
         ServiceState,
         ServiceView,
     )
-    from api_models.durations import parse_duration
-    from api_models.errors import ErrorType, error_message, error_type_of
-    from api_models.ome.enums import RolloutPlanSource, RolloutRunOutcome
-    from api_models.ome.rollout import RolloutGroup, RolloutSpec
-    from api_models.ome.rollout_status import (
+    from servingops.api_models.durations import parse_duration
+    from servingops.api_models.errors import ErrorType, error_message, error_type_of
+    from servingops.api_models.ome.enums import RolloutPlanSource, RolloutRunOutcome
+    from servingops.api_models.ome.rollout import RolloutGroup, RolloutSpec
+    from servingops.api_models.ome.rollout_status import (
         RolloutGroupResolution,
         ShadowedRolloutPolicyRef,
     )
-    from api_models.refs import ObjectRef
-    from api_models.serving import TrafficWeight
-    from workflows import options
-    from workflows.rollout import analysis, plan, policy_pinning, status
-    from workflows.rollout.models import AnnotationState, Refusal, RolloutInput, RolloutResult, RolloutSettings
-    from workflows.rollout.plan import Unit, entrypoint
-    from workflows.rollout.steps import poll_interval
-    from workflows.visibility import Visibility
+    from servingops.api_models.refs import ObjectRef
+    from servingops.api_models.serving import TrafficWeight
+    from servingops.workflows import options
+    from servingops.workflows.rollout import analysis, plan, policy_pinning, status
+    from servingops.workflows.rollout.models import (
+        AnnotationState,
+        Refusal,
+        RolloutInput,
+        RolloutResult,
+        RolloutSettings,
+    )
+    from servingops.workflows.rollout.plan import Unit, entrypoint
+    from servingops.workflows.rollout.steps import poll_interval
+    from servingops.workflows.visibility import Visibility
 
 _RESYNC_PARKED = 60.0
 """How often a parked group re-tries resolving its policy (it may have been created since)."""

@@ -15,13 +15,13 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from activities.kubernetes import EventNote
-from activities.serving.types import revision_name
-from api_models.contract.rollout import ActiveRun, ComponentTarget, ComponentView, ServiceState
-from api_models.errors import ErrorType
-from api_models.ome.enums import ComponentType, RolloutRunOutcome
-from api_models.ome.inference_service import ComponentStatusSpec
-from api_models.ome.rollout_status import (
+from servingops.activities.kubernetes import EventNote
+from servingops.activities.serving.types import revision_name
+from servingops.api_models.contract.rollout import ActiveRun, ComponentTarget, ComponentView, ServiceState
+from servingops.api_models.errors import ErrorType
+from servingops.api_models.ome.enums import ComponentType, RolloutRunOutcome
+from servingops.api_models.ome.inference_service import ComponentStatusSpec
+from servingops.api_models.ome.rollout_status import (
     CanaryStatus,
     RolloutCoordinationStatus,
     RolloutRun,
@@ -32,11 +32,11 @@ from api_models.ome.rollout_status import (
     RolloutRunTarget,
     RolloutStatus,
 )
-from api_models.ome.traffic import ComponentTrafficTarget
-from api_models.refs import ConditionUpdate
-from api_models.serving import TrafficWeight
-from workflows.rollout.models import Refusal
-from workflows.rollout.plan import entrypoint, target_id
+from servingops.api_models.ome.traffic import ComponentTrafficTarget
+from servingops.api_models.refs import ConditionUpdate
+from servingops.api_models.serving import TrafficWeight
+from servingops.workflows.rollout.models import Refusal
+from servingops.workflows.rollout.plan import entrypoint, target_id
 
 _CONDITION = {ComponentType.ENGINE: "EngineReady", ComponentType.DECODER: "DecoderReady",
               ComponentType.ROUTER: "RouterReady"}

@@ -8,9 +8,9 @@ import math
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from api_models.durations import parse_duration
-from api_models.ome.enums import OnInconclusive
-from api_models.ome.rollout import RolloutGroupStep
+from servingops.api_models.durations import parse_duration
+from servingops.api_models.ome.enums import OnInconclusive
+from servingops.api_models.ome.rollout import RolloutGroupStep
 
 _FIRST_POLL_SECONDS = 0.5
 

@@ -10,14 +10,14 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.serving.activities import ServingActivities
-    from activities.serving.types import EnsureRevisionInput, RevisionKey, SetTrafficInput
-    from api_models.errors import ErrorType, error_type_of
-    from api_models.ome.enums import CoordinationPhase, RolloutRunOutcome
-    from api_models.serving import TrafficWeight
-    from workflows import options
-    from workflows.rollout.progressions.driver import Driver
-    from workflows.rollout.progressions.readiness import all_ready
+    from servingops.activities.serving.activities import ServingActivities
+    from servingops.activities.serving.types import EnsureRevisionInput, RevisionKey, SetTrafficInput
+    from servingops.api_models.errors import ErrorType, error_type_of
+    from servingops.api_models.ome.enums import CoordinationPhase, RolloutRunOutcome
+    from servingops.api_models.serving import TrafficWeight
+    from servingops.workflows import options
+    from servingops.workflows.rollout.progressions.driver import Driver
+    from servingops.workflows.rollout.progressions.readiness import all_ready
 
 
 async def run(driver: Driver) -> RolloutRunOutcome | None:

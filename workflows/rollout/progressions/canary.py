@@ -21,19 +21,19 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.serving.activities import ServingActivities
-    from activities.serving.types import EnsureRevisionInput, ObserveInput, RevisionKey, SetTrafficInput
-    from api_models.contract.rollout import ComponentTarget, PinnedGroup, RetargetRequest
-    from api_models.durations import parse_duration
-    from api_models.errors import ErrorType, error_type_of
-    from api_models.ome.enums import CanaryFailureReason, ComponentType, RolloutPhase, RolloutRunOutcome
-    from api_models.ome.rollout import GroupCanary, RolloutGroupStep
-    from api_models.ome.rollout_status import CanaryFailure
-    from api_models.serving import TrafficWeight
-    from workflows import options
-    from workflows.rollout import analysis, status
-    from workflows.rollout.progressions.driver import CanaryDriver
-    from workflows.rollout.steps import (
+    from servingops.activities.serving.activities import ServingActivities
+    from servingops.activities.serving.types import EnsureRevisionInput, ObserveInput, RevisionKey, SetTrafficInput
+    from servingops.api_models.contract.rollout import ComponentTarget, PinnedGroup, RetargetRequest
+    from servingops.api_models.durations import parse_duration
+    from servingops.api_models.errors import ErrorType, error_type_of
+    from servingops.api_models.ome.enums import CanaryFailureReason, ComponentType, RolloutPhase, RolloutRunOutcome
+    from servingops.api_models.ome.rollout import GroupCanary, RolloutGroupStep
+    from servingops.api_models.ome.rollout_status import CanaryFailure
+    from servingops.api_models.serving import TrafficWeight
+    from servingops.workflows import options
+    from servingops.workflows.rollout import analysis, status
+    from servingops.workflows.rollout.progressions.driver import CanaryDriver
+    from servingops.workflows.rollout.steps import (
         Gate,
         GateOutcome,
         StepWait,

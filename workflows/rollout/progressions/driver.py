@@ -12,13 +12,13 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Protocol
 
-from api_models.contract.rollout import ComponentTarget, PinnedGroup, RetargetRequest
-from api_models.ome.enums import ComponentType, CoordinationPhase, RolloutPhase
-from api_models.ome.rollout import RolloutGroupStep
-from api_models.ome.rollout_status import CanaryStatus
-from api_models.refs import ObjectRef
-from api_models.serving import TrafficWeight
-from workflows.rollout.models import AnnotationState, CarriedRun, RolloutSettings
+from servingops.api_models.contract.rollout import ComponentTarget, PinnedGroup, RetargetRequest
+from servingops.api_models.ome.enums import ComponentType, CoordinationPhase, RolloutPhase
+from servingops.api_models.ome.rollout import RolloutGroupStep
+from servingops.api_models.ome.rollout_status import CanaryStatus
+from servingops.api_models.refs import ObjectRef
+from servingops.api_models.serving import TrafficWeight
+from servingops.workflows.rollout.models import AnnotationState, CarriedRun, RolloutSettings
 
 
 class Driver(Protocol):

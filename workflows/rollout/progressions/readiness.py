@@ -6,11 +6,11 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.serving.activities import ServingActivities
-    from activities.serving.types import RevisionKey
-    from api_models.contract.rollout import ComponentTarget
-    from api_models.refs import ObjectRef
-    from workflows import options
+    from servingops.activities.serving.activities import ServingActivities
+    from servingops.activities.serving.types import RevisionKey
+    from servingops.api_models.contract.rollout import ComponentTarget
+    from servingops.api_models.refs import ObjectRef
+    from servingops.workflows import options
 
 
 async def all_ready(isvc: ObjectRef, targets: list[ComponentTarget], *, stable: bool = False) -> bool:

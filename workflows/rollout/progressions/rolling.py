@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.serving.activities import ServingActivities
-    from activities.serving.types import EnsureRevisionInput, RevisionKey, SetTrafficInput
-    from api_models.contract.rollout import ComponentTarget
-    from api_models.ome.enums import ComponentType, CoordinationPhase, RolloutRunOutcome
-    from api_models.ome.rollout import GroupRollingUpdate
-    from api_models.serving import TrafficWeight
-    from workflows import options
-    from workflows.rollout.progressions.driver import Driver
-    from workflows.rollout.progressions.readiness import all_ready
-    from workflows.rollout.steps import scaled
+    from servingops.activities.serving.activities import ServingActivities
+    from servingops.activities.serving.types import EnsureRevisionInput, RevisionKey, SetTrafficInput
+    from servingops.api_models.contract.rollout import ComponentTarget
+    from servingops.api_models.ome.enums import ComponentType, CoordinationPhase, RolloutRunOutcome
+    from servingops.api_models.ome.rollout import GroupRollingUpdate
+    from servingops.api_models.serving import TrafficWeight
+    from servingops.workflows import options
+    from servingops.workflows.rollout.progressions.driver import Driver
+    from servingops.workflows.rollout.progressions.readiness import all_ready
+    from servingops.workflows.rollout.steps import scaled
 
 DEFAULT_BUDGET = "25%"
 
