@@ -29,7 +29,7 @@ from devstack.ollama_registry import publish_ollama_model
 from devstack.process import ManagedProcess, find_binary
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.oci.registry_client import ModelRegistry
-from servingops.api_models.contract import model_workflow_id
+from servingops.api_models.contract import Query, model_workflow_id
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
 from tests.fixtures.hub import HubRepos
@@ -86,10 +86,16 @@ class Stack:
         return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterModel" if cluster_scoped else "Model",
                 "metadata": meta, "spec": {"source": source}}
 
+    def events(self, name: str) -> list[tuple[str, str]]:
+        """(type, reason) of the Events on the namespace's object `name`, sorted."""
+        items = client.CoreV1Api(self.api).list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.name={name}").items
+        return sorted((e.type, e.reason) for e in items)
+
     async def workflow_state(self, obj: dict[str, Any]) -> dict[str, Any]:
         meta = obj["metadata"]
         handle = self.temporal.get_workflow_handle(model_workflow_id(meta.get("namespace"), meta["name"], meta["uid"]))
-        state: dict[str, Any] = await handle.query("state", result_type=dict)
+        state: dict[str, Any] = await handle.query(Query.STATE, result_type=dict)
         return state
 
 
@@ -165,6 +171,8 @@ def test_hugging_face_safetensors_model_becomes_ready(stack: Stack, hub_repos: H
         if name in pulled:
             assert pulled[name] == (repo.snapshot / name).read_bytes(), f"{name} differs"
     assert set(weights) <= set(pulled) and "config.json" in pulled
+    # What `kubectl get events` shows for the import: each phase change, with the condition's reason.
+    assert stack.events("tiny-llama") == [("Normal", "Published"), ("Normal", "Publishing")]
 
 
 def test_second_model_of_the_same_repo_transfers_nothing(stack: Stack, hub_repos: HubRepos) -> None:
@@ -267,6 +275,7 @@ def test_bad_sources_fail_with_a_reason_and_leave_nothing(stack: Stack, hub_repo
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", reason), ready
     assert ready["message"]
+    assert ("Warning", reason) in stack.events(case), stack.events(case)
     state = asyncio.run(stack.workflow_state(obj))
     pushed = [f["pushed_digest"] for f in state["files"] if f.get("uploaded_here")]
     with ModelRegistry(stack.registry.address, insecure=True) as reg:
