@@ -191,12 +191,18 @@ class _StepMachine:
             self.d.progress.analysis_start = workflow.now()
 
     async def _route(self, target: ComponentTarget, weight: int) -> None:
-        weights = [TrafficWeight(revision=target.stable_revision, weight=100 - weight),
-                   TrafficWeight(revision=target.revision, weight=weight)]
+        await self._set_weights(target.component, [TrafficWeight(revision=target.stable_revision, weight=100 - weight),
+                                                   TrafficWeight(revision=target.revision, weight=weight)])
+
+    async def _send_all_to(self, target: ComponentTarget, revision: str) -> None:
+        await self._set_weights(target.component, [TrafficWeight(revision=revision, weight=100)])
+
+    async def _set_weights(self, component: ComponentType, weights: list[TrafficWeight]) -> None:
+        """Program the component's route, then remember what it now carries."""
         await workflow.execute_activity_method(
-            ServingActivities.set_traffic,
-            SetTrafficInput(isvc=self.d.isvc, component=target.component, weights=weights), **options.KUBE)
-        self.d.progress.traffic[target.component] = weights
+            ServingActivities.set_traffic, SetTrafficInput(isvc=self.d.isvc, component=component, weights=weights),
+            **options.KUBE)
+        self.d.progress.traffic[component] = weights
 
     async def _gate(self, step: RolloutGroupStep) -> GateOutcome:
         """ADVANCE / PROMOTED / FORCED when the step may advance, ROLLBACK, or AGAIN when
@@ -321,11 +327,7 @@ class _StepMachine:
         if not await self._capacity_gate(_FINAL):
             return False
         for target in self.d.moving():
-            weights = [TrafficWeight(revision=target.revision, weight=100)]
-            await workflow.execute_activity_method(
-                ServingActivities.set_traffic,
-                SetTrafficInput(isvc=self.d.isvc, component=target.component, weights=weights), **options.KUBE)
-            self.d.progress.traffic[target.component] = weights
+            await self._send_all_to(target, target.revision)
         self.d.progress.programmed_weight = 100
         canary.observed_traffic_weight = 100
         canary.stable_revision_hash = None
@@ -364,11 +366,7 @@ class _StepMachine:
                     key=RevisionKey(isvc=self.d.isvc, component=target.component, revision=target.stable_revision),
                     replicas=target.desired_replicas),
                 **options.KUBE)
-            weights = [TrafficWeight(revision=target.stable_revision, weight=100)]
-            await workflow.execute_activity_method(
-                ServingActivities.set_traffic,
-                SetTrafficInput(isvc=self.d.isvc, component=target.component, weights=weights), **options.KUBE)
-            self.d.progress.traffic[target.component] = weights
+            await self._send_all_to(target, target.stable_revision)
         self.d.progress.programmed_weight = 0
         canary.observed_traffic_weight = 0
         canary.rolled_back_revision_hash = canary.canary_revision_hash
@@ -413,11 +411,7 @@ class _StepMachine:
         if request.pinned is not None:
             self.d.pinned = request.pinned
         for target in abandoned:
-            weights = [TrafficWeight(revision=target.stable_revision, weight=100)]
-            await workflow.execute_activity_method(
-                ServingActivities.set_traffic,
-                SetTrafficInput(isvc=self.d.isvc, component=target.component, weights=weights), **options.KUBE)
-            self.d.progress.traffic[target.component] = weights
+            await self._send_all_to(target, target.stable_revision)
         self.d.progress.programmed_weight = 0
         if not self.d.moving():
             # The spec went back to the stable revisions: nothing left to roll.
