@@ -49,6 +49,13 @@ class FinalizerChange(BaseModel):
     finalizer: str
 
 
+class AnnotationRemoval(BaseModel):
+    ref: ObjectRef
+    name: str
+    value: str
+    """Removed only while the annotation still has this value: another value is a new request."""
+
+
 class EventSpec(BaseModel):
     ref: ObjectRef
     type: str = "Normal"
@@ -204,6 +211,26 @@ class KubernetesActivities:
         self._update_with_retry(change.ref, mutate, status=False)
         return True
 
+    @activity.defn(name="kube.remove_annotation")
+    def remove_annotation(self, removal: AnnotationRemoval) -> bool:
+        """Remove metadata.annotations[name] if it still holds `value` (the workflow consumed that
+        value); True when this call removed it. Written with the read resourceVersion, so a user
+        who sets a new value meanwhile keeps it; False when absent, changed, or the object is gone."""
+        removed = False
+
+        def mutate(obj: dict[str, Any]) -> bool:
+            nonlocal removed
+            annotations = dict(obj["metadata"].get("annotations") or {})
+            removed = annotations.get(removal.name) == removal.value
+            if removed:
+                del annotations[removal.name]
+                obj["metadata"]["annotations"] = annotations
+            return removed
+
+        if self._update_with_retry(removal.ref, mutate, status=False) is None:
+            return False
+        return removed
+
     @activity.defn(name="kube.emit_event")
     def emit_event(self, spec: EventSpec) -> None:
         """Record an Event on the object (Warning events are how bad input is reported)."""
@@ -239,4 +266,4 @@ class KubernetesActivities:
 
     def all(self) -> list[Any]:
         return [self.read_object, self.patch_status, self.ensure_finalizer, self.remove_finalizer,
-                self.emit_event, self.artifact_referenced, self.list_policy_attachments]
+                self.remove_annotation, self.emit_event, self.artifact_referenced, self.list_policy_attachments]

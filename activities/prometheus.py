@@ -5,7 +5,11 @@ such a metric is inconclusive and the workflow applies onInconclusive. Only bad 
 operator, a non-numeric threshold) raises, non-retryable, since a retry would read the same input.
 
 The bearer token is read from its Secret on every call and only ever placed in the request
-header: it is never logged, returned, or put into an error message.
+header: it is never logged, returned, or put into an error message. What reaches a message (and
+so the workflow's history and the InferenceService status) is built from parts we choose, each
+bounded and scrubbed (`_clean`): the HTTP status and its standard phrase, Prometheus's errorType
+when it is one word, and its error text or an exception's text with URL queries and user
+information removed and anything token-shaped redacted. A response body is never quoted.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ import binascii
 import logging
 import math
 import operator
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import requests
@@ -26,6 +32,7 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from servingops.api_models.credential_headers import credential_headers, without_credentials
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.enums import ComparisonOperator
 from servingops.api_models.operator_config import PrometheusSource
@@ -109,9 +116,36 @@ class _Inconclusive(Exception):
     """This metric could not be evaluated this time; the message says why."""
 
 
-def _reason(text: str) -> str:
+_URL_QUERY = re.compile(r"(/[^\s?'\"]*)\?[^\s'\")]*")
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]*@")
+_AUTH_VALUE = re.compile(r"(?i)\b(bearer|basic|digest|negotiate|apikey|token)(\s+|[=:]\s*)[^\s,;'\"]+")
+_OPAQUE = re.compile(r"[A-Za-z0-9+/_=-]{32,}")
+_NOT_PRINTABLE = re.compile(r"[^\x20-\x7e]")
+_WORD = re.compile(r"^[A-Za-z_]{1,32}$")
+
+
+def _clean(text: str, limit: int = _MAX_REASON) -> str:
+    """Text that came from elsewhere (an exception, Prometheus's error), fit for status: printable,
+    one line, bounded, with URL queries, user information, auth values and long opaque strings
+    (tokens, signatures) removed."""
+    text = _NOT_PRINTABLE.sub(" ", text)
+    text = _URL_QUERY.sub(r"\1?...", text)
+    text = _USERINFO.sub(r"\1...@", text)
+    text = _AUTH_VALUE.sub(r"\1 [redacted]", text)
+    text = _OPAQUE.sub("[redacted]", text)
     text = " ".join(text.split())
-    return text if len(text) <= _MAX_REASON else text[:_MAX_REASON] + "..."
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _reason(text: str) -> str:
+    return _clean(text)
+
+
+def _http_phrase(code: int) -> str:
+    try:
+        return HTTPStatus(code).phrase
+    except ValueError:
+        return ""
 
 
 def _bad_input(message: str) -> ApplicationError:
@@ -142,14 +176,15 @@ def _series(data: dict[str, Any]) -> list[_Series]:
     elif kind == "vector":
         samples = [(item.get("metric") or {}, item.get("value")) for item in result or []]
     else:
-        raise _Inconclusive(f"the query returns a {kind}, not an instant vector or scalar")
+        kind_text = kind if isinstance(kind, str) and _WORD.match(kind) else "result of another type"
+        raise _Inconclusive(f"the query returns a {kind_text}, not an instant vector or scalar")
     series = []
     for labels, sample in samples:
         raw = str(sample[1]) if isinstance(sample, list) and len(sample) == 2 else ""
         try:
             value = float(raw)
         except ValueError:
-            raise _Inconclusive(f"unparsable sample value {raw!r}") from None
+            raise _Inconclusive(f"unparsable sample value {_clean(raw, 40)!r}") from None
         series.append(_Series(labels={str(k): str(v) for k, v in labels.items()}, raw=raw, value=value))
     return series
 
@@ -210,16 +245,22 @@ class PrometheusActivities:
             response = session.get(url, params={"query": query, "timeout": f"{self.timeout[1]:g}"},
                                    timeout=self.timeout, allow_redirects=False)
         except requests.RequestException as exc:
-            # The exception text names the URL, never the headers, so the token cannot leak here.
+            # The exception names the URL (never the headers); its query and any user information go.
             raise _Inconclusive(_reason(f"Prometheus unreachable: {type(exc).__name__}: {exc}")) from None
         try:
             body = response.json()
         except ValueError:
             body = None
         if isinstance(body, dict) and body.get("status") == "error":
-            raise _Inconclusive(_reason(f"query error ({body.get('errorType', 'error')}): {body.get('error', '')}"))
+            kind = body.get("errorType")
+            kind = kind if isinstance(kind, str) and _WORD.match(kind) else "error"
+            raise _Inconclusive(_reason(f"query error ({kind}): {body.get('error', '')}"))
         if response.status_code != 200 or not isinstance(body, dict):
-            raise _Inconclusive(_reason(f"Prometheus answered HTTP {response.status_code}: {response.text[:200]}"))
+            # Whatever answered (a proxy's login page, an HTML error) is not quoted: it is not
+            # Prometheus's, and it may echo what we sent.
+            what = "" if response.status_code != 200 else " with a body that is not Prometheus JSON"
+            raise _Inconclusive(f"Prometheus answered HTTP {response.status_code} "
+                                f"{_http_phrase(response.status_code)}{what}".strip())
         return _series(body.get("data") or {})
 
     @activity.defn(name="prometheus.evaluate")
@@ -235,7 +276,12 @@ class PrometheusActivities:
                     for m in metrics]
         with requests.Session() as session:
             session.trust_env = False  # no proxy or netrc from the worker's environment
-            session.headers.update(source.headers)
+            refused = credential_headers(source.headers)
+            if refused:
+                # Admission and the ConfigMap refuse these; a spec stored before that rule existed
+                # may still have them. Not sent: the token belongs in authRef.
+                log.warning("not sending headers %s: they carry credentials (use authRef)", ", ".join(refused))
+            session.headers.update(without_credentials(source.headers))
             try:
                 if source.auth_secret is not None:
                     session.headers["Authorization"] = f"Bearer {self._token(source.auth_secret, source.auth_key)}"

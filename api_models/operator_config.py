@@ -17,7 +17,8 @@ told otherwise), one YAML document per block:
         tenant-a:
           serverAddress: http://mimir.monitoring.svc/prometheus
           authSecretRef: {name: mimir-reader, key: token}   # in the controller namespace
-          headers: {X-Scope-OrgID: tenant-a}
+          headers: {X-Scope-OrgID: tenant-a}                # never credentials (refused):
+                                                             # the token is in authSecretRef
 
 The worker reads it when a rollout run opens and the run keeps what it read (the workflow
 history records it), so a change applies to the next run, never halfway through one. Unknown
@@ -32,6 +33,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from servingops.api_models.credential_headers import address_has_userinfo, credential_headers
 from servingops.api_models.durations import parse_duration
 from servingops.api_models.refs import ObjectRef
 
@@ -72,6 +74,13 @@ class CanaryAnalysisDefaults(_Block):
     bundled_prometheus_address: str = ""
     """The default metrics source: used when a canary names neither providerRef nor serverAddress."""
 
+    @field_validator("bundled_prometheus_address")
+    @classmethod
+    def _no_userinfo(cls, address: str) -> str:
+        if address_has_userinfo(address):
+            raise ValueError("bundledPrometheusAddress must not carry credentials (user:password@)")
+        return address
+
 
 class SecretKeyRef(_Block):
     name: str = Field(min_length=1)
@@ -82,6 +91,25 @@ class MetricProvider(_Block):
     server_address: str = Field(min_length=1)
     auth_secret_ref: SecretKeyRef | None = None
     headers: dict[str, str] = {}
+
+    @field_validator("server_address")
+    @classmethod
+    def _no_userinfo(cls, address: str) -> str:
+        if address_has_userinfo(address):
+            raise ValueError("serverAddress must not carry credentials (user:password@): "
+                             "put them in a Secret named by authSecretRef")
+        return address
+
+    @field_validator("headers")
+    @classmethod
+    def _no_credentials(cls, headers: dict[str, str]) -> dict[str, str]:
+        """The same rule admission applies to a canary's headers: this ConfigMap's text is copied
+        into every run that names the provider (its payloads, its pinned plan)."""
+        refused = credential_headers(headers)
+        if refused:
+            raise ValueError(f"headers {', '.join(refused)} carry credentials: put the token in a Secret "
+                             "and name it in authSecretRef")
+        return headers
 
 
 class OperatorConfig(_Block):

@@ -13,7 +13,8 @@ Hub-compatible server into the registry, beside what a user would do by hand, in
     Hub served and the registry wrote beyond the model size.
 
 Everything runs on loopback: Temporal dev server, the local Kubernetes cluster (project CRDs only),
-Debian's docker-registry, the Hub-compatible server (in this process). `--fill random` (default) writes
+Debian's docker-registry, the Hub-compatible server (in this process; like the Hub, it redirects the weights to a
+second, CDN-like host). Exits 1 when a goal is missed (bench/goals.py). `--fill random` (default) writes
 pseudo-random tensor data, as real weights are; `--fill sparse` makes holes (zeros), which costs nothing
 to generate but lets the Hub serve from zero pages.
 """
@@ -37,6 +38,8 @@ from typing import Any
 
 from kubernetes import client
 
+from bench.goals import Goals
+from bench.stack import admin_identities
 from devstack import model_repos
 from devstack.hub_server import HubServer
 from devstack.kube import REPO_ROOT, LocalKubeCluster
@@ -137,6 +140,7 @@ def main() -> None:
         print(json.dumps(baseline_child(hub_url, registry_address, Path(workdir))), flush=True)
         return
 
+    goals = Goals("bench.model_import")
     work = Path(tempfile.mkdtemp(prefix="bench-model-import-"))
     logs = work / "logs"
     with contextlib.ExitStack() as cleanup:
@@ -156,7 +160,8 @@ def main() -> None:
         task_queue = f"bench-{uuid.uuid4().hex[:6]}"
         namespace = "bench"
         client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-        launcher = BridgeLauncher(cluster.kubeconfig_path, temporal_server.address, logs)
+        identities = admin_identities(cluster, api)
+        launcher = BridgeLauncher(identities, temporal_server.address, logs)
         cleanup.callback(launcher.stop_all)
         bridge = launcher.start(task_queue=task_queue, kinds="Model,ClusterModel")
         workers: list[ManagedProcess] = []
@@ -189,7 +194,7 @@ def main() -> None:
 
         # (b) servingops, clean run
         worker = start_worker(cluster, temporal_server, registry, hub, task_queue, work / "spool-b", logs,
-                              host_id="bench-b")
+                              host_id="bench-b", identities=identities)
         workers.append(worker)
         stack = Stack(cluster, api, registry, hub, temporal, worker, bridge, task_queue, namespace)
         url = f"https://huggingface.co/{REPO_ID}"
@@ -214,7 +219,7 @@ def main() -> None:
         assert registry_c.process is not None and registry_c.process.pid is not None
         spool_c = work / "spool-c"
         worker = start_worker(cluster, temporal_server, registry_c, hub, task_queue, spool_c, logs,
-                              host_id="bench-c")
+                              host_id="bench-c", identities=identities)
         workers.append(worker)
         stack = Stack(cluster, api, registry_c, hub, temporal, worker, bridge, task_queue, namespace)
         mark = hub.mark()
@@ -231,7 +236,7 @@ def main() -> None:
         kill = kill_mid_import(worker, spool_c / created["metadata"]["uid"], weights, finished, at=KILL_AT)
         killed_at = time.monotonic() - started
         worker = start_worker(cluster, temporal_server, registry_c, hub, task_queue, spool_c, logs,
-                              host_id="bench-c")
+                              host_id="bench-c", identities=identities)
         workers.append(worker)
         stack.worker = worker
         done = wait_done(stack, "killed", timeout=3600)
@@ -258,6 +263,11 @@ def main() -> None:
         print(f"re-downloaded from the Hub: {report.redownloaded / report.model_bytes:.2%} of the model (goal < 5%); "
               f"download plus registry-side re-upload: "
               f"{(report.redownloaded + report.reuploaded) / report.model_bytes:.2%}", flush=True)
+        goals.check("wall time servingops / baseline", servingops_s / baseline_s, "<=", 0.6)
+        goals.check("worker peak RSS", worker_peak / MB, "<", 300, "MB")
+        goals.check("re-downloaded from the Hub after a kill", 100 * report.redownloaded / report.model_bytes, "<", 5,
+                    "% of the model")
+    goals.finish()
 
 
 if __name__ == "__main__":

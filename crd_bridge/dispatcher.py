@@ -111,7 +111,7 @@ class Dispatcher:
                         "signal": signal or "start", "object.kind": observed.route.kind},
         ):
             try:
-                await self.temporal.start_workflow(
+                handle = await self.temporal.start_workflow(
                     dispatch.workflow_type.value,
                     dispatch.start_arg,
                     id=dispatch.workflow_id,
@@ -128,6 +128,11 @@ class Dispatcher:
                 log.debug("%s already closed; %s not delivered", dispatch.workflow_id, signal)
                 return
         self.metrics.signal(dispatch.workflow_type.value, signal or "start", time.monotonic() - observed.seen_at)
+        # The server says whether this signal-with-start started a run or reached a running one;
+        # the SDK keeps its answer on the handle without a public accessor.
+        response = getattr(handle, "_start_workflow_response", None)
+        if getattr(response, "started", False):
+            self.metrics.started(dispatch.workflow_type.value)
 
     def _warn(self, observed: Observed, reason: str, message: str) -> None:
         meta = observed.obj["metadata"]

@@ -7,6 +7,8 @@ import http.server
 import threading
 from collections import Counter
 
+from servingops.runtime.metrics import family, sample
+
 # Histogram buckets for event-to-signal lag, in seconds.
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -16,6 +18,7 @@ class BridgeMetrics:
         self._lock = threading.Lock()
         self.events_seen: Counter[tuple[str, str]] = Counter()
         self.signals_sent: Counter[tuple[str, str]] = Counter()
+        self.workflows_started: Counter[str] = Counter()
         self.dispatch_errors: Counter[str] = Counter()
         self.warnings: Counter[str] = Counter()
         self.lag_counts = [0] * (len(LAG_BUCKETS) + 1)
@@ -33,6 +36,11 @@ class BridgeMetrics:
             self.lag_counts[bisect.bisect_left(LAG_BUCKETS, lag)] += 1
             self.lag_sum += lag
 
+    def started(self, workflow_type: str) -> None:
+        """A dispatch that the server answered by starting a run (not by signalling a running one)."""
+        with self._lock:
+            self.workflows_started[workflow_type] += 1
+
     def error(self, kind: str) -> None:
         with self._lock:
             self.dispatch_errors[kind] += 1
@@ -42,31 +50,46 @@ class BridgeMetrics:
             self.warnings[reason] += 1
 
     def render(self) -> str:
+        """The text exposition format; label values are escaped (kinds and reasons are ours, but
+        an error label carries whatever exception class a dispatch raised)."""
         with self._lock:
-            lines = ["# TYPE servingops_bridge_events_seen_total counter"]
-            lines += [f'servingops_bridge_events_seen_total{{kind="{k}",type="{t}"}} {n}'
-                      for (k, t), n in sorted(self.events_seen.items())]
-            lines.append("# TYPE servingops_bridge_signals_sent_total counter")
-            lines += [f'servingops_bridge_signals_sent_total{{workflow_type="{w}",signal="{s}"}} {n}'
-                      for (w, s), n in sorted(self.signals_sent.items())]
-            lines.append("# TYPE servingops_bridge_dispatch_errors_total counter")
-            lines += [f'servingops_bridge_dispatch_errors_total{{error="{e}"}} {n}'
-                      for e, n in sorted(self.dispatch_errors.items())]
-            lines.append("# TYPE servingops_bridge_warning_events_total counter")
-            lines += [f'servingops_bridge_warning_events_total{{reason="{r}"}} {n}'
-                      for r, n in sorted(self.warnings.items())]
-            lines.append("# TYPE servingops_bridge_signal_lag_seconds histogram")
+            lines = family("servingops_bridge_events_seen_total", "counter",
+                           "Watch events received, by kind and event type.",
+                           [sample("servingops_bridge_events_seen_total", n, {"kind": k, "type": t})
+                            for (k, t), n in sorted(self.events_seen.items())])
+            lines += family("servingops_bridge_signals_sent_total", "counter",
+                            "Signals (and signal-with-starts) sent to workflows, by workflow type and signal.",
+                            [sample("servingops_bridge_signals_sent_total", n, {"workflow_type": w, "signal": g})
+                             for (w, g), n in sorted(self.signals_sent.items())])
+            lines += family("servingops_bridge_workflows_started_total", "counter",
+                            "Workflow runs the bridge's dispatches started, by workflow type (the rest "
+                            "reached a running workflow).",
+                            [sample("servingops_bridge_workflows_started_total", n, {"workflow_type": w})
+                             for w, n in sorted(self.workflows_started.items())])
+            lines += family("servingops_bridge_dispatch_errors_total", "counter",
+                            "Dispatches that failed, by error.",
+                            [sample("servingops_bridge_dispatch_errors_total", n, {"error": e})
+                             for e, n in sorted(self.dispatch_errors.items())])
+            lines += family("servingops_bridge_warning_events_total", "counter",
+                            "Warning Events the bridge recorded on objects, by reason.",
+                            [sample("servingops_bridge_warning_events_total", n, {"reason": r})
+                             for r, n in sorted(self.warnings.items())])
+            buckets = []
             cumulative = 0
             for bound, count in zip((*LAG_BUCKETS, float("inf")), self.lag_counts, strict=True):
                 cumulative += count
                 le = "+Inf" if bound == float("inf") else repr(bound)
-                lines.append(f'servingops_bridge_signal_lag_seconds_bucket{{le="{le}"}} {cumulative}')
-            lines.append(f"servingops_bridge_signal_lag_seconds_sum {self.lag_sum}")
-            lines.append(f"servingops_bridge_signal_lag_seconds_count {cumulative}")
-            lines.append("# TYPE servingops_bridge_queue_depth gauge")
-            lines.append(f"servingops_bridge_queue_depth {self.queue_depth}")
-            lines.append("# TYPE servingops_bridge_leader gauge")
-            lines.append(f"servingops_bridge_leader {self.is_leader}")
+                buckets.append(sample("servingops_bridge_signal_lag_seconds_bucket", cumulative, {"le": le}))
+            buckets.append(sample("servingops_bridge_signal_lag_seconds_sum", self.lag_sum))
+            buckets.append(sample("servingops_bridge_signal_lag_seconds_count", cumulative))
+            lines += family("servingops_bridge_signal_lag_seconds", "histogram",
+                            "Seconds from a watch event to its signal.", buckets)
+            lines += family("servingops_bridge_queue_depth", "gauge", "Objects waiting to be dispatched.",
+                            [sample("servingops_bridge_queue_depth", self.queue_depth)])
+            # The help text must not read like a sample: tests and probes look for "..._leader 1".
+            lines += family("servingops_bridge_leader", "gauge",
+                            "Whether this bridge holds the lease (1 when it does, else 0).",
+                            [sample("servingops_bridge_leader", self.is_leader)])
             return "\n".join(lines) + "\n"
 
     def serve(self, host: str, port: int) -> http.server.ThreadingHTTPServer:

@@ -13,6 +13,12 @@ Layout of `root` (written by `devstack.model_repos.register_repo`, read here):
 A renamed repo leaves `{"moved_to": "<new id>"}` as the repo.json at its old place; the server answers
 it with a relative 307, as the Hub does, which the client follows with its auth header.
 
+Large (LFS) files are not served by the Hub host itself: as on huggingface.co, `resolve` answers them with
+a 302 to a signed URL on a second host (`cdn_url`, another loopback port: another origin, so the client
+drops its `Authorization` header), which serves the bytes with Range support. The CDN host, like a
+presigned S3 URL, refuses a request that carries an `Authorization` header besides its signature, so a
+client that leaks the token fails loudly, and every request it saw is recorded for tests to check.
+
 The server never sends `X-Xet-Hash` nor a Xet link, so the client always takes the plain HTTP path.
 """
 
@@ -22,16 +28,19 @@ import argparse
 import base64
 import contextlib
 import hashlib
+import hmac
 import json
 import logging
 import re
+import secrets
 import socket
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 import yaml
@@ -106,6 +115,10 @@ class RequestRecord:
     response_headers: dict[str, str]
     body_bytes: int = 0
     """Body bytes actually sent: short of Content-Length when the client went away mid-download."""
+    host: str = "hub"
+    """Which server answered: "hub" (the API and small files) or "cdn" (the signed URLs of LFS files)."""
+    file: tuple[str, str] | None = None
+    """(repo id, path) of the repo file whose headers or bytes the answer carried."""
 
 
 class HubError(Exception):
@@ -133,6 +146,25 @@ class _Fault:
 class _Access:
     token: str | None
     user: str | None
+
+
+@dataclass(frozen=True)
+class _LfsObject:
+    """A stored LFS object as the CDN finds it: by repo and sha256, like a content-addressed bucket."""
+
+    disk_path: Path
+    size: int
+    paths: tuple[str, ...]
+    """Every repo path (across commits) whose content it is."""
+
+
+class _CdnError(Exception):
+    """An error answer in the shape of the storage behind the Hub's CDN (S3): status and XML body."""
+
+    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+        self.headers = dict(headers or {})
 
 
 class _Store:
@@ -221,15 +253,16 @@ def _offset(cursor: str | None) -> int:
         raise HubError(400, None, f"Invalid cursor {cursor!r}") from exc
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _BaseHandler(BaseHTTPRequestHandler):
+    """What the Hub and the CDN handlers share: keep-alive, recording every answer, serving file bytes."""
+
     protocol_version = "HTTP/1.1"  # keep-alive, as the client's pooled connections expect
     timeout = 120  # an idle kept-alive connection ends by itself
     server: _HTTPServer
-
-    # -- plumbing -------------------------------------------------------------------------------------
+    host_name: ClassVar[str]
 
     def log_message(self, format: str, *args: Any) -> None:
-        log.debug("hub %s - %s", self.address_string(), format % args)
+        log.debug("%s %s - %s", self.host_name, self.address_string(), format % args)
 
     def do_GET(self) -> None:
         self._dispatch()
@@ -240,9 +273,96 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._dispatch()
 
+    def _dispatch(self) -> None:
+        raise NotImplementedError
+
     @property
     def hub(self) -> HubServer:
         return self.server.hub
+
+    def _respond(
+        self, status: int, body: bytes, headers: Mapping[str, str], content_type: str = "application/json"
+    ) -> RequestRecord:
+        sent = {"Content-Type": content_type, "Content-Length": str(len(body)), **headers}
+        self.send_response(status)
+        for key, value in sent.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD" and body:
+            self.wfile.write(body)
+        record = self._record(status, sent)
+        record.body_bytes = 0 if self.command == "HEAD" else len(body)
+        return record
+
+    def _record(self, status: int, response_headers: Mapping[str, str]) -> RequestRecord:
+        self._responded = True
+        record = RequestRecord(
+            self.command,
+            self.path,
+            {k.lower(): v for k, v in self.headers.items()},
+            status,
+            dict(response_headers),
+            host=self.host_name,
+        )
+        self.hub._record(record)
+        return record
+
+    def _unsatisfiable(self, headers: Mapping[str, str]) -> Exception:
+        """The error a range past the end raises, in this host's error shape."""
+        raise NotImplementedError
+
+    def _send_file(
+        self, repo_id: str, paths: tuple[str, ...], disk_path: Path, size: int, headers: Mapping[str, str]
+    ) -> None:
+        """Answer GET/HEAD with a file's bytes (all, or the one range asked for) and `headers`.
+
+        `paths` are the repo paths the bytes stand for (the first is recorded); a fault set on any of them
+        by `fail_next_download` cuts the body short.
+        """
+        headers = dict(headers)
+        start, end, status = 0, size - 1, 200
+        wanted = self.headers.get("Range")
+        if wanted:
+            parsed = _parse_range(wanted, size)
+            if not isinstance(parsed, tuple) and parsed is not None:
+                raise self._unsatisfiable({**headers, "Content-Range": f"bytes */{size}"})
+            if isinstance(parsed, tuple):
+                start, end = parsed
+                status = 206
+                headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+        length = end - start + 1 if size else 0
+        headers["Content-Length"] = str(length)
+        self.send_response(status)
+        sent = {"Content-Type": "application/octet-stream", **headers}
+        for key, value in sent.items():
+            self.send_header(key, value)
+        self.end_headers()
+        record = self._record(status, sent)
+        record.file = (repo_id, paths[0])
+        if self.command == "HEAD" or not length:
+            return
+        to_send = length
+        fault = self.hub._take_fault(repo_id, paths)
+        if fault is not None:
+            to_send = min(length, fault)
+            self.close_connection = True  # the client then sees a body cut short and resumes with a Range
+        with disk_path.open("rb") as fh:
+            try:
+                # sendfile streams from the page cache: a multi-GB file never sits in memory.
+                self.connection.sendfile(fh, offset=start, count=to_send)
+            finally:
+                # socket.sendfile leaves the file positioned after what it sent, even when it fails
+                # (and untouched when it sent nothing).
+                record.body_bytes = max(0, fh.tell() - start)
+
+
+class _Handler(_BaseHandler):
+    host_name = "hub"
+
+    # -- plumbing -------------------------------------------------------------------------------------
+
+    def _unsatisfiable(self, headers: Mapping[str, str]) -> Exception:
+        return HubError(416, None, "Requested Range Not Satisfiable", headers)
 
     def _dispatch(self) -> None:
         self._responded = False
@@ -271,28 +391,8 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._respond(500, b'{"error":"Internal Error"}', {})
 
-    def _respond(
-        self, status: int, body: bytes, headers: Mapping[str, str], content_type: str = "application/json"
-    ) -> None:
-        sent = {"Content-Type": content_type, "Content-Length": str(len(body)), **headers}
-        self.send_response(status)
-        for key, value in sent.items():
-            self.send_header(key, value)
-        self.end_headers()
-        if self.command != "HEAD" and body:
-            self.wfile.write(body)
-        self._record(status, sent).body_bytes = 0 if self.command == "HEAD" else len(body)
-
     def _json(self, payload: Any, headers: Mapping[str, str] | None = None) -> None:
         self._respond(200, json.dumps(payload).encode(), headers or {})
-
-    def _record(self, status: int, response_headers: Mapping[str, str]) -> RequestRecord:
-        self._responded = True
-        record = RequestRecord(
-            self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, status, dict(response_headers)
-        )
-        self.hub._record(record)
-        return record
 
     def _self_url(self, path: str, query: Mapping[str, list[str]]) -> str:
         host = self.headers.get("Host") or f"{self.hub.host}:{self.hub.port}"
@@ -592,42 +692,68 @@ class _Handler(BaseHTTPRequestHandler):
         if lfs:
             headers["X-Linked-Etag"] = f'"{lfs["oid"]}"'
             headers["X-Linked-Size"] = str(size)
-        start, end, status = 0, size - 1, 200
-        wanted = self.headers.get("Range")
-        if wanted:
-            parsed = _parse_range(wanted, size)
-            if not isinstance(parsed, tuple) and parsed is not None:
-                raise HubError(
-                    416, None, "Requested Range Not Satisfiable", {**headers, "Content-Range": f"bytes */{size}"}
-                )
-            if isinstance(parsed, tuple):
-                start, end = parsed
-                status = 206
-                headers["Content-Range"] = f"bytes {start}-{end}/{size}"
-        length = end - start + 1 if size else 0
-        headers["Content-Length"] = str(length)
-        self.send_response(status)
-        sent = {"Content-Type": "application/octet-stream", **headers}
-        for key, value in sent.items():
-            self.send_header(key, value)
-        self.end_headers()
-        record = self._record(status, sent)
-        if self.command == "HEAD" or not length:
-            return
-        to_send = length
-        fault = self.hub._take_fault(meta["id"], filename)
-        if fault is not None:
-            to_send = min(length, fault)
-            self.close_connection = True  # the client then sees a body cut short and resumes with a Range
-        path = repo_dir(self.hub.root, meta["id"]) / COMMITS_DIR / sha / filename
-        with path.open("rb") as fh:
-            try:
-                # sendfile streams from the page cache: a multi-GB file never sits in memory.
-                self.connection.sendfile(fh, offset=start, count=to_send)
-            finally:
-                # socket.sendfile leaves the file positioned after what it sent, even when it fails
-                # (and untouched when it sent nothing).
-                record.body_bytes = max(0, fh.tell() - start)
+            if self.hub.lfs_redirect:
+                # As on the Hub: the metadata rides on the redirect, the bytes come from the CDN host.
+                location = self.hub.signed_url(meta["id"], lfs["oid"], name)
+                self._respond(302, b"", {**headers, "Location": location}, "text/plain; charset=utf-8").file = (
+                    meta["id"], filename,
+                )  # fmt: skip
+                return
+        disk_path = repo_dir(self.hub.root, meta["id"]) / COMMITS_DIR / sha / filename
+        self._send_file(meta["id"], (filename,), disk_path, size, headers)
+
+
+class _CdnHandler(_BaseHandler):
+    """The CDN host: GET/HEAD of `/<repo id>/<sha256>` signed URLs, with Range; nothing else."""
+
+    host_name = "cdn"
+
+    def _dispatch(self) -> None:
+        self._responded = False
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        try:
+            self._serve()
+        except _CdnError as err:
+            if self._responded:
+                raise
+            body = (
+                f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{err.code}</Code>'
+                f"<Message>{err.message}</Message></Error>"
+            ).encode()
+            self._respond(err.status, body, err.headers, "application/xml")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception:
+            log.exception("cdn server failed on %s %s", self.command, self.path)
+            if self._responded:
+                self.close_connection = True
+            else:
+                self._respond(500, b"", {}, "application/xml")
+
+    def _serve(self) -> None:
+        if self.command not in {"GET", "HEAD"}:
+            raise _CdnError(405, "MethodNotAllowed", "The specified method is not allowed against this resource.")
+        if self.headers.get("Authorization"):
+            # What S3 answers a presigned URL that also carries an Authorization header.
+            raise _CdnError(
+                400, "InvalidArgument",
+                "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, Signature query "
+                "string parameter or the Authorization header should be specified",
+            )  # fmt: skip
+        split = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(split.query, keep_blank_values=True).items() if v}
+        disposition = self.hub.verify_signed_url(unquote(split.path), query)
+        repo_id, _, oid = unquote(split.path).lstrip("/").rpartition("/")
+        found = self.hub.lfs_object(repo_id, oid)
+        if found is None:
+            raise _CdnError(404, "NoSuchKey", "The specified key does not exist.")
+        headers = {"ETag": f'"{oid}"', "Accept-Ranges": "bytes", "Content-Disposition": disposition}
+        self._send_file(repo_id, found.paths, found.disk_path, found.size, headers)
+
+    def _unsatisfiable(self, headers: Mapping[str, str]) -> Exception:
+        return _CdnError(416, "InvalidRange", "The requested range is not satisfiable", headers)
 
 
 def _parse_range(header: str, size: int) -> tuple[int, int] | str | None:
@@ -675,8 +801,8 @@ class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     hub: HubServer
 
-    def __init__(self, address: tuple[str, int]) -> None:
-        super().__init__(address, _Handler)
+    def __init__(self, address: tuple[str, int], handler: type[_BaseHandler]) -> None:
+        super().__init__(address, handler)
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
 
@@ -704,6 +830,9 @@ class HubServer:
     `users` maps extra bearer tokens to user names (valid tokens with access to nothing in particular);
     the tokens listed in each repo.json are valid too. Page sizes are small-able so tests can exercise
     the client's pagination without creating a thousand repos.
+
+    With `lfs_redirect` (the default, as on the Hub) LFS files redirect to signed URLs on a second server,
+    the CDN host at `cdn_url` (its own port: another origin). Signed URLs hold for `signed_url_ttl` seconds.
     """
 
     root: Path
@@ -713,6 +842,10 @@ class HubServer:
     tree_page_size: int = MAX_PAGE
     list_page_size: int = MAX_PAGE
     keep_requests: bool = True
+    lfs_redirect: bool = True
+    cdn_host: str = "127.0.0.1"
+    cdn_port: int = 0
+    signed_url_ttl: int = 3600
 
     def __post_init__(self) -> None:
         self.root = Path(self.root)
@@ -720,32 +853,44 @@ class HubServer:
         self.requests: list[RequestRecord] = []
         self._lock = threading.Lock()
         self._faults: dict[tuple[str, str], _Fault] = {}
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._servers: list[tuple[_HTTPServer, threading.Thread]] = []
+        # Signs CDN URLs; fresh per server, so a URL from another run is refused like a forged one.
+        self._url_key = secrets.token_bytes(32)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    @property
+    def cdn_url(self) -> str:
+        return f"http://{self.cdn_host}:{self.cdn_port}"
+
     def start(self) -> HubServer:
         self.root.mkdir(parents=True, exist_ok=True)
-        httpd = _HTTPServer((self.host, self.port))
-        httpd.hub = self
-        self.port = int(httpd.server_address[1])
-        self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="hub-server", daemon=True)
-        self._thread.start()
+        try:
+            self.port = self._serve(self.host, self.port, _Handler, "hub-server")
+            if self.lfs_redirect:
+                self.cdn_port = self._serve(self.cdn_host, self.cdn_port, _CdnHandler, "hub-cdn-server")
+        except BaseException:
+            self.stop()
+            raise
         return self
 
+    def _serve(self, host: str, port: int, handler: type[_BaseHandler], name: str) -> int:
+        httpd = _HTTPServer((host, port), handler)
+        httpd.hub = self
+        thread = threading.Thread(target=httpd.serve_forever, name=name, daemon=True)
+        thread.start()
+        self._servers.append((httpd, thread))
+        return int(httpd.server_address[1])
+
     def stop(self) -> None:
-        if self._httpd is None:
-            return
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._httpd.close_connections()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._httpd = self._thread = None
+        for httpd, thread in self._servers:
+            httpd.shutdown()
+            httpd.server_close()
+            httpd.close_connections()
+            thread.join(timeout=10)
+        self._servers.clear()
 
     def __enter__(self) -> HubServer:
         return self.start()
@@ -780,15 +925,76 @@ class HubServer:
         with self._lock:
             return [r for r in self.requests[since:] if needle in r.path]
 
-    def _take_fault(self, repo_id: str, filename: str) -> int | None:
+    def downloads(self, repo_id: str, since: int = 0) -> list[RequestRecord]:
+        """GETs that answered with a repo file's bytes (200/206), from the Hub host or the CDN host."""
         with self._lock:
-            fault = self._faults.get((repo_id, filename))
-            if fault is None:
+            return [
+                r for r in self.requests[since:]
+                if r.method == "GET" and r.status in (200, 206) and r.file is not None and r.file[0] == repo_id
+            ]  # fmt: skip
+
+    def _take_fault(self, repo_id: str, paths: tuple[str, ...]) -> int | None:
+        with self._lock:
+            key = next(((repo_id, p) for p in paths if (repo_id, p) in self._faults), None)
+            if key is None:
                 return None
+            fault = self._faults[key]
             fault.times -= 1
             if fault.times <= 0:
-                del self._faults[(repo_id, filename)]
+                del self._faults[key]
             return fault.after_bytes
+
+    # -- the CDN host ---------------------------------------------------------------------------------
+
+    def _signature(self, path: str, expires: str, disposition: str) -> str:
+        message = f"{path}\n{expires}\n{disposition}".encode()
+        digest = hmac.new(self._url_key, message, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def signed_url(self, repo_id: str, oid: str, name: str) -> str:
+        """Where the CDN host serves an LFS object: `/<repo id>/<sha256>`, signed and expiring, the shape of
+        the Hub's `cdn-lfs` links (a CloudFront canned-policy URL)."""
+        path = f"/{repo_id}/{oid}"
+        disposition = f"inline; filename*=UTF-8''{quote(name)}; filename=\"{name}\";"
+        expires = str(int(time.time()) + self.signed_url_ttl)
+        query = {
+            "response-content-disposition": disposition,
+            "Expires": expires,
+            "Signature": self._signature(path, expires, disposition),
+            "Key-Pair-Id": "devstack",
+        }
+        return f"{self.cdn_url}{quote(path)}?{urlencode(query)}"
+
+    def verify_signed_url(self, path: str, query: Mapping[str, str]) -> str:
+        """The response Content-Disposition a valid, unexpired signed URL carries; raises 403 otherwise."""
+        expires, disposition = query.get("Expires", ""), query.get("response-content-disposition", "")
+        expected = self._signature(path, expires, disposition)
+        if not hmac.compare_digest(expected, query.get("Signature", "")):
+            raise _CdnError(403, "AccessDenied", "Access denied")
+        if not expires.isdigit() or int(expires) < time.time():
+            raise _CdnError(403, "AccessDenied", "Request has expired")
+        return disposition
+
+    def lfs_object(self, repo_id: str, oid: str) -> _LfsObject | None:
+        """The LFS object `oid` of a repo, found in any commit (the bytes are the same wherever it is)."""
+        try:
+            meta = self.store.load(repo_id)
+        except ValueError:
+            return None
+        if meta is None or meta.get("moved_to"):
+            return None
+        found: list[tuple[str, str, int]] = [
+            (sha, path, int(entry["size"]))
+            for sha, commit in (meta.get("commits") or {}).items()
+            for path, entry in commit["files"].items()
+            if (entry.get("lfs") or {}).get("oid") == oid
+        ]
+        if not found:
+            return None
+        sha, path, size = found[0]
+        return _LfsObject(
+            repo_dir(self.root, repo_id) / COMMITS_DIR / sha / path, size, tuple(dict.fromkeys(p for _, p, _ in found))
+        )
 
     def _record(self, record: RequestRecord) -> None:
         if self.keep_requests:
@@ -941,6 +1147,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--cdn-port", type=int, default=0, help="the port of the host LFS files redirect to")
     parser.add_argument("--user", action="append", default=[], metavar="TOKEN=NAME", help="an extra valid token")
     parser.add_argument("--demo", action="store_true", help="create a small safetensors and a GGUF repo if absent")
     args = parser.parse_args(argv)
@@ -953,8 +1160,9 @@ def main(argv: list[str] | None = None) -> None:
             if _Store(args.root).load(repo_id) is None:
                 make(args.root, repo_id)
     users = dict(u.split("=", 1) for u in args.user)
-    server = HubServer(args.root, host=args.host, port=args.port, users=users).start()
+    server = HubServer(args.root, host=args.host, port=args.port, users=users, cdn_port=args.cdn_port).start()
     print(f"HF_ENDPOINT={server.url}", flush=True)
+    log.info("LFS files redirect to %s", server.cdn_url)
     with contextlib.suppress(KeyboardInterrupt):
         threading.Event().wait()
     server.stop()

@@ -14,6 +14,7 @@ import datetime as dt
 import ipaddress
 import json
 import logging
+import os
 import re
 import shutil
 import signal
@@ -61,6 +62,75 @@ KWOK_STAGE_FILES = (
     "kustomize/stage/pod/fast/pod-complete.yaml",
     "kustomize/stage/pod/fast/pod-delete.yaml",
 )
+
+POD_UNREADY_ANNOTATION = "devstack.servingops.io/unready"
+"""A pod annotated with this set to "true" runs but never turns Ready (its containers report not
+ready), as a pod whose readiness probe fails; in a component's `annotations` it holds every pod of
+the revision, on one pod it holds that pod alone. Removing it lets the pod turn Ready."""
+
+_NOT_HELD = {"key": f'.metadata.annotations["{POD_UNREADY_ANNOTATION}"]', "operator": "NotIn", "values": ["true"]}
+_HELD = {"key": f'.metadata.annotations["{POD_UNREADY_ANNOTATION}"]', "operator": "In", "values": ["true"]}
+_ALIVE = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
+_NOT_A_JOB = {"key": ".metadata.ownerReferences.[].kind", "operator": "NotIn", "values": ["Job"]}
+
+
+def _condition(kind: str) -> str:
+    return f'.status.conditions.[] | select( .type == "{kind}" ) | .status'
+
+
+# Stages of our own, beside kwok's. A kubelet re-reports its pods' readiness on every status sync,
+# so a pod that the node lifecycle controller marked NotReady (NodeNotReady, after the apiserver or
+# the node's lease was away) turns Ready again once its node is back; kwok's pod-ready stage only
+# moves Pending pods and would leave it NotReady for good. Only Ready is reset to what the
+# containers say: the controller sets Ready False and leaves ContainersReady True, which is what
+# `pod-ready-again` matches. The 1 s delay paces the back and forth with that controller while the
+# node itself is still NotReady (it marks an updated pod again until the node's lease is fresh).
+_KWOK_OWN_STAGES: list[dict[str, Any]] = [
+    {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-ready-again"},
+     "spec": {
+         "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+         "selector": {"matchExpressions": [
+             _ALIVE, _NOT_A_JOB, _NOT_HELD,
+             {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+             {"key": _condition("Ready"), "operator": "NotIn", "values": ["True"]},
+         ]},
+         "delay": {"durationMilliseconds": 1000},
+         "next": {"statusTemplate": (
+             "{{ $now := Now }}\n"
+             "conditions:\n"
+             "- lastTransitionTime: {{ $now | Quote }}\n  status: \"True\"\n  type: Ready\n"
+             "- lastTransitionTime: {{ $now | Quote }}\n  status: \"True\"\n  type: ContainersReady\n")},
+     }},
+    # A held pod runs with its containers not ready, like a failing readiness probe.
+    {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-held-unready"},
+     "spec": {
+         "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+         "selector": {"matchExpressions": [
+             _ALIVE, _HELD,
+             {"key": ".spec.nodeName", "operator": "Exists"},
+             {"key": _condition("ContainersReady"), "operator": "NotIn", "values": ["False"]},
+         ]},
+         "next": {"statusTemplate": (
+             "{{ $now := Now }}\n"
+             "conditions:\n"
+             "- lastTransitionTime: {{ $now | Quote }}\n  status: \"True\"\n  type: Initialized\n"
+             "- lastTransitionTime: {{ $now | Quote }}\n  status: \"False\"\n  type: Ready\n"
+             "  reason: ContainersNotReady\n"
+             "- lastTransitionTime: {{ $now | Quote }}\n  status: \"False\"\n  type: ContainersReady\n"
+             "  reason: ContainersNotReady\n"
+             "phase: Running\n"
+             "startTime: {{ $now | Quote }}\n")},
+     }},
+]
+
+
+def kwok_stages(module_root: Path) -> list[dict[str, Any]]:
+    """kwok's default stages (pod-ready leaving held pods alone) and ours."""
+    stages = [doc for rel in KWOK_STAGE_FILES for doc in yaml.safe_load_all((module_root / rel).read_text()) if doc]
+    for stage in stages:
+        if stage["metadata"]["name"] == "pod-ready":
+            stage["spec"]["selector"]["matchExpressions"].append(_NOT_HELD)
+    return [*stages, *_KWOK_OWN_STAGES]
 
 # name in the cache -> (Go module, pin in build-binaries.sh, folder in the module, glob)
 UPSTREAM_CRDS = {
@@ -253,12 +323,16 @@ class LocalKubeCluster:
         nodes: int = 3,
         api_port: int | None = None,
         install_upstream_crds: bool = True,
+        node_monitor_grace_period: str | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.log_dir = Path(log_dir)
         self.nodes = nodes
         self.api_port = api_port
         self.install_upstream_crds = install_upstream_crds
+        self.node_monitor_grace_period = node_monitor_grace_period
+        """How long kube-controller-manager waits for a node's lease before marking it (and its
+        pods) NotReady; None keeps its default (tests of an outage shorten it)."""
         self.pki = self.workdir / "pki"
         self.kubeconfig_path = self.workdir / "kubeconfig"
         self._processes: list[ManagedProcess] = []
@@ -378,6 +452,8 @@ class LocalKubeCluster:
             f"--cluster-signing-key-file={pki / 'ca.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--cluster-name=servingops-local",
+            *([f"--node-monitor-grace-period={self.node_monitor_grace_period}"]
+              if self.node_monitor_grace_period else []),
         ])
         self._spawn("kube-scheduler", [
             binaries["kube-scheduler"],
@@ -401,7 +477,40 @@ class LocalKubeCluster:
     def _kwok_stages() -> str:
         # kwok itself ships no default stages (kwokctl adds them); without any it refuses to run.
         root = go_module_dir("sigs.k8s.io/kwok", pinned_versions()["KWOK_VERSION"])
-        return "\n---\n".join((root / rel).read_text() for rel in KWOK_STAGE_FILES)
+        return yaml.safe_dump_all(kwok_stages(root), sort_keys=False)
+
+    # -- failures, for tests of recovery --
+
+    def _process(self, name: str) -> ManagedProcess:
+        return next(proc for proc in self._processes if proc.name == name)
+
+    def kill_apiserver(self) -> None:
+        """SIGKILL kube-apiserver (etcd keeps the cluster's state; its clients start failing)."""
+        self._process("kube-apiserver").kill()
+
+    def start_apiserver(self, timeout: float = 120.0) -> None:
+        """Start kube-apiserver again exactly as it was (same port, flags and etcd): clients that
+        kept their address reconnect, as after a control-plane restart."""
+        old = self._process("kube-apiserver")
+        if old.alive:
+            raise RuntimeError("kube-apiserver is still running")
+        new = ManagedProcess(old.name, old.argv, self.log_dir).start()
+        self._processes[self._processes.index(old)] = new
+        new.wait_ready(lambda: http_ok(f"{self.api_url}/readyz", ssl_context=self._ssl_context()), timeout)
+
+    def pause_kubelets(self) -> None:
+        """SIGSTOP kwok: the nodes stop renewing their leases, as kubelets that cannot reach the
+        apiserver (or are slower than it to come back) do."""
+        self._signal_kwok(signal.SIGSTOP)
+
+    def resume_kubelets(self) -> None:
+        self._signal_kwok(signal.SIGCONT)
+
+    def _signal_kwok(self, signum: signal.Signals) -> None:
+        kwok = self._process("kwok")
+        if kwok.pid is None or not kwok.alive:
+            raise RuntimeError("kwok is not running")
+        os.killpg(kwok.pid, signum)  # its own process group (ManagedProcess starts a new session)
 
     def _write_kubeconfig(self) -> None:
         def b64(name: str) -> str:

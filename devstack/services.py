@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -137,9 +140,23 @@ class Prometheus:
 
     def set_targets(self, targets: list[str], labels: dict[str, str] | None = None) -> None:
         """Replace the scraped targets (host:port); Prometheus re-reads the file on change."""
+        self.set_target_groups([(targets, labels or {})])
+
+    def set_target_groups(self, groups: list[tuple[list[str], dict[str, str]]]) -> None:
+        """Replace the scraped targets with groups of (host:port list, labels on their series),
+        e.g. the worker's and the bridge's /metrics, each labelled with its component."""
         tmp = self.targets_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps([{"targets": targets, "labels": labels or {}}]))
+        tmp.write_text(json.dumps([{"targets": targets, "labels": labels} for targets, labels in groups]))
         tmp.replace(self.targets_file)
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """An instant query through the HTTP API: the result's series (metric labels and value)."""
+        url = f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            body = json.load(response)
+        if body.get("status") != "success":
+            raise RuntimeError(f"Prometheus refused {promql!r}: {body}")
+        return list(body["data"]["result"])
 
     def start(self, timeout: float = 60) -> Prometheus:
         binary = _require("prometheus", "SERVINGOPS_PROMETHEUS_BIN_DIR",

@@ -1,10 +1,12 @@
 """`./dev up | down | status` (devstack/cli.py): the whole local stack for people.
 
-`up` starts every real part (Temporal with its Web UI, the local Kubernetes cluster with our
-CRDs, the registry, Prometheus, the Hub-compatible server), then the worker and the bridge as
-their own processes, applies deploy/examples/, waits for the examples and prints what became
-Ready. The processes outlive the command; their pids are kept in <state-dir>/stack.json so that
-`down` can stop them. State (etcd, SQLite, registry data) persists in the state dir.
+`up` starts every real part (Temporal with its Web UI, the local Kubernetes cluster, the
+registry, Prometheus, the Hub-compatible server), installs deploy/chart with Helm (CRDs, RBAC,
+the operator ConfigMap pointed at the local Prometheus), then runs the worker and the bridge as
+their own processes under the chart's ServiceAccounts (devstack/identities.py), applies
+deploy/examples/, waits for the examples and prints what became Ready. The processes outlive
+the command; their pids are kept in <state-dir>/stack.json so that `down` can stop them. State
+(etcd, SQLite, registry data) persists in the state dir.
 """
 
 from __future__ import annotations
@@ -22,14 +24,16 @@ import yaml
 from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
 
+from devstack import identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess, free_port, http_ok, tcp_open
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 
 EXAMPLES = REPO_ROOT / "deploy" / "examples"
 CRDS = REPO_ROOT / "deploy" / "crds"
-OPERATOR_CONFIG = REPO_ROOT / "deploy" / "manifests" / "15-operator-config.yaml"
 READY_WAIT_SECONDS = 180
+TOKEN_SECONDS = 30 * 24 * 3600
+"""The processes' ServiceAccount tokens outlive any dev session; `./dev up` issues fresh ones."""
 
 
 def _port(preferred: int) -> int:
@@ -65,7 +69,12 @@ def up(state_dir: Path) -> int:
     registry = OciRegistry(state_dir / "registry", logs, port=_port(5000)).start()
     prometheus = Prometheus(state_dir / "prometheus", logs, port=_port(9090)).start()
     cluster = LocalKubeCluster(state_dir / "kube", logs).start()
+    # The chart as an operator installs it; a canary that names no metrics source samples the
+    # Prometheus started above. Helm creates CRDs but never updates them: apply the generated ones.
+    identities.install(cluster, identities.local_values(
+        operatorConfig={"canaryAnalysis": {"bundledPrometheusAddress": prometheus.url}}))
     cluster.apply_crds([CRDS])
+    ids = identities.issue(cluster, state_dir / "identities", seconds=TOKEN_SECONDS)
 
     hub_port = free_port()
     hub = ManagedProcess("hub", [sys.executable, "-m", "devstack.hub_server", "--root", str(state_dir / "hub"),
@@ -75,19 +84,26 @@ def up(state_dir: Path) -> int:
 
     env = {
         "TEMPORAL_ADDRESS": temporal.address,
-        "KUBECONFIG": str(cluster.kubeconfig_path),
         "HF_ENDPOINT": hub_url,
         "SERVINGOPS_REGISTRY": registry.address,
         "SERVINGOPS_OLLAMA_REGISTRY": registry.url,
         "SERVINGOPS_SPOOL_DIR": str(state_dir / "spool"),
     }
     api = cluster.api_client()
-    write_operator_config(api, prometheus.url)
-    worker = ManagedProcess("worker", [sys.executable, "-m", "servingops.workers.main"], logs, env=env,
+    # Metrics an operator scrapes: the worker's (the Temporal SDK's and its own) and the bridge's,
+    # both scraped by the Prometheus above, each process's series labelled with its component.
+    worker_metrics, bridge_metrics = f"127.0.0.1:{_port(9103)}", f"127.0.0.1:{_port(9102)}"
+    prometheus.set_target_groups([([worker_metrics], {"component": "worker"}),
+                                  ([bridge_metrics], {"component": "bridge"})])
+    # Each process talks to the apiserver as its own ServiceAccount, bound to the chart's roles.
+    worker = ManagedProcess("worker", [sys.executable, "-m", "servingops.workers.main"], logs,
+                            env={**env, **ids.worker_env(), "SERVINGOPS_WORKER_METRICS": worker_metrics},
                             cwd=REPO_ROOT).start()
-    # The bridge follows, by default, every kind whose workflow the worker serves.
-    bridge = ManagedProcess("bridge", [sys.executable, "-m", "servingops.crd_bridge.main", "--no-leader-elect"], logs,
-                            env=env, cwd=REPO_ROOT).start()
+    # The bridge follows, by default, every kind whose workflow the worker serves; it holds the
+    # chart's Lease as the one bridge replica (the chart's own pods are kwok's, and run nothing).
+    bridge = ManagedProcess("bridge", [sys.executable, "-m", "servingops.crd_bridge.main", "--leader-elect",
+                                       "--lease-name", ids.lease_name, "--metrics-address", bridge_metrics], logs,
+                            env={**env, **ids.bridge_env()}, cwd=REPO_ROOT).start()
 
     processes = [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge]
     state = {
@@ -97,6 +113,7 @@ def up(state_dir: Path) -> int:
         "kubeconfig": str(cluster.kubeconfig_path),
         "registry": registry.address,
         "prometheus": prometheus.url,
+        "metrics": f"worker http://{worker_metrics}/metrics, bridge http://{bridge_metrics}/metrics",
         "hub": hub_url,
         "logs": str(logs),
     }
@@ -107,26 +124,10 @@ def up(state_dir: Path) -> int:
     print(f"Temporal UI:     {temporal.ui_url}")
     print(f"export KUBECONFIG={cluster.kubeconfig_path}")
     print(f"registry:        {registry.address}    Prometheus: {prometheus.url}    Hub: {hub_url}")
+    print(f"metrics:         {state['metrics']} (scraped by Prometheus)")
     print(f"logs:            {logs}")
     report(api, applied, wait_seconds=READY_WAIT_SECONDS)
     return 0
-
-
-def write_operator_config(api: client.ApiClient, prometheus_url: str) -> None:
-    """deploy/manifests' operator ConfigMap, its bundled Prometheus pointed at the local one, so a
-    canary that names no metrics source samples the Prometheus `dev up` started."""
-    body = yaml.safe_load(OPERATOR_CONFIG.read_text())
-    body["data"]["canaryAnalysis"] = yaml.safe_dump({"bundledPrometheusAddress": prometheus_url})
-    namespace = body["metadata"]["namespace"]
-    core = client.CoreV1Api(api)
-    with contextlib.suppress(ApiException):
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    try:
-        core.create_namespaced_config_map(namespace, body)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        core.replace_namespaced_config_map(body["metadata"]["name"], namespace, body)
 
 
 def apply_examples(api: client.ApiClient) -> list[dict[str, Any]]:

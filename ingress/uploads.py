@@ -559,7 +559,7 @@ class UploadServer:
         candidates = self._list_sessions(session_id)
         for attempt in range(2):
             try:
-                key = self.signing_key.get(create=False)
+                key = self.signing_key.get()
             except (ApiException, Urllib3Error, OSError):
                 raise _Reply(503, {"error": "Kubernetes API unavailable; retry"}, {"Retry-After": "5"}) from None
             if key is None:

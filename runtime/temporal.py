@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
+from temporalio.service import TLSConfig
 
 DEFAULT_TASK_QUEUE = "servingops"
 
@@ -27,13 +29,36 @@ class TemporalSettings:
         )
 
 
-async def connect(settings: TemporalSettings, *, lazy: bool = False) -> Client:
+async def connect(settings: TemporalSettings, *, lazy: bool = False, runtime: Runtime | None = None) -> Client:
     """With lazy=True the connection is made on first use, so a process can start while Temporal
-    is still down and retry its calls."""
+    is still down and retry its calls. `runtime` carries the process's metrics (runtime/metrics.py);
+    None is the SDK's default runtime, which exports none."""
     return await Client.connect(
         settings.address,
         namespace=settings.namespace,
         data_converter=pydantic_data_converter,
         interceptors=[TracingInterceptor()],
         lazy=lazy,
+        runtime=runtime,
+        tls=tls_from_env(),
     )
+
+
+def tls_from_env() -> TLSConfig | bool:
+    """TLS to the Temporal frontend, from the files the Helm chart mounts (the same variables as the
+    temporal CLI): TEMPORAL_TLS_CERT and TEMPORAL_TLS_KEY (mTLS), TEMPORAL_TLS_CA, TEMPORAL_TLS_SERVER_NAME.
+    None of them set: plain gRPC, as the local dev server speaks."""
+    env = os.environ.get
+    names = ("TEMPORAL_TLS_CERT", "TEMPORAL_TLS_KEY", "TEMPORAL_TLS_CA", "TEMPORAL_TLS_SERVER_NAME")
+    if not any(env(name) for name in names):
+        return False
+
+    def read(name: str) -> bytes | None:
+        path = env(name)
+        if not path or not os.path.exists(path):  # an optional file the mounted Secret may lack (ca.crt)
+            return None
+        with open(path, "rb") as fh:
+            return fh.read()
+
+    return TLSConfig(client_cert=read("TEMPORAL_TLS_CERT"), client_private_key=read("TEMPORAL_TLS_KEY"),
+                     server_root_ca_cert=read("TEMPORAL_TLS_CA"), domain=env("TEMPORAL_TLS_SERVER_NAME") or None)

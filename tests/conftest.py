@@ -8,4 +8,5 @@ pytest_plugins = [
     "tests.fixtures.hub",
     "tests.fixtures.services",
     "tests.fixtures.bridge",
+    "tests.fixtures.secrets",
 ]

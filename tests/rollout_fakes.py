@@ -6,6 +6,12 @@ Pods become Ready a configurable delay after they are created, measured on the t
 clock (the one the workflows' timers use), so an hour-long pause and a 10 s warm-up compose the
 way they would on a real cluster. Every traffic change and status write is recorded so a test can
 check HTTPRoute weights and CanaryStatus after every transition.
+
+The fake answers as the real activities do, and tests/test_serving_conformance.py runs the same
+cases against both. A call the real activity refuses is refused here with the same permanent
+error type (so the workflow sees what it would see on a cluster) and is also recorded in
+`violations`: `served()` (tests/rollout_harness.py) fails the test when a workflow made one,
+instead of the call retrying forever as an assert inside an activity would.
 """
 
 from __future__ import annotations
@@ -13,15 +19,17 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from servingops.activities.kubernetes import EventNote, StatusPatch
+from servingops.activities.kubernetes import AnnotationRemoval, EventNote, StatusPatch
 from servingops.activities.prometheus import EvaluateInput, Evaluation, MetricOutcome
+from servingops.activities.serving import render
 from servingops.activities.serving.types import (
     ComponentObservation,
     EnsureRevisionInput,
@@ -98,6 +106,7 @@ class FakeCluster:
         self.uid = str(uuid.uuid4())
         self.ref = ObjectRef(group="ome.io", version="v1beta1", plural="inferenceservices",
                              kind="InferenceService", name=NAME, namespace=NAMESPACE, uid=self.uid)
+        self.owner = render.Owner(name=NAME, namespace=NAMESPACE, uid=self.uid)
         self.ready_delay = ready_delay
         self.delay_for: dict[tuple[ComponentType, str], float] = {}
         """Per (component, revision) readiness delay; float('inf') never becomes Ready."""
@@ -126,6 +135,17 @@ class FakeCluster:
         """Every Event note the workflows asked kube.patch_status to record, in order."""
         self.refusals: list[tuple[ComponentType, str]] = []
         """Every (component, revision) whose creation was refused as unservable."""
+        self.removed_annotations: list[tuple[float, str, str]] = []
+        """(test clock, name, value) of every annotation kube.remove_annotation removed."""
+        self.metadata_writes_fail = False
+        """While set, kube.remove_annotation fails as when the apiserver is away (retryable)."""
+        self.failed_removals = 0
+        self.bridge: Callable[[str, str | None], Awaitable[None]] | None = None
+        """Tells the workflow about an annotation the fake changed, as the bridge would (the harness sets it)."""
+        self.violations: list[str] = []
+        """Calls the real activity would refuse (a split not adding up to 100, traffic to a revision
+        without a Service, deleting a revision that has traffic...): each is answered with the real
+        error and recorded here; `served()` fails the test when any was made."""
 
     # -- test-side edits ----------------------------------------------------------------------
 
@@ -154,6 +174,19 @@ class FakeCluster:
         rev = self.revisions.get(component, {}).get(revision)
         return rev.replicas if rev else None
 
+    def hold_unready(self, component: ComponentType, revision: str, pods: int = 1) -> None:
+        """Make `pods` of the revision's Ready pods unready for good (a failing readiness probe)."""
+        rev = self.revisions[component][revision]
+        rev.pods.sort()
+        for index in range(min(pods, len(rev.pods))):
+            rev.pods[index] = float("inf")
+        rev.pods.sort()
+
+    def refuse(self, error_type: ErrorType, message: str) -> Exception:
+        """What the real activity raises for this call, recorded as a violation."""
+        self.violations.append(f"{error_type.value}: {message}")
+        return application_error(error_type, message)
+
     # -- the activities -------------------------------------------------------------------------
 
     async def now(self) -> float:
@@ -180,20 +213,27 @@ class FakeCluster:
             components = []
             for component, (revision, replicas) in cluster.desired.items():
                 revs = cluster.revisions.get(component, {})
+                route = cluster.routes.get(component)
                 components.append(ComponentObservation(
                     component=component, desired_revision=revision, desired_replicas=replicas,
                     revisions=[cluster._observe_revision(n, r, now) for n, r in revs.items()],
-                    traffic=list(cluster.routes.get(component, [])),
-                    url=f"http://{NAME}-{component.value}.{NAMESPACE}.example.com"))
+                    traffic=list(route or []),
+                    # Like the real one: the component's address exists once its HTTPRoute does.
+                    url=render.component_url(cluster.owner, component) if route is not None else None))
             return ServiceObservation(uid=cluster.uid, generation=cluster.generation,
                                       resource_version=str(cluster.generation), deleting=cluster.deleting,
-                                      annotations=dict(cluster.annotations),
+                                      annotations={k: v for k, v in cluster.annotations.items()
+                                                   if k.startswith("ome.io/rollout-")},
                                       spec_rollout=cluster.spec_rollout, components=components)
 
         @activity.defn(name="serving.ensure_revision")
         async def ensure_revision(request: EnsureRevisionInput) -> RevisionObservation:
             now = await cluster.now()
             key = request.key
+            if request.replicas < 0:
+                raise cluster.refuse(ErrorType.INVALID_INPUT, f"replicas must be >= 0, got {request.replicas}")
+            if cluster.gone:
+                raise application_error(ErrorType.OBJECT_GONE, f"{cluster.ref.describe()} is gone")
             revs = cluster.revisions.setdefault(key.component, {})
             rev = revs.get(key.revision)
             if rev is None:
@@ -225,18 +265,28 @@ class FakeCluster:
         @activity.defn(name="serving.set_traffic")
         async def set_traffic(request: SetTrafficInput) -> None:
             now = await cluster.now()
-            assert sum(w.weight for w in request.weights) == 100, request.weights
-            for weight in request.weights:
-                if weight.weight > 0:
-                    assert weight.revision in cluster.revisions.get(request.component, {}), \
-                        f"traffic to a revision without a Deployment: {weight.revision}"
-            cluster.routes[request.component] = list(request.weights)
-            cluster.route_log.append((now, request.component, list(request.weights)))
+            weights = request.weights
+            revisions = [w.revision for w in weights]
+            if not weights or len(set(revisions)) != len(revisions) or any(not 0 <= w.weight <= 100 for w in weights) \
+                    or sum(w.weight for w in weights) != 100:
+                raise cluster.refuse(ErrorType.INVALID_TRAFFIC, f"not a split: {weights}")
+            if cluster.gone:
+                raise application_error(ErrorType.OBJECT_GONE, f"{cluster.ref.describe()} is gone")
+            # Every backend named needs its Service, a zero weight too (the HTTPRoute names it).
+            missing = [r for r in revisions if r not in cluster.revisions.get(request.component, {})]
+            if missing:
+                raise cluster.refuse(ErrorType.INVALID_TRAFFIC, f"no Service for revision(s) {', '.join(missing)} "
+                                                                f"of {request.component.value}")
+            cluster.routes[request.component] = list(weights)
+            cluster.route_log.append((now, request.component, list(weights)))
 
         @activity.defn(name="serving.delete_revision")
         async def delete_revision(key: RevisionKey) -> None:
             now = await cluster.now()
-            assert cluster.weights(key.component).get(key.revision, 0) == 0, "deleting a revision with traffic"
+            weight = cluster.weights(key.component).get(key.revision, 0)
+            if weight:
+                raise cluster.refuse(ErrorType.REVISION_SERVING_TRAFFIC,
+                                     f"revision {key.revision} of {key.component.value} still has weight {weight}")
             if cluster.revisions.get(key.component, {}).pop(key.revision, None) is not None:
                 cluster.deleted.append((key.component, key.revision, now))
                 cluster._record(key.component, now)
@@ -247,6 +297,10 @@ class FakeCluster:
 
         @activity.defn(name="kube.patch_status")
         async def patch_status(patch: StatusPatch) -> bool:
+            # Like the real one: False only once the object is gone; an object being deleted
+            # (a finalizer holds it) still takes status writes.
+            if cluster.gone:
+                return False
             for key, value in patch.status.items():
                 if value is None:
                     cluster.status.pop(key, None)
@@ -256,7 +310,21 @@ class FakeCluster:
                 cluster.conditions[condition.type] = condition.model_dump()
             cluster.patches.append(dict(patch.status))
             cluster.events.extend(patch.events)
-            return not cluster.deleting
+            return True
+
+        @activity.defn(name="kube.remove_annotation")
+        async def remove_annotation(removal: AnnotationRemoval) -> bool:
+            now = await cluster.now()
+            if cluster.metadata_writes_fail:
+                cluster.failed_removals += 1
+                raise ApplicationError("the apiserver is unavailable")  # retryable, as the client's error
+            if cluster.gone or cluster.annotations.get(removal.name) != removal.value:
+                return False
+            del cluster.annotations[removal.name]
+            cluster.removed_annotations.append((now, removal.name, removal.value))
+            if cluster.bridge is not None:
+                await cluster.bridge(removal.name, None)
+            return True
 
         @activity.defn(name="kube.read_object")
         async def read_object(ref: ObjectRef) -> dict[str, Any] | None:
@@ -267,7 +335,7 @@ class FakeCluster:
             return cluster.operator
 
         return [observe, ensure_revision, revision_status, set_traffic, delete_revision, evaluate, patch_status,
-                read_object, operator_config]
+                remove_annotation, read_object, operator_config]
 
 
 async def until(env: WorkflowEnvironment, predicate: Callable[[], bool], *, step: float = 1.0,

@@ -99,11 +99,20 @@ async def served(env: WorkflowEnvironment, *, desired: dict[ComponentType, tuple
             ServiceInput(ref=cluster.ref, settings=settings or RolloutSettings()),
             id=contract.inference_service_workflow_id(NAMESPACE, NAME, cluster.uid), task_queue=queue)
         isvc = Isvc(env=env, cluster=cluster, handle=handle)
+
+        async def bridge(name: str, value: str | None) -> None:
+            await handle.signal(contract.Signal.ANNOTATION, AnnotationEvent(
+                uid=cluster.uid, generation=cluster.generation, resource_version="0", name=name, value=value))
+
+        cluster.bridge = bridge
         try:
             if not unservable:
                 await isvc.until(lambda: cluster.conditions.get("Ready", {}).get("status") == "True",
                                  what="first Ready")
             yield isvc
+            # A call the real activity refuses is a workflow bug even when the test's own checks
+            # passed (the workflow may have parked on it): fail here, naming it.
+            assert not cluster.violations, f"calls the real activities refuse: {cluster.violations}"
         finally:
             # Nothing of this test may keep the shared test server's clock locked for the next one:
             # the time-skipping server does not apply ParentClosePolicy, so close the children too.

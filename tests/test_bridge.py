@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +27,7 @@ from devstack.services import TemporalDevServer
 from servingops.api_models.deckhouse import Model
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import create, manifest, new_namespace
-from tests.fixtures.bridge import BridgeLauncher
+from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
 
 # How long "eventually" may take. A bridge started by a test follows every namespace, so it first
 # relists (and re-signals) the thousand-odd objects earlier tests left behind; on a loaded 2-core
@@ -62,10 +63,72 @@ async def _wait_for_count(temporal: Client, query: str, expected: int, wait_seco
     raise AssertionError(f"{query}: {count} workflows, expected {expected}")
 
 
-def _assert_each_started_once(executions: list[tuple[str, str]], expected: int) -> None:
-    runs_per_id = Counter(workflow_id for workflow_id, _ in executions)
-    assert len(runs_per_id) == expected, f"{len(runs_per_id)} workflows for {expected} objects"
-    assert set(runs_per_id.values()) == {1}, "a workflow was started more than once"
+def _metric(bridge: BridgeProcess, sample: str) -> int:
+    """One sample of the bridge's /metrics (0 when absent), e.g. servingops_bridge_queue_depth."""
+    for line in bridge.metrics().splitlines():
+        if line.startswith(sample + " "):
+            return int(float(line.removeprefix(sample + " ")))
+    return 0
+
+
+def _started_by_metrics(bridge: BridgeProcess, workflow_type: str = "ModelWorkflow") -> int:
+    """What the bridge says it started: its servingops_bridge_workflows_started_total."""
+    return _metric(bridge, f'servingops_bridge_workflows_started_total{{workflow_type="{workflow_type}"}}')
+
+
+async def _settled_starts(bridge: BridgeProcess) -> int:
+    """The bridge's start count once it has dispatched everything it saw (its relist of every
+    Model in the cluster included): nothing queued and the metrics unchanged for a second."""
+    before = ""
+    for _ in range(120):
+        now = bridge.metrics()
+        quiet = "\nservingops_bridge_queue_depth 0\n" in now and now == before
+        if quiet:
+            return _started_by_metrics(bridge)
+        before = now
+        await asyncio.sleep(1)
+    raise AssertionError(f"{bridge.identity} never settled")
+
+
+def _client_identity(bridge: BridgeProcess) -> str:
+    """The Temporal client identity of a bridge process (the SDK's default, pid@host), which the
+    server records in the first event of every run the bridge starts."""
+    return f"{bridge.process.pid}@{socket.gethostname()}"
+
+
+async def _starters(temporal: Client, executions: list[tuple[str, str]]) -> Counter[str]:
+    """Runs by the client identity their first history event names (each must be the start)."""
+    async def starter(workflow_id: str, run_id: str) -> str:
+        history = await temporal.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        first = history.events[0]
+        assert first.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, first
+        return str(first.workflow_execution_started_event_attributes.identity)
+
+    identities: Counter[str] = Counter()
+    for chunk in range(0, len(executions), 50):
+        identities.update(await asyncio.gather(*(starter(w, r) for w, r in executions[chunk:chunk + 50])))
+    return identities
+
+
+async def _assert_each_started_once(temporal: Client, query: str, expected: int, *, bridges: list[BridgeProcess],
+                                    counted: dict[str, int] | None = None) -> Counter[str]:
+    """One workflow per object, each started once, counted outside Temporal's own bookkeeping:
+    every run's first history event names the bridge process that started it, and the starts add
+    up to one per object. With `counted` (bridge identity -> the starts its own metric counted
+    for these objects, where they can be told apart from its starts elsewhere in the cluster),
+    the bridge's count must equal what the histories say it started. A bridge that started an
+    object's workflow twice (a new run instead of signalling the running one) shows more starts
+    than objects in either count. Answers the starts by bridge identity."""
+    executions = await _executions(temporal, query)
+    assert len({workflow_id for workflow_id, _ in executions}) == expected, \
+        f"{len({w for w, _ in executions})} workflows for {expected} objects"
+    starters = await _starters(temporal, executions)
+    by_bridge = Counter({b.identity: starters[_client_identity(b)] for b in bridges})
+    assert sum(by_bridge.values()) == sum(starters.values()), f"runs started by someone else: {starters}"
+    assert sum(by_bridge.values()) == expected, f"{sum(by_bridge.values())} starts for {expected} objects"
+    for identity, count in (counted or {}).items():
+        assert count == by_bridge[identity], f"{identity} counted {count} starts, the histories say {by_bridge}"
+    return by_bridge
 
 
 async def _signals(temporal: Client, workflow_id: str) -> list[tuple[str, dict[str, Any]]]:
@@ -82,14 +145,19 @@ async def _signals(temporal: Client, workflow_id: str) -> list[tuple[str, dict[s
 async def test_a_thousand_models_make_a_thousand_workflows(kube_api: client.ApiClient, bridges: BridgeLauncher,
                                                            temporal: Client) -> None:
     ns = new_namespace(kube_api, "burst")
-    bridges.start(task_queue=f"q-{ns}", kinds="Model")
+    bridge = bridges.start(task_queue=f"q-{ns}", kinds="Model")
+    baseline = await _settled_starts(bridge)  # what its relist of the cluster's other Models started
     await asyncio.to_thread(_create_models, kube_api, ns, 1000)
     query = f'ServingopsKind = "Model" AND ServingopsNamespace = "{ns}"'
     await _wait_for_count(temporal, query, 1000)
+    # Dispatches that reach a running workflow are not starts: twenty deletes, a `delete` signal each.
+    custom = client.CustomObjectsApi(kube_api)
+    for i in range(980, 1000):
+        custom.delete_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models", f"m{i}")
     await asyncio.sleep(2)  # anything duplicated would show up by now
-    executions = await _executions(temporal, query)
-    _assert_each_started_once(executions, 1000)
-    sample = sorted(executions)[0][0]
+    await _assert_each_started_once(temporal, query, 1000, bridges=[bridge],
+                                    counted={bridge.identity: await _settled_starts(bridge) - baseline})
+    sample = sorted(await _executions(temporal, query))[0][0]
     uid = sample.rsplit("/", 1)[1]
     [(name, payload)] = await _signals(temporal, sample)
     assert name == "object-changed"
@@ -107,10 +175,13 @@ async def test_killed_mid_burst_loses_nothing_and_starts_nothing_twice(
     first.process.kill()  # mid-burst: creates are still going on
     await creating
     # A restarted replica takes the same (now stale) lease once it expires.
-    bridges.start(task_queue=f"q-{ns}", kinds="Model", lease_name=lease)
+    second = bridges.start(task_queue=f"q-{ns}", kinds="Model", lease_name=lease)
     await _wait_for_count(temporal, query, 400)
     await asyncio.sleep(2)
-    _assert_each_started_once(await _executions(temporal, query), 400)
+    # The killed replica's counter died with it: the histories say what each one started, and the
+    # survivor counted at least the starts the histories give it (its relist may start others).
+    by_bridge = await _assert_each_started_once(temporal, query, 400, bridges=[first, second])
+    assert await _settled_starts(second) >= by_bridge[second.identity]
 
 
 async def test_one_leader_and_failover(kube_api: client.ApiClient, bridges: BridgeLauncher, temporal: Client) -> None:
@@ -120,7 +191,8 @@ async def test_one_leader_and_failover(kube_api: client.ApiClient, bridges: Brid
     b = bridges.start(task_queue=f"q-{ns}", kinds="Model", lease_name=lease, lease_seconds=5, wait_leader=False)
     await asyncio.sleep(3)
     assert a.is_leader() and not b.is_leader(), "exactly one replica leads"
-    holder = client.CoordinationV1Api(kube_api).read_namespaced_lease(lease, "default").spec.holder_identity
+    leases = client.CoordinationV1Api(kube_api)
+    holder = leases.read_namespaced_lease(lease, bridges.identities.namespace).spec.holder_identity
     assert holder == a.identity
     await asyncio.to_thread(_create_models, kube_api, ns, 20)
     query = f'ServingopsKind = "Model" AND ServingopsNamespace = "{ns}"'
@@ -132,7 +204,8 @@ async def test_one_leader_and_failover(kube_api: client.ApiClient, bridges: Brid
     takeover = time.monotonic() - killed
     print(f"\nfailover: replica B led {takeover:.1f}s after A was killed (lease 5s)")
     await _wait_for_count(temporal, query, 40)
-    _assert_each_started_once(await _executions(temporal, query), 40)
+    by_bridge = await _assert_each_started_once(temporal, query, 40, bridges=[a, b])
+    assert by_bridge[a.identity] >= 20, "A started the first twenty before it was killed"
 
 
 async def test_temporal_down_then_up_drains_the_backlog(kube_api: client.ApiClient, bridges: BridgeLauncher,
@@ -140,7 +213,7 @@ async def test_temporal_down_then_up_drains_the_backlog(kube_api: client.ApiClie
     server = TemporalDevServer(tmp_path / "temporal", stack_logs, port=free_port(), headless=True).start()
     try:
         ns = new_namespace(kube_api, "outage")
-        bridges.start(task_queue=f"q-{ns}", kinds="Model", temporal_address=server.address)
+        bridge = bridges.start(task_queue=f"q-{ns}", kinds="Model", temporal_address=server.address)
         server.stop()
         await asyncio.to_thread(_create_models, kube_api, ns, 60)
         await asyncio.sleep(5)  # the bridge retries meanwhile
@@ -148,7 +221,11 @@ async def test_temporal_down_then_up_drains_the_backlog(kube_api: client.ApiClie
         temporal = await connect(TemporalSettings(address=server.address))
         query = f'ServingopsKind = "Model" AND ServingopsNamespace = "{ns}"'
         await _wait_for_count(temporal, query, 60)
-        _assert_each_started_once(await _executions(temporal, query), 60)
+        # Everything on this server was started by this bridge (its relist started the cluster's
+        # other Models there too): its own count is every run the server has.
+        await _assert_each_started_once(temporal, query, 60, bridges=[bridge])
+        started = await _settled_starts(bridge)
+        assert started == (await temporal.count_workflows('ServingopsKind = "Model"')).count
     finally:
         server.stop()
 

@@ -801,3 +801,75 @@ def test_printer_columns_read_the_status(kube_api: client.ApiClient, ns: str) ->
     assert cells["Rollout"] == "Canarying"
     assert cells["Step"] == 1
     assert cells["Canary%"] == 50
+
+
+# --- no credentials in Prometheus headers or addresses (issue 10) --------------------------------
+
+CREDENTIAL_HEADERS = [
+    {"Authorization": "Bearer abc"}, {"authorization": "x"}, {"Proxy-Authorization": "Basic dTpw"},
+    {"Cookie": "session=abc"}, {"X-Api-Key": "k"}, {"X-Auth-Token": "t"}, {"X-Amz-Security-Token": "t"},
+    {"Ocp-Apim-Subscription-Key": "k"}, {"X-Access-Token": "t"}, {"X-Session-Id": "s"},
+    {"X-Forwarded-Access": "Bearer abc"}, {"X-Custom": "basic dXNlcjpwdw=="}, {"X-Custom": "  Token abc"},
+    {"X-Scope-OrgID": "team-a", "X-Client-Secret": "s"},
+]
+ALLOWED_HEADERS = [{"X-Scope-OrgID": "team-a"}, {"X-Grafana-Org-Id": "3"}, {"Accept": "application/json"},
+                   {"X-Tenant": "Bearer-less value"}]
+POINTS_TO_AUTHREF = "put the credential in a Secret and name it in authRef"
+
+
+def _with_headers(headers: dict[str, str]) -> tuple[Spec, Spec]:
+    """An InferenceService spec and a RolloutPolicy spec whose canary sends `headers`."""
+    isvc = full_isvc_spec()
+    isvc["rollout"]["groups"][0]["canary"]["prometheus"]["headers"] = headers
+    policy = rollout_policy_spec()
+    policy["canary"]["prometheus"]["headers"] = headers
+    return isvc, policy
+
+
+@pytest.mark.parametrize("headers", CREDENTIAL_HEADERS, ids=lambda h: ",".join(f"{k}={v}" for k, v in h.items()))
+def test_credential_headers_are_rejected_pointing_to_auth_ref(kube_api: client.ApiClient, ns: str,
+                                                              headers: dict[str, str]) -> None:
+    from servingops.api_models.credential_headers import credential_headers
+
+    isvc, policy = _with_headers(headers)
+    assert POINTS_TO_AUTHREF in rejection(
+        lambda: create(kube_api, InferenceService, manifest(InferenceService, isvc), ns))
+    assert POINTS_TO_AUTHREF in rejection(lambda: create(kube_api, RolloutPolicy, manifest(RolloutPolicy, policy), ns))
+    # The worker's own rule (the ConfigMap, the model) refuses exactly what admission refuses.
+    assert credential_headers(headers)
+
+
+@pytest.mark.parametrize("headers", ALLOWED_HEADERS, ids=lambda h: ",".join(h))
+def test_tenant_headers_are_admitted(kube_api: client.ApiClient, ns: str, headers: dict[str, str]) -> None:
+    from servingops.api_models.credential_headers import credential_headers
+
+    isvc, policy = _with_headers(headers)
+    created = create(kube_api, InferenceService, manifest(InferenceService, isvc), ns)
+    assert created["spec"]["rollout"]["groups"][0]["canary"]["prometheus"]["headers"] == headers
+    create(kube_api, RolloutPolicy, manifest(RolloutPolicy, policy), ns)
+    assert not credential_headers(headers)
+
+
+def test_server_address_with_user_information_is_rejected(kube_api: client.ApiClient, ns: str) -> None:
+    isvc = full_isvc_spec()
+    prometheus = isvc["rollout"]["groups"][0]["canary"]["prometheus"]
+    prometheus.pop("providerRef")
+    prometheus["serverAddress"] = "https://reader:hunter2@prometheus.monitoring.svc:9090"
+    assert "serverAddress must not carry credentials" in rejection(
+        lambda: create(kube_api, InferenceService, manifest(InferenceService, isvc), ns))
+    prometheus["serverAddress"] = "https://prometheus.monitoring.svc:9090/prefix?a=b@c"
+    create(kube_api, InferenceService, manifest(InferenceService, isvc), ns)
+
+
+def test_a_stored_credential_header_never_reaches_the_plan() -> None:
+    """An object stored before the rule existed parses without its credential headers, so the run's
+    plan (status.rollout.activeRun.plan) and the samples' payloads never carry them."""
+    from servingops.api_models.ome.rollout import RolloutGroup
+
+    group = canary_group()
+    group["canary"]["prometheus"]["headers"] = {"X-Scope-OrgID": "team-a", "Authorization": "Bearer abc",
+                                                "X-Custom": "Basic dTpw"}
+    parsed = RolloutGroup.model_validate(group)
+    assert parsed.canary is not None and parsed.canary.prometheus is not None
+    assert parsed.canary.prometheus.headers == {"X-Scope-OrgID": "team-a"}
+    assert "Bearer abc" not in json.dumps(parsed.model_dump(mode="json"))

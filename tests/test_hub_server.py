@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 import struct
+import uuid
 from pathlib import Path
 
 import pytest
@@ -140,12 +141,16 @@ def test_large_file_takes_the_lfs_path_and_resumes_after_a_dropped_connection(
     meta = get_hf_file_metadata(hf_hub_url(repo.repo_id, "weights/big.dat", endpoint=hub_server.url), token=False)
     assert (meta.etag, meta.size, meta.commit_hash) == (sha256, big, repo.commit)
     assert meta.xet_file_data is None  # hf_xet is installed, yet the plain HTTP path is taken
-    head = get_session().head(hf_hub_url(repo.repo_id, "weights/big.dat", endpoint=hub_server.url))
+    assert meta.location.startswith(f"{hub_server.cdn_url}/{repo.repo_id}/{sha256}?")
+    # As on the Hub, the LFS metadata rides on the redirect itself.
+    head = get_session().head(hf_hub_url(repo.repo_id, "weights/big.dat", endpoint=hub_server.url),
+                              follow_redirects=False)  # fmt: skip
+    assert head.status_code == 302 and head.headers["Location"].startswith(f"{hub_server.cdn_url}/{repo.repo_id}/")
     assert head.headers["X-Linked-Etag"] == f'"{sha256}"' and head.headers["X-Linked-Size"] == str(big)
-    assert head.headers["Accept-Ranges"] == "bytes"
-    small = get_session().head(hf_hub_url(repo.repo_id, "notes.txt", endpoint=hub_server.url))
+    assert head.headers["X-Repo-Commit"] == repo.commit
+    small = get_session().head(hf_hub_url(repo.repo_id, "notes.txt", endpoint=hub_server.url), follow_redirects=False)
     small_oid = model_repos.git_blob_sha1(b"small file\n")
-    assert small.headers["ETag"] == f'"{small_oid}"'
+    assert small.status_code == 200 and small.headers["ETag"] == f'"{small_oid}"'
     assert "X-Linked-Etag" not in small.headers and "X-Linked-Size" not in small.headers
 
     # The client writes in DOWNLOAD_CHUNK_SIZE (10 MiB) pieces, so a cut at 12 MiB resumes from 10 MiB.
@@ -155,11 +160,78 @@ def test_large_file_takes_the_lfs_path_and_resumes_after_a_dropped_connection(
     path = hf_hub_download(repo.repo_id, "weights/big.dat", endpoint=hub_server.url, cache_dir=hf_cache, token=False)
 
     assert Path(path).read_bytes() == served.read_bytes()
-    gets = [r for r in hub_server.requests_for(f"/{repo.repo_id}/resolve/", mark) if r.method == "GET"]
-    assert [(r.status, r.headers.get("range")) for r in gets] == [(200, None), (206, f"bytes={resume}-")]
+    gets = hub_server.downloads(repo.repo_id, mark)
+    assert [(r.host, r.status, r.headers.get("range")) for r in gets] == [
+        ("cdn", 200, None),
+        ("cdn", 206, f"bytes={resume}-"),
+    ]
+    assert gets[0].body_bytes == cut and gets[1].body_bytes == big - resume
     assert gets[1].response_headers["Content-Range"] == f"bytes {resume}-{big - 1}/{big}"
     blob = hf_cache / f"models--{repo.repo_id.replace('/', '--')}" / "blobs" / sha256
     assert blob.is_file()  # the cache names LFS blobs after their sha256
+
+
+def test_the_token_reaches_the_hub_and_never_the_cdn_host(
+    hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path
+) -> None:
+    token = f"hf_cdn_{uuid.uuid4().hex}"
+    big = 12 * 1024 * 1024 + 321
+    repo = hub_repos.blobs({"weights/big.dat": big, "config.json": b"{}"}, gated=True, tokens=[token])
+    served = (repo.snapshot / "weights" / "big.dat").read_bytes()
+    cut = 5 * 1024 * 1024 + 7
+    hub_server.fail_next_download(repo.repo_id, "weights/big.dat", after_bytes=cut)
+    mark = hub_server.mark()
+
+    # The real client: a gated download, cut mid-file, resumed by the client within the call.
+    path = hf_hub_download(repo.repo_id, "weights/big.dat", endpoint=hub_server.url, cache_dir=hf_cache, token=token)
+    assert Path(path).read_bytes() == served
+    # The client's session as the import activity uses it: its own Authorization and Range headers, redirects
+    # followed by the session; a resume from past the cut goes through the redirect with its Range intact.
+    url = hf_hub_url(repo.repo_id, "weights/big.dat", revision=repo.commit, endpoint=hub_server.url)
+    rest = get_session().get(url, headers={"Authorization": f"Bearer {token}", "Range": f"bytes={cut}-"})
+    assert rest.status_code == 206 and rest.content == served[cut:]
+    assert [r.status_code for r in rest.history] == [302]
+    assert rest.history[0].headers["X-Repo-Commit"] == repo.commit
+    assert rest.headers["Content-Range"] == f"bytes {cut}-{big - 1}/{big}"
+    snapshot = Path(snapshot_download(repo.repo_id, endpoint=hub_server.url, cache_dir=hf_cache / "s", token=token))
+    assert (snapshot / "weights" / "big.dat").read_bytes() == served
+
+    seen = hub_server.requests[mark:]
+    hub_side = [r for r in seen if r.host == "hub" and "/resolve/" in r.path]
+    cdn_side = [r for r in seen if r.host == "cdn"]
+    assert hub_side and all(r.headers.get("authorization") == f"Bearer {token}" for r in hub_side)
+    assert {r.status for r in hub_side if r.file == (repo.repo_id, "weights/big.dat")} == {302}
+    assert len(cdn_side) >= 4 and all(r.status in (200, 206) for r in cdn_side)
+    assert not [r for r in cdn_side if "authorization" in r.headers or token in json.dumps(r.headers)]
+    assert not [r for r in cdn_side if token in r.path]
+    ranges = [r.headers.get("range") for r in cdn_side if r.method == "GET"]
+    assert f"bytes={cut}-" in ranges  # the session's resume, across the redirect
+    resumed = [r for r in cdn_side if r.status == 206 and r.body_bytes == big - cut]
+    assert resumed and resumed[0].response_headers["Content-Range"] == f"bytes {cut}-{big - 1}/{big}"
+    # Anonymous users are refused at the Hub: they never learn a CDN URL.
+    anonymous = get_session().get(url, follow_redirects=False)
+    assert anonymous.status_code == 401 and "Location" not in anonymous.headers
+
+
+def test_the_cdn_host_refuses_a_token_a_forged_url_and_an_expired_one(
+    hub_server: HubServer, hub_repos: HubRepos, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = hub_repos.blobs({"big.bin": 11 * 1024 * 1024})
+    resolve = hf_hub_url(repo.repo_id, "big.bin", endpoint=hub_server.url)
+    location = get_session().head(resolve, follow_redirects=False).headers["Location"]
+    assert location.startswith(hub_server.cdn_url) and not location.startswith(hub_server.url)
+
+    ok = get_session().get(location, headers={"Range": "bytes=0-9"})
+    assert ok.status_code == 206 and ok.content == (repo.snapshot / "big.bin").read_bytes()[:10]
+    with_token = get_session().get(location, headers={"Authorization": f"Bearer {HUB_USER_TOKEN}"})
+    assert with_token.status_code == 400 and b"Only one auth mechanism allowed" in with_token.content
+    forged = location.replace(repo.repo_id, repo.repo_id + "x")
+    assert get_session().get(forged).status_code == 403
+    assert get_session().get(location.split("&Signature=")[0]).status_code == 403
+    monkeypatch.setattr(hub_server, "signed_url_ttl", -1)
+    expired = get_session().head(resolve, follow_redirects=False).headers["Location"]
+    refused = get_session().get(expired)
+    assert refused.status_code == 403 and b"expired" in refused.content
 
 
 def test_range_requests_and_hf_file_system(hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path) -> None:

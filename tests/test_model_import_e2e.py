@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 
 from devstack.hub_server import HubServer
+from devstack.identities import Identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.ollama_registry import publish_ollama_model
 from devstack.process import ManagedProcess, find_binary
@@ -108,8 +109,10 @@ class Stack:
 
 def start_worker(cluster: LocalKubeCluster, temporal: TemporalDevServer, registry: OciRegistry, hub: HubServer,
                  task_queue: str, spool: Path, logs: Path, host_id: str,
-                 extra_env: dict[str, str] | None = None) -> ManagedProcess:
-    env = {**(extra_env or {}), "TEMPORAL_ADDRESS": temporal.address, "KUBECONFIG": str(cluster.kubeconfig_path),
+                 extra_env: dict[str, str] | None = None, *, identities: Identities) -> ManagedProcess:
+    """A worker process talking to the apiserver as `identities` (the chart's worker, its upload
+    endpoint as the chart's uploads identity), so a call the chart does not allow fails the test."""
+    env = {**identities.worker_env(), **(extra_env or {}), "TEMPORAL_ADDRESS": temporal.address,
            "HF_ENDPOINT": hub.url, "SERVINGOPS_REGISTRY": registry.address, "SERVINGOPS_OLLAMA_REGISTRY": registry.url,
            "SERVINGOPS_SPOOL_DIR": str(spool), "SERVINGOPS_TASK_QUEUE": task_queue, "SERVINGOPS_HOST_ID": host_id,
            "HF_HUB_DISABLE_TELEMETRY": "1"}
@@ -121,15 +124,15 @@ def start_worker(cluster: LocalKubeCluster, temporal: TemporalDevServer, registr
 
 @pytest.fixture(scope="module")
 def stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_server: TemporalDevServer,
-          oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path,
+          oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path, chart_identities: Identities,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     task_queue = f"import-{uuid.uuid4().hex[:6]}"
     namespace = f"import-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(kube_api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     spool = tmp_path_factory.mktemp("spool")
     worker = start_worker(kube_cluster, temporal_server, oci_registry, hub_server, task_queue, spool, stack_logs,
-                          host_id=f"host-{task_queue}")
-    launcher = BridgeLauncher(kube_cluster.kubeconfig_path, temporal_server.address, stack_logs)
+                          host_id=f"host-{task_queue}", identities=chart_identities)
+    launcher = BridgeLauncher(chart_identities, temporal_server.address, stack_logs)
     bridge = launcher.start(task_queue=task_queue, kinds="Model,ClusterModel")
     temporal = asyncio.run(connect(TemporalSettings(address=temporal_server.address)))
     yield Stack(kube_cluster, kube_api, oci_registry, hub_server, temporal, worker, bridge, task_queue, namespace)

@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from devstack.hub_server import HubServer
+from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.model_repos import sha256_file
 from devstack.process import ManagedProcess
@@ -125,7 +126,7 @@ def peak_rss_bytes(pid: int) -> int:
 
 def hub_served_bytes(hub: HubServer, repo_id: str, since: int = 0) -> int:
     """File bytes the Hub actually sent for a repo's downloads since the mark (cut bodies count what went out)."""
-    return sum(r.body_bytes for r in hub.requests_for(f"/{repo_id}/resolve/", since) if r.method == "GET")
+    return sum(r.body_bytes for r in hub.downloads(repo_id, since))  # from the Hub host or its CDN host
 
 
 def blob_sha256(registry_address: str, repository: str, digest: str) -> tuple[str, int]:
@@ -222,6 +223,7 @@ def restarted(stack: Stack) -> Iterator[list[ManagedProcess]]:
 def test_worker_killed_half_way_resumes_without_downloading_again(
     stack: Stack, hub_repos: HubRepos, restarted: list[ManagedProcess], kube_cluster: LocalKubeCluster,
     temporal_server: TemporalDevServer, oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path,
+    chart_identities: Identities,
 ) -> None:
     repo = hub_repos.safetensors("resume-llama", num_shards=4, fill="sparse", **TEST_SHAPES)
     files = {name: repo.snapshot / name for name in repo.files}
@@ -248,7 +250,7 @@ def test_worker_killed_half_way_resumes_without_downloading_again(
           f"({kill.fraction:.0%}); mid-download: {kill.partial}")
 
     restarted.append(start_worker(kube_cluster, temporal_server, oci_registry, hub_server, stack.task_queue, spool,
-                                  stack_logs, host_id=host_id))
+                                  stack_logs, host_id=host_id, identities=chart_identities))
     stack.worker = restarted[0]
     obj = stack.wait_phase("models", name, ("Ready", "Failed"), timeout=900)
     status = obj["status"]
@@ -272,8 +274,7 @@ def test_worker_killed_half_way_resumes_without_downloading_again(
     # The file cut by the kill continued where the spool stood: a Range request from past 0, and the
     # attempt that completed it fetched only the rest.
     for cut, had in kill.partial.items():
-        resumed = [r for r in hub_server.requests_for(f"/{repo.repo_id}/resolve/", mark)
-                   if r.method == "GET" and r.path.endswith(f"/{cut}")]
+        resumed = [r for r in hub_server.downloads(repo.repo_id, mark) if r.file == (repo.repo_id, cut)]
         starts = [int(r.headers.get("range", "bytes=0-").removeprefix("bytes=").split("-")[0] or 0)
                   for r in resumed]
         assert any(start >= had for start in starts), f"{cut} was not resumed by range: {starts}"

@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import tracemalloc
+import urllib.parse
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -41,10 +42,16 @@ from servingops.activities.oci.activities import (
 )
 from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, role_for_path
 from servingops.activities.oci.registry_client import MiB, ModelRegistry, UploadProgress, UploadResume, parse_range
+from servingops.activities.oci.resume import ResumeDetails, UploadLocations
 from servingops.api_models.errors import ErrorType
 from servingops.runtime.temporal import TemporalSettings, connect
+from tests.secret_scan import register_token
 
 _repo_ids = itertools.count()
+REGISTRY_PASSWORD = f"registry-pw-{uuid.uuid4().hex}"
+REGISTRY_BEARER = f"registry-bearer-{uuid.uuid4().hex}"
+UPLOAD_TOKEN = f"upload-url-token-{uuid.uuid4().hex}"
+register_token(REGISTRY_PASSWORD, REGISTRY_BEARER, UPLOAD_TOKEN)
 
 META = ModelPackMeta(name="tiny-llama-test", family="llama", version="1.0", architecture="transformer",
                      format="safetensors", paramSize="1.1B", precision="bfloat16", quantization="none")
@@ -205,6 +212,8 @@ def test_interrupted_push_resumes_from_committed_offset(oci_registry: OciRegistr
         first.run(acts.push_file, request)
     last = beats[-1]
     assert last["committed_offset"] == 3 * chunk and last["digest"] == digest
+    # The upload URL is heartbeated without its query (distribution's signed _state is in it).
+    assert all("?" not in beat.get("upload_path", "") for beat in beats) and "_state" not in json.dumps(beats)
     with _client(target) as registry:
         assert not registry.blob_exists(target.repository, digest)
 
@@ -267,11 +276,15 @@ def test_kill_mid_chunk_still_ends_with_the_right_blob(oci_registry: OciRegistry
     with _client(target) as registry, pytest.raises(_Crash):
         registry.upload_blob_streaming(target.repository, big_file, digest, size, chunk_size=16 * MiB,
                                        on_progress=crash_inside_second_chunk, progress_interval=0)
-    details = committed[-1].resume_point(target.repository, digest).model_dump()
+    # What push_file would have left: the URL on this host, the query-less point in the heartbeat.
+    point = committed[-1].resume_point(target.repository, digest)
+    assert point.upload_location is not None
+    UploadLocations(tmp_path / "state").save(target.address, target.repository, digest, point.upload_location)
+    details = ResumeDetails.of(point).model_dump()
 
     env = ActivityEnvironment()
     env.info = dataclasses.replace(env.info, attempt=2, heartbeat_details=[details])
-    result = env.run(OciActivities().push_file,
+    result = env.run(OciActivities(state_dir=tmp_path / "state").push_file,
                      PushFileInput(target=target, path=str(big_file), sha256=digest, size=size,
                                    media_type=mt.MODEL_WEIGHT_RAW, chunk_size=16 * MiB))
     assert result.digest == digest
@@ -369,11 +382,13 @@ class _AuthProxy:
     The registry fixture runs without auth; this adds the two challenge schemes the client must
     answer, with a token endpoint for the Bearer one. It counts 401s and the request-body bytes
     that arrived with them (bytes pushed twice). With `fail_patch=n` it answers the n-th PATCH
-    with 503 without forwarding it, a registry hiccup the upload must survive.
+    with 503 without forwarding it, a registry hiccup the upload must survive. With
+    `location_token`, upload URLs carry it in their query (as registries whose upload sessions are
+    authorised by the URL do) and a request on an upload session without it is refused.
     """
 
-    def __init__(self, upstream: str, scheme: str, user: str = "bob", password: str = "pw",
-                 fail_patch: int | None = None) -> None:
+    def __init__(self, upstream: str, scheme: str, user: str = "bob", password: str = REGISTRY_PASSWORD,
+                 fail_patch: int | None = None, location_token: str | None = None) -> None:
         import base64
         import http.server
         import threading
@@ -382,6 +397,7 @@ class _AuthProxy:
 
         self.scheme, self.unauthorized, self.wasted_body_bytes = scheme, 0, 0
         self.fail_patch, self.patches = fail_patch, 0
+        self.location_token, self.refused_sessions = location_token, 0
         good_basic = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         proxy = self
 
@@ -392,7 +408,7 @@ class _AuthProxy:
                 auth = self.headers.get("Authorization", "")
                 if self.path.startswith("/token"):
                     ok = auth == good_basic
-                    payload = json.dumps({"token": "t0k"}).encode() if ok else b"{}"
+                    payload = json.dumps({"token": REGISTRY_BEARER}).encode() if ok else b"{}"
                     self.send_response(200 if ok else 401)
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
@@ -406,7 +422,7 @@ class _AuthProxy:
                         self.send_header("Content-Length", "0")
                         self.end_headers()
                         return
-                wanted = {"basic": good_basic, "token": "Bearer t0k", "none": auth}[proxy.scheme]
+                wanted = {"basic": good_basic, "token": f"Bearer {REGISTRY_BEARER}", "none": auth}[proxy.scheme]
                 if auth != wanted:
                     proxy.unauthorized += 1
                     proxy.wasted_body_bytes += len(body)
@@ -418,12 +434,27 @@ class _AuthProxy:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
+                path = self.path
+                if proxy.location_token is not None:
+                    url = urllib.parse.urlsplit(path)
+                    query = urllib.parse.parse_qsl(url.query)
+                    on_session = "/blobs/uploads/" in url.path and not url.path.endswith("/blobs/uploads/")
+                    if on_session and ("upload_token", proxy.location_token) not in query:
+                        proxy.refused_sessions += 1
+                        self.send_response(401)
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                    kept = urllib.parse.urlencode([(k, v) for k, v in query if k != "upload_token"])
+                    path = urllib.parse.urlunsplit(("", "", url.path, kept, ""))
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("authorization", "connection")}
-                upstream_response = requests.request(self.command, upstream + self.path, headers=headers,
+                upstream_response = requests.request(self.command, upstream + path, headers=headers,
                                                      data=body, allow_redirects=False)
                 content = upstream_response.content if self.command != "HEAD" else b""
                 self.send_response(upstream_response.status_code)
                 for key, value in upstream_response.headers.items():
+                    if key.lower() == "location" and proxy.location_token is not None:
+                        value += ("&" if "?" in value else "?") + f"upload_token={proxy.location_token}"
                     if key.lower() not in ("connection", "transfer-encoding", "content-length", "date"):
                         self.send_header(key, value)
                 length_header = upstream_response.headers.get("Content-Length", str(len(content)))
@@ -460,7 +491,7 @@ def test_publish_through_an_authenticating_registry(oci_registry: OciRegistry, m
 
         def resolve(ref: SecretRef, host: str) -> RegistryCredentials:
             seen.append((ref, host))
-            return RegistryCredentials("bob", "pw")
+            return RegistryCredentials("bob", REGISTRY_PASSWORD)
 
         path = model_dir / "model-00001-of-00002.safetensors"
         request = PushFileInput(target=target, path=str(path), media_type=mt.MODEL_WEIGHT_RAW, chunk_size=MiB)
@@ -477,6 +508,86 @@ def test_publish_through_an_authenticating_registry(oci_registry: OciRegistry, m
         assert info.value.non_retryable
     finally:
         proxy.close()
+
+
+def _crash_at(chunks: int, chunk: int, beats: list[dict[str, Any]]) -> Any:
+    def heartbeat(*details: Any) -> None:
+        beats.append(details[0])
+        if details[0].get("committed_offset", 0) >= chunks * chunk:
+            raise _Crash
+    return heartbeat
+
+
+def test_an_upload_url_token_is_never_heartbeated_and_resume_still_works(
+        oci_registry: OciRegistry, big_file: Path, big_file_facts: tuple[int, str], tmp_path: Path) -> None:
+    """A registry whose upload URLs carry a token in their query: the heartbeat details (which
+    Temporal stores) hold the URL without it, the host keeps the full URL (0600), and the retry
+    re-derives it from there and resumes where the registry stands."""
+    proxy = _AuthProxy(oci_registry.url, "none", location_token=UPLOAD_TOKEN)
+    try:
+        target = RegistryTarget(address=proxy.address, repository=f"models/url-token-{next(_repo_ids)}", insecure=True)
+        size, digest = big_file_facts
+        chunk = 8 * MiB
+        request = PushFileInput(target=target, path=str(big_file), sha256=digest, size=size,
+                                media_type=mt.MODEL_WEIGHT_RAW, chunk_size=chunk)
+        state = tmp_path / "uploads"
+        acts = OciActivities(heartbeat_interval=0.05, state_dir=state)
+        beats: list[dict[str, Any]] = []
+        first = ActivityEnvironment()
+        first.on_heartbeat = _crash_at(2, chunk, beats)
+        with pytest.raises(_Crash):
+            first.run(acts.push_file, request)
+        assert beats and UPLOAD_TOKEN not in json.dumps(beats)
+        assert beats[-1]["upload_path"].startswith(f"http://{proxy.address}/v2/{target.repository}/blobs/uploads/")
+        records = list(state.glob("*.json"))
+        assert len(records) == 1 and UPLOAD_TOKEN in records[0].read_text()
+        assert records[0].stat().st_mode & 0o077 == 0  # only the worker's user reads it
+
+        second = ActivityEnvironment()
+        second.info = dataclasses.replace(second.info, attempt=2, heartbeat_details=[beats[-1]])
+        second.on_heartbeat = beats.append
+        result = second.run(acts.push_file, request)
+        assert result.resumed_from == 2 * chunk and result.transferred_bytes == size - 2 * chunk
+        assert UPLOAD_TOKEN not in json.dumps(beats) + result.model_dump_json()
+        assert proxy.refused_sessions == 0  # every session request carried the token it needs
+        assert not list(state.glob("*.json"))  # done: nothing left on the host
+        with _client(target) as registry:
+            assert registry.blob_size(target.repository, digest) == size
+    finally:
+        proxy.close()
+
+
+def test_heartbeat_details_alone_cannot_resume(oci_registry: OciRegistry, big_file: Path,
+                                               big_file_facts: tuple[int, str], tmp_path: Path) -> None:
+    """Without the host's record (another disk, or a record for another upload) the query-less
+    details resume nothing: the retry uploads from byte 0 and the blob is still right."""
+    proxy = _AuthProxy(oci_registry.url, "none", location_token=UPLOAD_TOKEN)
+    try:
+        target = RegistryTarget(address=proxy.address, repository=f"models/no-record-{next(_repo_ids)}", insecure=True)
+        size, digest = big_file_facts
+        chunk = 8 * MiB
+        request = PushFileInput(target=target, path=str(big_file), sha256=digest, size=size,
+                                media_type=mt.MODEL_WEIGHT_RAW, chunk_size=chunk)
+        beats: list[dict[str, Any]] = []
+        first = ActivityEnvironment()
+        first.on_heartbeat = _crash_at(2, chunk, beats)
+        with pytest.raises(_Crash):
+            first.run(OciActivities(heartbeat_interval=0.05, state_dir=tmp_path / "one").push_file, request)
+        second = ActivityEnvironment()
+        second.info = dataclasses.replace(second.info, attempt=2, heartbeat_details=[beats[-1]])
+        result = second.run(OciActivities(state_dir=tmp_path / "other").push_file, request)
+        assert result.resumed_from == 0 and result.transferred_bytes == size
+        assert proxy.refused_sessions == 0  # the query-less path was never tried on its own
+    finally:
+        proxy.close()
+
+
+def test_registry_error_messages_lose_url_queries() -> None:
+    from servingops.activities.oci.registry_client import scrub_queries
+
+    text = ("HTTPConnectionPool(host='r', port=5000): Max retries exceeded with url: "
+            f"/v2/m/blobs/uploads/1?_state=abc&upload_token={UPLOAD_TOKEN} (Caused by ReadTimeoutError())")
+    assert UPLOAD_TOKEN not in scrub_queries(text) and "/v2/m/blobs/uploads/1?..." in scrub_queries(text)
 
 
 # -- pure parts ------------------------------------------------------------------------------

@@ -3,15 +3,14 @@ manifest, and the operator.config activity against the real apiserver."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import yaml
 from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
+from devstack import identities
 from servingops.activities.operator_config import OperatorConfigActivities
 from servingops.api_models.operator_config import (
+    DEFAULT_CONFIGMAP,
     OperatorConfig,
     OperatorConfigError,
     OperatorDefaults,
@@ -21,8 +20,6 @@ from servingops.api_models.operator_config import (
 )
 from servingops.api_models.refs import ObjectRef
 from tests.crd_helpers import new_namespace
-
-MANIFEST = Path(__file__).resolve().parent.parent / "deploy" / "manifests" / "15-operator-config.yaml"
 
 PROVIDERS = """
 tenant-a:
@@ -35,7 +32,8 @@ bundled:
 
 
 def test_the_shipped_configmap_parses_to_the_built_in_defaults() -> None:
-    body = yaml.safe_load(MANIFEST.read_text())
+    # The chart's ConfigMap as `helm template` renders it with the chart's default values.
+    [body] = [d for d in identities.render() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == DEFAULT_CONFIGMAP]
     config = parse_configmap_data(body["data"])
     assert config.rollout == OperatorConfig().rollout
     assert config.canary_analysis.bundled_prometheus_address == "http://prometheus.monitoring.svc:9090"
@@ -67,6 +65,18 @@ def test_blocks_parse_and_resolve() -> None:
     ({"metricProviders": "tenant-a: {headers: {}}"}, "metricProviders.tenant-a.serverAddress: Field required"),
     ({"metricProviders": "tenant-a: {serverAddress: http://x, authSecretRef: {key: k}}"},
      "metricProviders.tenant-a.authSecretRef.name: Field required"),
+    # Credentials belong in authSecretRef: the same rule as admission applies to a canary's headers.
+    ({"metricProviders": "tenant-a: {serverAddress: http://x, headers: {X-Scope-OrgID: a, Authorization: Bearer t}}"},
+     "metricProviders.tenant-a.headers: Value error, headers Authorization carry credentials: put the token in a "
+     "Secret and name it in authSecretRef"),
+    ({"metricProviders": "tenant-a: {serverAddress: http://x, headers: {Cookie: s=1, X-Api-Key: k}}"},
+     "headers Cookie, X-Api-Key carry credentials"),
+    ({"metricProviders": "tenant-a: {serverAddress: http://x, headers: {X-Forwarded: Basic dTpw}}"},
+     "headers X-Forwarded carry credentials"),
+    ({"metricProviders": "tenant-a: {serverAddress: 'https://reader:pw@mimir'}"},
+     "metricProviders.tenant-a.serverAddress: Value error, serverAddress must not carry credentials"),
+    ({"canaryAnalysis": "bundledPrometheusAddress: 'http://u:p@prometheus:9090'"},
+     "bundledPrometheusAddress must not carry credentials"),
 ])
 def test_bad_configuration_is_named(data: dict[str, str], expected: str) -> None:
     with pytest.raises(OperatorConfigError) as info:

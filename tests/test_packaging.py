@@ -35,6 +35,7 @@ import pytest
 import yaml
 from kubernetes import client
 
+from devstack.identities import Identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess, free_port
 from devstack.services import TemporalDevServer
@@ -191,18 +192,24 @@ def _tail(process: ManagedProcess) -> str:
 
 @pytest.fixture
 def installed_processes(installed: Installed, kube_cluster: LocalKubeCluster, temporal_server: TemporalDevServer,
-                        stack_logs: Path) -> Iterator[tuple[str, str, ManagedProcess, ManagedProcess]]:
-    """The installed worker and bridge on a task queue of their own; (task queue, kubeconfig, worker, bridge)."""
+                        stack_logs: Path, chart_identities: Identities,
+                        ) -> Iterator[tuple[str, str, ManagedProcess, ManagedProcess]]:
+    """The installed worker and bridge on a task queue of their own, as the chart's identities;
+    (task queue, the admin kubeconfig a user's CLI uses, worker, bridge)."""
     task_queue = f"packaging-{uuid.uuid4().hex[:6]}"
     kubeconfig = str(kube_cluster.kubeconfig_path)
-    common = ["--temporal-address", temporal_server.address, "--kubeconfig", kubeconfig, "--task-queue", task_queue]
+    ids = chart_identities
+    common = ["--temporal-address", temporal_server.address, "--task-queue", task_queue]
     spool = installed.cwd.parent / "spool"
     worker = ManagedProcess(f"installed-worker-{task_queue}", [
-        str(installed.servingops), "worker", *common, "--host-id", f"host-{task_queue}", "--spool-dir", str(spool),
+        str(installed.servingops), "worker", *common, "--kubeconfig", str(ids.worker),
+        "--upload-kubeconfig", str(ids.uploads), "--controller-namespace", ids.namespace,
+        "--host-id", f"host-{task_queue}", "--spool-dir", str(spool),
         "--upload-listen", "127.0.0.1:0"], stack_logs, env=installed.env, cwd=installed.cwd)
     metrics = free_port()
     bridge = ManagedProcess(f"installed-bridge-{task_queue}", [
-        str(installed.servingops), "bridge", *common, "--kinds", "InferenceService",
+        str(installed.servingops), "bridge", *common, "--kubeconfig", str(ids.bridge),
+        "--lease-namespace", ids.namespace, "--kinds", "InferenceService",
         "--metrics-address", f"127.0.0.1:{metrics}", "--lease-name", f"bridge-{task_queue}",
         "--lease-seconds", "5"], stack_logs, env=installed.env, cwd=installed.cwd)
     try:

@@ -13,24 +13,31 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from kubernetes import client
+from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
+from temporalio.worker import Worker
 
-from devstack.services import Prometheus
+from devstack.services import Prometheus, TemporalDevServer
 from servingops.activities.prometheus import EvaluateInput, Evaluation, MetricQuery, PrometheusActivities
 from servingops.api_models.errors import ErrorType
 from servingops.api_models.operator_config import PrometheusSource
 from servingops.api_models.refs import ObjectRef
+from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import new_namespace
 from tests.metrics_exporter import Exporter
+from tests.secret_scan import register_token
 
 # Generous: the suite may run on a loaded 2-core machine. Only an upper bound, never asserted.
 DEADLINE = 60.0
 TOKEN = "s3cr3t-" + uuid.uuid4().hex
+register_token(TOKEN)
 
 
 class AuthProxy:
@@ -208,3 +215,125 @@ def test_bearer_token_from_a_secret(prometheus: Prometheus, exporter: Exporter, 
         assert TOKEN not in caplog.text
     finally:
         proxy.server.shutdown()
+
+
+class _Echoing:
+    """A front-end that answers every query with what the test chose, echoing the request's
+    Authorization header into it (as a misconfigured proxy or an error page might), and records
+    the headers it received."""
+
+    def __init__(self, status: int, body: str, content_type: str = "text/html") -> None:
+        self.headers: list[dict[str, str]] = []
+        front = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                front.headers.append(dict(self.headers.items()))
+                payload = body.replace("{auth}", self.headers.get("Authorization", "")).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+LEAKY_ANSWERS = [
+    pytest.param(502, "<html><body>upstream refused {auth} for /api/v1/query</body></html>", "text/html",
+                 "HTTP 502 Bad Gateway", id="html-error-page"),
+    pytest.param(200, "welcome back, {auth}!", "text/plain", "HTTP 200 OK with a body that is not Prometheus JSON",
+                 id="login-page-with-200"),
+    pytest.param(400, json.dumps({"status": "error", "errorType": "bad_data{auth}",
+                                  "error": "parse error near {auth} token=" + "x" * 40}),
+                 "application/json", "query error (error): parse error near Bearer [redacted]", id="prometheus-error"),
+    pytest.param(200, json.dumps({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {}, "value": [1, "{auth}"]}]}}), "application/json", "unparsable sample value",
+                 id="garbage-sample"),
+]
+
+
+@pytest.mark.parametrize(("status", "body", "content_type", "expected"), LEAKY_ANSWERS)
+def test_no_response_text_reaches_status(kube_api: client.ApiClient, acts: PrometheusActivities, status: int,
+                                         body: str, content_type: str, expected: str) -> None:
+    """Whatever answers, the message (what status shows) names the status and our own words,
+    bounded; the answer's text, which here echoes the bearer token, never reaches it."""
+    ns = new_namespace(kube_api, "prom-leak")
+    client.CoreV1Api(kube_api).create_namespaced_secret(ns, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="prom-token"), data={"token": base64.b64encode(TOKEN.encode()).decode()}))
+    secret = ObjectRef(group="", version="v1", plural="secrets", kind="Secret", name="prom-token", namespace=ns)
+    front = _Echoing(status, body, content_type)
+    try:
+        evaluation = _evaluate(acts, front.url, _m("m", "up", "LT", "1"), auth_secret=secret)
+    finally:
+        front.server.shutdown()
+    assert front.headers and front.headers[0]["Authorization"] == f"Bearer {TOKEN}"  # it did echo the token
+    outcome = evaluation.metrics[0]
+    assert outcome.passed is None and expected in outcome.message, outcome.message
+    assert TOKEN not in evaluation.model_dump_json() and "x" * 40 not in outcome.message
+    assert len(outcome.message) <= 310
+
+
+def test_credential_headers_are_never_sent(acts: PrometheusActivities) -> None:
+    """A source carrying credential headers (a spec stored before admission refused them) sends
+    none of them; the tenant header still goes."""
+    front = _Echoing(200, json.dumps({"status": "success", "data": {"resultType": "scalar", "result": [1, "0"]}}),
+                     "application/json")
+    try:
+        evaluation = _evaluate(acts, front.url, _m("m", "vector(0)", "LT", "1"), headers={
+            "Authorization": f"Bearer {TOKEN}", "Cookie": f"session={TOKEN}", "X-Api-Key": TOKEN,
+            "X-Forwarded-Access": f"Basic {TOKEN}", "X-Scope-OrgID": "tenant-a"})
+    finally:
+        front.server.shutdown()
+    assert evaluation.passed
+    sent = {key.lower(): value for key, value in front.headers[0].items()}
+    assert sent["x-scope-orgid"] == "tenant-a"
+    assert not {"authorization", "cookie", "x-api-key", "x-forwarded-access"} & set(sent)
+    assert all(TOKEN not in value for value in sent.values())
+
+
+@workflow.defn(name="PrometheusSampleProbe", sandboxed=False)
+class _Sample:
+    @workflow.run
+    async def run(self, inp: EvaluateInput) -> Evaluation:
+        return await workflow.execute_activity_method(PrometheusActivities.evaluate, inp,
+                                                      start_to_close_timeout=timedelta(seconds=60))
+
+
+async def test_a_sample_through_temporal_stores_no_token(temporal_server: TemporalDevServer,
+                                                         kube_api: client.ApiClient,
+                                                         acts: PrometheusActivities) -> None:
+    """The analysis sample as a rollout takes it, through the real Temporal server, against a
+    front-end that echoes the bearer token in its error page: the history (input, result and all)
+    never holds the token. The suite's last test scans this history again with every other."""
+    ns = new_namespace(kube_api, "prom-history")
+    client.CoreV1Api(kube_api).create_namespaced_secret(ns, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="prom-token"), data={"token": base64.b64encode(TOKEN.encode()).decode()}))
+    secret = ObjectRef(group="", version="v1", plural="secrets", kind="Secret", name="prom-token", namespace=ns)
+    front = _Echoing(503, "<h1>Service Unavailable</h1><pre>request had {auth}</pre>")
+    temporal = await connect(TemporalSettings(address=temporal_server.address))
+    queue = f"prom-{uuid.uuid4().hex[:6]}"
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            async with Worker(temporal, task_queue=queue, workflows=[_Sample], activities=[acts.evaluate],
+                              activity_executor=pool):
+                handle = await temporal.start_workflow(_Sample.run, EvaluateInput(
+                    source=PrometheusSource(address=front.url, auth_secret=secret,
+                                            headers={"X-Scope-OrgID": "tenant-a"}),
+                    metrics=[_m("m", "up", "LT", "1")]), id=f"sample-{uuid.uuid4().hex[:6]}", task_queue=queue)
+                evaluation = await handle.result()
+                history = b"".join([event.SerializeToString() async for event in handle.fetch_history_events()])
+    finally:
+        front.server.shutdown()
+    assert front.headers and front.headers[0]["Authorization"] == f"Bearer {TOKEN}"
+    assert evaluation.metrics[0].passed is None and "HTTP 503 Service Unavailable" in evaluation.metrics[0].message
+    assert b"Service Unavailable" in history  # the outcome is there, as the rollout records it
+    assert TOKEN.encode() not in history and b"request had" not in history

@@ -24,7 +24,9 @@ HISTORIES = Path(__file__).parent / "histories"
 STORED = sorted(HISTORIES.glob("*/*.json"))
 # Histories recorded at commit 1482aaa, before the InferenceService workflow read operator.config
 # at run open and nudged RolloutPolicies: they replay only through the patches in that workflow.
-BEFORE_PATCHES = {"before-operator-config", "before-refresh-now"}
+BEFORE_PATCHES = {"before-operator-config", "before-refresh-now", "canary-promote"}
+# canary-promote was recorded before `remove-consumed-annotations`: its promote is consumed while the
+# annotation stays, so it replays only through that patch (annotation-cleanup holds the new branch).
 
 
 def load(path: Path) -> WorkflowHistory:

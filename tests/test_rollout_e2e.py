@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from devstack.hub_server import HubServer
+from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
@@ -27,14 +28,16 @@ from tests.test_model_import_e2e import start_worker
 @contextlib.contextmanager
 def worker_and_bridge(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient,
                       temporal_server: TemporalDevServer, oci_registry: OciRegistry, hub_server: HubServer,
-                      stack_logs: Path, spool: Path, prefix: str, kinds: str) -> Iterator[tuple[str, ManagedProcess]]:
-    """A fresh namespace, a worker process and a bridge process on their own task queue."""
+                      stack_logs: Path, spool: Path, prefix: str, kinds: str,
+                      *, identities: Identities) -> Iterator[tuple[str, ManagedProcess]]:
+    """A fresh namespace, a worker process and a bridge process on their own task queue, both
+    talking to the apiserver as `identities` (the chart's)."""
     task_queue = f"{prefix}-{uuid.uuid4().hex[:6]}"
     namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(kube_api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     worker = start_worker(kube_cluster, temporal_server, oci_registry, hub_server, task_queue, spool, stack_logs,
-                          host_id=f"host-{task_queue}")
-    launcher = BridgeLauncher(kube_cluster.kubeconfig_path, temporal_server.address, stack_logs)
+                          host_id=f"host-{task_queue}", identities=identities)
+    launcher = BridgeLauncher(identities, temporal_server.address, stack_logs)
     try:
         launcher.start(task_queue=task_queue, kinds=kinds)
         yield namespace, worker
@@ -45,10 +48,11 @@ def worker_and_bridge(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient
 
 @pytest.fixture(scope="module")
 def rollout_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_server: TemporalDevServer,
-                  oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path,
+                  oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path, chart_identities: Identities,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ManagedProcess]]:
     with worker_and_bridge(kube_cluster, kube_api, temporal_server, oci_registry, hub_server, stack_logs,
-                           tmp_path_factory.mktemp("spool"), "rollout", "InferenceService") as stack:
+                           tmp_path_factory.mktemp("spool"), "rollout", "InferenceService",
+                           identities=chart_identities) as stack:
         yield stack
 
 

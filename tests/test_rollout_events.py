@@ -123,3 +123,17 @@ async def test_a_parked_group_says_why_in_a_warning_event(env: WorkflowEnvironme
                          step=30, what="mismatch")
         (mismatch,) = notes(isvc, "ProgressionMismatch")
         assert mismatch.type == "Warning"
+
+
+async def test_a_stopped_canary_says_why_in_a_warning_event_once(env: WorkflowEnvironment) -> None:
+    steps = [{"capacity": "50%", "traffic": 30}, {"capacity": "100%", "traffic": 100}]
+    async with served(env, rollout=canary_group(steps, readyTimeout="5m")) as isvc:
+        isvc.cluster.delay_for[(ENGINE, "b")] = float("inf")
+        await roll_to(isvc, "b")
+        await isvc.until(lambda: bool(isvc.canary().get("failed")), step=30, what="CapacityTimeout park")
+        (warning,) = notes(isvc, "CapacityTimeout")
+        assert warning.type == "Warning"
+        assert warning.message.startswith("group 0: canary b: step 0 capacity not Ready within the ready timeout")
+        # Still parked after a while (the run keeps reporting): said once.
+        await env.sleep(3600)
+        assert len(notes(isvc, "CapacityTimeout")) == 1

@@ -18,6 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from devstack.hub_server import HubServer
+from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
@@ -217,10 +218,11 @@ async def test_recounts_continue_as_new(env: WorkflowEnvironment) -> None:
 
 @pytest.fixture(scope="module")
 def policy_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_server: TemporalDevServer,
-                 oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path,
+                 oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path, chart_identities: Identities,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ManagedProcess]]:
     with worker_and_bridge(kube_cluster, kube_api, temporal_server, oci_registry, hub_server, stack_logs,
-                           tmp_path_factory.mktemp("spool"), "policy", "RolloutPolicy,InferenceService") as stack:
+                           tmp_path_factory.mktemp("spool"), "policy", "RolloutPolicy,InferenceService",
+                           identities=chart_identities) as stack:
         yield stack
 
 

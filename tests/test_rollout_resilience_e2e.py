@@ -30,18 +30,19 @@ import pytest
 from kubernetes import client
 
 from devstack.hub_server import HubServer
+from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 from servingops.api_models.ome import InferenceService
 from tests.crd_helpers import create, manifest
 from tests.fixtures.bridge import BridgeLauncher
+from tests.fixtures.kube import own_identities
 from tests.metrics_exporter import Exporter
 from tests.test_model_import_e2e import start_worker
 from tests.test_rollout_e2e import _route_weights, _wait
 
 DEADLINE = 240.0
-OPERATOR_CONFIG = "servingops-config"
 STALL_SECONDS = 20
 METRIC = "servingops_resilience_error_ratio"
 GOOD = 0.01
@@ -61,13 +62,15 @@ class RestartableStack:
     host_id: str
     namespace: str
     """Also the worker's controller namespace: the operator ConfigMap of this stack lives here."""
+    identities: Identities
+    """The chart's identities, rendered for this controller namespace."""
     worker: ManagedProcess = field(init=False)
     restarts: int = 0
 
     def start(self) -> ManagedProcess:
         self.worker = start_worker(self.cluster, self.temporal, self.registry, self.hub, self.task_queue,
                                    self.spool, self.logs, host_id=self.host_id,
-                                   extra_env={"SERVINGOPS_NAMESPACE": self.namespace})
+                                   identities=self.identities)
         return self.worker
 
     def crash_and_restart(self) -> None:
@@ -89,18 +92,21 @@ def resilient_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, 
     namespace = f"resilience-{uuid.uuid4().hex[:6]}"
     core = client.CoreV1Api(kube_api)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    core.create_namespaced_config_map(namespace, client.V1ConfigMap(
-        metadata=client.V1ObjectMeta(name=OPERATOR_CONFIG), data={"rollout": f"stallTimeout: {STALL_SECONDS}s\n"}))
-    stack = RestartableStack(kube_cluster, temporal_server, oci_registry, hub_server, task_queue,
-                             tmp_path_factory.mktemp("spool"), stack_logs, f"host-{task_queue}", namespace)
-    stack.start()
-    launcher = BridgeLauncher(kube_cluster.kubeconfig_path, temporal_server.address, stack_logs)
-    launcher.start(task_queue=task_queue, kinds="InferenceService")
-    try:
-        yield stack
-    finally:
-        launcher.stop_all()
-        stack.worker.stop()
+    with own_identities(kube_cluster, namespace, tmp_path_factory.mktemp("identities")) as identities:
+        core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=identities.operator_config),
+            data={"rollout": f"stallTimeout: {STALL_SECONDS}s\n"}))
+        stack = RestartableStack(kube_cluster, temporal_server, oci_registry, hub_server, task_queue,
+                                 tmp_path_factory.mktemp("spool"), stack_logs, f"host-{task_queue}", namespace,
+                                 identities)
+        stack.start()
+        launcher = BridgeLauncher(identities, temporal_server.address, stack_logs)
+        launcher.start(task_queue=task_queue, kinds="InferenceService")
+        try:
+            yield stack
+        finally:
+            launcher.stop_all()
+            stack.worker.stop()
 
 
 def _spec(image: str, steps: list[dict[str, Any]], prometheus_url: str | None = None) -> dict[str, Any]:
@@ -320,7 +326,7 @@ def _analysis_canary_then_stop_prometheus(api: client.ApiClient, stack: Restarta
              {"capacity": "100%", "traffic": 100}]
     stable = _first_revision(api, stack, name, steps, None if bundled else prometheus.url)
     # Read when the canary's run opens, which the image change below does.
-    client.CoreV1Api(api).patch_namespaced_config_map(OPERATOR_CONFIG, ns, {"data": {
+    client.CoreV1Api(api).patch_namespaced_config_map(stack.identities.operator_config, ns, {"data": {
         "canaryAnalysis": f"bundledPrometheusAddress: '{prometheus.url if bundled else ''}'\n"}})
     _set_image(api, ns, name, "vllm/vllm-openai:v0.10")
     canary = _wait_canary_at(api, stack, name, stable, 20)

@@ -4,6 +4,7 @@ math, units and policy digests."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from datetime import UTC, datetime, timedelta
 
@@ -141,7 +142,17 @@ def test_units_entrypoint_and_sequencing() -> None:
         ("0", (ComponentType.ENGINE, ComponentType.DECODER)), ("router", (ComponentType.ROUTER,))]
     assert plan.entrypoint([ComponentType.DECODER, ComponentType.ENGINE]) == ComponentType.ENGINE
     assert plan.sequential(None) and not plan.sequential(RolloutSpec(group_ordering="Concurrent"))
-    assert plan.target_id({ComponentType.ENGINE: "a"}) == plan.target_id({ComponentType.ENGINE: "a"})
+
+
+
+def test_target_id_names_the_target_set() -> None:
+    engine, decoder = ComponentType.ENGINE, ComponentType.DECODER
+    # The same set read in another order (components come from the spec and the route) is the same target.
+    assert plan.target_id({engine: "a", decoder: "d"}) == plan.target_id({decoder: "d", engine: "a"})
+    sets = [{engine: "a"}, {engine: "b"}, {decoder: "a"}, {engine: "a", decoder: "d"}, {engine: "a", decoder: "e"}]
+    assert len({plan.target_id(targets) for targets in sets}) == len(sets), "distinct sets, distinct ids"
+    # status.rollout.lastRun.targetId is compared across workers and releases: a fixed digest, not hash().
+    assert plan.target_id({engine: "a"}) == hashlib.sha256(b"engine=a").hexdigest()[:16]
 
 
 def test_which_units_start_now() -> None:

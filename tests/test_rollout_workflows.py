@@ -166,14 +166,16 @@ async def test_manual_step_waits_for_the_right_promote(env: WorkflowEnvironment)
         await isvc.annotate(contract.ROLLOUT_PROMOTE, "not-the-hash")
         await isvc.env.sleep(3600)
         assert at_step(isvc, 0, 10), "a promote with the wrong hash is ignored"
+        isvc.cluster.metadata_writes_fail = True  # the consumed annotation cannot be removed: it lingers
         await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")
         await isvc.until(lambda: at_step(isvc, 1, 40), what="one promote, one step")
         assert isvc.canary()["promotedThrough"] == "b"
         await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")  # a duplicate of the same promote
         await isvc.env.sleep(600)
         assert at_step(isvc, 1, 40), "a lingering / duplicate promote is inert"
-        await isvc.annotate(contract.ROLLOUT_PROMOTE, None)
+        isvc.cluster.metadata_writes_fail = False  # the workflow's retry removes it (tests/test_rollout_annotations.py)
         await isvc.until(lambda: "promotedThrough" not in isvc.canary(), what="removal re-arms promotion")
+        assert contract.ROLLOUT_PROMOTE not in isvc.cluster.annotations
         await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")
         await isvc.until(lambda: at_step(isvc, 2, 70), what="second promote")
         # The SDK path: an Update, validated against the canary hash.

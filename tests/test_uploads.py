@@ -30,6 +30,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
+from devstack.identities import Identities
 from devstack.model_repos import GGUF_STRING, GGUFTensor, make_gguf_repo, write_gguf
 from devstack.process import free_port
 from devstack.services import TemporalDevServer
@@ -59,6 +60,7 @@ from servingops.api_models.refs import ObjectRef
 from servingops.ingress.uploads import UploadServer
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import create, manifest, new_namespace
+from tests.fixtures.kube import api_as
 from tests.upload_probe_workflow import UploadProbe
 
 CONTROLLER_NS = "servingops-system"
@@ -83,22 +85,26 @@ async def temporal(temporal_server: TemporalDevServer) -> AsyncIterator[tuple[Cl
 
 
 @pytest.fixture(scope="module")
-def server(kube_api: client.ApiClient, temporal_server: TemporalDevServer,
+def server(chart_identities: Identities, temporal_server: TemporalDevServer,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[UploadServer]:
+    """The upload endpoint as the chart's uploads identity."""
     port = free_port()
     settings = TemporalSettings(address=temporal_server.address)
-    upload_server = UploadServer(tmp_path_factory.mktemp("spool"), "127.0.0.1", port, f"http://127.0.0.1:{port}",
-                                 kube_api, lambda: connect(settings), notify_timeout=15)
-    upload_server.start()
-    try:
-        yield upload_server
-    finally:
-        upload_server.stop()
+    with api_as(chart_identities.uploads) as uploads_api:
+        upload_server = UploadServer(tmp_path_factory.mktemp("spool"), "127.0.0.1", port, f"http://127.0.0.1:{port}",
+                                     uploads_api, lambda: connect(settings), notify_timeout=15)
+        upload_server.start()
+        try:
+            yield upload_server
+        finally:
+            upload_server.stop()
 
 
 @pytest.fixture(scope="module")
-def acts(kube_api: client.ApiClient, server: UploadServer) -> UploadActivities:
-    return UploadActivities(kube_api, server.spool_root, server.public_base_url)
+def acts(chart_identities: Identities, server: UploadServer) -> Iterator[UploadActivities]:
+    """The upload activities as the chart's worker identity."""
+    with api_as(chart_identities.worker) as worker_api:
+        yield UploadActivities(worker_api, server.spool_root, server.public_base_url)
 
 
 @pytest.fixture(autouse=True)

@@ -19,9 +19,12 @@ from temporalio.worker import Worker
 
 from servingops.ingress.uploads import UploadServer
 from servingops.runtime.kube import load_api_client
+from servingops.runtime.metrics import install_worker_metrics, prometheus_runtime, worker_metrics
 from servingops.runtime.telemetry import configure_tracing
 from servingops.runtime.temporal import connect
 from servingops.workers import registry
+from servingops.workers.kubernetes_errors import KubernetesErrors
+from servingops.workers.observability import MetricsInterceptor, poll_visibility
 from servingops.workers.settings import WorkerSettings, add_arguments, from_arguments
 
 log = logging.getLogger("servingops.worker")
@@ -42,11 +45,19 @@ def _listen_address(listen: str) -> tuple[str, int]:
 
 async def run(settings: WorkerSettings) -> None:
     configure_tracing("servingops-worker")
-    temporal = await connect(settings.temporal)
+    runtime, metrics = None, worker_metrics()
+    if settings.metrics_address:
+        runtime, bound = prometheus_runtime(settings.metrics_address)
+        metrics = install_worker_metrics(runtime.metric_meter)
+        log.info("metrics on http://%s/metrics", bound)
+    temporal = await connect(settings.temporal, runtime=runtime)
     api_client = load_api_client(settings.kubeconfig)
     host, port = _listen_address(settings.upload_listen)
     public_url = settings.upload_public_url or f"http://{host}:{port}"
-    uploads = UploadServer(settings.spool_dir, host, port, public_url, api_client, lambda: connect(settings.temporal),
+    # The endpoint that answers requests from outside talks to the apiserver as its own identity.
+    upload_api = load_api_client(settings.upload_kubeconfig) if settings.upload_kubeconfig else api_client
+    uploads = UploadServer(settings.spool_dir, host, port, public_url, upload_api,
+                           lambda: connect(settings.temporal, runtime=runtime),
                            controller_namespace=settings.controller_namespace,
                            worker_task_queue=settings.host_task_queue).start()
     stop = asyncio.Event()
@@ -58,14 +69,21 @@ async def run(settings: WorkerSettings) -> None:
             activities = registry.activities(settings, api_client, public_url)
             workers = [
                 Worker(temporal, task_queue=queue, workflows=registry.workflows(), activities=activities,
-                       activity_executor=executor, graceful_shutdown_timeout=_GRACE)
+                       activity_executor=executor, graceful_shutdown_timeout=_GRACE,
+                       # Outermost first: metrics count the error types the classifier gives.
+                       interceptors=[MetricsInterceptor(metrics), KubernetesErrors()])
                 for queue in (settings.temporal.task_queue, settings.host_task_queue)
             ]
             async with workers[0], workers[1]:
                 log.info("worker %s ready on %s, queues %s and %s; uploads at %s", settings.host_id,
                          settings.temporal.address, settings.temporal.task_queue, settings.host_task_queue,
                          public_url)
+                gauges = (asyncio.create_task(poll_visibility(temporal, settings.temporal.task_queue, metrics,
+                                                              settings.metrics_poll_seconds, stop))
+                          if settings.metrics_address else None)
                 await stop.wait()
+                if gauges is not None:
+                    await gauges
     finally:
         uploads.stop()
     log.info("worker stopped")

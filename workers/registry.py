@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -10,7 +11,12 @@ from kubernetes import client
 from servingops.activities.host import HostActivities
 from servingops.activities.kubernetes import KubernetesActivities
 from servingops.activities.model_files.activity import inspect as inspect_model
-from servingops.activities.oci.activities import OciActivities, RegistryTarget, kubernetes_secret_credentials
+from servingops.activities.oci.activities import (
+    OciActivities,
+    RegistryTarget,
+    SecretRef,
+    kubernetes_secret_credentials,
+)
 from servingops.activities.operator_config import OperatorConfigActivities
 from servingops.activities.prometheus import PrometheusActivities
 from servingops.activities.serving.activities import ServingActivities
@@ -27,8 +33,10 @@ def workflows() -> Sequence[type]:
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:
+    credentials = (SecretRef(namespace=settings.controller_namespace, name=settings.registry_credentials_secret)
+                   if settings.registry_credentials_secret else None)
     return RegistryTarget(address=settings.registry, repository=settings.registry_repository,
-                          insecure=settings.registry_insecure)
+                          insecure=settings.registry_insecure, credentials_secret=credentials)
 
 
 def activities(settings: WorkerSettings, api_client: client.ApiClient,
@@ -37,7 +45,7 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
     return [
         *KubernetesActivities(api_client).all(),
         *HostActivities(settings.host_task_queue, registry_target(settings)).all(),
-        *OciActivities(kubernetes_secret_credentials(core)).all(),
+        *OciActivities(kubernetes_secret_credentials(core), state_dir=Path(settings.spool_dir) / ".oci-uploads").all(),
         *SourceActivities(api_client, settings.spool_dir, settings.hf_endpoint, settings.ollama_registry).all(),
         *UploadActivities(api_client, settings.spool_dir, upload_public_url, settings.controller_namespace).all(),
         inspect_model,

@@ -45,6 +45,21 @@ KUBE: ActivityOptions = {
 }
 """A Kubernetes read or write (also the serving activities and the operator ConfigMap read)."""
 
+CLEANUP: ActivityOptions = {
+    "start_to_close_timeout": timedelta(seconds=30),
+    # Bounded: a best-effort Kubernetes write the workflow can do without (removing a consumed
+    # rollout annotation) must not hold the workflow while the apiserver is away; the workflow
+    # tries again on a later pass instead (InferenceServiceWorkflow: every minute while one is due).
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=4,
+        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
+    ),
+}
+"""A best-effort Kubernetes write whose failure the workflow tolerates and retries later itself."""
+
 QUICK: ActivityOptions = {
     "start_to_close_timeout": timedelta(minutes=2),
     # Bounded: a registry or source that stays unreachable for ~10 minutes fails the import with

@@ -9,7 +9,9 @@ Retry safety: blobs are content addressed (an existing blob is skipped), an uplo
 what the registry has committed (the resume point rides in the heartbeat details), the manifest
 bytes are deterministic (same inputs, same digest) and deleting a gone manifest answers False.
 
-No secret crosses a payload: a target names a Secret; the worker resolves it when it connects.
+No secret crosses a payload: a target names a Secret; the worker resolves it when it connects. The
+registry's upload URL is not heartbeated as is either (its query can authorise the session): the
+details carry it without its query and the host keeps the full URL (`resume.py`).
 """
 
 from __future__ import annotations
@@ -36,10 +38,11 @@ from servingops.activities.oci.registry_client import (
     RegistryCredentials,
     RegistryError,
     UploadProgress,
-    UploadResume,
     file_sha256,
 )
+from servingops.activities.oci.resume import DEFAULT_STATE_DIR, ResumeDetails, UploadLocations
 from servingops.api_models.errors import ErrorType, application_error
+from servingops.runtime.metrics import worker_metrics
 
 HEARTBEAT_INTERVAL = 2.0
 """Seconds between heartbeats while hashing or while one chunk is on the wire; set the
@@ -178,9 +181,13 @@ class OciActivities:
     """The OCI activities, bound to how this worker resolves credential Secrets."""
 
     def __init__(self, credentials: CredentialsResolver | None = None, *,
-                 heartbeat_interval: float = HEARTBEAT_INTERVAL) -> None:
+                 heartbeat_interval: float = HEARTBEAT_INTERVAL,
+                 state_dir: str | os.PathLike[str] = DEFAULT_STATE_DIR) -> None:
+        """`state_dir` keeps the full upload URLs of unfinished uploads: put it on the spool's
+        volume, so a restarted worker finds them beside the files it is pushing."""
         self._credentials = credentials
         self._heartbeat_interval = heartbeat_interval
+        self._locations = UploadLocations(state_dir)
 
     @contextmanager
     def _registry(self, target: RegistryTarget) -> Iterator[ModelRegistry]:
@@ -221,18 +228,30 @@ class OciActivities:
                 activity.heartbeat({**previous, "hashed_bytes": done})
 
             digest, size = file_sha256(path, on_progress=hashing, progress_interval=self._heartbeat_interval)
-        repo = req.target.repository
+        repo, address = req.target.repository, req.target.address
         with self._registry(req.target) as registry:
             if registry.blob_exists(repo, digest):
+                self._locations.forget(address, repo, digest)
                 return PushedBlob(digest=digest, size=size, media_type=req.media_type, transferred_bytes=0,
                                   skipped=True)
             try:
-                resume = UploadResume.model_validate(previous) if previous.get("upload_location") else None
+                resume = self._locations.resume(address, ResumeDetails.model_validate(previous))
             except ValidationError:
                 resume = None
+            recorded = [resume.upload_location if resume else None]
+            counted = [0]
+            pushed_bytes = worker_metrics().bytes_pushed
 
             def progress(p: UploadProgress) -> None:
-                activity.heartbeat(p.resume_point(repo, digest).model_dump())
+                if p.transferred_bytes > counted[0]:
+                    pushed_bytes.add(p.transferred_bytes - counted[0])
+                    counted[0] = p.transferred_bytes
+                point = p.resume_point(repo, digest)
+                if point.upload_location != recorded[0]:
+                    # The full URL stays on this host; the heartbeat gets it without its query.
+                    self._locations.save(address, repo, digest, p.upload_location)
+                    recorded[0] = p.upload_location
+                activity.heartbeat(ResumeDetails.of(point).model_dump(exclude_none=True))
                 if p.in_flight_bytes == 0 and activity.is_worker_shutdown():
                     # Stop on a chunk boundary: the upload state just heartbeated stays valid. A
                     # process killed inside a PATCH instead leaves distribution's signed upload
@@ -245,6 +264,7 @@ class OciActivities:
                 repo, path, digest, size, chunk_size=req.chunk_size, resume=resume, on_progress=progress,
                 progress_interval=self._heartbeat_interval, mount_from=req.mount_from,
             )
+        self._locations.forget(address, repo, digest)
         activity.logger.info("pushed %s (%d bytes, %d sent, resumed at %d)", digest, size,
                              result.transferred_bytes, result.resumed_from)
         return PushedBlob(digest=digest, size=size, media_type=req.media_type,

@@ -99,11 +99,13 @@ class RegistryCredentials:
 
 
 class UploadResume(BaseModel):
-    """Where an interrupted upload stands; the heartbeat details of `oci.push_file`.
+    """Where an interrupted upload stands, as this client needs it to continue.
 
     The location is the registry's upload URL after the last committed chunk (for distribution
     it carries a signed `_state` with the offset; a stale one makes the registry cancel the
-    upload, which is why we record it after every chunk). It is not a credential.
+    upload, which is why it is recorded after every chunk). Its query may authorise the session
+    (a signed state, a token, a pre-signed signature), so this is never stored as is:
+    `activities/oci/resume.py` heartbeats it without the query and keeps the full URL on the host.
     """
 
     upload_location: str | None = None
@@ -297,7 +299,7 @@ class ModelRegistry(Registry):  # type: ignore[misc]  # oras ships no type infor
         try:
             ping = self.session.get(f"{self.prefix}://{self.hostname}/v2/", verify=self._tls_verify)
         except requests.RequestException as exc:
-            raise RegistryError(f"registry {self.hostname} unreachable: {exc}") from exc
+            raise RegistryError(f"registry {self.hostname} unreachable: {scrub_queries(str(exc))}") from exc
         self._auth_ready = True
         challenge = ping.headers.get("Www-Authenticate", "")
         if ping.status_code == 401 and challenge.lower().startswith("basic"):
@@ -321,9 +323,10 @@ class ModelRegistry(Registry):  # type: ignore[misc]  # oras ships no type infor
         try:
             response = _do_request_once(self, url, method, data=data, headers=all_headers, stream=stream)
         except requests.RequestException as exc:
-            raise RegistryError(f"{method} {_redact(url)}: {exc}") from exc
+            # requests names the full URL (query included) in its messages: scrub it.
+            raise RegistryError(f"{method} {_redact(url)}: {scrub_queries(str(exc))}") from exc
         except ValueError as exc:  # oras: "Cannot respond to request for authentication."
-            raise RegistryError(f"{method} {_redact(url)}: {exc}", status=401) from exc
+            raise RegistryError(f"{method} {_redact(url)}: {scrub_queries(str(exc))}", status=401) from exc
         return response
 
     def _repo_url(self, repository: str) -> str:
@@ -355,7 +358,8 @@ class ModelRegistry(Registry):  # type: ignore[misc]  # oras ships no type infor
             pass
         message = f"{what}: HTTP {response.status_code} {','.join(codes) or response.reason}"
         if detail:
-            message += f" ({detail})"
+            # The registry's own words, bounded; a URL it quotes loses its query.
+            message += f" ({scrub_queries(detail)[:_MAX_DETAIL]})"
         return RegistryError(message, status=response.status_code, codes=tuple(codes))
 
     # -- blobs -------------------------------------------------------------------------------
@@ -639,3 +643,13 @@ class ModelRegistry(Registry):  # type: ignore[misc]  # oras ships no type infor
 def _redact(url: str) -> str:
     """Drop the query (upload state, tokens some registries put there) from URLs we log."""
     return url.split("?", 1)[0]
+
+
+_QUERY = re.compile(r"(/[^\s?'\"]*)\?[^\s'\")]*")
+_MAX_DETAIL = 300
+
+
+def scrub_queries(text: str) -> str:
+    """Replace the query of every URL or path in `text` (an exception's message) with `?...`:
+    error messages end up in activity failures, which Temporal stores."""
+    return _QUERY.sub(r"\1?...", text)

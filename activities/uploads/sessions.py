@@ -13,8 +13,10 @@ namespace for a ClusterModel. Its data carries what the user needs, under the fi
 - `ai.deckhouse.io/upload-completed` (the UploadComplete record) and `ai.deckhouse.io/upload-notified`:
   written by the server when the upload is in and when the model workflow has been signalled.
 
-Who can upload: whoever can read Secrets in the model's namespace (for a ClusterModel, in the controller
-namespace) can read the token and so upload, until the session expires or is used once.
+Who can upload: whoever can read the session Secret can read the token and so upload, until the session
+expires or is used once. Besides those RBAC lets read the namespace's Secrets anyway, that is those who may
+read the model: a Role and RoleBinding per session, named after the Secret and owned by it, give them `get`
+on that one Secret (activities/uploads/readers.py).
 
 The token is generated inside `open_session`, written only into the Secret, and never returned, logged,
 heartbeated, put in status or in an event: every payload here is a model without a field for it.
@@ -44,6 +46,7 @@ from temporalio import activity
 
 from servingops.activities.model_files.archive import ArchiveLimits, stage_upload
 from servingops.activities.model_files.errors import InvalidModel
+from servingops.activities.uploads.readers import grant_readers
 from servingops.activities.uploads.types import (
     CloseUploadInput,
     OpenUploadInput,
@@ -157,10 +160,11 @@ def sign(key: bytes, namespace: str, name: str, record_json: str) -> str:
 
 
 class SigningKey:
-    """The controller's session-signing key, kept in a Secret of the controller namespace.
+    """The controller's session-signing key, kept in a Secret of the controller namespace; read only.
 
     Read once and cached; `refresh` re-reads it (after a rotation, signatures made with the old key fail
-    and those sessions answer 401 until re-opened).
+    and those sessions answer 401 until re-opened). The upload endpoint uses this class: it has no code
+    that could create or change the key, and its identity may only read that one Secret.
     """
 
     def __init__(self, core: client.CoreV1Api, namespace: str) -> None:
@@ -169,9 +173,10 @@ class SigningKey:
         self._key: bytes | None = None
         self._read_at = 0.0
 
-    def get(self, *, create: bool) -> bytes | None:
+    def get(self) -> bytes | None:
+        """The key, or None while there is none yet."""
         if self._key is None:
-            self._key = self._read(create=create)
+            self._key = self._read()
             self._read_at = time.monotonic()
         return self._key
 
@@ -182,16 +187,29 @@ class SigningKey:
             return True
         return False
 
-    def _read(self, *, create: bool) -> bytes | None:
-        for _ in range(3):
-            try:
-                secret = self.core.read_namespaced_secret(SIGNING_KEY_SECRET, self.namespace)
-                return base64.b64decode((secret.data or {})[_SIGNING_KEY_DATA])
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-            if not create:
+    def _read(self) -> bytes | None:
+        try:
+            secret = self.core.read_namespaced_secret(SIGNING_KEY_SECRET, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
                 return None
+            raise
+        return base64.b64decode((secret.data or {})[_SIGNING_KEY_DATA])
+
+
+class OwnedSigningKey(SigningKey):
+    """The worker's view of the key: created (once, by whichever worker is first) when there is none."""
+
+    def get(self) -> bytes:
+        key = super().get()
+        assert key is not None  # _read creates it or raises
+        return key
+
+    def _read(self) -> bytes | None:
+        for _ in range(3):
+            key = super()._read()
+            if key is not None:
+                return key
             body = client.V1Secret(
                 metadata=client.V1ObjectMeta(name=SIGNING_KEY_SECRET, namespace=self.namespace,
                                              labels={LABEL_MANAGED_BY: MANAGED_BY}),
@@ -231,21 +249,6 @@ def verified_record(meta: dict[str, Any], key: bytes, controller_namespace: str)
     return record
 
 
-def _ensure_namespace(core: client.CoreV1Api, namespace: str) -> None:
-    try:
-        core.read_namespace(namespace)
-        return
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(
-            name=namespace, labels={LABEL_MANAGED_BY: MANAGED_BY})))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-
-
 # -- activities -------------------------------------------------------------------------------------
 
 
@@ -255,12 +258,13 @@ class UploadActivities:
     def __init__(self, api_client: client.ApiClient, spool_root: str | Path, public_base_url: str,
                  controller_namespace: str = DEFAULT_CONTROLLER_NAMESPACE, *,
                  archive_limits: ArchiveLimits = UPLOAD_LIMITS) -> None:
+        self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.spool_root = Path(spool_root)
         self.public_base_url = public_base_url.rstrip("/")
         self.controller_namespace = controller_namespace
         self.archive_limits = archive_limits
-        self.signing_key = SigningKey(self.core, controller_namespace)
+        self.signing_key = OwnedSigningKey(self.core, controller_namespace)
 
     # -- helpers
 
@@ -316,9 +320,8 @@ class UploadActivities:
             raise application_error(ErrorType.INVALID_INPUT,
                                     f"{ref.describe()}: an upload session needs the model's uid")
         namespace, name = secret_namespace(ref, self.controller_namespace), secret_name(ref)
-        _ensure_namespace(self.core, self.controller_namespace)
-        key = self.signing_key.get(create=True)
-        assert key is not None
+        # The controller namespace is the chart's (the worker may not create namespaces).
+        key = self.signing_key.get()
         for _ in range(5):
             existing = self._read_secret(namespace, name)
             resource_version: str | None = None
@@ -338,15 +341,16 @@ class UploadActivities:
                 record = verified_record(meta_json, key, self.controller_namespace)
                 completed = ANN_COMPLETED in ((meta.annotations if meta else None) or {})
                 if record is not None and (completed or record.expires_at > _now()):
+                    grant_readers(self.api_client, ref, existing)  # a retry after a crash finishes the grant
                     return self._info(record, namespace, name)
                 # Expired (or signed with a key since rotated): renew in place, new token.
                 resource_version = meta.resource_version if meta else None
             body, record = self._desired_secret(inp, namespace, name, key, resource_version)
             try:
                 if resource_version is None:
-                    self.core.create_namespaced_secret(namespace, body)
+                    written = self.core.create_namespaced_secret(namespace, body)
                 else:
-                    self.core.replace_namespaced_secret(name, namespace, body)
+                    written = self.core.replace_namespaced_secret(name, namespace, body)
             except ApiException as exc:
                 if exc.status == 409:  # created or changed concurrently: look again
                     continue
@@ -354,8 +358,9 @@ class UploadActivities:
                     raise application_error(ErrorType.INVALID_OBJECT,
                                             f"Secret {namespace}/{name}: {exc.reason}") from None
                 raise
-            log.info("opened upload session %s for %s (Secret %s/%s, expires %s)", record.session_id,
-                     ref.describe(), namespace, name, _rfc3339(record.expires_at))
+            readers = grant_readers(self.api_client, ref, written)
+            log.info("opened upload session %s for %s (Secret %s/%s, expires %s, readable by %d subjects)",
+                     record.session_id, ref.describe(), namespace, name, _rfc3339(record.expires_at), len(readers))
             return self._info(record, namespace, name)
         raise application_error(ErrorType.CONFLICT, f"Secret {namespace}/{name}: still conflicting")
 

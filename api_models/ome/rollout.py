@@ -3,8 +3,11 @@ blue-green, rolling update) or a RolloutPolicy reference."""
 
 from __future__ import annotations
 
-from pydantic import ConfigDict, Field
+from typing import Annotated
 
+from pydantic import ConfigDict, Field, field_validator
+
+from servingops.api_models import credential_headers as credentials
 from servingops.api_models.base import ApiModel, Duration, IntOrString, KubeObject, cel, validations
 from servingops.api_models.ome.enums import (
     ComparisonOperator,
@@ -41,16 +44,33 @@ class AnalysisPrometheus(ApiModel):
     """ProviderRef names a logical metric provider bound per cluster in the operator's
     metricProviders configuration (shared with AutoscalerPolicy triggers), which supplies the server
     address, auth secret, and default headers."""
-    server_address: str | None = None
+    server_address: str | None = Field(
+        default=None, max_length=credentials.MAX_ADDRESS,
+        json_schema_extra=validations(cel(credentials.ADDRESS_RULE, credentials.ADDRESS_REFUSAL)))
     """ServerAddress is the base URL of the Prometheus HTTP API (e.g.
-    http://prometheus.monitoring.svc:9090)."""
+    http://prometheus.monitoring.svc:9090). User information (user:password@) is rejected: use
+    AuthRef."""
     auth_ref: KubeObject | None = None
     """AuthRef points at a Secret key (in the InferenceService's namespace) holding a bearer token
     sent as "Authorization: Bearer <token>". Omit for an unauthenticated Prometheus (the bundled
     one). TLS/mTLS is not supported."""
-    headers: dict[str, str] | None = None
+    headers: dict[str, Annotated[str, Field(max_length=credentials.MAX_HEADER_VALUE)]] | None = Field(
+        default=None, max_length=credentials.MAX_HEADERS,
+        json_schema_extra=validations(cel(credentials.HEADERS_RULE, credentials.REFUSAL)))
     """Headers are extra HTTP headers sent on every Prometheus query — e.g. "X-Scope-OrgID" for a
-    multi-tenant Cortex/Thanos/Mimir front-end that scopes queries by tenant."""
+    multi-tenant Cortex/Thanos/Mimir front-end that scopes queries by tenant. Headers that carry
+    credentials (Authorization, Proxy-Authorization, Cookie, a name with auth, token, key, secret,
+    password, session or signature in it, or a value starting with an auth scheme such as "Bearer
+    ") are rejected: the token goes in a Secret named by AuthRef."""
+
+    @field_validator("headers")
+    @classmethod
+    def _drop_credentials(cls, headers: dict[str, str] | None) -> dict[str, str] | None:
+        """Admission refuses credential headers; an object stored before that rule existed still
+        has them, and they must not travel on into the run's plan and every sample's payload."""
+        if headers is None:
+            return None
+        return credentials.without_credentials(headers)
 
 
 class AnalysisMetric(ApiModel):

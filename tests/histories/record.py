@@ -288,6 +288,30 @@ async def canary_promote(rec: Recording, settings: dict[str, Any] | None = None)
                          what="closed and drained")
 
 
+async def annotation_cleanup(rec: Recording) -> None:
+    """Consumed annotations removed (patch `remove-consumed-annotations`): a promote once its step
+    advance is on status, the removal coming back as the bridge would send it and re-arming
+    promotion, the same value promoting the next step; then a rollback refused for a missing
+    stable revision, removed too."""
+    steps = [{"capacity": "25%", "traffic": 10, "pause": {}}, {"capacity": "50%", "traffic": 40, "pause": {}},
+             {"capacity": "100%", "traffic": 100}]
+    async with served(rec, rollout=canary(steps, scaleDownDelaySeconds=30)) as isvc:
+        async def bridge(name: str, value: str | None) -> None:
+            await isvc.annotate(name, value)
+
+        isvc.cluster.bridge = bridge
+        await isvc.roll_to("b")
+        await isvc.until(lambda: isvc.at_step(0, 10) and isvc.phase() == "Paused", what="manual hold")
+        await isvc.annotate(PROMOTE, "b")
+        await isvc.until(lambda: isvc.at_step(1, 40) and PROMOTE not in isvc.cluster.annotations
+                         and "promotedThrough" not in isvc.canary(), what="promote consumed, removed, re-armed")
+        del isvc.cluster.revisions[ENGINE]["a"]  # the stable Deployment deleted behind our back
+        await isvc.annotate(ROLLBACK, "true")
+        await isvc.until(lambda: ROLLBACK not in isvc.cluster.annotations
+                         and (isvc.canary().get("failed") or {}).get("reason") == "StableRevisionMissing",
+                         what="rollback refused and removed")
+
+
 async def before_operator_config(rec: Recording) -> None:
     """canary-promote as recorded at commit 1482aaa, before the InferenceService workflow read
     the operator ConfigMap at run open (666904c) and nudged RolloutPolicies (88c91eb). The
@@ -674,6 +698,7 @@ SCENARIOS: dict[str, Scenario] = {
     "upload": model_upload,
     "delete": model_delete,
     "canary-promote": canary_promote,
+    "annotation-cleanup": annotation_cleanup,
     "canary-rollback": canary_rollback,
     "canary-retarget": canary_retarget,
     "canary-analysis-rollback": canary_analysis_rollback,

@@ -25,7 +25,7 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError
 from temporalio.workflow import ChildWorkflowHandle, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
+    from servingops.activities.kubernetes import AnnotationRemoval, EventNote, KubernetesActivities, StatusPatch
     from servingops.activities.operator_config import OperatorConfigActivities
     from servingops.activities.serving.activities import ServingActivities
     from servingops.activities.serving.types import (
@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from servingops.api_models.durations import parse_duration
     from servingops.api_models.errors import ErrorType, error_message, error_type_of
-    from servingops.api_models.ome.enums import RolloutPlanSource, RolloutRunOutcome
+    from servingops.api_models.ome.enums import CanaryFailureReason, RolloutPlanSource, RolloutRunOutcome
     from servingops.api_models.ome.rollout import RolloutGroup, RolloutSpec
     from servingops.api_models.ome.rollout_status import (
         RolloutGroupResolution,
@@ -74,6 +74,10 @@ with workflow.unsafe.imports_passed_through():
 
 _RESYNC_PARKED = 60.0
 """How often a parked group re-tries resolving its policy (it may have been created since)."""
+_RETRY_REMOVAL = 60.0
+"""How soon a consumed annotation whose removal failed is tried again (a pass re-reads it first)."""
+REMOVE_CONSUMED_ANNOTATIONS = "remove-consumed-annotations"
+"""The patch that added the kube.remove_annotation calls (docs/durability.md)."""
 
 
 class ServiceInput(StartObject):
@@ -104,6 +108,13 @@ class InferenceServiceWorkflow:
         self._refusal: Refusal | None = None
         self._notes: list[EventNote] = []
         """Events to record with the next status write."""
+        self._rollback_forwarded: set[str] = set()
+        """Runs that were handed ome.io/rollout-rollback=true and have not answered it yet."""
+        self._rollback_refused = False
+        """A run refused the forwarded rollback (its stable revision is missing): the annotation goes."""
+        self._removals_done: set[tuple[str, str]] = set()
+        """(annotation, value) already removed or found changed: not tried again until it changes."""
+        self._removal_failed = False
 
     # -- bridge signals ----------------------------------------------------------------------
 
@@ -166,6 +177,7 @@ class InferenceServiceWorkflow:
             if self._dirty:
                 self._dirty = False
                 await self._write_status()
+                await self._remove_consumed_annotations()
             self._phase = self._summary()
             visibility.publish(self._phase)
             if self._idle() and self._history_full():
@@ -198,6 +210,8 @@ class InferenceServiceWorkflow:
             self._unready_since = None
         if self._state.parked:
             waits.append(_RESYNC_PARKED)
+        if self._removal_failed:
+            waits.append(_RETRY_REMOVAL)
         if self._state.soak_until is not None:
             waits.append(max(0.0, (self._state.soak_until - workflow.now()).total_seconds()))
         return min(waits) if waits else None
@@ -478,8 +492,15 @@ class InferenceServiceWorkflow:
             if entry is not None and entry in components:
                 steps = run.pinned.group.canary.steps if run.pinned.group.canary else None
                 self._note(status.step_note(components[entry].canary, report.canary, len(steps or [])))
+                self._note(status.stopped_note(run.key, components[entry].canary, report.canary))
                 components[entry].canary = report.canary
                 components[entry].rollout_phase = report.phase
+            failed = report.canary.failed if report.canary is not None else None
+            if run.key in self._rollback_forwarded and failed is not None \
+                    and failed.reason == CanaryFailureReason.STABLE_REVISION_MISSING:
+                # The run refused the rollback it was handed: nothing to revert to.
+                self._rollback_forwarded.discard(run.key)
+                self._rollback_refused = True
         elif report.coordination is not None:
             self._state.coordination[report.key] = report.coordination
 
@@ -487,6 +508,7 @@ class InferenceServiceWorkflow:
         results, self._results = self._results, []
         for key, result, message, error_type in results:
             self._tasks.pop(key, None)
+            self._rollback_forwarded.discard(key)
             run = self._state.active.pop(key, None)
             if run is None:
                 continue
@@ -549,6 +571,12 @@ class InferenceServiceWorkflow:
                 self._state.annotations.pop(event.name, None)
             else:
                 self._state.annotations[event.name] = event.value
+            # A new value is a new request: once consumed, it is removed again.
+            self._removals_done = {done for done in self._removals_done if done[0] != event.name}
+            if event.name == contract.ROLLOUT_ROLLBACK:
+                self._rollback_refused = False
+                self._rollback_forwarded = {run.key for run in self._state.active.values()} \
+                    if event.value == "true" else set()
             name = contract.ROLLOUT_SIGNALS.get(event.name)
             if name is None:
                 continue
@@ -568,6 +596,46 @@ class InferenceServiceWorkflow:
             await workflow.get_external_workflow_handle(run.workflow_id).signal(name, value)
         except Exception:
             pass  # its result is on its way through _await
+
+    # -- consumed annotations ------------------------------------------------------------------
+
+    def _consumed_annotations(self) -> list[tuple[str, str]]:
+        """Annotations whose request has been carried out, or refused for good, and written to
+        status: a promote whose value a canary records in promotedThrough, and a rollback a run
+        refused because its stable revision is missing (seed 004)."""
+        annotations = self._state.annotations
+        consumed = []
+        promote = annotations.get(contract.ROLLOUT_PROMOTE)
+        if promote and any(view.canary is not None and view.canary.promoted_through == promote
+                           for view in self._state.components.values()):
+            consumed.append((contract.ROLLOUT_PROMOTE, promote))
+        if self._rollback_refused and annotations.get(contract.ROLLOUT_ROLLBACK) == "true":
+            consumed.append((contract.ROLLOUT_ROLLBACK, "true"))
+        return [item for item in consumed if item not in self._removals_done]
+
+    async def _remove_consumed_annotations(self) -> None:
+        """Best effort, after the status that records the outcome has landed: remove each consumed
+        annotation if it still holds the consumed value (a user's newer value stays). The removal
+        comes back from the bridge as the annotation's removal, which re-arms promotion. A failed
+        attempt is retried on a later pass; a history from before this existed removes nothing."""
+        self._removal_failed = False
+        consumed = self._consumed_annotations()
+        if not consumed or not workflow.patched(REMOVE_CONSUMED_ANNOTATIONS):
+            return
+        for name, value in consumed:
+            removal = AnnotationRemoval(ref=self._require_ref(), name=name, value=value)
+            try:
+                removed = await workflow.execute_activity_method(KubernetesActivities.remove_annotation, removal,
+                                                                 **options.CLEANUP)
+            except ActivityError as error:
+                workflow.logger.warning("could not remove %s=%s (will retry): %s", name, value, error_message(error))
+                self._removal_failed = True
+                continue
+            self._removals_done.add((name, value))
+            if removed and self._state.annotations.get(name) == value:
+                self._state.annotations.pop(name)
+            if name == contract.ROLLOUT_ROLLBACK:
+                self._rollback_refused = False
 
     # -- status ------------------------------------------------------------------------------
 

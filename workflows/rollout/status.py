@@ -19,7 +19,7 @@ from servingops.activities.kubernetes import EventNote
 from servingops.activities.serving.types import revision_name
 from servingops.api_models.contract.rollout import ActiveRun, ComponentTarget, ComponentView, ServiceState
 from servingops.api_models.errors import ErrorType
-from servingops.api_models.ome.enums import ComponentType, RolloutRunOutcome
+from servingops.api_models.ome.enums import CanaryFailureReason, ComponentType, RolloutRunOutcome
 from servingops.api_models.ome.inference_service import ComponentStatusSpec
 from servingops.api_models.ome.rollout_status import (
     CanaryStatus,
@@ -229,6 +229,30 @@ def step_note(before: CanaryStatus | None, after: CanaryStatus | None, step_coun
     how = " by promote" if after.promoted_through and after.promoted_through != before.promoted_through else ""
     return EventNote(reason=EventReason.STEP_PROMOTED.value,
                      message=f"canary {after.canary_revision_hash}: step {was} promoted{how}; on to {following}")
+
+
+_STOPPED = {
+    CanaryFailureReason.CAPACITY_TIMEOUT: "step {step} capacity not Ready within the ready timeout; stable keeps "
+                                          "serving, waiting for a rollback, a resume or a new target",
+    CanaryFailureReason.ANALYSIS_STALLED: "analysis at step {step} inconclusive past the stall timeout; traffic "
+                                          "held, waiting for a rollback, a resume or a new target",
+    CanaryFailureReason.STABLE_REVISION_MISSING: "cannot roll back from step {step}: the stable revision is gone; "
+                                                 "the canary keeps its traffic",
+}
+
+
+def stopped_note(group: str, before: CanaryStatus | None, after: CanaryStatus | None) -> EventNote | None:
+    """The Warning of a canary that stopped mid-run (status.canary.failed appeared, or changed
+    reason), with the failure's reason: it waits for a decision, and `kubectl get events` says why."""
+    reason = after.failed.reason if after is not None and after.failed is not None else None
+    if after is None or reason is None:
+        return None
+    if before is not None and before.failed is not None and before.failed.reason == reason \
+            and before.canary_revision_hash == after.canary_revision_hash:
+        return None
+    why = _STOPPED[reason].format(step=after.current_step or 0)
+    return EventNote(type="Warning", reason=reason.value,
+                     message=f"group {group}: canary {after.canary_revision_hash}: {why}")
 
 
 def _revisions(targets: list[ComponentTarget], *, stable: bool) -> str:

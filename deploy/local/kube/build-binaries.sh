@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok, and kubectl for the end-to-end tests) from their upstream Go modules
-# at the pinned versions below.
+# kube-scheduler, kwok, kubectl for the end-to-end tests, and helm, which lints, renders and
+# installs deploy/chart) from their upstream Go modules at the pinned versions below.
 #
 # A binary already in $SERVINGOPS_KUBE_BIN_DIR or on PATH is used as is; one in the cache
 # counts only when it was built at the pinned version (a stamp file records it), so bumping
@@ -12,6 +12,7 @@ set -euo pipefail
 KUBERNETES_VERSION=v1.35.4 # builds with go1.25+; its go.mod pins etcd client v3.6.5
 ETCD_VERSION=v3.6.8        # etcd 3.6 server, the line kubernetes 1.35 is tested against
 KWOK_VERSION=v0.8.0        # go 1.26.0, client-go v0.36 (one minor of skew is supported)
+HELM_VERSION=v3.22.0       # go 1.26.0; its go.mod has no replace directives
 # Not built: devstack/kube.py reads these pins to copy CRD manifests (and kwok's stages)
 # out of the module cache, so every version of the local cluster is pinned here.
 GATEWAY_API_VERSION=v1.4.1 # standard channel, incl. HTTPRoute
@@ -128,6 +129,21 @@ build_kube() {
   build "$name" "$KUBERNETES_VERSION" "$KUBE_DIR" "k8s.io/kubernetes/cmd/$name" "$x"
 }
 
+build_helm() {
+  local dir="$WORK/helm" client_go major minor x
+  new_module "$dir"
+  resolve "$dir" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  # What helm's Makefile stamps: its release, and the Kubernetes version its lint and
+  # template assume by default, derived from the client-go it was built with (v0.X -> 1.X).
+  client_go="$(cd "$dir" && go list -m -f '{{.Version}}' k8s.io/client-go)"
+  major=1; minor="${client_go#v0.}"; minor="${minor%%.*}"
+  x="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    x+=" -X $p.k8sVersionMajor=$major -X $p.k8sVersionMinor=$minor"
+  done
+  build helm "$HELM_VERSION" "$dir" helm.sh/helm/v3/cmd/helm "$x"
+}
+
 build_kwok() {
   local dir="$WORK/kwok"
   new_module "$dir"
@@ -138,7 +154,7 @@ build_kwok() {
 total_start="$(now)"
 for spec in "etcd $ETCD_VERSION" "kube-apiserver $KUBERNETES_VERSION" \
   "kube-controller-manager $KUBERNETES_VERSION" "kube-scheduler $KUBERNETES_VERSION" "kwok $KWOK_VERSION" \
-  "kubectl $KUBERNETES_VERSION"; do
+  "kubectl $KUBERNETES_VERSION" "helm $HELM_VERSION"; do
   read -r name version <<<"$spec"
   if found="$(existing "$name" "$version")" && [[ -n "$found" ]]; then
     echo "== $name: using $found"
@@ -147,6 +163,7 @@ for spec in "etcd $ETCD_VERSION" "kube-apiserver $KUBERNETES_VERSION" \
   case "$name" in
     etcd) build_etcd ;;
     kwok) build_kwok ;;
+    helm) build_helm ;;
     *) build_kube "$name" ;;
   esac
 done

@@ -138,7 +138,9 @@ async def run(driver: Driver) -> RolloutRunOutcome | None:
 
 
 async def _route(driver: Driver, target: ComponentTarget, weight: int) -> None:
-    weights = [TrafficWeight(revision=target.revision, weight=weight)]
+    # A backend at 0% is left out: with no surge the new revision has no Service yet when the
+    # first split is programmed, and set_traffic refuses a backend without one.
+    weights = [TrafficWeight(revision=target.revision, weight=weight)] if weight > 0 else []
     if weight < 100:
         weights.insert(0, TrafficWeight(revision=target.stable_revision, weight=100 - weight))
     await workflow.execute_activity_method(

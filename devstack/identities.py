@@ -1,0 +1,239 @@
+"""The chart's identities for the processes that run outside the cluster (tests, `./dev up`).
+
+In a cluster the worker and the bridge run in pods as their ServiceAccounts, and the worker's
+upload endpoint as a third one (deploy/chart). Here they run as local processes, and still talk
+to the apiserver as those ServiceAccounts: the chart is installed (or its ServiceAccounts and
+RBAC are rendered with `helm template` and applied), a token is requested for each account
+(TokenRequest), and each identity gets a kubeconfig of its own. A call the chart's roles do not
+allow is refused by the apiserver here exactly as it would be in production, so the chart is the
+one source of what the processes may do, and the tests exercise it.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from devstack.kube import BIN_DIR_ENV, BUILD_SCRIPT, REPO_ROOT, LocalKubeCluster
+from devstack.process import find_binary
+
+log = logging.getLogger(__name__)
+
+CHART = REPO_ROOT / "deploy" / "chart"
+RELEASE = "servingops"
+NAMESPACE = "servingops-system"
+FIELD_MANAGER = "servingops-devstack"
+IDENTITY_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
+PROCESSES = ("worker", "bridge", "uploads")
+TOKEN_SECONDS = 24 * 3600
+"""Long enough for a test session; `./dev up` asks for more (a token is not renewed here)."""
+
+
+def helm_binary() -> str:
+    """The pinned helm (deploy/local/kube/build-binaries.sh builds it when missing)."""
+    found = find_binary("helm", BIN_DIR_ENV)
+    if found is None:
+        log.info("building helm with %s", BUILD_SCRIPT)
+        subprocess.run(["bash", str(BUILD_SCRIPT)], check=True)
+        found = find_binary("helm", BIN_DIR_ENV)
+    if found is None:
+        raise RuntimeError(f"helm still missing after {BUILD_SCRIPT}")
+    return found
+
+
+def helm(*args: str, kubeconfig: Path | None = None, timeout: float = 300) -> str:
+    """Run helm; its stdout, or an error carrying its stderr."""
+    argv = [helm_binary(), *args]
+    if kubeconfig is not None:
+        argv += ["--kubeconfig", str(kubeconfig)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:3])} failed ({proc.returncode}):\n{proc.stderr}\n{proc.stdout}")
+    return proc.stdout
+
+
+def local_values(**blocks: Any) -> dict[str, Any]:
+    """Values for the local cluster: no image is ever pulled (kwok plays the kubelets), a small
+    spool, and no default Prometheus (each test names its own); `blocks` replace top-level keys."""
+    values: dict[str, Any] = {
+        "image": {"repository": "servingops.local/servingops", "tag": "dev", "pullPolicy": "Never"},
+        "worker": {"spool": {"size": "1Gi"}},
+        "operatorConfig": {"canaryAnalysis": {"bundledPrometheusAddress": ""}},
+    }
+    values.update(blocks)
+    return values
+
+
+def _values_file(values: Mapping[str, Any], directory: Path) -> Path:
+    path = Path(tempfile.mkstemp(prefix="values-", suffix=".yaml", dir=directory)[1])
+    path.write_text(yaml.safe_dump(dict(values)))
+    return path
+
+
+def render(release: str = RELEASE, namespace: str = NAMESPACE, values: Mapping[str, Any] | None = None,
+           *, extra_args: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """`helm template` of the chart: every object it would install (CRDs only with --include-crds)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        args = ["template", release, str(CHART), "--namespace", namespace, *extra_args]
+        if values:
+            args += ["--values", str(_values_file(values, Path(tmp)))]
+        out = helm(*args)
+    return [doc for doc in yaml.safe_load_all(out) if isinstance(doc, dict) and doc]
+
+
+def _spool_volumes(api: client.ApiClient, release: str, namespace: str, replicas: int, size: str) -> None:
+    """One PersistentVolume per worker replica, bound ahead to its claim: the local cluster has no
+    provisioner, and the StatefulSet's pods are scheduled only once their spool claim is bound."""
+    core = client.CoreV1Api(api)
+    for ordinal in range(replicas):
+        claim = f"spool-{release}-worker-{ordinal}"
+        volume = client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=f"{namespace}-{claim}",
+                                         labels={"app.kubernetes.io/part-of": "servingops"}),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": size}, access_modes=["ReadWriteOnce"],
+                persistent_volume_reclaim_policy="Delete", storage_class_name="",
+                host_path=client.V1HostPathVolumeSource(path=f"/var/lib/servingops/{namespace}/{claim}"),
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
+            ),
+        )
+        try:
+            core.create_persistent_volume(volume)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
+def install(cluster: LocalKubeCluster, values: Mapping[str, Any], *, release: str = RELEASE,
+            namespace: str = NAMESPACE, timeout: str = "180s") -> str:
+    """`helm upgrade --install` into the local cluster, waiting until every workload is Ready
+    (kwok makes the pods Ready; no image is pulled). Returns helm's output."""
+    api = cluster.api_client()
+    try:
+        rendered = render(release, namespace, values)
+        [statefulset] = [d for d in rendered if d["kind"] == "StatefulSet"]
+        storage = statefulset["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"]
+        _spool_volumes(api, release, namespace, int(statefulset["spec"]["replicas"]), storage)
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    with tempfile.TemporaryDirectory() as tmp:
+        return helm("upgrade", "--install", release, str(CHART), "--namespace", namespace, "--create-namespace",
+                    "--values", str(_values_file(values, Path(tmp))), "--wait", "--timeout", timeout,
+                    kubeconfig=cluster.kubeconfig_path)
+
+
+def _apply(api: client.ApiClient, docs: Iterable[dict[str, Any]]) -> None:
+    dynamic = DynamicClient(api)  # type: ignore[no-untyped-call]
+    for doc in docs:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        dynamic.server_side_apply(  # type: ignore[no-untyped-call]
+            resource, body=doc, namespace=doc["metadata"].get("namespace"), field_manager=FIELD_MANAGER,
+            force_conflicts=True)
+
+
+def apply_identities(api: client.ApiClient, release: str, namespace: str,
+                     values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Only the ServiceAccounts and RBAC of the chart, rendered for `release` in `namespace` and
+    applied: the identities of a stack whose controller namespace is its own (its cluster-scoped
+    roles are named after the release, so they stand beside the installed release's)."""
+    core = client.CoreV1Api(api)
+    try:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    docs = [d for d in render(release, namespace, values or local_values()) if d["kind"] in IDENTITY_KINDS]
+    _apply(api, docs)
+    return docs
+
+
+def delete_identities(api: client.ApiClient, docs: Iterable[dict[str, Any]]) -> None:
+    """Remove what apply_identities applied (the cluster-scoped roles would outlive the namespace)."""
+    dynamic = DynamicClient(api)  # type: ignore[no-untyped-call]
+    for doc in docs:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        try:
+            dynamic.delete(  # type: ignore[no-untyped-call]
+                resource, name=doc["metadata"]["name"], namespace=doc["metadata"].get("namespace"))
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+@dataclass(frozen=True)
+class Identities:
+    """A kubeconfig per process, and where the chart put their namespaced objects."""
+
+    namespace: str
+    """The controller namespace: the bridge's Lease, the operator ConfigMap, ClusterModel sessions."""
+    worker: Path
+    bridge: Path
+    uploads: Path
+    operator_config: str
+    lease_name: str
+
+    def worker_env(self) -> dict[str, str]:
+        """What a worker process needs to run as the worker, its upload endpoint as the uploads identity."""
+        return {"KUBECONFIG": str(self.worker), "SERVINGOPS_UPLOAD_KUBECONFIG": str(self.uploads),
+                "SERVINGOPS_NAMESPACE": self.namespace, "SERVINGOPS_OPERATOR_CONFIG": self.operator_config}
+
+    def bridge_env(self) -> dict[str, str]:
+        return {"KUBECONFIG": str(self.bridge), "POD_NAMESPACE": self.namespace}
+
+    @classmethod
+    def admin(cls, kubeconfig: Path, namespace: str = NAMESPACE) -> Identities:
+        """Every process as the cluster admin: for benchmarks only, which measure, not check."""
+        return cls(namespace, kubeconfig, kubeconfig, kubeconfig, f"{RELEASE}-config", f"{RELEASE}-bridge")
+
+
+def request_token(api: client.ApiClient, namespace: str, service_account: str,
+                  seconds: int = TOKEN_SECONDS) -> str:
+    """A ServiceAccount token from the TokenRequest API, for the apiserver's own audience."""
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+        audiences=[], expiration_seconds=seconds))
+    response = client.CoreV1Api(api).create_namespaced_service_account_token(service_account, namespace, request)
+    if response.status is None or not response.status.token:
+        raise RuntimeError(f"no token issued for ServiceAccount {namespace}/{service_account}")
+    return str(response.status.token)
+
+
+def write_kubeconfig(path: Path, cluster: LocalKubeCluster, user: str, token: str, namespace: str) -> Path:
+    ca = base64.b64encode((cluster.pki / "ca.crt").read_bytes()).decode()
+    config = {
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "local", "cluster": {"server": cluster.api_url, "certificate-authority-data": ca}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": user, "context": {"cluster": "local", "user": user, "namespace": namespace}}],
+        "current-context": user,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
+def issue(cluster: LocalKubeCluster, directory: Path, *, release: str = RELEASE, namespace: str = NAMESPACE,
+          operator_config: str | None = None, seconds: int = TOKEN_SECONDS) -> Identities:
+    """Tokens for the release's three ServiceAccounts, each written as a kubeconfig in `directory`."""
+    api = cluster.api_client()
+    try:
+        paths = {
+            who: write_kubeconfig(directory / f"{release}-{who}.kubeconfig", cluster, f"{release}-{who}",
+                                  request_token(api, namespace, f"{release}-{who}", seconds), namespace)
+            for who in PROCESSES
+        }
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    return Identities(namespace, paths["worker"], paths["bridge"], paths["uploads"],
+                      operator_config or f"{release}-config", f"{release}-bridge")

@@ -1,0 +1,324 @@
+"""Least privilege: the chart's roles are exactly what the code calls, and what each identity may
+not do is refused by the real apiserver.
+
+The end-to-end tests run the worker, its upload endpoint and the bridge as the chart's
+ServiceAccounts (tests/fixtures/kube.py), so a call the roles lack fails them. This module holds
+the roles to the code from the other side, and shows the refusals:
+
+- rules: every (group, resource, verb) the chart grants an identity is one its code asks for
+  (tests/rbac_calls.py reads the calls from the code), and nothing the code asks for is missing;
+  no rule has a `*`.
+- the bridge cannot write a status, a Secret or any object, nor read a Secret;
+- the worker reads Secrets by name only (no list, no watch: it never learns which Secrets exist)
+  and cannot change RBAC beyond the per-upload grant, create namespaces or escalate;
+- the upload endpoint cannot create, change the data of or delete a Secret, nor read one by name
+  other than the signing key;
+- the upload Secret: only those who may read the Model may read it (two users, impersonated).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio.testing import ActivityEnvironment
+
+from devstack import identities
+from devstack.identities import Identities
+from servingops.activities.uploads.sessions import (
+    SIGNING_KEY_SECRET,
+    OwnedSigningKey,
+    UploadActivities,
+    secret_name,
+)
+from servingops.activities.uploads.types import CloseUploadInput, OpenUploadInput
+from servingops.api_models.deckhouse import ClusterModel, Model
+from servingops.api_models.refs import ObjectRef
+from tests import rbac_calls
+from tests.crd_helpers import create, manifest, new_namespace
+from tests.fixtures.kube import api_as
+
+PROCESSES = ("worker", "uploads", "bridge")
+RENDERINGS = {"defaults": None, "secret-namespaces": {"rbac": {"secretNamespaces": ["team-a"]}}}
+
+
+# -- the rules against the code ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rendering", RENDERINGS)
+@pytest.mark.parametrize("process", PROCESSES)
+def test_each_identity_is_granted_exactly_what_its_code_calls(process: str, rendering: str) -> None:
+    docs = identities.render(values=RENDERINGS[rendering])
+    granted, _ = rbac_calls.granted(docs, (identities.NAMESPACE, f"{identities.RELEASE}-{process}"))
+    used = rbac_calls.used(process)
+    assert not used - granted, f"{process} calls what the chart does not grant: {sorted(used - granted)}"
+    assert not granted - used, f"the chart grants {process} what its code never calls: {sorted(granted - used)}"
+
+
+def test_the_call_reader_tells_the_processes_apart() -> None:
+    """A control for the test above: the reader attributes each call to the identity that makes it."""
+    worker, uploads, bridge = (rbac_calls.used(p) for p in PROCESSES)
+    assert ("", "secrets", "list") in uploads and ("", "secrets", "list") not in worker
+    assert ("", "secrets", "create") in worker and ("", "secrets", "create") not in uploads
+    assert ("ome.io", "inferenceservices", "watch") in bridge and not any(v == "watch" for *_, v in worker)
+    assert ("coordination.k8s.io", "leases", "update") in bridge
+    assert not any(resource == "secrets" for _, resource, _ in bridge)
+
+
+@pytest.mark.parametrize("rendering", RENDERINGS)
+def test_no_rule_has_a_wildcard_or_an_escalating_verb(rendering: str) -> None:
+    docs = identities.render(values=RENDERINGS[rendering])
+    roles = [d for d in docs if d["kind"] in ("Role", "ClusterRole")]
+    assert roles
+    for role in roles:
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in (rule.get(key) or []), f"{role['metadata']['name']}: {rule}"
+            assert "nonResourceURLs" not in rule
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+            if "secrets" in rule["resources"]:
+                assert not {"list", "watch"} & set(rule["verbs"]) or role["metadata"]["name"].endswith("-uploads")
+
+
+# -- refusals on the real apiserver -------------------------------------------------------------------
+
+
+def _refused(call: Callable[[], Any]) -> None:
+    """`call` must be refused by authorization (403), not fail otherwise."""
+    with pytest.raises(ApiException) as refused:
+        call()
+    assert refused.value.status == 403, refused.value.body
+
+
+@pytest.fixture(scope="module")
+def world(kube_api: client.ApiClient) -> dict[str, Any]:
+    """A namespace with a Secret nobody named to servingops, a Model and a ClusterModel."""
+    ns = new_namespace(kube_api, "rights")
+    client.CoreV1Api(kube_api).create_namespaced_secret(ns, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="someone-elses"), string_data={"password": "p"}))
+    model = create(kube_api, Model, manifest(Model, {"source": {"upload": {}}}), ns)
+    cluster_model = create(kube_api, ClusterModel, manifest(ClusterModel, {"source": {"upload": {}}}))
+    return {"ns": ns, "model": model, "cluster_model": cluster_model}
+
+
+@pytest.fixture(scope="module")
+def apis(chart_identities: Identities) -> Iterator[dict[str, client.ApiClient]]:
+    with (api_as(chart_identities.worker) as worker, api_as(chart_identities.uploads) as uploads,
+          api_as(chart_identities.bridge) as bridge):
+        yield {"worker": worker, "uploads": uploads, "bridge": bridge}
+
+
+def _status_body(obj: dict[str, Any]) -> dict[str, Any]:
+    return {**obj, "status": {"phase": "Ready"}}
+
+
+def test_the_bridge_cannot_write_status_objects_or_secrets(apis: dict[str, client.ApiClient],
+                                                           world: dict[str, Any]) -> None:
+    bridge = apis["bridge"]
+    custom, core = client.CustomObjectsApi(bridge), client.CoreV1Api(bridge)
+    ns, model = world["ns"], world["model"]
+    name = model["metadata"]["name"]
+    # What it does need works: the token is valid and bound.
+    listed = cast(dict[str, Any], custom.list_cluster_custom_object("ai.deckhouse.io", "v1alpha1", "models"))
+    assert listed["items"]
+    _refused(lambda: custom.replace_namespaced_custom_object_status(
+        "ai.deckhouse.io", "v1alpha1", ns, "models", name, _status_body(model)))
+    _refused(lambda: custom.patch_namespaced_custom_object_status(
+        "ai.deckhouse.io", "v1alpha1", ns, "models", name, {"status": {"phase": "Ready"}}))
+    _refused(lambda: custom.patch_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models", name,
+                                                           {"metadata": {"labels": {"x": "y"}}}))
+    _refused(lambda: custom.get_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models", name))
+    _refused(lambda: core.read_namespaced_secret("someone-elses", ns))
+    _refused(lambda: core.list_namespaced_secret(ns))
+    _refused(lambda: core.create_namespaced_secret(ns, client.V1Secret(metadata=client.V1ObjectMeta(name="b"))))
+    _refused(lambda: core.patch_namespaced_secret("someone-elses", ns, {"metadata": {"labels": {"x": "y"}}}))
+    _refused(lambda: client.AppsV1Api(bridge).list_namespaced_deployment(ns))
+    # Its Lease lives in the release namespace only.
+    _refused(lambda: client.CoordinationV1Api(bridge).create_namespaced_lease(ns, client.V1Lease(
+        metadata=client.V1ObjectMeta(name="elsewhere"))))
+
+
+def test_the_worker_reads_secrets_only_by_name(apis: dict[str, client.ApiClient], world: dict[str, Any]) -> None:
+    """The worker's Secret rule: get, create, update, delete; never list or watch, never patch.
+
+    It needs `get` on Secrets a spec names in any namespace where Models and InferenceServices
+    live (a Hugging Face token, registry and Prometheus credentials) and writes upload-session
+    Secrets there; without list and watch it can only reach a Secret whose name it was given.
+    `rbac.secretNamespaces` narrows even that to the listed namespaces.
+    """
+    core = client.CoreV1Api(apis["worker"])
+    ns = world["ns"]
+    assert core.read_namespaced_secret("someone-elses", ns).data  # by name: yes
+    _refused(lambda: core.list_namespaced_secret(ns))
+    _refused(lambda: core.list_secret_for_all_namespaces())
+    _refused(lambda: core.list_namespaced_secret(ns, watch=True, timeout_seconds=1))
+    _refused(lambda: core.patch_namespaced_secret("someone-elses", ns, {"metadata": {"labels": {"x": "y"}}}))
+    # Only its own operator ConfigMap, only read; no namespaces, no pods, no cluster RBAC.
+    _refused(lambda: core.read_namespaced_config_map("kube-root-ca.crt", identities.NAMESPACE))
+    _refused(lambda: core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="w-ns"))))
+    _refused(lambda: core.create_namespaced_pod(ns, client.V1Pod(metadata=client.V1ObjectMeta(name="p"),
+                                                                  spec=client.V1PodSpec(containers=[]))))
+    rbac = client.RbacAuthorizationV1Api(apis["worker"])
+    _refused(lambda: rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
+        metadata=client.V1ObjectMeta(name="w-crb"),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name="cluster-admin"))))
+    # It may write Roles (the per-upload grant), but not grant what it does not hold itself.
+    _refused(lambda: rbac.create_namespaced_role(ns, client.V1Role(
+        metadata=client.V1ObjectMeta(name="w-escalate"),
+        rules=[client.V1PolicyRule(api_groups=[""], resources=["secrets"], verbs=["list"])])))
+    _refused(lambda: rbac.delete_namespaced_role("anything", ns))
+
+
+def test_the_upload_endpoint_cannot_write_or_read_a_secret_by_name(apis: dict[str, client.ApiClient],
+                                                                   world: dict[str, Any]) -> None:
+    core = client.CoreV1Api(apis["uploads"])
+    ns = world["ns"]
+    _refused(lambda: core.read_namespaced_secret("someone-elses", ns))
+    _refused(lambda: core.create_namespaced_secret(ns, client.V1Secret(metadata=client.V1ObjectMeta(name="u"))))
+    _refused(lambda: core.replace_namespaced_secret("someone-elses", ns, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="someone-elses"), string_data={"password": "q"})))
+    _refused(lambda: core.delete_namespaced_secret("someone-elses", ns))
+    _refused(lambda: core.create_namespaced_secret(identities.NAMESPACE, client.V1Secret(
+        metadata=client.V1ObjectMeta(name=SIGNING_KEY_SECRET), string_data={"key": "forged"})))
+    _refused(lambda: client.CustomObjectsApi(apis["uploads"]).list_cluster_custom_object(
+        "ai.deckhouse.io", "v1alpha1", "models"))
+    _refused(lambda: core.create_namespaced_event(ns, client.CoreV1Event(
+        metadata=client.V1ObjectMeta(name="u"), involved_object=client.V1ObjectReference(name="x"))))
+    # What it needs: the signing key by name (the worker makes it when the first session opens).
+    OwnedSigningKey(client.CoreV1Api(apis["worker"]), identities.NAMESPACE).get()
+    assert core.read_namespaced_secret(SIGNING_KEY_SECRET, identities.NAMESPACE).data
+
+
+# -- the upload Secret: only the Model's readers ------------------------------------------------------
+
+
+def _as_user(kube_api: client.ApiClient, user: str, groups: tuple[str, ...] = ()) -> client.ApiClient:
+    """The admin's client, impersonating `user` (and `groups`): the apiserver authorizes as them."""
+    api = client.ApiClient(kube_api.configuration)
+    api.set_default_header("Impersonate-User", user)  # type: ignore[no-untyped-call]
+    for group in groups:
+        api.set_default_header("Impersonate-Group", group)  # type: ignore[no-untyped-call]  # one value only
+    return api
+
+
+def _grant_model_readers(kube_api: client.ApiClient, ns: str, subject: client.RbacV1Subject, name: str) -> None:
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    rbac.create_namespaced_role(ns, client.V1Role(
+        metadata=client.V1ObjectMeta(name=name),
+        rules=[client.V1PolicyRule(api_groups=["ai.deckhouse.io"], resources=["models"], verbs=["get", "list"])]))
+    rbac.create_namespaced_role_binding(ns, client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name=name), subjects=[subject],
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=name)))
+
+
+def _can_get(api: client.ApiClient, ns: str, name: str) -> bool:
+    try:
+        client.CoreV1Api(api).read_namespaced_secret(name, ns)
+    except ApiException as exc:
+        if exc.status in (403, 404):
+            return False
+        raise
+    return True
+
+
+def test_only_those_who_may_read_the_model_may_read_its_upload_secret(
+        kube_api: client.ApiClient, apis: dict[str, client.ApiClient], tmp_path: Any) -> None:
+    ns = new_namespace(kube_api, "upload-readers")
+    group = "rbac.authorization.k8s.io"
+    # alice may read Models in the namespace; the team-ml group too (carol is in it); bob may only
+    # read ConfigMaps there, so he is a known user with some rights, just not on Models.
+    _grant_model_readers(kube_api, ns, client.RbacV1Subject(kind="User", name="alice", api_group=group), "alice")
+    _grant_model_readers(kube_api, ns, client.RbacV1Subject(kind="Group", name="team-ml", api_group=group), "ml")
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    rbac.create_namespaced_role(ns, client.V1Role(metadata=client.V1ObjectMeta(name="bob"), rules=[
+        client.V1PolicyRule(api_groups=[""], resources=["configmaps"], verbs=["get"])]))
+    rbac.create_namespaced_role_binding(ns, client.V1RoleBinding(
+        metadata=client.V1ObjectMeta(name="bob"), subjects=[client.RbacV1Subject(kind="User", name="bob",
+                                                                                  api_group=group)],
+        role_ref=client.V1RoleRef(api_group=group, kind="Role", name="bob")))
+    client.CoreV1Api(kube_api).create_namespaced_secret(ns, client.V1Secret(
+        metadata=client.V1ObjectMeta(name="unrelated"), string_data={"k": "v"}))
+
+    model = create(kube_api, Model, manifest(Model, {"source": {"upload": {}}}), ns)
+    ref = ObjectRef.of(Model, model["metadata"]["name"], ns, model["metadata"]["uid"])
+    # The session opens as the worker would open it: as the chart's worker identity.
+    acts = UploadActivities(apis["worker"], tmp_path / "spool", "http://uploads.example")
+    info = ActivityEnvironment().run(acts.open_session, OpenUploadInput(model=ref))
+    assert info.secret_name == secret_name(ref)
+
+    alice, bob = _as_user(kube_api, "alice"), _as_user(kube_api, "bob")
+    carol = _as_user(kube_api, "carol", ("team-ml",))
+    try:
+        assert _can_get(alice, ns, info.secret_name)
+        assert _can_get(carol, ns, info.secret_name)
+        assert not _can_get(bob, ns, info.secret_name)
+        # The grant names that one Secret: alice reads no other Secret, and lists none.
+        assert not _can_get(alice, ns, "unrelated")
+        with pytest.raises(ApiException) as listing:
+            client.CoreV1Api(alice).list_namespaced_secret(ns)
+        assert listing.value.status == 403
+        binding = rbac.read_namespaced_role_binding(info.secret_name, ns)
+        bound = {(s.kind, s.name) for s in binding.subjects or []}
+        assert {("User", "alice"), ("Group", "team-ml")} <= bound and ("User", "bob") not in bound
+        assert ("Group", "system:masters") not in bound  # cluster-admin reads Secrets anyway
+
+        # Closed with the session: the garbage collector removes the Role and RoleBinding the Secret owns.
+        ActivityEnvironment().run(acts.close_session, CloseUploadInput(model=ref))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            left = [kind for kind, read in (("role", rbac.read_namespaced_role),
+                                            ("binding", rbac.read_namespaced_role_binding))
+                    if _exists(read, info.secret_name, ns)]
+            if not left:
+                break
+            time.sleep(0.5)
+        assert left == [], f"still there after the session closed: {left}"
+    finally:
+        for api in (alice, bob, carol):
+            api.close()  # type: ignore[no-untyped-call]
+
+
+def _exists(read: Callable[[str, str], Any], name: str, namespace: str) -> bool:
+    try:
+        read(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def test_a_cluster_models_upload_secret_goes_to_its_cluster_wide_readers(
+        kube_api: client.ApiClient, apis: dict[str, client.ApiClient], world: dict[str, Any], tmp_path: Any) -> None:
+    group = "rbac.authorization.k8s.io"
+    name = f"clustermodel-readers-{uuid.uuid4().hex[:6]}"
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    rbac.create_cluster_role(client.V1ClusterRole(metadata=client.V1ObjectMeta(name=name), rules=[
+        client.V1PolicyRule(api_groups=["ai.deckhouse.io"], resources=["clustermodels"], verbs=["get"])]))
+    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
+        metadata=client.V1ObjectMeta(name=name),
+        subjects=[client.RbacV1Subject(kind="User", name="dana", api_group=group)],
+        role_ref=client.V1RoleRef(api_group=group, kind="ClusterRole", name=name)))
+    try:
+        model = world["cluster_model"]
+        ref = ObjectRef.of(ClusterModel, model["metadata"]["name"], None, model["metadata"]["uid"])
+        acts = UploadActivities(apis["worker"], tmp_path / "spool", "http://uploads.example")
+        info = ActivityEnvironment().run(acts.open_session, OpenUploadInput(model=ref))
+        assert info.secret_namespace == identities.NAMESPACE
+        dana, erin = _as_user(kube_api, "dana"), _as_user(kube_api, "erin")
+        try:
+            assert _can_get(dana, info.secret_namespace, info.secret_name)
+            assert not _can_get(erin, info.secret_namespace, info.secret_name)
+            assert not _can_get(dana, info.secret_namespace, SIGNING_KEY_SECRET)
+        finally:
+            dana.close()  # type: ignore[no-untyped-call]
+            erin.close()  # type: ignore[no-untyped-call]
+        ActivityEnvironment().run(acts.close_session, CloseUploadInput(model=ref))
+    finally:
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)

@@ -1,0 +1,455 @@
+"""The fake cluster behind the time-skipping rollout tests (tests/rollout_fakes.py) answers as the
+real activities do on the local cluster: one suite, run against both.
+
+Each case drives a backend through the activities by their names (serving.observe,
+serving.ensure_revision, serving.revision_status, serving.set_traffic, serving.delete_revision,
+kube.patch_status, kube.remove_annotation) and checks what they answer and refuse. The real
+backend is ServingActivities and KubernetesActivities on the session's apiserver, with kwok
+playing the kubelets; the fake is FakeCluster on a clock the test moves. A case that passes on
+one and fails on the other is a difference the time-skipping tests would hide.
+
+Where they differed before this suite (and the fake was changed to match the real activities):
+- set_traffic: the fake accepted a backend at weight 0 without a Deployment and asserted the rest
+  (an AssertionError, retried forever); the real one refuses, permanently (InvalidTraffic), any
+  split naming a revision without a Service, and any split that is empty, repeats a revision,
+  or does not add up to 100. That difference hid a workflow bug: rolling with maxSurge 0 programmed
+  `[old 100, new 0]` before the new revision existed (progressions/rolling.py now leaves a 0%
+  backend out).
+- delete_revision of a revision that still has traffic: assert in the fake, RevisionServingTraffic
+  (permanent) in the real one.
+- ensure_revision with negative replicas: accepted by the fake, InvalidInput in the real one; on a
+  deleted object: ObjectGone in the real one.
+- patch_status: the fake answered False while the object was being deleted; the real one answers
+  False only once it is gone (a finalizer-held object takes status writes).
+- observe: the fake gave every component a URL (on a made-up domain) before any HTTPRoute existed
+  and passed every annotation through; the real one has no URL until the route exists (then the
+  route's cluster address) and passes only the ome.io/rollout-* annotations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from devstack.kube import POD_UNREADY_ANNOTATION
+from servingops.activities.kubernetes import AnnotationRemoval, KubernetesActivities, StatusPatch
+from servingops.activities.serving import render
+from servingops.activities.serving.activities import ServingActivities
+from servingops.activities.serving.types import (
+    EnsureRevisionInput,
+    ObserveInput,
+    RevisionKey,
+    RevisionObservation,
+    ServiceObservation,
+    SetTrafficInput,
+)
+from servingops.api_models import contract
+from servingops.api_models.errors import ErrorType
+from servingops.api_models.ome import InferenceService
+from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.refs import ConditionUpdate, ObjectRef
+from servingops.api_models.serving import TrafficWeight
+from tests.crd_helpers import create, manifest, new_namespace
+from tests.rollout_fakes import FakeCluster
+
+ENGINE = ComponentType.ENGINE
+HOLD = "test.servingops.io/hold"
+DEADLINE = 120.0
+"""Real seconds a real backend may take to settle (an upper bound on a loaded machine, never asserted)."""
+
+
+class Backend(Protocol):
+    """One cluster the activities run against, and the edits a user or a kubelet would make."""
+
+    async def new_service(self, replicas: int) -> ObjectRef:
+        """A new InferenceService whose engine renders one revision at `replicas`."""
+        ...
+
+    async def render_new_revision(self, ref: ObjectRef) -> None:
+        """Edit the engine's pod template (a new image): the spec renders a new revision."""
+        ...
+
+    async def call(self, activity: str, arg: Any) -> Any:
+        """Run the activity named by its method name (observe, ensure_revision, patch_status...)."""
+        ...
+
+    async def settle(self, probe: Callable[[], Awaitable[bool]], what: str) -> None:
+        """Let time pass (real seconds, or the fake's clock) until `probe` holds."""
+        ...
+
+    async def hold_unready(self, ref: ObjectRef, revision: str) -> None:
+        """One Ready pod of the revision stops being Ready (its readiness probe fails)."""
+        ...
+
+    async def annotate(self, ref: ObjectRef, annotations: dict[str, str]) -> None: ...
+
+    async def start_deleting(self, ref: ObjectRef) -> None:
+        """Delete the object while a finalizer still holds it."""
+        ...
+
+    async def finish_deleting(self, ref: ObjectRef) -> None:
+        """Release the finalizer: the object is gone."""
+        ...
+
+    async def status(self, ref: ObjectRef) -> dict[str, Any]:
+        """status as stored, with conditions as a list under `conditions`."""
+        ...
+
+
+# -- the fake ------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """Stands for the test server's clock, which FakeCluster reads for pod readiness."""
+
+    def __init__(self) -> None:
+        self.now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    async def get_current_time(self) -> datetime:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class FakeBackend:
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.cluster = FakeCluster(self.clock, ready_delay=3.0)  # type: ignore[arg-type]
+        self.activities = {fn.__name__: fn for fn in self.cluster.activities()}
+        self.revisions = 0
+
+    async def new_service(self, replicas: int) -> ObjectRef:
+        self.revisions += 1
+        self.cluster.set_desired(ENGINE, f"rev{self.revisions}", replicas)
+        return self.cluster.ref
+
+    async def render_new_revision(self, ref: ObjectRef) -> None:
+        self.revisions += 1
+        self.cluster.set_desired(ENGINE, f"rev{self.revisions}", self.cluster.desired[ENGINE][1])
+
+    async def call(self, activity: str, arg: Any) -> Any:
+        return await ActivityEnvironment().run(self.activities[activity], arg)
+
+    async def settle(self, probe: Callable[[], Awaitable[bool]], what: str) -> None:
+        for _ in range(600):
+            if await probe():
+                return
+            await self.clock.sleep(1)
+        raise AssertionError(f"never happened on the fake's clock: {what}")
+
+    async def hold_unready(self, ref: ObjectRef, revision: str) -> None:
+        self.cluster.hold_unready(ENGINE, revision)
+
+    async def annotate(self, ref: ObjectRef, annotations: dict[str, str]) -> None:
+        self.cluster.annotations.update(annotations)
+
+    async def start_deleting(self, ref: ObjectRef) -> None:
+        self.cluster.deleting = True
+
+    async def finish_deleting(self, ref: ObjectRef) -> None:
+        self.cluster.gone = True
+
+    async def status(self, ref: ObjectRef) -> dict[str, Any]:
+        return {**self.cluster.status, "conditions": list(self.cluster.conditions.values())}
+
+
+# -- the local cluster ------------------------------------------------------------------------------
+
+
+class RealBackend:
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.custom = client.CustomObjectsApi(api)
+        self.activities: dict[str, Callable[..., Any]] = {
+            **{fn.__name__: fn for fn in ServingActivities(api).all()},
+            **{fn.__name__: fn for fn in KubernetesActivities(api).all()},
+        }
+        self.images = 0
+
+    def _spec(self, replicas: int) -> dict[str, Any]:
+        self.images += 1
+        return {"engine": {"minReplicas": replicas, "runner": {
+            "name": "engine", "image": f"registry.invalid/engine:v{self.images}", "ports": [{"containerPort": 8000}]}}}
+
+    async def new_service(self, replicas: int) -> ObjectRef:
+        obj = create(self.api, InferenceService, manifest(InferenceService, self._spec(replicas)), self.namespace)
+        return ObjectRef.of(InferenceService, obj["metadata"]["name"], self.namespace, obj["metadata"]["uid"])
+
+    async def render_new_revision(self, ref: ObjectRef) -> None:
+        self.images += 1
+        self._patch(ref, {"spec": {"engine": {"runner": {"image": f"registry.invalid/engine:v{self.images}"}}}})
+
+    def _patch(self, ref: ObjectRef, body: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(ref.group, ref.version, self.namespace, ref.plural, ref.name, body,
+                                                   _content_type="application/merge-patch+json")
+
+    async def call(self, activity: str, arg: Any) -> Any:
+        return await asyncio.to_thread(ActivityEnvironment().run, self.activities[activity], arg)
+
+    async def settle(self, probe: Callable[[], Awaitable[bool]], what: str) -> None:
+        deadline = time.monotonic() + DEADLINE
+        while not await probe():
+            assert time.monotonic() < deadline, f"never happened on the local cluster: {what}"
+            await asyncio.sleep(0.5)
+
+    async def hold_unready(self, ref: ObjectRef, revision: str) -> None:
+        selector = ",".join(f"{k}={v}" for k, v in render.selector_labels(ref.name, ENGINE, revision).items())
+        core = client.CoreV1Api(self.api)
+        pods = core.list_namespaced_pod(self.namespace, label_selector=selector).items
+        ready = [p for p in pods if any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])]
+        assert ready, f"no Ready pod of {revision}"
+        core.patch_namespaced_pod(ready[0].metadata.name, self.namespace,
+                                  {"metadata": {"annotations": {POD_UNREADY_ANNOTATION: "true"}}})
+
+    async def annotate(self, ref: ObjectRef, annotations: dict[str, str]) -> None:
+        self._patch(ref, {"metadata": {"annotations": annotations}})
+
+    async def start_deleting(self, ref: ObjectRef) -> None:
+        self._patch(ref, {"metadata": {"finalizers": [HOLD]}})
+        self.custom.delete_namespaced_custom_object(ref.group, ref.version, self.namespace, ref.plural, ref.name)
+
+    async def finish_deleting(self, ref: ObjectRef) -> None:
+        self._patch(ref, {"metadata": {"finalizers": None}})
+
+        async def gone() -> bool:
+            try:
+                self.custom.get_namespaced_custom_object(ref.group, ref.version, self.namespace, ref.plural, ref.name)
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+
+        await self.settle(gone, "the object gone")
+
+    async def status(self, ref: ObjectRef) -> dict[str, Any]:
+        obj = self.custom.get_namespaced_custom_object(ref.group, ref.version, self.namespace, ref.plural, ref.name)
+        return dict(obj.get("status") or {})
+
+
+@pytest.fixture(scope="module")
+def conformance_ns(kube_api: client.ApiClient) -> str:
+    return new_namespace(kube_api, "conformance")
+
+
+@pytest.fixture(params=["fake", "real"])
+async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
+    if request.param == "fake":
+        yield FakeBackend()
+    else:
+        # Only the real backend starts (or reuses) the session's cluster.
+        yield RealBackend(request.getfixturevalue("kube_api"), request.getfixturevalue("conformance_ns"))
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+async def observe(backend: Backend, ref: ObjectRef) -> ServiceObservation | None:
+    result: ServiceObservation | None = await backend.call("observe", ObserveInput(isvc=ref))
+    return result
+
+
+async def engine(backend: Backend, ref: ObjectRef) -> Any:
+    seen = await observe(backend, ref)
+    assert seen is not None
+    [component] = seen.components
+    assert component.component == ENGINE
+    return component
+
+
+async def ensure(backend: Backend, ref: ObjectRef, revision: str, replicas: int) -> RevisionObservation:
+    result: RevisionObservation = await backend.call("ensure_revision", EnsureRevisionInput(
+        key=RevisionKey(isvc=ref, component=ENGINE, revision=revision), replicas=replicas))
+    return result
+
+
+async def revision_status(backend: Backend, ref: ObjectRef, revision: str) -> RevisionObservation:
+    result: RevisionObservation = await backend.call("revision_status",
+                                                     RevisionKey(isvc=ref, component=ENGINE, revision=revision))
+    return result
+
+
+async def set_traffic(backend: Backend, ref: ObjectRef, *weights: tuple[str, int]) -> None:
+    await backend.call("set_traffic", SetTrafficInput(isvc=ref, component=ENGINE, weights=[
+        TrafficWeight(revision=revision, weight=weight) for revision, weight in weights]))
+
+
+async def delete(backend: Backend, ref: ObjectRef, revision: str) -> None:
+    await backend.call("delete_revision", RevisionKey(isvc=ref, component=ENGINE, revision=revision))
+
+
+async def refused(call: Awaitable[Any]) -> ErrorType:
+    """The permanent error type a call is refused with (never a retryable failure)."""
+    with pytest.raises(ApplicationError) as info:
+        await call
+    assert info.value.non_retryable, f"refused but retryable: {info.value}"
+    assert info.value.type is not None
+    return ErrorType(info.value.type)
+
+
+async def ready(backend: Backend, ref: ObjectRef, revision: str, count: int) -> None:
+    async def probe() -> bool:
+        seen = await revision_status(backend, ref, revision)
+        return seen.replicas == count and seen.ready_replicas == count
+
+    await backend.settle(probe, f"{revision}: {count} replicas, all Ready")
+
+
+def split(weights: list[TrafficWeight]) -> list[tuple[str, int]]:
+    return [(w.revision, w.weight) for w in weights]
+
+
+# -- the cases -------------------------------------------------------------------------------------
+
+
+async def test_ensure_and_observe_a_first_revision(backend: Backend) -> None:
+    ref = await backend.new_service(2)
+    first = await engine(backend, ref)
+    revision = first.desired_revision
+    assert revision and first.desired_replicas == 2
+    assert (first.revisions, first.traffic, first.url) == ([], [], None)
+
+    created = await ensure(backend, ref, revision, 2)
+    assert (created.revision, created.replicas) == (revision, 2) and 0 <= created.ready_replicas <= 2
+    await ready(backend, ref, revision, 2)
+    seen = await engine(backend, ref)
+    assert [(r.revision, r.replicas, r.ready_replicas) for r in seen.revisions] == [(revision, 2, 2)]
+    assert seen.url is None, "no HTTPRoute yet: no address"
+
+    await set_traffic(backend, ref, (revision, 100))
+    seen = await engine(backend, ref)
+    assert split(seen.traffic) == [(revision, 100)]
+    assert seen.url == render.component_url(render.Owner(ref.name, ref.namespace or "", ref.uid or ""), ENGINE)
+
+    assert (await ensure(backend, ref, revision, 2)).replicas == 2  # ensuring again changes nothing
+    assert await refused(ensure(backend, ref, revision, -1)) is ErrorType.INVALID_INPUT
+    # A revision that does not exist and that the spec does not render cannot be created.
+    assert await refused(ensure(backend, ref, "0123456789", 1)) is ErrorType.REVISION_SUPERSEDED
+    missing = await revision_status(backend, ref, "0123456789")
+    assert (missing.replicas, missing.ready_replicas, missing.updated_replicas) == (0, 0, 0)
+
+
+async def test_traffic_moves_then_the_old_revision_is_deleted(backend: Backend) -> None:
+    ref = await backend.new_service(1)
+    old = (await engine(backend, ref)).desired_revision
+    await ensure(backend, ref, old, 1)
+    await set_traffic(backend, ref, (old, 100))
+    await backend.render_new_revision(ref)
+    new = (await engine(backend, ref)).desired_revision
+    assert new != old
+    # An existing revision the spec no longer renders still scales.
+    assert (await ensure(backend, ref, old, 2)).replicas == 2
+    await ensure(backend, ref, new, 1)
+    await set_traffic(backend, ref, (old, 80), (new, 20))
+    seen = await engine(backend, ref)
+    assert split(seen.traffic) == [(old, 80), (new, 20)]
+    assert [r.revision for r in seen.revisions] == [old, new], "revisions in the order they were created"
+
+    assert await refused(delete(backend, ref, old)) is ErrorType.REVISION_SERVING_TRAFFIC
+    assert [r.revision for r in (await engine(backend, ref)).revisions] == [old, new]
+
+    await set_traffic(backend, ref, (new, 100))
+    await delete(backend, ref, old)
+    seen = await engine(backend, ref)
+    assert [r.revision for r in seen.revisions] == [new] and split(seen.traffic) == [(new, 100)]
+    gone = await revision_status(backend, ref, old)
+    assert (gone.replicas, gone.ready_replicas) == (0, 0)
+    await delete(backend, ref, old)  # already gone: nothing to do
+
+
+async def test_splits_the_route_cannot_carry_are_refused(backend: Backend) -> None:
+    ref = await backend.new_service(1)
+    revision = (await engine(backend, ref)).desired_revision
+    await ensure(backend, ref, revision, 1)
+    await set_traffic(backend, ref, (revision, 100))
+    for weights in ([(revision, 90)], [], [(revision, 50), (revision, 50)], [(revision, 101), ("other", -1)]):
+        assert await refused(set_traffic(backend, ref, *weights)) is ErrorType.INVALID_TRAFFIC, weights
+    # A revision without a Service, at any weight, 0 included: the route would name a missing backend.
+    await backend.render_new_revision(ref)
+    unborn = (await engine(backend, ref)).desired_revision
+    for weights in ([(unborn, 100)], [(revision, 100), (unborn, 0)], [(revision, 50), (unborn, 50)]):
+        assert await refused(set_traffic(backend, ref, *weights)) is ErrorType.INVALID_TRAFFIC, weights
+    assert split((await engine(backend, ref)).traffic) == [(revision, 100)], "a refused split changes nothing"
+
+
+async def test_scale_down_removes_unready_pods_first(backend: Backend) -> None:
+    ref = await backend.new_service(3)
+    revision = (await engine(backend, ref)).desired_revision
+    await ensure(backend, ref, revision, 3)
+    await ready(backend, ref, revision, 3)
+    await backend.hold_unready(ref, revision)
+
+    async def two_ready() -> bool:
+        return (await revision_status(backend, ref, revision)).ready_replicas == 2
+
+    await backend.settle(two_ready, "one pod held unready")
+    # Had a Ready pod gone first, one Ready pod and the held one would be left.
+    await ensure(backend, ref, revision, 2)
+    await ready(backend, ref, revision, 2)
+    await ensure(backend, ref, revision, 1)
+    await ready(backend, ref, revision, 1)
+
+
+async def test_status_patch_answers_whether_the_object_is_still_there(backend: Backend) -> None:
+    ref = await backend.new_service(1)
+    patch = StatusPatch(ref=ref, status={"url": "http://first.example"},
+                        conditions=[ConditionUpdate(type="Ready", status="False", reason="Pending")])
+    assert await backend.call("patch_status", patch) is True
+    status = await backend.status(ref)
+    assert status["url"] == "http://first.example"
+    assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [("Ready", "False", "Pending")]
+    assert await backend.call("patch_status", StatusPatch(ref=ref, status={"url": None})) is True
+    assert "url" not in await backend.status(ref), "None deletes the field"
+
+    await backend.start_deleting(ref)
+    seen = await observe(backend, ref)
+    assert seen is not None and seen.deleting
+    # Being deleted is not gone: the status write lands (and its Events are recorded).
+    assert await backend.call("patch_status", StatusPatch(ref=ref, status={"url": "http://last.example"})) is True
+    assert (await backend.status(ref))["url"] == "http://last.example"
+
+    await backend.finish_deleting(ref)
+    assert await backend.call("patch_status", StatusPatch(ref=ref, status={"url": "http://after.example"})) is False
+    assert await observe(backend, ref) is None
+    assert await refused(set_traffic(backend, ref, ("x", 100))) is ErrorType.OBJECT_GONE
+    assert await refused(ensure(backend, ref, "x", 1)) is ErrorType.OBJECT_GONE
+
+
+async def test_annotations_observed_and_removed_only_at_the_value_consumed(backend: Backend) -> None:
+    ref = await backend.new_service(1)
+    promote = contract.ROLLOUT_PROMOTE
+    await backend.annotate(ref, {promote: "abc", contract.ROLLOUT_PAUSED: "true", "example.com/note": "kept"})
+    seen = await observe(backend, ref)
+    assert seen is not None and seen.annotations == {promote: "abc", contract.ROLLOUT_PAUSED: "true"}
+
+    # A newer value is someone's new request: it stays.
+    stale = AnnotationRemoval(ref=ref, name=promote, value="older")
+    assert await backend.call("remove_annotation", stale) is False
+    assert (await observe(backend, ref)).annotations[promote] == "abc"  # type: ignore[union-attr]
+    consumed = AnnotationRemoval(ref=ref, name=promote, value="abc")
+    assert await backend.call("remove_annotation", consumed) is True
+    assert (await observe(backend, ref)).annotations == {contract.ROLLOUT_PAUSED: "true"}  # type: ignore[union-attr]
+    assert await backend.call("remove_annotation", consumed) is False, "already removed"
+    await backend.start_deleting(ref)
+    await backend.finish_deleting(ref)
+    assert await backend.call("remove_annotation", consumed) is False, "gone"
+
+
+async def test_the_fake_records_what_the_real_activities_refuse() -> None:
+    """The harness fails a time-skipping test on any refused call (tests/rollout_harness.py)."""
+    fake = FakeBackend()
+    ref = await fake.new_service(1)
+    with pytest.raises(ApplicationError):
+        await set_traffic(fake, ref, ("rev1", 100))
+    with pytest.raises(ApplicationError):
+        await ensure(fake, ref, "rev1", -2)
+    assert len(fake.cluster.violations) == 2 and "InvalidTraffic" in fake.cluster.violations[0]
