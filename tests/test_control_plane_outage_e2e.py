@@ -155,7 +155,9 @@ def test_apiserver_and_temporal_killed_mid_canary_and_mid_import(private_stack: 
         (c := isvc.canary()).get("currentStep") == 0 and isvc.phase() == "Paused" and c["canaryRevisionHash"]))
 
     # A Llama-shaped model of about 1.3 GB (sparse): the import is caught with a file half fetched.
-    repo = hub_repos.safetensors("outage-llama", num_shards=4, fill="sparse", **TEST_SHAPES)
+    # Five shards, not the resume test's four: the session's registry is shared, and identical shard
+    # contents would let a later import skip every blob (and the resume test find nothing to kill).
+    repo = hub_repos.safetensors("outage-llama", num_shards=5, fill="sparse", **TEST_SHAPES)
     files = {name: repo.snapshot / name for name in repo.files}
     weights = {name: path.stat().st_size for name, path in files.items() if name.endswith(".safetensors")}
     client.CustomObjectsApi(stack.api).create_namespaced_custom_object(
