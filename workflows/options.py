@@ -21,6 +21,15 @@ from temporalio.common import RetryPolicy
 from servingops.api_models.errors import NON_RETRYABLE_TYPES
 
 
+def _policy(*, maximum_attempts: int, maximum_interval: timedelta, initial_interval: timedelta = timedelta(seconds=1),
+            backoff_coefficient: float = 2.0) -> RetryPolicy:
+    """A retry policy under which a permanent error type (api_models.errors) is never retried,
+    even when an activity forgot to raise it non-retryable. (The defaults are Temporal's.)"""
+    return RetryPolicy(initial_interval=initial_interval, backoff_coefficient=backoff_coefficient,
+                       maximum_interval=maximum_interval, maximum_attempts=maximum_attempts,
+                       non_retryable_error_types=list(NON_RETRYABLE_TYPES))
+
+
 class ActivityOptions(TypedDict, total=False):
     """The keyword arguments of `workflow.execute_activity*` that the catalogue fixes."""
 
@@ -35,12 +44,11 @@ KUBE: ActivityOptions = {
     # Unbounded on purpose: every Kubernetes activity is idempotent (read, ensure, set, delete,
     # merge a status), and while the apiserver is away the only way forward is to wait for it.
     # What retrying cannot fix is a permanent error type and ends the attempt at once.
-    "retry_policy": RetryPolicy(
+    "retry_policy": _policy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=30),
         maximum_attempts=0,
-        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
     ),
 }
 """A Kubernetes read or write (also the serving activities and the operator ConfigMap read)."""
@@ -50,12 +58,11 @@ CLEANUP: ActivityOptions = {
     # Bounded: a best-effort Kubernetes write the workflow can do without (removing a consumed
     # rollout annotation) must not hold the workflow while the apiserver is away; the workflow
     # tries again on a later pass instead (InferenceServiceWorkflow: every minute while one is due).
-    "retry_policy": RetryPolicy(
+    "retry_policy": _policy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=10),
         maximum_attempts=4,
-        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
     ),
 }
 """A best-effort Kubernetes write whose failure the workflow tolerates and retries later itself."""
@@ -64,10 +71,9 @@ QUICK: ActivityOptions = {
     "start_to_close_timeout": timedelta(minutes=2),
     # Bounded: a registry or source that stays unreachable for ~10 minutes fails the import with
     # the last error as its reason, instead of leaving the model Pending without a word.
-    "retry_policy": RetryPolicy(
+    "retry_policy": _policy(
         maximum_interval=timedelta(seconds=30),
         maximum_attempts=20,
-        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
     ),
 }
 """A short call to a registry, a source's metadata, a host claim or an upload session."""
@@ -82,10 +88,9 @@ TRANSFER: ActivityOptions = {
     "schedule_to_start_timeout": timedelta(minutes=10),
     # Bounded: each attempt resumes where the last heartbeat left it, so 50 attempts is far more
     # than a flaky network needs and still ends a transfer that can never finish.
-    "retry_policy": RetryPolicy(
+    "retry_policy": _policy(
         maximum_interval=timedelta(seconds=30),
         maximum_attempts=50,
-        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
     ),
 }
 """A long transfer or inspection on one worker host's spool, heartbeating its resume point."""
@@ -94,12 +99,11 @@ SAMPLE: ActivityOptions = {
     "start_to_close_timeout": timedelta(seconds=60),
     # A sample that cannot be taken is an inconclusive sample, not a reason to block the step: a
     # few quick attempts, then the gate decides what "no answer" means.
-    "retry_policy": RetryPolicy(
+    "retry_policy": _policy(
         initial_interval=timedelta(seconds=1),
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=5),
         maximum_attempts=3,
-        non_retryable_error_types=list(NON_RETRYABLE_TYPES),
     ),
 }
 """One metrics sample (Prometheus)."""
