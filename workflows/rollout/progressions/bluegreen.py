@@ -11,13 +11,13 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.serving.activities import ServingActivities
-    from servingops.activities.serving.types import EnsureRevisionInput, RevisionKey, SetTrafficInput
+    from servingops.activities.serving.types import RevisionKey, SetTrafficInput
     from servingops.api_models.errors import ErrorType, error_type_of
     from servingops.api_models.ome.enums import CoordinationPhase, RolloutRunOutcome
     from servingops.api_models.serving import TrafficWeight
     from servingops.workflows import options
     from servingops.workflows.rollout.progressions.driver import Driver
-    from servingops.workflows.rollout.progressions.readiness import all_ready
+    from servingops.workflows.rollout.progressions.readiness import all_ready, scale_revision
 
 
 async def run(driver: Driver) -> RolloutRunOutcome | None:
@@ -26,12 +26,7 @@ async def run(driver: Driver) -> RolloutRunOutcome | None:
     await driver.coordinate(CoordinationPhase.SURGING, surge="100%")
     try:
         for target in moving:
-            await workflow.execute_activity_method(
-                ServingActivities.ensure_revision,
-                EnsureRevisionInput(
-                    key=RevisionKey(isvc=driver.isvc, component=target.component, revision=target.revision),
-                    replicas=target.desired_replicas),
-                **options.KUBE)
+            await scale_revision(driver.isvc, target.component, target.revision, target.desired_replicas)
     except ActivityError as error:
         if error_type_of(error) is not ErrorType.REVISION_SUPERSEDED:
             raise

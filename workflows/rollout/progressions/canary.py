@@ -22,7 +22,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.serving.activities import ServingActivities
-    from servingops.activities.serving.types import EnsureRevisionInput, ObserveInput, RevisionKey, SetTrafficInput
+    from servingops.activities.serving.types import ObserveInput, RevisionKey, SetTrafficInput
     from servingops.api_models.contract.rollout import ComponentTarget, PinnedGroup, RetargetRequest
     from servingops.api_models.durations import parse_duration
     from servingops.api_models.errors import ErrorType, error_type_of
@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.workflows import options
     from servingops.workflows.rollout import analysis, status
     from servingops.workflows.rollout.progressions.driver import CanaryDriver
+    from servingops.workflows.rollout.progressions.readiness import scale_revision
     from servingops.workflows.rollout.steps import (
         Gate,
         GateOutcome,
@@ -127,12 +128,7 @@ class _StepMachine:
         want = {t.component: step_capacity(step, t.desired_replicas) for t in self.d.moving()}
         try:
             for target in self.d.moving():
-                await workflow.execute_activity_method(
-                    ServingActivities.ensure_revision,
-                    EnsureRevisionInput(
-                        key=RevisionKey(isvc=self.d.isvc, component=target.component, revision=target.revision),
-                        replicas=want[target.component]),
-                    **options.KUBE)
+                await scale_revision(self.d.isvc, target.component, target.revision, want[target.component])
         except ActivityError as error:
             if error_type_of(error) is not ErrorType.REVISION_SUPERSEDED:
                 raise
@@ -360,12 +356,7 @@ class _StepMachine:
         self.d.gate_name = None
         await self.d.enter(RolloutPhase.ROLLING_BACK, force=True)
         for target in self.d.moving():
-            await workflow.execute_activity_method(
-                ServingActivities.ensure_revision,
-                EnsureRevisionInput(
-                    key=RevisionKey(isvc=self.d.isvc, component=target.component, revision=target.stable_revision),
-                    replicas=target.desired_replicas),
-                **options.KUBE)
+            await scale_revision(self.d.isvc, target.component, target.stable_revision, target.desired_replicas)
             await self._send_all_to(target, target.stable_revision)
         self.d.progress.programmed_weight = 0
         canary.observed_traffic_weight = 0

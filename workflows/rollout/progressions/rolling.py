@@ -13,14 +13,14 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.serving.activities import ServingActivities
-    from servingops.activities.serving.types import EnsureRevisionInput, RevisionKey, SetTrafficInput
+    from servingops.activities.serving.types import RevisionKey, SetTrafficInput
     from servingops.api_models.contract.rollout import ComponentTarget
     from servingops.api_models.ome.enums import ComponentType, CoordinationPhase, RolloutRunOutcome
     from servingops.api_models.ome.rollout import GroupRollingUpdate
     from servingops.api_models.serving import TrafficWeight
     from servingops.workflows import options
     from servingops.workflows.rollout.progressions.driver import Driver
-    from servingops.workflows.rollout.progressions.readiness import all_ready
+    from servingops.workflows.rollout.progressions.readiness import all_ready, scale_revision
     from servingops.workflows.rollout.steps import scaled
 
 DEFAULT_BUDGET = "25%"
@@ -94,19 +94,9 @@ async def run(driver: Driver) -> RolloutRunOutcome | None:
             before = counts[component]
             after = next_counts(target.desired_replicas, surge, unavailable, before, new_ready, old_ready)
             if after.new != before.new:
-                await workflow.execute_activity_method(
-                    ServingActivities.ensure_revision,
-                    EnsureRevisionInput(
-                        key=RevisionKey(isvc=driver.isvc, component=component, revision=target.revision),
-                        replicas=after.new),
-                    **options.KUBE)
+                await scale_revision(driver.isvc, component, target.revision, after.new)
             if after.old != before.old:
-                await workflow.execute_activity_method(
-                    ServingActivities.ensure_revision,
-                    EnsureRevisionInput(
-                        key=RevisionKey(isvc=driver.isvc, component=component, revision=target.stable_revision),
-                        replicas=after.old),
-                    **options.KUBE)
+                await scale_revision(driver.isvc, component, target.stable_revision, after.old)
             counts[component] = after
             weight = split(new_ready, min(old_ready, after.old))
             if weights.get(component) != weight:
@@ -154,12 +144,7 @@ async def _restore(driver: Driver, moving: list[ComponentTarget],
     """Scale the old revision back to desired, wait for it (bounded), route to it, drop the new."""
     await driver.coordinate(CoordinationPhase.ROLLING_BACK)
     for target in moving:
-        await workflow.execute_activity_method(
-            ServingActivities.ensure_revision,
-            EnsureRevisionInput(
-                key=RevisionKey(isvc=driver.isvc, component=target.component, revision=target.stable_revision),
-                replicas=target.desired_replicas),
-            **options.KUBE)
+        await scale_revision(driver.isvc, target.component, target.stable_revision, target.desired_replicas)
     since = workflow.now()
     while workflow.now() - since < driver.ready_timeout():
         if await all_ready(driver.isvc, moving, stable=True):
