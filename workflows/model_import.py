@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 from servingops.workflows import options
 from servingops.workflows.entity import EntitySignals, EntityState
@@ -119,6 +119,16 @@ class ImportFailed(Exception):
 _LEGACY_INVALID_MODEL = "InvalidModel"
 
 
+DELETE_CANCELS_IMPORT = "delete-cancels-import"
+"""Patch: a delete mid-import used to write Failed ("gave up after retries (CancelledError)")
+before Deleting; now the cancelled import goes straight to Deleting, whose cleanup deletes the
+blobs the import had uploaded."""
+
+
+def _cancelled(exc: ActivityError) -> bool:
+    return isinstance(exc.cause, CancelledError)
+
+
 def _failure(exc: ActivityError) -> ImportFailed:
     """Why an activity failed for good, as the Failed condition's reason and message.
 
@@ -194,6 +204,11 @@ class ModelWorkflow(EntitySignals[ModelState]):
                 await importing
             except asyncio.CancelledError:
                 pass
+            except ActivityError as exc:
+                # A cancelled activity surfaces as ActivityError(CancelledError), not as
+                # asyncio's CancelledError: the import was stopped, the cleanup goes on.
+                if not _cancelled(exc):
+                    raise
 
         return await self._await_deletion(start)
 
@@ -233,6 +248,8 @@ class ModelWorkflow(EntitySignals[ModelState]):
             await self._fail(failed)
             return
         except ActivityError as exc:
+            if _cancelled(exc) and workflow.patched(DELETE_CANCELS_IMPORT):
+                raise  # deleted mid-import: _cleanup removes what was pushed; nothing "failed"
             await self._fail(_failure(exc))
             return
         self.state.artifact = artifact
@@ -308,35 +325,42 @@ class ModelWorkflow(EntitySignals[ModelState]):
         assert self.ref is not None
         pushing: asyncio.Future[None] | None = None
         model_dir = ""
-        for progress, file in zip(self.state.files, listing.files, strict=True):
-            fetched = await workflow.execute_activity_method(
-                SourceActivities.fetch_file,
-                FetchInput(
-                    model=self.ref,
-                    provider=listing.provider,
-                    locator=listing.locator,
-                    resolved_revision=listing.resolved_revision,
-                    file=file,
-                    auth_secret_name=auth,
-                    header_only=progress.in_registry,
-                ),
-                task_queue=claim.task_queue,
-                **options.TRANSFER,
-            )
-            progress.fetched = True
-            progress.transferred_bytes += fetched.transferred_bytes
-            progress.sha256 = fetched.sha256 or progress.sha256
-            model_dir = fetched.path[: len(fetched.path) - len(fetched.relative_path)].rstrip("/")
+        try:
+            for progress, file in zip(self.state.files, listing.files, strict=True):
+                fetched = await workflow.execute_activity_method(
+                    SourceActivities.fetch_file,
+                    FetchInput(
+                        model=self.ref,
+                        provider=listing.provider,
+                        locator=listing.locator,
+                        resolved_revision=listing.resolved_revision,
+                        file=file,
+                        auth_secret_name=auth,
+                        header_only=progress.in_registry,
+                    ),
+                    task_queue=claim.task_queue,
+                    **options.TRANSFER,
+                )
+                progress.fetched = True
+                progress.transferred_bytes += fetched.transferred_bytes
+                progress.sha256 = fetched.sha256 or progress.sha256
+                model_dir = fetched.path[: len(fetched.path) - len(fetched.relative_path)].rstrip("/")
+                if pushing is not None:
+                    await pushing
+                if progress.in_registry:
+                    progress.pushed_digest = f"sha256:{progress.sha256}"
+                    await self._report_progress()
+                    pushing = None
+                else:
+                    pushing = asyncio.ensure_future(self._push(claim, progress, fetched.path))
             if pushing is not None:
                 await pushing
-            if progress.in_registry:
-                progress.pushed_digest = f"sha256:{progress.sha256}"
-                await self._report_progress()
-                pushing = None
-            else:
-                pushing = asyncio.ensure_future(self._push(claim, progress, fetched.path))
-        if pushing is not None:
-            await pushing
+        except BaseException:
+            # Cancelled by a delete, or failed: a push still in flight would upload a blob after
+            # the cleanup listed what to delete, so it stops too.
+            if pushing is not None and not pushing.done() and workflow.patched(DELETE_CANCELS_IMPORT):
+                pushing.cancel()
+            raise
         return model_dir
 
     async def _push(self, claim: HostClaim, progress: FileProgress, path: str) -> None:
@@ -449,12 +473,16 @@ class ModelWorkflow(EntitySignals[ModelState]):
 
     async def _fail(self, failed: ImportFailed) -> None:
         """Failed, with nothing this import uploaded left in the registry."""
+        await self._delete_uploaded_blobs()
+        await self._write(ModelPhase.FAILED, failed.reason, failed.message)
+
+    async def _delete_uploaded_blobs(self) -> None:
+        """Blobs this import uploaded (not those it found or mounted) that no manifest names."""
         uploaded = [p.pushed_digest for p in self.state.files if p.uploaded_here and p.pushed_digest]
         if uploaded and self.claim is not None:
             await workflow.execute_activity_method(
                 OciActivities.delete_blobs, BlobsInput(target=self.claim.registry, digests=uploaded), **options.QUICK
             )
-        await self._write(ModelPhase.FAILED, failed.reason, failed.message)
 
     # -- deletion --------------------------------------------------------------------------------
 
@@ -462,6 +490,8 @@ class ModelWorkflow(EntitySignals[ModelState]):
         assert self.ref is not None
         await self._write(ModelPhase.DELETING, ModelReason.DELETING, "removing the published artifact")
         artifact = self.state.artifact
+        if artifact is None and workflow.patched(DELETE_CANCELS_IMPORT):
+            await self._delete_uploaded_blobs()
         if artifact is not None:
             shared = await workflow.execute_activity_method(
                 KubernetesActivities.artifact_referenced,

@@ -9,6 +9,7 @@ names and wire shapes, never on where a type lives in the code being refactored.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +62,10 @@ class FakeModelWorld:
     deleting: bool = False
     statuses: list[dict[str, Any]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
+    held: dict[str, int] = field(default_factory=dict)
+    """Activity name -> which of its calls (1 = the first) does not finish on its own but heartbeats
+    until cancelled: a long transfer or a slow spool cleanup, for a deletion to arrive in."""
+    cancelled: list[str] = field(default_factory=list)
 
     def obj(self) -> dict[str, Any]:
         metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace, "uid": self.uid, "generation": 1}
@@ -84,6 +89,17 @@ class FakeModelWorld:
 
         def called(name: str) -> None:
             world.calls.append(name)
+
+        async def hold(name: str) -> None:
+            if world.held.get(name) != world.calls.count(name):
+                return
+            try:
+                while True:
+                    activity.heartbeat()
+                    await asyncio.sleep(0.05)
+            except asyncio.CancelledError:
+                world.cancelled.append(name)
+                raise
 
         @activity.defn(name="kube.ensure_finalizer")
         async def ensure_finalizer(change: dict[str, Any]) -> bool:
@@ -138,6 +154,7 @@ class FakeModelWorld:
         @activity.defn(name="source.fetch_file")
         async def fetch_file(request: dict[str, Any]) -> dict[str, Any]:  # FetchedFile
             called("source.fetch_file")
+            await hold("source.fetch_file")
             file = request["file"]
             header_only = bool(request.get("header_only"))
             return {"path": world.spool(file["path"]), "relative_path": file["path"], "size": file["size"],
@@ -189,6 +206,7 @@ class FakeModelWorld:
         @activity.defn(name="source.clean_spool")
         async def clean_spool(request: dict[str, Any]) -> None:
             called("source.clean_spool")
+            await hold("source.clean_spool")
 
         @activity.defn(name="upload.open_session")
         async def open_session(request: dict[str, Any]) -> dict[str, Any]:  # UploadSessionInfo

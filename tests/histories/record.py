@@ -688,6 +688,19 @@ async def model_delete(rec: Recording) -> None:
         await handle.result()
 
 
+async def model_delete_mid_import(rec: Recording) -> None:
+    """Deleted while the second file is fetched (the first already pushed): the fetch is cancelled,
+    the model goes Deleting (patch delete-cancels-import), the pushed blob is deleted, the
+    finalizer removed."""
+    world = FakeModelWorld(uid=str(uuid.uuid4()), held={"source.fetch_file": 2})
+    async with model_served(rec, world) as handle:
+        await until(rec.env, lambda: world.calls.count("source.fetch_file") == 2 and "oci.push_file" in world.calls,
+                    step=1, what="the second fetch")
+        await handle.signal("delete", {"uid": world.uid, "generation": 1, "resource_version": "9",
+                                       "deleting": True})
+        await handle.result()
+
+
 # -- the catalogue ----------------------------------------------------------------------------------
 
 Scenario = Callable[[Recording], Awaitable[None]]
@@ -697,6 +710,7 @@ SCENARIOS: dict[str, Scenario] = {
     "import-source-not-found": model_source_not_found,
     "upload": model_upload,
     "delete": model_delete,
+    "delete-mid-import": model_delete_mid_import,
     "canary-promote": canary_promote,
     "annotation-cleanup": annotation_cleanup,
     "canary-rollback": canary_rollback,
