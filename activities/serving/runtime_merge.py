@@ -1,0 +1,129 @@
+"""A component's effective spec from its runtime and its InferenceService, and the model wired in:
+pure functions on the API's JSON (dicts), no I/O.
+
+Merge (upstream OME's rule: a strategic merge patch of the service's component over the runtime's
+`engineConfig` / `decoderConfig` / `routerConfig`):
+- maps merge key by key, recursively; an explicit null in the override removes the key;
+- lists whose Kubernetes type has a patch merge key merge element by element on that key
+  (containers and initContainers by name, env by name, volumes by name, volumeMounts by mountPath,
+  ports by containerPort, imagePullSecrets by name, ...), keeping the runtime's order and appending
+  the service's new elements; every other list (args, command, tolerations, ...) is replaced whole;
+- scalars are replaced.
+A component the service does not name is not rendered, whatever the runtime configures (upstream).
+
+The model (upstream's wiring, kept so OME images find their weights where they expect): a hostPath
+volume named after the model at `storage.path`, mounted read-only at the same path in the main
+container, `MODEL_PATH` set to it unless the container already sets it, and a nodeSelector on the
+node label the agent writes when that node's copy is Ready.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+READY = "Ready"
+MODEL_PATH_ENV = "MODEL_PATH"
+
+# Kubernetes' patch merge keys for the list fields that can appear in a component's pod spec.
+MERGE_KEYS: dict[str, str] = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath",
+    "ports": "containerPort",
+    "imagePullSecrets": "name",
+    "hostAliases": "ip",
+    "resourceClaims": "name",
+    "topologySpreadConstraints": "topologyKey",
+}
+
+
+def strategic_merge(base: Any, override: Any, field: str | None = None) -> Any:
+    """`override` merged over `base` (neither is modified)."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = copy.deepcopy(base)
+        for key, value in override.items():
+            if value is None:
+                merged.pop(key, None)
+            elif key in merged:
+                merged[key] = strategic_merge(merged[key], value, key)
+            else:
+                merged[key] = copy.deepcopy(value)
+        return merged
+    if isinstance(base, list) and isinstance(override, list) and field in MERGE_KEYS:
+        return _merge_keyed(base, override, MERGE_KEYS[field], field)
+    return copy.deepcopy(override)
+
+
+def _merge_keyed(base: list[Any], override: list[Any], key: str, field: str) -> list[Any]:
+    merged = [copy.deepcopy(item) for item in base]
+    index = {item.get(key): i for i, item in enumerate(merged) if isinstance(item, dict) and key in item}
+    for item in override:
+        if isinstance(item, dict) and item.get(key) in index:
+            position = index[item[key]]
+            merged[position] = strategic_merge(merged[position], item, field)
+        else:
+            merged.append(copy.deepcopy(item))
+    return merged
+
+
+def merge_component(
+    runtime_config: dict[str, Any] | None, isvc_component: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The effective component: None when the service does not name it."""
+    if isvc_component is None:
+        return None
+    if runtime_config is None:
+        return copy.deepcopy(isvc_component)
+    merged = strategic_merge(runtime_config, isvc_component)
+    assert isinstance(merged, dict)
+    return merged
+
+
+@dataclass(frozen=True)
+class ModelMount:
+    """What a serving pod needs of a base model whose copies the node agents keep."""
+
+    volume_name: str
+    """The model's name (a DNS label, so a valid volume name)."""
+    path: str
+    """storage.path: where the copy lives on the node, and where the container sees it."""
+    node_label: str
+    """The node label the agent sets to Ready once the node's copy is complete."""
+
+
+def main_container(pod: dict[str, Any], preferred: str | None = None) -> dict[str, Any] | None:
+    """The container serving the model: the one named `preferred` (the runner's), else the first."""
+    containers = pod.get("containers") or []
+    for container in containers:
+        if preferred and container.get("name") == preferred:
+            return dict(container)
+    return dict(containers[0]) if containers else None
+
+
+def attach_model(pod: dict[str, Any], mount: ModelMount, container_name: str | None = None) -> dict[str, Any]:
+    """A copy of `pod` (a pod spec, or a component spec holding one) with the model wired in."""
+    result = copy.deepcopy(pod)
+    volumes = result.setdefault("volumes", [])
+    if not any(v.get("name") == mount.volume_name for v in volumes):
+        volumes.append({"name": mount.volume_name, "hostPath": {"path": mount.path, "type": "Directory"}})
+    containers = result.get("containers") or []
+    target = main_container(result, container_name)
+    for container in containers:
+        if target is None or container.get("name") != target.get("name"):
+            continue
+        mounts = container.setdefault("volumeMounts", [])
+        if not any(m.get("mountPath") == mount.path for m in mounts):
+            mounts.append({"name": mount.volume_name, "mountPath": mount.path, "readOnly": True})
+        env = container.setdefault("env", [])
+        if not any(e.get("name") == MODEL_PATH_ENV for e in env):
+            env.append({"name": MODEL_PATH_ENV, "value": mount.path})
+        break
+    selector = result.setdefault("nodeSelector", {})
+    selector.setdefault(mount.node_label, READY)
+    return result
