@@ -25,13 +25,16 @@ length; 413 larger than the session's maximum (any partial upload is removed); 4
 resume offset; 503 Kubernetes or Temporal unreachable (retry); 507 not enough space on the worker.
 
 When the last byte is in: the file is fsynced and renamed from `<name>.part` to `<name>`, the session is marked
-used (a marker in the spool, authoritative, and an annotation on the Secret, for everyone to see), and the
-model workflow gets the `upload-complete` signal with an UploadComplete. Should that signal fail, the answer is
-503 and any later request on the session sends it again.
+used (a marker in the spool: the session's URL leads to this worker only), and the model workflow gets the
+`upload-complete` signal with an UploadComplete. Should that signal fail, the answer is 503 and any later
+request on the session sends it again. The model workflow then closes the session (its record is deleted, so
+the URL answers 401 from then on).
 
-The server only ever reads Secret *metadata* (a PartialObjectMetadataList): the token is never in its memory,
-only the sha256 of the token a client presents, compared in constant time with the signed session record.
-Nothing here logs a header.
+The server finds a session by its id alone: the signed session record is the ConfigMap `upload-session-<id>`
+of the controller namespace (activities/uploads/sessions.py). So its identity needs only `get` on ConfigMaps
+of that namespace and on the signing-key Secret: no right on any other Secret, none in another namespace, and
+no write anywhere (deploy/chart/templates/rbac-uploads.yaml). The token is never in its memory, only the
+sha256 of the token a client presents, compared in constant time with the record's. Nothing here logs a header.
 """
 
 from __future__ import annotations
@@ -64,18 +67,12 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from servingops.activities.model_files.archive import classify_upload
 from servingops.activities.model_files.errors import InvalidModel
 from servingops.activities.uploads.sessions import (
-    ANN_COMPLETED,
-    ANN_NOTIFIED,
     DEFAULT_CONTROLLER_NAMESPACE,
-    LABEL_MANAGED_BY,
-    LABEL_SESSION,
-    MANAGED_BY,
     SESSION_ID,
     UPLOADS_PREFIX,
     SessionRecord,
     SigningKey,
-    completed_annotation,
-    read_completed,
+    record_name,
     rfc3339,
     token_digest,
     upload_dir,
@@ -88,7 +85,6 @@ log = logging.getLogger("servingops.uploads.server")
 
 PIECE = 1 << 20
 """Bytes read from the socket, hashed and written per step: the body is never held whole in memory."""
-_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 _CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
 _DRAIN_LIMIT = 64 << 20
 """After an early refusal, up to this much of the unread body is read and dropped so the client, still
@@ -144,9 +140,6 @@ class _Progress:
 @dataclass(frozen=True)
 class _Session:
     record: SessionRecord
-    namespace: str
-    name: str
-    annotations: dict[str, str]
 
 
 class _Body:
@@ -460,7 +453,7 @@ class UploadServer:
     ) -> None:
         """`temporal_client_factory` is awaited once, on the server's own event loop thread, to get the
         client that sends `upload-complete` (e.g. `lambda: runtime.temporal.connect(settings)`).
-        `max_upload_bytes` caps every session whatever its Secret says; `worker_task_queue` is copied into
+        `max_upload_bytes` caps every session whatever its record says; `worker_task_queue` is copied into
         every UploadComplete (see its doc)."""
         self.spool_root = Path(spool_root)
         self.host = host
@@ -536,19 +529,20 @@ class UploadServer:
             raise _unauthorized()  # the same answer as for an unknown session
         return session_id, urllib.parse.parse_qs(parts.query)
 
-    def _list_sessions(self, session_id: str) -> list[dict[str, Any]]:
-        """Metadata of the Secrets labelled with this session id, in any namespace: never their data."""
+    def _read_record(self, session_id: str) -> client.V1ConfigMap | None:
+        """The session's record, by name in the controller namespace; None when there is none."""
         try:
-            # Unparsed: the generated client would try to read a PartialObjectMetadataList as a V1SecretList.
-            response: Any = self.core.list_secret_for_all_namespaces(
-                label_selector=f"{LABEL_SESSION}={session_id},{LABEL_MANAGED_BY}={MANAGED_BY}",
-                _headers={"Accept": _METADATA_LIST}, _request_timeout=10, _preload_content=False,
-            )
-            data = response.data
-        except (ApiException, Urllib3Error, OSError) as exc:
-            log.warning("cannot list upload sessions: %s", type(exc).__name__)
+            found: client.V1ConfigMap = self.core.read_namespaced_config_map(
+                record_name(session_id), self.controller_namespace, _request_timeout=10)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            log.warning("cannot read upload session records: %s %s", exc.status, exc.reason)
             raise _Reply(503, {"error": "Kubernetes API unavailable; retry"}, {"Retry-After": "5"}) from None
-        return [item.get("metadata") or {} for item in json.loads(data).get("items") or []]
+        except (Urllib3Error, OSError) as exc:
+            log.warning("cannot read upload session records: %s", type(exc).__name__)
+            raise _Reply(503, {"error": "Kubernetes API unavailable; retry"}, {"Retry-After": "5"}) from None
+        return found
 
     def _authorize(self, handler: _Handler) -> tuple[_Session, dict[str, list[str]]]:
         session_id, query = self._session_id(handler)
@@ -556,7 +550,9 @@ class UploadServer:
         if token is None:
             raise _unauthorized()
         presented = token_digest(token)
-        candidates = self._list_sessions(session_id)
+        found = self._read_record(session_id)
+        if found is None:
+            raise _unauthorized()
         for attempt in range(2):
             try:
                 key = self.signing_key.get()
@@ -564,15 +560,13 @@ class UploadServer:
                 raise _Reply(503, {"error": "Kubernetes API unavailable; retry"}, {"Retry-After": "5"}) from None
             if key is None:
                 break
-            for meta in candidates:
-                record = verified_record(meta, key, self.controller_namespace)
-                if record is None or record.session_id != session_id:
-                    continue
+            record = verified_record(found, key, self.controller_namespace)
+            if record is not None and record.session_id == session_id:
                 if hmac.compare_digest(record.token_sha256, presented):
-                    return _Session(record, meta["namespace"], meta["name"], dict(meta.get("annotations") or {})), \
-                        query
+                    return _Session(record), query
+                break  # a valid record, the wrong token
             # The key may have been rotated since we cached it: read it again, at most every 30 s.
-            if attempt == 0 and not (candidates and self.signing_key.refresh()):
+            if attempt == 0 and not self.signing_key.refresh():
                 break
         raise _unauthorized()
 
@@ -592,13 +586,11 @@ class UploadServer:
         """The completed upload of a used session (notifying the workflow again if that had failed)."""
         udir = upload_dir(self.spool_root, session.record.session_id)
         marker = _read_json(udir / _MARKER, _Marker)
-        done = marker.upload if marker else read_completed(session.annotations)
-        if done is None:
+        if marker is None:
             return None
-        notified = (marker is not None and marker.notified) or ANN_NOTIFIED in session.annotations
-        if not notified:
-            self._notify(session, done)
-        return done
+        if not marker.notified:
+            self._notify(session, marker.upload)
+        return marker.upload
 
     def _discard(self, session_id: str) -> None:
         # The session's _Progress stays: its lock is held by the caller, and its hash is reset whenever an
@@ -808,20 +800,8 @@ class UploadServer:
         self._forget(session_id)
         log.info("upload %s complete: %s, %d bytes, %s, sha256 %s", session_id, done.filename, size, done.kind,
                  done.sha256)
-        self._annotate(session, {ANN_COMPLETED: completed_annotation(done)})
         self._notify(session, done)
         return done
-
-    def _annotate(self, session: _Session, annotations: dict[str, str]) -> None:
-        """Best effort: the spool marker is what makes the session single use on this worker."""
-        try:
-            self.core.patch_namespaced_secret(
-                session.name, session.namespace, {"metadata": {"annotations": annotations}},
-                _content_type="application/merge-patch+json", _request_timeout=10,
-            )
-        except (ApiException, Urllib3Error, OSError) as exc:
-            log.warning("upload %s: cannot annotate Secret %s/%s: %s", session.record.session_id,
-                        session.namespace, session.name, type(exc).__name__)
 
     def _notify(self, session: _Session, done: UploadComplete) -> None:
         """Signal upload-complete to the model workflow; 503 (and a later retry) when that fails."""
@@ -841,8 +821,6 @@ class UploadServer:
         udir = upload_dir(self.spool_root, session.record.session_id)
         if (udir / _MARKER).exists():
             _write_json(udir / _MARKER, _Marker(upload=done, notified=True))
-        self._annotate(session, {ANN_COMPLETED: completed_annotation(done),
-                                 ANN_NOTIFIED: rfc3339(dt.datetime.now(dt.UTC))})
 
     async def _signal(self, workflow_id: str, done: UploadComplete) -> None:
         if self._client_lock is None:

@@ -24,12 +24,14 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 
 from devstack.hub_server import HubServer
+from devstack.identities import NAMESPACE as CONTROLLER_NAMESPACE
 from devstack.identities import Identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.ollama_registry import publish_ollama_model
 from devstack.process import ManagedProcess, find_binary
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.oci.registry_client import ModelRegistry
+from servingops.activities.uploads.sessions import record_name
 from servingops.api_models.contract import Query, model_workflow_id
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
@@ -246,6 +248,11 @@ def test_upload_of_a_gguf_file(stack: Stack, hub_repos: HubRepos) -> None:
 
     url = base64.b64decode(secret.data["uploadURL"]).decode()
     token = base64.b64decode(secret.data["token"]).decode()
+    # The endpoint (the chart's uploads identity, which may read no Secret here) finds the session by
+    # its record in the controller namespace.
+    core = client.CoreV1Api(stack.api)
+    record = record_name(waiting["metadata"]["uid"])
+    assert core.read_namespaced_config_map(record, CONTROLLER_NAMESPACE).data
     data = gguf.read_bytes()
     request = urllib.request.Request(url, data=data, method="PUT", headers={
         "Authorization": f"Bearer {token}", "X-Filename": "model.gguf", "Content-Length": str(len(data))})
@@ -255,6 +262,12 @@ def test_upload_of_a_gguf_file(stack: Stack, hub_repos: HubRepos) -> None:
     assert obj["status"]["phase"] == "Ready", obj["status"]
     assert obj["status"]["source"]["resolvedType"] == "Upload"
     assert "upload" not in obj["status"]
+    # Closed with the import: neither the record nor the Secret is left.
+    for read, name, namespace in ((core.read_namespaced_config_map, record, CONTROLLER_NAMESPACE),
+                                  (core.read_namespaced_secret, upload["secretName"], stack.namespace)):
+        with pytest.raises(ApiException) as gone:
+            read(name, namespace)
+        assert gone.value.status == 404
     assert hashlib.sha256(data).hexdigest() in str(asyncio.run(stack.workflow_state(obj)))
 
 

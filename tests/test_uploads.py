@@ -1,6 +1,7 @@
-"""Upload sessions end to end: the session Secret on the real apiserver, the worker's upload server over real
-HTTP, and the `upload-complete` signal on the real Temporal dev server, received by a probe workflow that stands
-in for the model workflow under the model's workflow id."""
+"""Upload sessions end to end: the session's Secret and record on the real apiserver, the worker's upload server
+over real HTTP, and the `upload-complete` signal on the real Temporal dev server, received by a probe workflow that
+stands in for the model workflow under the model's workflow id. The activities run as the chart's worker identity,
+the server as the chart's uploads identity (which may read no Secret but the signing key)."""
 
 from __future__ import annotations
 
@@ -35,14 +36,13 @@ from devstack.model_repos import GGUF_STRING, GGUFTensor, make_gguf_repo, write_
 from devstack.process import free_port
 from devstack.services import TemporalDevServer
 from servingops.activities.uploads.sessions import (
-    ANN_COMPLETED,
-    ANN_NOTIFIED,
-    ANN_SESSION,
-    ANN_SIGNATURE,
+    KEY_RECORD,
+    KEY_SIGNATURE,
     LABEL_MANAGED_BY,
     LABEL_SESSION,
     MANAGED_BY,
     UploadActivities,
+    record_name,
     secret_name,
 )
 from servingops.activities.uploads.types import (
@@ -236,6 +236,16 @@ def _secret_or_none(kube_api: client.ApiClient, namespace: str, name: str) -> cl
         raise
 
 
+def _record(kube_api: client.ApiClient, session_id: str | None) -> client.V1ConfigMap | None:
+    assert session_id
+    try:
+        return client.CoreV1Api(kube_api).read_namespaced_config_map(record_name(session_id), CONTROLLER_NS)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 def _assert_no_token(token: str, *texts: str) -> None:
     for text in texts:
         assert token not in text
@@ -256,15 +266,22 @@ def test_open_session_for_a_model(kube_api: client.ApiClient, ns: str, acts: Upl
     assert before + dt.timedelta(seconds=3590) < info.expires_at <= before + dt.timedelta(seconds=3601)
     meta = secret.metadata
     assert meta is not None
-    labels, annotations = meta.labels or {}, meta.annotations or {}
+    labels = meta.labels or {}
     assert labels[LABEL_SESSION] == ref.uid and labels[LABEL_MANAGED_BY] == MANAGED_BY
     [owner] = meta.owner_references or []
     assert (owner.kind, owner.name, owner.uid, owner.api_version) == ("Model", ref.name, ref.uid,
                                                                       "ai.deckhouse.io/v1alpha1")
-    record = json.loads(annotations[ANN_SESSION])
+    # The user's Secret holds what the user needs and nothing else.
+    assert set(secret.data or {}) == {"uploadURL", "token"} and not meta.annotations
+    # The record, in the controller namespace under the session id: the token's hash, never the token.
+    found = _record(kube_api, ref.uid)
+    assert found is not None and found.metadata is not None
+    assert (found.metadata.labels or {})[LABEL_SESSION] == ref.uid
+    assert set(found.data or {}) == {KEY_RECORD, KEY_SIGNATURE}
+    record = json.loads((found.data or {})[KEY_RECORD])
     assert record["token_sha256"] == hashlib.sha256(session.token.encode()).hexdigest()
     assert record["max_bytes"] == 10 * MB and record["model"]["uid"] == ref.uid
-    _assert_no_token(session.token, info.model_dump_json(), json.dumps(annotations), json.dumps(labels))
+    _assert_no_token(session.token, info.model_dump_json(), json.dumps(found.data), json.dumps(labels))
 
     # Idempotent: the same model finds the same Secret, with the same token and expiry.
     again = _open(acts, kube_api, ref, ttl_seconds=60, max_bytes=1)
@@ -276,7 +293,7 @@ def test_close_session_is_idempotent(kube_api: client.ApiClient, ns: str, acts: 
     ref = _model(kube_api, ns)
     info = _open(acts, kube_api, ref).info
     _run(acts.close_session, CloseUploadInput(model=ref))
-    assert _secret_or_none(kube_api, ns, info.secret_name) is None
+    assert _secret_or_none(kube_api, ns, info.secret_name) is None and _record(kube_api, ref.uid) is None
     _run(acts.close_session, CloseUploadInput(model=ref, discard_files=True))
 
 
@@ -301,8 +318,10 @@ def test_cluster_model_session_lives_in_the_controller_namespace(kube_api: clien
     assert meta is not None
     [owner] = meta.owner_references or []
     assert (owner.kind, owner.uid) == ("ClusterModel", ref.uid)
+    assert _record(kube_api, ref.uid) is not None
     _run(acts.close_session, CloseUploadInput(model=ref))
     assert _secret_or_none(kube_api, CONTROLLER_NS, session.info.secret_name) is None
+    assert _record(kube_api, ref.uid) is None
 
 
 # -- uploads ------------------------------------------------------------------------------------------
@@ -328,10 +347,7 @@ async def test_single_put_signals_the_model_workflow(
     assert _bytes(done.path) == gguf.read_bytes()
     assert not _parts(Path(done.path).parent)
 
-    # Single use: the session is marked, and nothing more is accepted.
-    marked = client.CoreV1Api(kube_api).read_namespaced_secret(session.info.secret_name, ns).metadata
-    annotations = (marked.annotations if marked else None) or {}
-    assert json.loads(annotations[ANN_COMPLETED])["sha256"] == done.sha256 and ANN_NOTIFIED in annotations
+    # Single use: the session is marked in the spool, and nothing more is accepted.
     again = await _http("PUT", session.url, session.token, gguf.read_bytes(), {"X-Filename": "tiny.gguf"})
     assert again.status == 409
     head = await _http("HEAD", session.url, session.token)
@@ -344,6 +360,8 @@ async def test_single_put_signals_the_model_workflow(
 
     _run(acts.close_session, CloseUploadInput(model=ref, discard_files=True))
     assert not _exists(done.path) and _exists(Path(prepared.model_dir) / "tiny.gguf")
+    # Closed: the record is gone, and the URL knows the session no more.
+    assert (await _http("HEAD", session.url, session.token)).status == 401
     _assert_no_token(session.token, caplog.text, done.model_dump_json(), prepared.model_dump_json(),
                      json.dumps(answer.body))
 
@@ -516,18 +534,78 @@ async def test_over_the_maximum_size_leaves_nothing_behind(kube_api: client.ApiC
     assert too_big.status == 413 and not spool.exists()
 
 
-async def test_a_forged_session_secret_is_refused(kube_api: client.ApiClient, ns: str, acts: UploadActivities,
-                                                  server: UploadServer) -> None:
-    """Someone who may create Secrets, but cannot read the real one, makes their own session Secret."""
+async def test_forged_sessions_are_refused(kube_api: client.ApiClient, ns: str, acts: UploadActivities,
+                                          server: UploadServer) -> None:
     ref = _model(kube_api, ns)
     token = "forged-token"
     record = {"v": 1, "session_id": ref.uid, "model": ref.model_dump(mode="json"),
               "token_sha256": hashlib.sha256(token.encode()).hexdigest(),
               "expires_at": "2999-01-01T00:00:00Z", "max_bytes": 1 << 50}
-    client.CoreV1Api(kube_api).create_namespaced_secret(ns, client.V1Secret(metadata=client.V1ObjectMeta(
+    url = f"{server.public_base_url}/uploads/{ref.uid}"
+    core = client.CoreV1Api(kube_api)
+    # Someone who may create Secrets in the model's namespace makes a session Secret of the old kind:
+    # the endpoint does not even look there any more.
+    core.create_namespaced_secret(ns, client.V1Secret(metadata=client.V1ObjectMeta(
         name=f"{ref.name}-upload", labels={LABEL_SESSION: str(ref.uid), LABEL_MANAGED_BY: MANAGED_BY},
-        annotations={ANN_SESSION: json.dumps(record), ANN_SIGNATURE: "0" * 64})))
-    assert (await _http("HEAD", f"{server.public_base_url}/uploads/{ref.uid}", token)).status == 401
+        annotations={"ai.deckhouse.io/upload-session": json.dumps(record),
+                     "ai.deckhouse.io/upload-session-signature": "0" * 64})))
+    assert (await _http("HEAD", url, token)).status == 401
+    # Someone who may create ConfigMaps in the controller namespace writes a record without the key.
+    assert ref.uid
+    core.create_namespaced_config_map(CONTROLLER_NS, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=record_name(ref.uid)),
+        data={KEY_RECORD: json.dumps(record), KEY_SIGNATURE: "0" * 64}))
+    assert (await _http("HEAD", url, token)).status == 401
+    core.delete_namespaced_config_map(record_name(ref.uid), CONTROLLER_NS)
+
+    # A genuine record copied under another session's name: the signature covers the name, so it is worthless.
+    other = _model(kube_api, ns)
+    session = _open(acts, kube_api, other)
+    genuine = _record(kube_api, other.uid)
+    assert genuine is not None
+    core.create_namespaced_config_map(CONTROLLER_NS, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=record_name(ref.uid)), data=genuine.data))
+    assert (await _http("HEAD", url, session.token)).status == 401
+    assert (await _http("HEAD", session.url, session.token)).status == 200
+    core.delete_namespaced_config_map(record_name(ref.uid), CONTROLLER_NS)
+
+
+async def test_a_session_opened_before_records_left_the_secret(
+    kube_api: client.ApiClient, ns: str, acts: UploadActivities, server: UploadServer,
+) -> None:
+    """A Secret written by the previous release (its record in annotations, no record ConfigMap): the endpoint
+    does not know it (401) until the session is opened again, which renews it with a new token."""
+    ref = _model(kube_api, ns)
+    assert ref.uid
+    old_token = "token-of-the-previous-release"
+    core = client.CoreV1Api(kube_api)
+    core.create_namespaced_secret(ns, client.V1Secret(
+        metadata=client.V1ObjectMeta(name=secret_name(ref), labels={LABEL_SESSION: ref.uid,
+                                                                     LABEL_MANAGED_BY: MANAGED_BY},
+                                     annotations={"ai.deckhouse.io/upload-session": "{}"}),
+        string_data={"uploadURL": f"{server.public_base_url}/uploads/{ref.uid}", "token": old_token}))
+    assert (await _http("HEAD", f"{server.public_base_url}/uploads/{ref.uid}", old_token)).status == 401
+    renewed = _open(acts, kube_api, ref)
+    assert renewed.token != old_token and renewed.url == f"{server.public_base_url}/uploads/{ref.uid}"
+    assert renewed.secret.metadata and not renewed.secret.metadata.annotations
+    assert (await _http("HEAD", renewed.url, renewed.token)).status == 200
+    assert (await _http("HEAD", renewed.url, old_token)).status == 401
+
+
+async def test_a_half_written_session_is_renewed(
+    kube_api: client.ApiClient, ns: str, acts: UploadActivities,
+) -> None:
+    """The record was written but the Secret was not (the activity failed in between): the retry does not
+    hand out a Secret whose token the record does not know."""
+    ref = _model(kube_api, ns)
+    first = _open(acts, kube_api, ref)
+    # What a crash between the two writes of a renewal leaves: a record, and a Secret with another token.
+    client.CoreV1Api(kube_api).patch_namespaced_secret(first.info.secret_name, ns,
+                                                       {"stringData": {"token": "not-the-records"}})
+    again = _open(acts, kube_api, ref)
+    assert again.token not in (first.token, "not-the-records")
+    assert (await _http("HEAD", again.url, again.token)).status == 200
+    assert (await _http("HEAD", again.url, first.token)).status == 401
 
 
 async def test_a_failed_signal_is_sent_again_on_the_next_request(

@@ -1,22 +1,30 @@
-"""Upload sessions of Models and ClusterModels with `spec.source.upload: {}`: the Secret that holds one, and
+"""Upload sessions of Models and ClusterModels with `spec.source.upload: {}`: where a session is kept, and
 the activities that open it, close it and turn what was uploaded into a model directory.
 
-A session is one Secret (see `secret_name`), in the model's namespace for a Model and in the controller
-namespace for a ClusterModel. Its data carries what the user needs, under the fixed keys `uploadURL` and
-`token`; its annotations carry what the upload server needs, and never the token itself:
+A session is two objects, one for each reader:
 
-- `ai.deckhouse.io/upload-session`: a JSON SessionRecord (model reference, sha256 of the token, expiry,
-  maximum size), and `ai.deckhouse.io/upload-session-signature`: an HMAC-SHA256 of it (with the Secret's
-  namespace and name) under a key only the controller holds. Without the signature, anyone allowed to
-  *create* or *update* Secrets in a namespace could forge or stretch a session (point it at a model they
-  cannot read the real Secret of, lift the size limit, push back the expiry).
-- `ai.deckhouse.io/upload-completed` (the UploadComplete record) and `ai.deckhouse.io/upload-notified`:
-  written by the server when the upload is in and when the model workflow has been signalled.
+- the user's Secret (see `secret_name`), in the model's namespace for a Model and in the controller namespace
+  for a ClusterModel: the upload URL and its bearer token under the fixed keys `uploadURL` and `token`, nothing
+  else. Reading it is the right to upload: besides those RBAC lets read the namespace's Secrets anyway, those
+  who may read the model get `get` on that one Secret (a Role and RoleBinding per session, named after the
+  Secret and owned by it: activities/uploads/readers.py).
+- the session record (see `record_name`): a ConfigMap in the controller namespace named after the session
+  id, holding only what the upload endpoint needs to accept bytes: a JSON SessionRecord (model reference,
+  sha256 of the token, expiry, maximum size) and an HMAC-SHA256 of it (with the ConfigMap's namespace and
+  name) under a key only the controller holds.
 
-Who can upload: whoever can read the session Secret can read the token and so upload, until the session
-expires or is used once. Besides those RBAC lets read the namespace's Secrets anyway, that is those who may
-read the model: a Role and RoleBinding per session, named after the Secret and owned by it, give them `get`
-on that one Secret (activities/uploads/readers.py).
+Why the record is apart from the user's Secret: an upload URL names only a session id, so an endpoint that
+found the session on the user's Secret had to list Secrets in every namespace. A record at a name derived from
+the session id, in the one namespace the endpoint may read, needs only `get` on ConfigMaps there: the endpoint
+holds no right on any Secret but the signing key, and none outside the controller namespace. A ConfigMap, not
+a Secret, because the controller namespace also holds Secrets the endpoint must not read (registry
+credentials, ClusterModel sessions) and RBAC cannot tell them apart by name; the record holds nothing secret
+(the token's hash only, of 256 random bits). The signature stays: it keeps a record valid only at the place
+the controller wrote it, whoever else may write ConfigMaps in that namespace.
+
+The worker writes both (record first, so a user never sees a token the endpoint does not know yet) and deletes
+both when the session closes. Single use is kept by the endpoint in the worker's spool (ingress/uploads.py);
+the endpoint writes nothing to the cluster.
 
 The token is generated inside `open_session`, written only into the Secret, and never returned, logged,
 heartbeated, put in status or in an event: every payload here is a model without a field for it.
@@ -28,7 +36,6 @@ import base64
 import datetime as dt
 import hashlib
 import hmac
-import json
 import logging
 import os
 import re
@@ -55,7 +62,6 @@ from servingops.activities.uploads.types import (
     PrepareUploadInput,
     UploadSessionInfo,
 )
-from servingops.api_models.contract.uploads import UploadComplete
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.refs import ObjectRef
 
@@ -72,10 +78,10 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "servingops"
 LABEL_SESSION = "ai.deckhouse.io/upload-session"
 LABEL_MODEL_KIND = "ai.deckhouse.io/model-kind"
-ANN_SESSION = "ai.deckhouse.io/upload-session"
-ANN_SIGNATURE = "ai.deckhouse.io/upload-session-signature"
-ANN_COMPLETED = "ai.deckhouse.io/upload-completed"
-ANN_NOTIFIED = "ai.deckhouse.io/upload-notified"
+RECORD_PREFIX = "upload-session-"
+# ConfigMap data keys of a session record.
+KEY_RECORD = "session"
+KEY_SIGNATURE = "signature"
 
 SIGNING_KEY_SECRET = "servingops-upload-signing-key"
 _SIGNING_KEY_DATA = "key"
@@ -91,7 +97,7 @@ UPLOAD_LIMITS = ArchiveLimits(max_entries=10_000)
 
 
 class SessionRecord(BaseModel):
-    """What the upload server needs to accept bytes for a session: stored signed, on the Secret."""
+    """What the upload server needs to accept bytes for a session: stored signed, in the session's ConfigMap."""
 
     v: int = 1
     session_id: str
@@ -121,6 +127,13 @@ def secret_name(ref: ObjectRef) -> str:
 
 def secret_namespace(ref: ObjectRef, controller_namespace: str) -> str:
     return ref.namespace or controller_namespace
+
+
+def record_name(session_id: str) -> str:
+    """The session record's ConfigMap, in the controller namespace: found from the session id alone."""
+    if not SESSION_ID.match(session_id):
+        raise ValueError(f"{session_id!r} is not a session id")
+    return f"{RECORD_PREFIX}{session_id}"
 
 
 def upload_path(session_id: str) -> str:
@@ -154,7 +167,7 @@ def _rfc3339(when: dt.datetime) -> str:
 
 
 def sign(key: bytes, namespace: str, name: str, record_json: str) -> str:
-    # The Secret's own namespace and name are signed too: a copied annotation pair is worthless elsewhere.
+    # The record's own namespace and name are signed too: a record copied under another name is worthless.
     message = f"{namespace}\n{name}\n{record_json}".encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
@@ -224,17 +237,17 @@ class OwnedSigningKey(SigningKey):
         raise RuntimeError(f"cannot read or create Secret {self.namespace}/{SIGNING_KEY_SECRET}")
 
 
-def verified_record(meta: dict[str, Any], key: bytes, controller_namespace: str) -> SessionRecord | None:
-    """The session of a Secret (given its metadata as JSON), if its signature holds and it is consistent.
+def verified_record(config_map: client.V1ConfigMap, key: bytes, controller_namespace: str) -> SessionRecord | None:
+    """The session a record ConfigMap holds, if its signature holds and it is consistent.
 
-    Consistent: the Secret sits where the controller puts the session of the model it names, and the
-    session id is that model's uid.
+    Consistent: the ConfigMap sits in the controller namespace under the name of the session it holds, and
+    the session id is the uid of the model it names.
     """
-    annotations = meta.get("annotations") or {}
-    raw = annotations.get(ANN_SESSION)
-    signature = annotations.get(ANN_SIGNATURE)
-    namespace, name = meta.get("namespace", ""), meta.get("name", "")
-    if not isinstance(raw, str) or not isinstance(signature, str):
+    meta = config_map.metadata
+    data = config_map.data or {}
+    raw, signature = data.get(KEY_RECORD), data.get(KEY_SIGNATURE)
+    namespace, name = (meta.namespace or "", meta.name or "") if meta else ("", "")
+    if not raw or not signature:
         return None
     if not hmac.compare_digest(sign(key, namespace, name, raw), signature):
         return None
@@ -242,9 +255,8 @@ def verified_record(meta: dict[str, Any], key: bytes, controller_namespace: str)
         record = SessionRecord.model_validate_json(raw)
     except ValidationError:
         return None
-    ref = record.model
-    if (record.session_id != ref.uid or namespace != secret_namespace(ref, controller_namespace)
-            or name != secret_name(ref)):
+    if (record.session_id != record.model.uid or namespace != controller_namespace
+            or not SESSION_ID.match(record.session_id) or name != record_name(record.session_id)):
         return None
     return record
 
@@ -276,21 +288,56 @@ class UploadActivities:
                 return None
             raise
 
-    def _desired_secret(self, inp: OpenUploadInput, namespace: str, name: str, key: bytes,
-                        resource_version: str | None) -> tuple[client.V1Secret, SessionRecord]:
-        ref = inp.model
+    def _read_record(self, session_id: str) -> client.V1ConfigMap | None:
+        try:
+            return self.core.read_namespaced_config_map(record_name(session_id), self.controller_namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    @staticmethod
+    def _labels(ref: ObjectRef) -> dict[str, str]:
         assert ref.uid is not None
-        token = secrets.token_urlsafe(32)
-        record = SessionRecord(session_id=ref.uid, model=ref, token_sha256=token_digest(token),
-                               expires_at=_now() + dt.timedelta(seconds=inp.ttl_seconds), max_bytes=inp.max_bytes)
+        return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_SESSION: ref.uid, LABEL_MODEL_KIND: ref.kind}
+
+    @staticmethod
+    def _is_current(record: SessionRecord, secret: client.V1Secret) -> bool:
+        """The record is unexpired and knows the token the user's Secret holds (both writes went through)."""
+        raw = (secret.data or {}).get(KEY_TOKEN)
+        if record.expires_at <= _now() or not raw:
+            return False
+        return hmac.compare_digest(record.token_sha256, token_digest(base64.b64decode(raw).decode()))
+
+    def _put_record(self, record: SessionRecord, key: bytes, existing: client.V1ConfigMap | None) -> None:
+        """Write the record; one read before goes first (a conflict with a concurrent change answers 409).
+
+        Replaced by delete and create, not updated: the record it replaces is of no use any more (expired,
+        half-written or signed with a rotated key), and the worker then needs no right to change a ConfigMap
+        in place (the controller namespace also holds the operator ConfigMap).
+        """
+        name, namespace = record_name(record.session_id), self.controller_namespace
+        if existing is not None and existing.metadata is not None:
+            self.core.delete_namespaced_config_map(name, namespace, body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(uid=existing.metadata.uid,
+                                                     resource_version=existing.metadata.resource_version)))
         record_json = record.model_dump_json()
+        body = client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=self._labels(record.model)),
+            data={KEY_RECORD: record_json, KEY_SIGNATURE: sign(key, namespace, name, record_json)},
+        )
+        self.core.create_namespaced_config_map(namespace, body)
+
+    def _put_secret(self, ref: ObjectRef, namespace: str, name: str, token: str,
+                    existing: client.V1Secret | None) -> client.V1Secret:
+        """Create the user's Secret, or replace the one read; the Secret as written (its uid names it in RBAC)."""
+        assert ref.uid is not None
         owner = client.V1OwnerReference(api_version=f"{ref.group}/{ref.version}", kind=ref.kind, name=ref.name,
                                         uid=ref.uid, controller=True, block_owner_deletion=False)
-        secret = client.V1Secret(
+        body = client.V1Secret(
             metadata=client.V1ObjectMeta(
-                name=name, namespace=namespace, resource_version=resource_version,
-                labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_SESSION: ref.uid, LABEL_MODEL_KIND: ref.kind},
-                annotations={ANN_SESSION: record_json, ANN_SIGNATURE: sign(key, namespace, name, record_json)},
+                name=name, namespace=namespace, labels=self._labels(ref),
+                resource_version=existing.metadata.resource_version if existing and existing.metadata else None,
                 # A namespaced Secret may be owned by a cluster-scoped object, so a ClusterModel's Secret in
                 # the controller namespace is garbage collected with it too.
                 owner_references=[owner],
@@ -298,71 +345,16 @@ class UploadActivities:
             type="Opaque",
             string_data={KEY_UPLOAD_URL: self.public_base_url + upload_path(ref.uid), KEY_TOKEN: token},
         )
-        return secret, record
+        if existing is None:
+            written: client.V1Secret = self.core.create_namespaced_secret(namespace, body)
+        else:
+            written = self.core.replace_namespaced_secret(name, namespace, body)
+        return written
 
     @staticmethod
     def _info(record: SessionRecord, namespace: str, name: str) -> UploadSessionInfo:
         return UploadSessionInfo(secret_name=name, secret_namespace=namespace, expires_at=record.expires_at,
                                  upload_path=upload_path(record.session_id))
-
-    # -- activities
-
-    @activity.defn(name="upload.open_session")
-    def open_session(self, inp: OpenUploadInput) -> UploadSessionInfo:
-        """Create the session Secret, or return the one this model already has (its token kept).
-
-        Idempotent for a retry: the same model uid finds the same Secret. An expired, unused session is
-        renewed with a fresh token and expiry; a Secret of the same name that is not this model's session
-        is replaced if it is ours (a deleted model of the same name) and refused if it is not.
-        """
-        ref = inp.model
-        if not ref.uid:
-            raise application_error(ErrorType.INVALID_INPUT,
-                                    f"{ref.describe()}: an upload session needs the model's uid")
-        namespace, name = secret_namespace(ref, self.controller_namespace), secret_name(ref)
-        # The controller namespace is the chart's (the worker may not create namespaces).
-        key = self.signing_key.get()
-        for _ in range(5):
-            existing = self._read_secret(namespace, name)
-            resource_version: str | None = None
-            if existing is not None:
-                meta = existing.metadata
-                labels = (meta.labels if meta else None) or {}
-                if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
-                    raise application_error(
-                        ErrorType.UPLOAD_SECRET_CONFLICT,
-                        f"Secret {namespace}/{name} exists and is not an upload session of servingops; "
-                        "delete or rename it so the controller can open the upload session")
-                if labels.get(LABEL_SESSION) != ref.uid:
-                    # The session of an earlier model of this name, not yet garbage collected.
-                    self._delete(namespace, name, meta.uid if meta else None)
-                    continue
-                meta_json = self.core.api_client.sanitize_for_serialization(meta)
-                record = verified_record(meta_json, key, self.controller_namespace)
-                completed = ANN_COMPLETED in ((meta.annotations if meta else None) or {})
-                if record is not None and (completed or record.expires_at > _now()):
-                    grant_readers(self.api_client, ref, existing)  # a retry after a crash finishes the grant
-                    return self._info(record, namespace, name)
-                # Expired (or signed with a key since rotated): renew in place, new token.
-                resource_version = meta.resource_version if meta else None
-            body, record = self._desired_secret(inp, namespace, name, key, resource_version)
-            try:
-                if resource_version is None:
-                    written = self.core.create_namespaced_secret(namespace, body)
-                else:
-                    written = self.core.replace_namespaced_secret(name, namespace, body)
-            except ApiException as exc:
-                if exc.status == 409:  # created or changed concurrently: look again
-                    continue
-                if exc.status == 422:
-                    raise application_error(ErrorType.INVALID_OBJECT,
-                                            f"Secret {namespace}/{name}: {exc.reason}") from None
-                raise
-            readers = grant_readers(self.api_client, ref, written)
-            log.info("opened upload session %s for %s (Secret %s/%s, expires %s, readable by %d subjects)",
-                     record.session_id, ref.describe(), namespace, name, _rfc3339(record.expires_at), len(readers))
-            return self._info(record, namespace, name)
-        raise application_error(ErrorType.CONFLICT, f"Secret {namespace}/{name}: still conflicting")
 
     def _delete(self, namespace: str, name: str, uid: str | None) -> None:
         # The uid precondition: never delete a Secret that replaced the one we looked at.
@@ -373,13 +365,83 @@ class UploadActivities:
             if exc.status not in (404, 409):
                 raise
 
+    def _delete_record(self, session_id: str) -> None:
+        try:
+            self.core.delete_namespaced_config_map(record_name(session_id), self.controller_namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    # -- activities
+
+    @activity.defn(name="upload.open_session")
+    def open_session(self, inp: OpenUploadInput) -> UploadSessionInfo:
+        """Write the session record and the user's Secret, or return the session this model already has (its
+        token kept).
+
+        Idempotent for a retry: the same model uid finds the same record and Secret. A session that expired,
+        or whose writes did not both go through, or whose record is missing (a session opened before records
+        left the Secret) or signed with a key since rotated, is renewed with a fresh token and expiry. A Secret
+        of the same name that is not this model's session is replaced if it is ours (a deleted model of the
+        same name) and refused if it is not.
+        """
+        ref = inp.model
+        if not ref.uid:
+            raise application_error(ErrorType.INVALID_INPUT,
+                                    f"{ref.describe()}: an upload session needs the model's uid")
+        namespace, name = secret_namespace(ref, self.controller_namespace), secret_name(ref)
+        # The controller namespace is the chart's (the worker may not create namespaces).
+        key = self.signing_key.get()
+        for _ in range(5):
+            secret = self._read_secret(namespace, name)
+            if secret is not None:
+                meta = secret.metadata
+                labels = (meta.labels if meta else None) or {}
+                if labels.get(LABEL_MANAGED_BY) != MANAGED_BY:
+                    raise application_error(
+                        ErrorType.UPLOAD_SECRET_CONFLICT,
+                        f"Secret {namespace}/{name} exists and is not an upload session of servingops; "
+                        "delete or rename it so the controller can open the upload session")
+                if labels.get(LABEL_SESSION) != ref.uid:
+                    # The session of an earlier model of this name, not yet garbage collected.
+                    self._delete(namespace, name, meta.uid if meta else None)
+                    continue
+            found = self._read_record(ref.uid)
+            record = verified_record(found, key, self.controller_namespace) if found is not None else None
+            if secret is not None and record is not None and self._is_current(record, secret):
+                grant_readers(self.api_client, ref, secret)  # a retry after a crash finishes the grant
+                return self._info(record, namespace, name)
+            token = secrets.token_urlsafe(32)
+            record = SessionRecord(session_id=ref.uid, model=ref, token_sha256=token_digest(token),
+                                   expires_at=_now() + dt.timedelta(seconds=inp.ttl_seconds), max_bytes=inp.max_bytes)
+            try:
+                # The record first: the token in the Secret is then always one the endpoint knows.
+                self._put_record(record, key, found)
+                written = self._put_secret(ref, namespace, name, token, secret)
+            except ApiException as exc:
+                if exc.status in (404, 409):  # created, changed or deleted concurrently: look again
+                    continue
+                if exc.status == 422:
+                    raise application_error(ErrorType.INVALID_OBJECT,
+                                            f"upload session of {ref.describe()}: {exc.reason}") from None
+                raise
+            readers = grant_readers(self.api_client, ref, written)
+            log.info("opened upload session %s for %s (Secret %s/%s, record %s/%s, expires %s, readable by %d "
+                     "subjects)", record.session_id, ref.describe(), namespace, name, self.controller_namespace,
+                     record_name(record.session_id), _rfc3339(record.expires_at), len(readers))
+            return self._info(record, namespace, name)
+        raise application_error(ErrorType.CONFLICT, f"Secret {namespace}/{name}: still conflicting")
+
     @activity.defn(name="upload.close_session")
     def close_session(self, inp: CloseUploadInput) -> None:
-        """Delete the session Secret (idempotent), and with discard_files the upload on this worker's spool."""
+        """Delete the session record and the user's Secret (idempotent), and with discard_files the upload on
+        this worker's spool."""
         ref = inp.model
         if not ref.uid:
             raise application_error(ErrorType.INVALID_INPUT,
                                     f"{ref.describe()}: closing an upload session needs the model's uid")
+        # The record first: from then on the endpoint accepts nothing more for this session.
+        self._delete_record(ref.uid)
         namespace, name = secret_namespace(ref, self.controller_namespace), secret_name(ref)
         existing = self._read_secret(namespace, name)
         if existing is not None and existing.metadata is not None:
@@ -459,20 +521,6 @@ def _list_files(root: Path, shown: str) -> list[PreparedFile]:
             files.append(PreparedFile(path=relative, size=full.stat().st_size))
     files.sort(key=lambda f: f.path)
     return files
-
-
-def read_completed(annotations: dict[str, str]) -> UploadComplete | None:
-    raw = annotations.get(ANN_COMPLETED)
-    if not raw:
-        return None
-    try:
-        return UploadComplete.model_validate_json(raw)
-    except ValidationError:
-        return None
-
-
-def completed_annotation(done: UploadComplete) -> str:
-    return json.dumps(done.model_dump(mode="json"), separators=(",", ":"))
 
 
 def rfc3339(when: dt.datetime) -> str:
