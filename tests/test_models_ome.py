@@ -495,7 +495,7 @@ def _models() -> list[type[BaseModel]]:
 IRREGULAR_NAMES = {
     "class", "restURL", "hostPID", "hostIPC", "setHostnameAsFQDN", "minComputePerformanceTFLOPS",
     "targetedHTTPRoutes", "flavorUID", "clusterUID", "sourceUID", "reportUID", "planID", "targetID", "runID",
-    "activeRunID", "appliedPlanID", "requestUUID",
+    "activeRunID", "appliedPlanID", "requestUUID", "compartmentID",
 }
 
 
@@ -528,7 +528,9 @@ def test_python_side_validation_matches_the_schema() -> None:
 def test_kinds_scopes_and_subresources() -> None:
     scopes = {kind.crd.kind: kind.crd.scope for kind in OME_KINDS}
     assert scopes == {"InferenceService": "Namespaced", "RolloutPolicy": "Namespaced",
-                      "InferenceReplica": "Namespaced", "WorkloadCluster": "Cluster"}
+                      "InferenceReplica": "Namespaced", "WorkloadCluster": "Cluster",
+                      "BaseModel": "Namespaced", "ClusterBaseModel": "Cluster", "FineTunedWeight": "Cluster",
+                      "ServingRuntime": "Namespaced", "ClusterServingRuntime": "Cluster"}
     scale = InferenceReplica.crd.scale
     assert scale is not None and scale.spec_replicas_path == ".spec.replicas"
     assert scale.label_selector_path == ".status.labelSelector"

@@ -1,33 +1,68 @@
 """Pydantic models of the ome.io/v1beta1 kinds this project serves, the single source of their CRDs.
 
-Root kinds: InferenceService, RolloutPolicy, InferenceReplica (namespaced) and WorkloadCluster
-(cluster-scoped). Every OME type they reference is modelled field by field; core Kubernetes types
-(Container, Volume, Affinity, ...) are embedded opaquely.
+Root kinds: InferenceService, RolloutPolicy, InferenceReplica, BaseModel, ServingRuntime (namespaced)
+and WorkloadCluster, ClusterBaseModel, FineTunedWeight, ClusterServingRuntime (cluster-scoped). Every
+OME type they reference is modelled field by field; core Kubernetes types (Container, Volume,
+Affinity, ...) are embedded opaquely.
 """
 
 from servingops.api_models.base import KubeResource
 from servingops.api_models.ome.constants import API_VERSION, GROUP, VERSION
 from servingops.api_models.ome.inference_service import InferenceService, InferenceServiceSpec, InferenceServiceStatus
+from servingops.api_models.ome.models import (
+    BaseModel,
+    BaseModelSpec,
+    ClusterBaseModel,
+    FineTunedWeight,
+    FineTunedWeightSpec,
+    ModelStatusSpec,
+)
 from servingops.api_models.ome.replica import InferenceReplica, InferenceReplicaSpec, InferenceReplicaStatus
 from servingops.api_models.ome.rollout_policy import RolloutPolicy, RolloutPolicySpec, RolloutPolicyStatus
+from servingops.api_models.ome.runtimes import (
+    ClusterServingRuntime,
+    ServingRuntime,
+    ServingRuntimeSpec,
+    ServingRuntimeStatus,
+)
 from servingops.api_models.ome.workload_cluster import WorkloadCluster, WorkloadClusterSpec, WorkloadClusterStatus
 
-OME_KINDS: list[type[KubeResource]] = [InferenceService, RolloutPolicy, InferenceReplica, WorkloadCluster]
+OME_KINDS: list[type[KubeResource]] = [
+    InferenceService,
+    RolloutPolicy,
+    InferenceReplica,
+    WorkloadCluster,
+    BaseModel,
+    ClusterBaseModel,
+    FineTunedWeight,
+    ServingRuntime,
+    ClusterServingRuntime,
+]
 
 __all__ = [
     "API_VERSION",
     "GROUP",
     "OME_KINDS",
     "VERSION",
+    "BaseModel",
+    "BaseModelSpec",
+    "ClusterBaseModel",
+    "ClusterServingRuntime",
+    "FineTunedWeight",
+    "FineTunedWeightSpec",
     "InferenceReplica",
     "InferenceReplicaSpec",
     "InferenceReplicaStatus",
     "InferenceService",
     "InferenceServiceSpec",
     "InferenceServiceStatus",
+    "ModelStatusSpec",
     "RolloutPolicy",
     "RolloutPolicySpec",
     "RolloutPolicyStatus",
+    "ServingRuntime",
+    "ServingRuntimeSpec",
+    "ServingRuntimeStatus",
     "WorkloadCluster",
     "WorkloadClusterSpec",
     "WorkloadClusterStatus",

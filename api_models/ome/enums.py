@@ -89,6 +89,24 @@ class CoordinationPolicy(StrEnum):
     SEQUENTIAL = "Sequential"
 
 
+class Distribution(StrEnum):
+    """Distribution selects how a BaseModel's weights are laid out across the cluster: a full copy on
+    each selected node (PerNode), or chunks held by an external cache (Sharded, in development:
+    a Sharded model cannot be served yet)."""
+
+    PER_NODE = "PerNode"
+    SHARDED = "Sharded"
+
+
+class DownloadPolicy(StrEnum):
+    """DownloadPolicy decides whether a node keeps a separate copy of a model's files:
+    AlwaysDownload (the default) keeps one per model, ReuseIfExists lets the agent share Hugging Face
+    files another model already put on the node."""
+
+    ALWAYS_DOWNLOAD = "AlwaysDownload"
+    REUSE_IF_EXISTS = "ReuseIfExists"
+
+
 class EndpointOverrideType(StrEnum):
     """EndpointOverrideType selects how the override endpoint reference is extracted from the
     request."""
@@ -148,6 +166,18 @@ class InstanceStatusEncoding(StrEnum):
     carries only ColumnarV2; an absent marker means DenseV1."""
 
     COLUMNAR_V2 = "ColumnarV2"
+
+
+class LifeCycleState(StrEnum):
+    """LifeCycleState is where a model's weights are in their life: being created, imported, moved or
+    trained, ready to serve, or failed."""
+
+    CREATING = "Creating"
+    IMPORTING = "Importing"
+    IN_TRANSIT = "In_Transit"
+    IN_TRAINING = "In_Training"
+    READY = "Ready"
+    FAILED = "Failed"
 
 
 class LoadBalancingType(StrEnum):
