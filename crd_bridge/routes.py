@@ -64,6 +64,11 @@ ROUTES: dict[str, Route] = {
               lambda ns, name, uid: contract.replica_workflow_id(_ns(ns), name, uid)),
         Route("RolloutPolicy", "ome.io", "v1beta1", "rolloutpolicies", True, WorkflowType.ROLLOUT_POLICY,
               lambda ns, name, uid: contract.rollout_policy_workflow_id(_ns(ns), name, uid)),
+        Route("ServingRuntime", "ome.io", "v1beta1", "servingruntimes", True, WorkflowType.SERVING_RUNTIME,
+              contract.serving_runtime_workflow_id, annotations=(contract.RUNTIME_INHERIT_FROM,)),
+        Route("ClusterServingRuntime", "ome.io", "v1beta1", "clusterservingruntimes", False,
+              WorkflowType.SERVING_RUNTIME, contract.serving_runtime_workflow_id,
+              annotations=(contract.RUNTIME_INHERIT_FROM,)),
         Route("WorkloadCluster", "ome.io", "v1beta1", "workloadclusters", False, WorkflowType.WORKLOAD_CLUSTER,
               lambda _ns_, name, uid: contract.workload_cluster_workflow_id(name, uid)),
     )

@@ -20,16 +20,18 @@ from servingops.activities.oci.activities import (
 from servingops.activities.operator_config import OperatorConfigActivities
 from servingops.activities.prometheus import PrometheusActivities
 from servingops.activities.serving.activities import ServingActivities
+from servingops.activities.serving.runtimes import RuntimeActivities
 from servingops.activities.sources.activities import SourceActivities
 from servingops.activities.uploads.sessions import UploadActivities
 from servingops.workers.settings import WorkerSettings
 from servingops.workflows.model_import import ModelWorkflow
 from servingops.workflows.rollout import WORKFLOWS as ROLLOUT_WORKFLOWS
 from servingops.workflows.rollout_policy import RolloutPolicyWorkflow
+from servingops.workflows.serving_runtime import ServingRuntimeWorkflow
 
 
 def workflows() -> Sequence[type]:
-    return [ModelWorkflow, *ROLLOUT_WORKFLOWS, RolloutPolicyWorkflow]
+    return [ModelWorkflow, *ROLLOUT_WORKFLOWS, RolloutPolicyWorkflow, ServingRuntimeWorkflow]
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:
@@ -50,6 +52,7 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *UploadActivities(api_client, settings.spool_dir, upload_public_url, settings.controller_namespace).all(),
         inspect_model,
         *ServingActivities(api_client).all(),
+        *RuntimeActivities(api_client).all(),
         *PrometheusActivities(api_client).all(),
         *OperatorConfigActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
     ]

@@ -19,8 +19,8 @@ from enum import StrEnum
 from typing import Any
 
 from servingops.activities.serving.runtime_merge import strategic_merge
+from servingops.api_models.contract import RUNTIME_INHERIT_FROM as INHERIT_FROM
 
-INHERIT_FROM = "ome.io/inherit-from"
 MAX_DEPTH = 8
 
 

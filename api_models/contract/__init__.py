@@ -33,10 +33,11 @@ class WorkflowType(StrEnum):
     INFERENCE_REPLICA = "InferenceReplicaWorkflow"
     ROLLOUT_POLICY = "RolloutPolicyWorkflow"
     WORKLOAD_CLUSTER = "WorkloadClusterWorkflow"
+    SERVING_RUNTIME = "ServingRuntimeWorkflow"
 
 
 IMPLEMENTED_WORKFLOWS = frozenset({WorkflowType.MODEL, WorkflowType.INFERENCE_SERVICE, WorkflowType.ROLLOUT,
-                                   WorkflowType.ROLLOUT_POLICY})
+                                   WorkflowType.ROLLOUT_POLICY, WorkflowType.SERVING_RUNTIME})
 """The workflow types this release's worker registers (a test holds the worker to it). The bridge
 checks every dispatch against it: an event whose workflow type is not here (a migration request,
 today) starts nothing, since nothing would ever run it, and becomes a Warning Event on the object.
@@ -52,7 +53,8 @@ class Signal(StrEnum):
     DELETE = "delete"
     """Bridge -> entity workflows: the object is being deleted (ObjectEvent)."""
     ANNOTATION = "annotation"
-    """Bridge -> InferenceServiceWorkflow: a watched annotation changed (AnnotationEvent)."""
+    """Bridge -> InferenceServiceWorkflow (rollout annotations) and ServingRuntimeWorkflow
+    (ome.io/inherit-from): a watched annotation changed (AnnotationEvent)."""
     UPLOAD_COMPLETE = "upload-complete"
     """Upload endpoint (ingress.uploads) -> ModelWorkflow: the upload finished
     (api_models.contract.uploads.UploadComplete)."""
@@ -112,6 +114,8 @@ ROLLOUT_SIGNALS: dict[str, Signal] = {
 """Rollout annotation -> the RolloutWorkflow signal the InferenceService workflow forwards it as."""
 ROLLOUT_ANNOTATIONS = tuple(ROLLOUT_SIGNALS)
 MIGRATION_REQUEST_PREFIX = "ome.io/migration-request-v1-"
+RUNTIME_INHERIT_FROM = "ome.io/inherit-from"
+"""On a ServingRuntime / ClusterServingRuntime: the parent runtime whose spec it overrides."""
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
@@ -219,6 +223,11 @@ def replica_workflow_id(namespace: str, name: str, uid: str) -> str:
 
 def rollout_policy_workflow_id(namespace: str, name: str, uid: str) -> str:
     return f"rolloutpolicy/{namespace}/{name}/{uid}"
+
+
+def serving_runtime_workflow_id(namespace: str | None, name: str, uid: str) -> str:
+    """ServingRuntime (namespaced) and ClusterServingRuntime (namespace None) alike."""
+    return f"runtime/{_scope(namespace)}/{name}/{uid}"
 
 
 def workload_cluster_workflow_id(name: str, uid: str) -> str:

@@ -1,0 +1,69 @@
+"""Reads for the ServingRuntime workflow: a runtime and the parents its `ome.io/inherit-from`
+chain names, resolved (activities/serving/runtime_inheritance.py holds the rules)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import BaseModel
+from temporalio import activity
+
+from servingops.activities.serving.runtime_inheritance import RuntimeObject, resolve
+from servingops.api_models.ome.constants import GROUP, VERSION
+from servingops.api_models.refs import ObjectRef
+
+_TIMEOUT = 30
+PLURALS = {"ServingRuntime": "servingruntimes", "ClusterServingRuntime": "clusterservingruntimes"}
+
+
+class RuntimeResolution(BaseModel):
+    """How one runtime's inheritance chain resolved, as its status reports it."""
+
+    generation: int
+    chain: list[str]
+    ready: bool
+    reason: str
+    message: str
+
+
+class RuntimeActivities:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api_client)
+
+    def _get(self, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
+        try:
+            obj: object
+            if namespace:
+                obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name,
+                                                               _request_timeout=_TIMEOUT)
+            else:
+                obj = self.custom.get_cluster_custom_object(GROUP, VERSION, PLURALS[kind], name,
+                                                            _request_timeout=_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(cast(dict[str, Any], obj))
+
+    def _lookup(self, kind: str, name: str, namespace: str | None) -> RuntimeObject | None:
+        body = self._get(kind, name, namespace)
+        return None if body is None else RuntimeObject(kind=kind, name=name, namespace=namespace, body=body)
+
+    @activity.defn(name="serving.resolve_runtime")
+    def resolve_runtime(self, ref: ObjectRef) -> RuntimeResolution | None:
+        """The runtime's chain walked over the live objects; None when the runtime is gone (or its
+        name now belongs to another uid) or being deleted."""
+        body = self._get(ref.kind, ref.name, ref.namespace)
+        if body is None or (ref.uid and body["metadata"].get("uid") != ref.uid):
+            return None
+        if body["metadata"].get("deletionTimestamp"):
+            return None
+        runtime = RuntimeObject(kind=ref.kind, name=ref.name, namespace=ref.namespace, body=body)
+        result = resolve(runtime, self._lookup)
+        return RuntimeResolution(generation=int(body["metadata"].get("generation", 0)), chain=result.chain,
+                                 ready=result.ready, reason=result.reason.value, message=result.message)
+
+    def all(self) -> list[Any]:
+        return [self.resolve_runtime]

@@ -1,0 +1,136 @@
+"""ServingRuntimeWorkflow: one per ServingRuntime / ClusterServingRuntime
+(id runtime/<ns or _cluster>/<name>/<uid>).
+
+Keeps status.inheritanceChain (root first; [self] without inheritance) and the InheritanceReady
+condition true. The chain depends on other objects: a parent can appear, change its own parent or
+go without this runtime's generation moving, so besides `object-changed` (spec edits) and the
+`annotation` signal (the bridge watches ome.io/inherit-from, which moves no generation) the chain is
+walked again every RESYNC, and written only when it changed. The runtime holds no finalizer:
+nothing is owned, so deletion only ends the workflow.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+
+from servingops.workflows import options
+from servingops.workflows.entity import EntitySignals, EntityState
+
+with workflow.unsafe.imports_passed_through():
+    from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
+    from servingops.activities.serving.runtimes import RuntimeActivities, RuntimeResolution
+    from servingops.api_models.contract import AnnotationEvent, Signal, StartObject, WorkflowType
+    from servingops.api_models.ome.runtimes import ServingRuntimeStatus
+    from servingops.api_models.refs import ConditionUpdate, ObjectRef
+    from servingops.workflows.visibility import Visibility
+
+RESYNC = timedelta(minutes=2)
+"""How often the chain is walked again without a signal (parents change without telling us)."""
+MAX_RESYNCS_PER_RUN = 500
+CONDITION = "InheritanceReady"
+
+
+class RuntimeState(EntityState):
+    phase: str = "Pending"
+    """Pending, Ready (chain resolved), Unresolved, or Deleted."""
+    acted_generation: int = 0
+    chain: list[str] = []
+    reason: str = ""
+    message: str = ""
+    resyncs: int = 0
+
+
+class RuntimeRun(StartObject):
+    carried: RuntimeState | None = None
+
+
+@workflow.defn(name=WorkflowType.SERVING_RUNTIME)
+class ServingRuntimeWorkflow(EntitySignals[RuntimeState]):
+    def __init__(self) -> None:
+        self.state = RuntimeState()
+        self.ref: ObjectRef | None = None
+        self.visibility: Visibility | None = None
+        self._recheck = False
+
+    @workflow.signal(name=Signal.ANNOTATION)
+    def annotation(self, event: AnnotationEvent) -> None:
+        self._recheck = True
+
+    @workflow.run
+    async def run(self, start: RuntimeRun) -> RuntimeState:
+        ref = self.ref = start.ref
+        self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
+        if start.carried is not None:
+            carried = start.carried
+            carried.deleting = carried.deleting or self.state.deleting
+            carried.generation = max(carried.generation, self.state.generation)
+            carried.resyncs = 0
+            self.state = carried
+        self.visibility.publish(self.state.phase)
+        if start.carried is None or self.state.generation > self.state.acted_generation:
+            if not await self._reconcile():
+                return self._gone()
+        while not self.state.deleting:
+            if workflow.info().is_continue_as_new_suggested() or self.state.resyncs >= MAX_RESYNCS_PER_RUN:
+                workflow.continue_as_new(RuntimeRun(ref=ref, carried=self.state))
+            try:
+                await workflow.wait_condition(
+                    lambda: (
+                        self.state.deleting or self._recheck or self.state.generation > self.state.acted_generation
+                    ),
+                    timeout=RESYNC,
+                )
+            except TimeoutError:
+                self.state.resyncs += 1
+            if self.state.deleting or not await self._reconcile():
+                break
+        return self._gone()
+
+    def _gone(self) -> RuntimeState:
+        assert self.visibility is not None
+        self.state.deleting = True
+        self.state.phase = "Deleted"
+        self.visibility.publish(self.state.phase)
+        return self.state
+
+    async def _reconcile(self) -> bool:
+        """Walk the chain; write status when it changed. False when the runtime is gone or going."""
+        assert self.ref is not None and self.visibility is not None
+        self._recheck = False
+        found: RuntimeResolution | None = await workflow.execute_activity_method(
+            RuntimeActivities.resolve_runtime, self.ref, **options.KUBE
+        )
+        if found is None:
+            return False
+        self.state.generation = max(self.state.generation, found.generation)
+        changed = (found.chain, found.reason, found.message) != (self.state.chain, self.state.reason,
+                                                                  self.state.message)
+        first = self.state.acted_generation == 0
+        if changed or found.generation > self.state.acted_generation:
+            announce = changed and (not first or not found.ready)
+            await self._write(found, announce=announce)
+        self.state.chain, self.state.reason, self.state.message = found.chain, found.reason, found.message
+        self.state.phase = "Ready" if found.ready else "Unresolved"
+        self.state.acted_generation = max(self.state.acted_generation, found.generation)
+        self.visibility.publish(self.state.phase)
+        return True
+
+    async def _write(self, found: RuntimeResolution, *, announce: bool) -> None:
+        assert self.ref is not None
+        ready = "True" if found.ready else "False"
+        note = EventNote(type="Normal" if found.ready else "Warning", reason=found.reason, message=found.message)
+        await workflow.execute_activity_method(
+            KubernetesActivities.patch_status,
+            StatusPatch(
+                ref=self.ref,
+                status=ServingRuntimeStatus(inheritance_chain=found.chain).to_merge_patch(),
+                conditions=[ConditionUpdate(type=CONDITION, status=ready, reason=found.reason, message=found.message)],
+                events=[note] if announce else [],
+            ),
+            **options.KUBE,
+        )
+
+
+__all__ = ["RESYNC", "RuntimeRun", "RuntimeState", "ServingRuntimeWorkflow"]
