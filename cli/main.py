@@ -1,4 +1,4 @@
-"""`servingops`: crds, worker, bridge, rollout status / promote / rollback.
+"""`servingops`: crds, worker, bridge, agent, rollout status / promote / rollback.
 
 The local development stack is not part of the installed product: `./dev up | down | status` runs it from
 the checkout (`python -m devstack.cli`)."""
@@ -57,6 +57,13 @@ def cmd_bridge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_agent(args: argparse.Namespace) -> int:
+    from servingops.agents.main import main as agent_main
+
+    agent_main(args.rest)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servingops", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -68,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     crds.set_defaults(func=cmd_crds)
 
     for name, func, text in (("worker", cmd_worker, "run a worker process"),
-                             ("bridge", cmd_bridge, "run the CRD bridge process")):
+                             ("bridge", cmd_bridge, "run the CRD bridge process"),
+                             ("agent", cmd_agent, "run the node agent (copies model weights onto one node)")):
         proc = sub.add_parser(name, help=text, add_help=False)
         proc.add_argument("rest", nargs=argparse.REMAINDER)
         proc.set_defaults(func=func)
@@ -81,11 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in ("worker", "bridge"):
+    processes = {"worker": cmd_worker, "bridge": cmd_bridge, "agent": cmd_agent}
+    if argv and argv[0] in processes:
         # The processes parse their own flags, --help included: argparse's REMAINDER would refuse the first
         # argument that starts with a dash (`servingops bridge --metrics-address ...`, as the Deployment runs it).
-        rest = argparse.Namespace(rest=argv[1:])
-        sys.exit(cmd_worker(rest) if argv[0] == "worker" else cmd_bridge(rest))
+        sys.exit(processes[argv[0]](argparse.Namespace(rest=argv[1:])))
     args = build_parser().parse_args(argv)
     sys.exit(args.func(args))
 

@@ -35,7 +35,7 @@ RELEASE = "servingops"
 NAMESPACE = "servingops-system"
 FIELD_MANAGER = "servingops-devstack"
 IDENTITY_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
-PROCESSES = ("worker", "bridge", "uploads")
+PROCESSES = ("worker", "bridge", "uploads", "agent")
 TOKEN_SECONDS = 24 * 3600
 """Long enough for a test session; `./dev up` asks for more (a token is not renewed here)."""
 
@@ -70,6 +70,9 @@ def local_values(**blocks: Any) -> dict[str, Any]:
         "image": {"repository": "servingops.local/servingops", "tag": "dev", "pullPolicy": "Never"},
         "worker": {"spool": {"size": "1Gi"}},
         "operatorConfig": {"canaryAnalysis": {"bundledPrometheusAddress": ""}},
+        # Locally the node agents run as processes, one per kwok node (its own directory as the node's
+        # disk), under the chart's agent identity; a DaemonSet would only add pods kwok pretends to run.
+        "agent": {"enabled": False},
     }
     values.update(blocks)
     return values
@@ -182,6 +185,8 @@ class Identities:
     uploads: Path
     operator_config: str
     lease_name: str
+    agent: Path | None = None
+    """The node agents' identity (one ServiceAccount for every node's agent, as in the DaemonSet)."""
 
     def worker_env(self) -> dict[str, str]:
         """What a worker process needs to run as the worker, its upload endpoint as the uploads identity."""
@@ -194,7 +199,8 @@ class Identities:
     @classmethod
     def admin(cls, kubeconfig: Path, namespace: str = NAMESPACE) -> Identities:
         """Every process as the cluster admin: for benchmarks only, which measure, not check."""
-        return cls(namespace, kubeconfig, kubeconfig, kubeconfig, f"{RELEASE}-config", f"{RELEASE}-bridge")
+        return cls(namespace, kubeconfig, kubeconfig, kubeconfig, f"{RELEASE}-config", f"{RELEASE}-bridge",
+                   agent=kubeconfig)
 
 
 def request_token(api: client.ApiClient, namespace: str, service_account: str,
@@ -225,7 +231,7 @@ def write_kubeconfig(path: Path, cluster: LocalKubeCluster, user: str, token: st
 
 def issue(cluster: LocalKubeCluster, directory: Path, *, release: str = RELEASE, namespace: str = NAMESPACE,
           operator_config: str | None = None, seconds: int = TOKEN_SECONDS) -> Identities:
-    """Tokens for the release's three ServiceAccounts, each written as a kubeconfig in `directory`."""
+    """Tokens for the release's ServiceAccounts, each written as a kubeconfig in `directory`."""
     api = cluster.api_client()
     try:
         paths = {
@@ -236,4 +242,4 @@ def issue(cluster: LocalKubeCluster, directory: Path, *, release: str = RELEASE,
     finally:
         api.close()  # type: ignore[no-untyped-call]
     return Identities(namespace, paths["worker"], paths["bridge"], paths["uploads"],
-                      operator_config or f"{release}-config", f"{release}-bridge")
+                      operator_config or f"{release}-config", f"{release}-bridge", agent=paths["agent"])

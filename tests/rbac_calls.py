@@ -24,6 +24,7 @@ from typing import Any
 
 from kubernetes import client as kube_client
 
+from servingops.agents.keys import GROUP, ModelKind
 from servingops.api_models import contract
 from servingops.crd_bridge.routes import ROUTES
 
@@ -34,6 +35,7 @@ ENTRY_POINTS = {
     "worker": ("servingops.workers.registry", "activities"),
     "uploads": ("servingops.ingress.uploads", "UploadServer"),
     "bridge": ("servingops.crd_bridge.main", "run"),
+    "agent": ("servingops.agents.main", "run"),
 }
 """Where each process's ApiClient goes: everything reachable from here talks as that identity."""
 
@@ -207,6 +209,9 @@ class Kind:
 def process_kinds(process: str) -> list[Kind]:
     """The kinds a variable group/plural may name in `process`: for the bridge every routed kind
     (--kinds picks among them); for the worker the kinds whose workflows it serves."""
+    if process == "agent":
+        # agents/watch.py watches every model kind whose weights go to nodes.
+        return [Kind(GROUP, kind.plural) for kind in ModelKind]
     routes = list(ROUTES.values())
     if process == "worker":
         routes = [r for r in routes if r.workflow_type in contract.IMPLEMENTED_WORKFLOWS]

@@ -11,8 +11,10 @@ the roles to the code from the other side, and shows the refusals:
 - the bridge cannot write a status, a Secret or any object, nor read a Secret;
 - the worker reads Secrets by name only (no list, no watch: it never learns which Secrets exist)
   and cannot change RBAC beyond the per-upload grant, create namespaces or escalate;
-- the upload endpoint cannot create, change the data of or delete a Secret, nor read one by name
-  other than the signing key;
+- the upload endpoint holds nothing cluster-wide: it cannot list or read a Secret anywhere (a
+  model's upload Secret included) but the signing key, write any object, or read outside the
+  controller namespace; it reads a session's record there by name, and an upload still goes
+  through end to end under it (tests/test_uploads.py, tests/test_model_import_e2e.py);
 - the upload Secret: only those who may read the Model may read it (two users, impersonated).
 """
 
@@ -32,8 +34,8 @@ from devstack import identities
 from devstack.identities import Identities
 from servingops.activities.uploads.sessions import (
     SIGNING_KEY_SECRET,
-    OwnedSigningKey,
     UploadActivities,
+    record_name,
     secret_name,
 )
 from servingops.activities.uploads.types import CloseUploadInput, OpenUploadInput
@@ -43,7 +45,7 @@ from tests import rbac_calls
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
 
-PROCESSES = ("worker", "uploads", "bridge")
+PROCESSES = ("worker", "uploads", "bridge", "agent")
 RENDERINGS = {"defaults": None, "secret-namespaces": {"rbac": {"secretNamespaces": ["team-a"]}}}
 
 
@@ -62,9 +64,12 @@ def test_each_identity_is_granted_exactly_what_its_code_calls(process: str, rend
 
 def test_the_call_reader_tells_the_processes_apart() -> None:
     """A control for the test above: the reader attributes each call to the identity that makes it."""
-    worker, uploads, bridge = (rbac_calls.used(p) for p in PROCESSES)
-    assert ("", "secrets", "list") in uploads and ("", "secrets", "list") not in worker
+    worker, uploads, bridge, agent = (rbac_calls.used(p) for p in PROCESSES)
+    assert ("", "nodes", "patch") in agent and ("", "nodes", "patch") not in worker
+    assert ("ome.io", "clusterbasemodels", "watch") in agent and not any(r == "secrets" for _, r, _ in agent)
+    assert ("", "configmaps", "get") in uploads and ("", "configmaps", "create") in worker
     assert ("", "secrets", "create") in worker and ("", "secrets", "create") not in uploads
+    assert ("", "configmaps", "create") not in uploads and ("", "configmaps", "delete") not in uploads
     assert ("ome.io", "inferenceservices", "watch") in bridge and not any(v == "watch" for *_, v in worker)
     assert ("coordination.k8s.io", "leases", "update") in bridge
     assert not any(resource == "secrets" for _, resource, _ in bridge)
@@ -82,7 +87,20 @@ def test_no_rule_has_a_wildcard_or_an_escalating_verb(rendering: str) -> None:
             assert "nonResourceURLs" not in rule
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
             if "secrets" in rule["resources"]:
-                assert not {"list", "watch"} & set(rule["verbs"]) or role["metadata"]["name"].endswith("-uploads")
+                assert not {"list", "watch"} & set(rule["verbs"]), f"{role['metadata']['name']}: {rule}"
+
+
+@pytest.mark.parametrize("rendering", RENDERINGS)
+def test_the_upload_identity_holds_nothing_cluster_wide(rendering: str) -> None:
+    """Every binding of the upload endpoint's ServiceAccount is a RoleBinding of the release namespace."""
+    docs = identities.render(values=RENDERINGS[rendering])
+    account = {"kind": "ServiceAccount", "name": f"{identities.RELEASE}-uploads", "namespace": identities.NAMESPACE}
+    bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
+                and any({k: s.get(k) for k in account} == account for s in d.get("subjects") or [])]
+    assert bindings
+    for binding in bindings:
+        assert (binding["kind"], binding["metadata"].get("namespace")) == ("RoleBinding", identities.NAMESPACE)
+        assert binding["roleRef"]["kind"] == "Role", binding
 
 
 # -- refusals on the real apiserver -------------------------------------------------------------------
@@ -159,7 +177,10 @@ def test_the_worker_reads_secrets_only_by_name(apis: dict[str, client.ApiClient]
     _refused(lambda: core.list_namespaced_secret(ns, watch=True, timeout_seconds=1))
     _refused(lambda: core.patch_namespaced_secret("someone-elses", ns, {"metadata": {"labels": {"x": "y"}}}))
     # Only its own operator ConfigMap, only read; no namespaces, no pods, no cluster RBAC.
-    _refused(lambda: core.read_namespaced_config_map("kube-root-ca.crt", identities.NAMESPACE))
+    _refused(lambda: core.read_namespaced_config_map("kube-root-ca.crt", ns))
+    # ConfigMaps of its own namespace (upload-session records): read, create and delete, never change one.
+    _refused(lambda: core.patch_namespaced_config_map(f"{identities.RELEASE}-config", identities.NAMESPACE,
+                                                      {"metadata": {"labels": {"x": "y"}}}))
     _refused(lambda: core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="w-ns"))))
     _refused(lambda: core.create_namespaced_pod(ns, client.V1Pod(metadata=client.V1ObjectMeta(name="p"),
                                                                   spec=client.V1PodSpec(containers=[]))))
@@ -174,24 +195,51 @@ def test_the_worker_reads_secrets_only_by_name(apis: dict[str, client.ApiClient]
     _refused(lambda: rbac.delete_namespaced_role("anything", ns))
 
 
-def test_the_upload_endpoint_cannot_write_or_read_a_secret_by_name(apis: dict[str, client.ApiClient],
-                                                                   world: dict[str, Any]) -> None:
+def test_the_upload_endpoint_reads_only_session_records_and_the_signing_key(
+        apis: dict[str, client.ApiClient], world: dict[str, Any], tmp_path: Any) -> None:
     core = client.CoreV1Api(apis["uploads"])
-    ns = world["ns"]
-    _refused(lambda: core.read_namespaced_secret("someone-elses", ns))
-    _refused(lambda: core.create_namespaced_secret(ns, client.V1Secret(metadata=client.V1ObjectMeta(name="u"))))
-    _refused(lambda: core.replace_namespaced_secret("someone-elses", ns, client.V1Secret(
-        metadata=client.V1ObjectMeta(name="someone-elses"), string_data={"password": "q"})))
-    _refused(lambda: core.delete_namespaced_secret("someone-elses", ns))
-    _refused(lambda: core.create_namespaced_secret(identities.NAMESPACE, client.V1Secret(
-        metadata=client.V1ObjectMeta(name=SIGNING_KEY_SECRET), string_data={"key": "forged"})))
-    _refused(lambda: client.CustomObjectsApi(apis["uploads"]).list_cluster_custom_object(
-        "ai.deckhouse.io", "v1alpha1", "models"))
-    _refused(lambda: core.create_namespaced_event(ns, client.CoreV1Event(
-        metadata=client.V1ObjectMeta(name="u"), involved_object=client.V1ObjectReference(name="x"))))
-    # What it needs: the signing key by name (the worker makes it when the first session opens).
-    OwnedSigningKey(client.CoreV1Api(apis["worker"]), identities.NAMESPACE).get()
-    assert core.read_namespaced_secret(SIGNING_KEY_SECRET, identities.NAMESPACE).data
+    ns, model = world["ns"], world["model"]
+    # A live session, opened as the worker opens it: its Secret in the model's namespace, its record
+    # in the controller namespace.
+    ref = ObjectRef.of(Model, model["metadata"]["name"], ns, model["metadata"]["uid"])
+    acts = UploadActivities(apis["worker"], tmp_path / "spool", "http://uploads.example", identities.NAMESPACE)
+    info = ActivityEnvironment().run(acts.open_session, OpenUploadInput(model=ref))
+    assert ref.uid
+    try:
+        # What it needs: the session's record by name, and the signing key by name.
+        record = core.read_namespaced_config_map(record_name(ref.uid), identities.NAMESPACE)
+        assert (record.data or {}).get("session")
+        assert core.read_namespaced_secret(SIGNING_KEY_SECRET, identities.NAMESPACE).data
+
+        # No Secret but the key: not the session's own, not by listing, in no namespace.
+        _refused(lambda: core.read_namespaced_secret(info.secret_name, ns))
+        _refused(lambda: core.read_namespaced_secret("someone-elses", ns))
+        _refused(lambda: core.list_secret_for_all_namespaces())
+        _refused(lambda: core.list_namespaced_secret(ns))
+        _refused(lambda: core.list_namespaced_secret(identities.NAMESPACE))
+        _refused(lambda: core.list_namespaced_secret(ns, watch=True, timeout_seconds=1))
+        _refused(lambda: core.patch_namespaced_secret(info.secret_name, ns, {"metadata": {"labels": {"x": "y"}}}))
+        _refused(lambda: core.create_namespaced_secret(ns, client.V1Secret(metadata=client.V1ObjectMeta(name="u"))))
+        _refused(lambda: core.replace_namespaced_secret("someone-elses", ns, client.V1Secret(
+            metadata=client.V1ObjectMeta(name="someone-elses"), string_data={"password": "q"})))
+        _refused(lambda: core.delete_namespaced_secret("someone-elses", ns))
+        _refused(lambda: core.create_namespaced_secret(identities.NAMESPACE, client.V1Secret(
+            metadata=client.V1ObjectMeta(name=SIGNING_KEY_SECRET), string_data={"key": "forged"})))
+        # Records are read, never listed, written or forged, and only in the controller namespace.
+        _refused(lambda: core.list_namespaced_config_map(identities.NAMESPACE))
+        _refused(lambda: core.patch_namespaced_config_map(record_name(str(ref.uid)), identities.NAMESPACE,
+                                                          {"data": {"session": "{}"}}))
+        _refused(lambda: core.delete_namespaced_config_map(record_name(str(ref.uid)), identities.NAMESPACE))
+        _refused(lambda: core.create_namespaced_config_map(identities.NAMESPACE, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=record_name(str(uuid.uuid4()))), data={"session": "{}"})))
+        _refused(lambda: core.read_namespaced_config_map("kube-root-ca.crt", ns))
+        # Nothing else at all.
+        _refused(lambda: client.CustomObjectsApi(apis["uploads"]).list_cluster_custom_object(
+            "ai.deckhouse.io", "v1alpha1", "models"))
+        _refused(lambda: core.create_namespaced_event(ns, client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name="u"), involved_object=client.V1ObjectReference(name="x"))))
+    finally:
+        ActivityEnvironment().run(acts.close_session, CloseUploadInput(model=ref))
 
 
 # -- the upload Secret: only the Model's readers ------------------------------------------------------

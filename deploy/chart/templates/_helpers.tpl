@@ -3,6 +3,7 @@
 {{- define "servingops.worker" -}}{{ include "servingops.name" . }}-worker{{- end -}}
 {{- define "servingops.bridge" -}}{{ include "servingops.name" . }}-bridge{{- end -}}
 {{- define "servingops.uploads" -}}{{ include "servingops.name" . }}-uploads{{- end -}}
+{{- define "servingops.agent" -}}{{ include "servingops.name" . }}-agent{{- end -}}
 {{- define "servingops.config" -}}{{ include "servingops.name" . }}-config{{- end -}}
 
 {{- define "servingops.labels" -}}
