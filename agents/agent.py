@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from servingops.activities.oci.registry_client import RegistryError
-from servingops.agents.keys import ModelKey
 from servingops.agents.plan import Copy, Decision, Hold, Invalid, Local, Remove, decide
 from servingops.agents.pull import BadArtifact, Cancelled, Puller, PullStats, RateLimit, RegistryFactory, layout
 from servingops.agents.report import NodeState, Reporter
 from servingops.agents.store import Record, Store
+from servingops.api_models.ome.model_keys import ModelKey
 
 log = logging.getLogger("servingops.agent")
 

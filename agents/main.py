@@ -17,11 +17,11 @@ from collections.abc import Iterator
 from types import FrameType
 
 from servingops.agents.agent import Agent, AgentConfig
-from servingops.agents.keys import ModelKind
 from servingops.agents.registry import AgentRegistry
 from servingops.agents.report import Reporter
 from servingops.agents.settings import AgentSettings, add_arguments, from_arguments
 from servingops.agents.watch import KindWatcher, NodeWatcher
+from servingops.api_models.ome.model_keys import ModelKind
 from servingops.runtime.kube import load_api_client
 
 log = logging.getLogger("servingops.agent")

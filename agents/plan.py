@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from servingops.agents.keys import ModelKey
 from servingops.agents.matcher import InvalidRequirement, node_matches
+from servingops.api_models.ome.model_keys import ModelKey
 
 ARTIFACT_ANNOTATION = "servingops.io/artifact"
 REUSE_IF_EXISTS = "ReuseIfExists"

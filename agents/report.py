@@ -24,7 +24,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from servingops.agents.keys import LABEL_DOMAIN, STATUS_CONFIGMAP_LABEL, ModelKey
+from servingops.api_models.ome.model_keys import LABEL_DOMAIN, STATUS_CONFIGMAP_LABEL, ModelKey
 
 log = logging.getLogger("servingops.agent.report")
 

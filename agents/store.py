@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from servingops.activities.oci.modelpack import normalize_filepath
-from servingops.agents.keys import ModelKey, ModelKind
+from servingops.api_models.ome.model_keys import ModelKey, ModelKind
 
 log = logging.getLogger("servingops.agent.store")
 

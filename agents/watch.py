@@ -15,7 +15,7 @@ from typing import Any, cast
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from servingops.agents.keys import GROUP, VERSION, ModelKey, ModelKind
+from servingops.api_models.ome.model_keys import GROUP, VERSION, ModelKey, ModelKind
 
 log = logging.getLogger("servingops.agent.watch")
 

@@ -36,7 +36,7 @@ from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import find_binary
 from devstack.services import OciRegistry
 from servingops.activities.oci.registry_client import MiB
-from servingops.agents.keys import ModelKey, ModelKind
+from servingops.api_models.ome.model_keys import ModelKey, ModelKind
 from tests.node_agent_support import (
     CountingProxy,
     agent_process,

@@ -23,7 +23,7 @@ from devstack.kube import KWOK_NODE_ANNOTATION, REPO_ROOT
 from devstack.process import ManagedProcess
 from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, role_for_path
 from servingops.activities.oci.registry_client import MiB, ModelRegistry
-from servingops.agents.keys import GROUP, VERSION, ModelKind
+from servingops.api_models.ome.model_keys import GROUP, VERSION, ModelKind
 
 REPOSITORY = "servingops/models"
 TEST_TAINT = {"key": "servingops.io/agent-test", "value": "true", "effect": "NoSchedule"}

@@ -24,8 +24,8 @@ from typing import Any
 
 from kubernetes import client as kube_client
 
-from servingops.agents.keys import GROUP, ModelKind
 from servingops.api_models import contract
+from servingops.api_models.ome.model_keys import GROUP, ModelKind
 from servingops.crd_bridge.routes import ROUTES
 
 Triple = tuple[str, str, str]

@@ -26,8 +26,8 @@ from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.services import OciRegistry
 from servingops.activities.oci.registry_client import MiB
-from servingops.agents.keys import ModelKey, ModelKind
 from servingops.agents.store import PARTIAL_DIR
+from servingops.api_models.ome.model_keys import ModelKey, ModelKind
 from tests.crd_helpers import new_namespace
 from tests.node_agent_support import (
     CountingProxy,

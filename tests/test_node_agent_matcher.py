@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from servingops.agents.keys import ModelKey, ModelKind, truncate_with_hash
 from servingops.agents.matcher import InvalidRequirement, match_expression, match_field, node_matches
 from servingops.agents.plan import ARTIFACT_ANNOTATION, Copy, Hold, Invalid, Local, Remove, decide, parse_artifact
+from servingops.api_models.ome.model_keys import ModelKey, ModelKind, truncate_with_hash
 
 DIGEST = "sha256:" + "ab" * 32
 NODE = {"metadata": {"name": "gpu-1", "labels": {"pool": "gpu", "zone": "a", "gpus": "8", "tier": "x1"}}}

@@ -21,11 +21,11 @@ from kubernetes import client
 from devstack.services import OciRegistry
 from servingops.activities.oci.registry_client import MiB
 from servingops.agents.agent import Agent, AgentConfig
-from servingops.agents.keys import ModelKey, ModelKind
 from servingops.agents.registry import AgentRegistry
 from servingops.agents.report import Reporter
 from servingops.agents.store import MARKER, PARTIAL_DIR
 from servingops.agents.watch import KindWatcher
+from servingops.api_models.ome.model_keys import ModelKey, ModelKind
 from tests.crd_helpers import new_namespace
 from tests.node_agent_support import (
     CountingProxy,

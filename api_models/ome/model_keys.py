@@ -1,4 +1,6 @@
 """Names of a model on a node: its Node label key and its report ConfigMap key, as upstream OME spells them.
+A contract between the node agent (which writes them) and the renderer (which schedules serving pods on
+nodes whose label says Ready), so it lives with the API models.
 
 Ported from upstream OME (pkg/constants/constants.go: GetClusterBaseModelLabel, GetBaseModelLabel,
 GetModelConfigMapKey, truncateWithHash), so OME's tooling and users read the same keys:
