@@ -16,12 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from servingops.agents.matcher import InvalidRequirement, node_matches
-from servingops.api_models.ome.model_keys import ModelKey
+from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION, ModelKey
 
-ARTIFACT_ANNOTATION = "servingops.io/artifact"
 REUSE_IF_EXISTS = "ReuseIfExists"
-DEFAULT_MODELS_ROOT = "/mnt/models"
-"""Where a model without storage.path goes (upstream's --models-root-dir default)."""
 
 _ARTIFACT = re.compile(
     r"^(?P<registry>[^/@\s]+)/(?P<repository>[a-z0-9][a-z0-9._/-]*)@(?P<digest>sha256:[0-9a-f]{64})$")
@@ -94,7 +91,7 @@ def node_relative(path: str) -> str:
 
 
 def default_path(key: ModelKey) -> str:
-    return posixpath.join(DEFAULT_MODELS_ROOT, key.configmap_key)
+    return key.copy_path(None)
 
 
 def decide(key: ModelKey, obj: Mapping[str, Any] | None, node: Mapping[str, Any] | None,

@@ -18,9 +18,15 @@ ClusterBaseModel form with the type `finetunedweight`.
 from __future__ import annotations
 
 import hashlib
+import posixpath
 from dataclasses import dataclass
 from enum import StrEnum
 
+ARTIFACT_ANNOTATION = "servingops.io/artifact"
+"""On a (Cluster)BaseModel / FineTunedWeight: `<registry>/<repository>@sha256:<digest>`, the artifact the
+agents copy (written by the delivery workflow; the agents act on nothing else)."""
+DEFAULT_MODELS_ROOT = "/mnt/models"
+"""Where a model without storage.path is kept on a node (upstream's models root default)."""
 LABEL_DOMAIN = "models.ome.io"
 STATUS_CONFIGMAP_LABEL = "models.ome/basemodel-status"
 MAX_LABEL_NAME_LENGTH = 49  # 63 - len("models.ome.io") - 1
@@ -68,6 +74,10 @@ class ModelKey:
     @property
     def configmap_key(self) -> str:
         return _scoped_name(self, MAX_CONFIGMAP_KEY_LENGTH)
+
+    def copy_path(self, storage_path: str | None) -> str:
+        """Where the node's copy lives: storage.path, else a path of its own under the models root."""
+        return storage_path or posixpath.join(DEFAULT_MODELS_ROOT, self.configmap_key)
 
 
 def truncate_with_hash(original: str, max_length: int) -> str:
