@@ -106,24 +106,37 @@ def main_container(pod: dict[str, Any], preferred: str | None = None) -> dict[st
     return dict(containers[0]) if containers else None
 
 
-def attach_model(pod: dict[str, Any], mount: ModelMount, container_name: str | None = None) -> dict[str, Any]:
-    """A copy of `pod` (a pod spec, or a component spec holding one) with the model wired in."""
+def wire_container(container: dict[str, Any], mount: ModelMount) -> dict[str, Any]:
+    """A copy of `container` seeing the model read-only at its path, with MODEL_PATH unless set."""
+    result = copy.deepcopy(container)
+    mounts = result.setdefault("volumeMounts", [])
+    if not any(m.get("mountPath") == mount.path for m in mounts):
+        mounts.append({"name": mount.volume_name, "mountPath": mount.path, "readOnly": True})
+    env = result.setdefault("env", [])
+    if not any(e.get("name") == MODEL_PATH_ENV for e in env):
+        env.append({"name": MODEL_PATH_ENV, "value": mount.path})
+    return result
+
+
+def wire_pod(pod: dict[str, Any], mount: ModelMount) -> dict[str, Any]:
+    """A copy of `pod` with the model's hostPath volume and a nodeSelector on a Ready copy (no
+    container touched)."""
     result = copy.deepcopy(pod)
     volumes = result.setdefault("volumes", [])
     if not any(v.get("name") == mount.volume_name for v in volumes):
         volumes.append({"name": mount.volume_name, "hostPath": {"path": mount.path, "type": "Directory"}})
-    containers = result.get("containers") or []
-    target = main_container(result, container_name)
-    for container in containers:
-        if target is None or container.get("name") != target.get("name"):
-            continue
-        mounts = container.setdefault("volumeMounts", [])
-        if not any(m.get("mountPath") == mount.path for m in mounts):
-            mounts.append({"name": mount.volume_name, "mountPath": mount.path, "readOnly": True})
-        env = container.setdefault("env", [])
-        if not any(e.get("name") == MODEL_PATH_ENV for e in env):
-            env.append({"name": MODEL_PATH_ENV, "value": mount.path})
-        break
     selector = result.setdefault("nodeSelector", {})
     selector.setdefault(mount.node_label, READY)
+    return result
+
+
+def attach_model(pod: dict[str, Any], mount: ModelMount, container_name: str | None = None) -> dict[str, Any]:
+    """A copy of `pod` (a pod spec, or a component spec holding one) with the model wired into the
+    pod and its main container (`container_name`, else the first)."""
+    result = wire_pod(pod, mount)
+    target = main_container(result, container_name)
+    if target is not None:
+        result["containers"] = [
+            wire_container(c, mount) if c.get("name") == target.get("name") else c for c in result["containers"]
+        ]
     return result

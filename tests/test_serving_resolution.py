@@ -1,0 +1,183 @@
+"""An InferenceService naming a model and a runtime, made concrete (activities/serving/resolution.py),
+on upstream OME's own sample manifests (tests/fixtures/ome_samples), with an in-memory reader."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from servingops.activities.serving import render
+from servingops.activities.serving.resolution import Unresolvable, UnresolvableReason, resolve_service
+from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.ome.inference_service import InferenceServiceSpec
+
+SAMPLES = Path(__file__).parent / "fixtures" / "ome_samples"
+FILLED = {  # what the delivery workflow writes from config.json into a spec that left them empty
+    "modelFormat": {"name": "safetensors", "version": "1.0.0"},
+    "modelFramework": {"name": "transformers", "version": "4.45.0.dev0"},
+    "modelArchitecture": "LlamaForCausalLM",
+    "modelParameterSize": "1.24B",
+}
+
+
+def load(relative: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((SAMPLES / relative).read_text()) if d]
+
+
+class Cluster:
+    """The objects the resolver may read, by (group, kind, namespace, name)."""
+
+    def __init__(self, *objects: dict[str, Any]) -> None:
+        self.objects: dict[tuple[str, str, str | None, str], dict[str, Any]] = {}
+        for obj in objects:
+            self.add(obj)
+
+    def add(self, obj: dict[str, Any]) -> None:
+        group = obj["apiVersion"].split("/")[0]
+        meta = obj["metadata"]
+        self.objects[(group, obj["kind"], meta.get("namespace"), meta["name"])] = obj
+
+    def get(self, group: str, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
+        return self.objects.get((group, kind, namespace, name))
+
+    def list(self, group: str, kind: str, namespace: str | None) -> list[dict[str, Any]]:
+        return [o for (g, k, ns, _), o in sorted(self.objects.items()) if (g, k, ns) == (group, kind, namespace)]
+
+
+def ready_model(**status: Any) -> dict[str, Any]:
+    [model] = load("models/meta/Llama-3.2-1B-Instruct.yaml")
+    model["spec"].update(FILLED)
+    model["status"] = status or {"state": "Ready", "nodesReady": ["node-a"]}
+    return model
+
+
+def sample_service() -> dict[str, Any]:
+    [isvc] = load("isvc/meta/llama-3-2-1b-instruct.yaml")
+    return isvc
+
+
+def sglang_runtime() -> dict[str, Any]:
+    [runtime] = load("runtimes/srt/meta/llama-3-2-1b-instruct-rt.yaml")
+    return runtime
+
+
+def test_the_upstream_sample_renders_what_its_runtime_declares() -> None:
+    runtime = sglang_runtime()
+    resolved = resolve_service(Cluster(ready_model(), runtime), sample_service())
+    assert resolved.runtime == "ClusterServingRuntime/srt-llama-3-2-1b-instruct"
+    assert resolved.model == "ClusterBaseModel llama-3-2-1b-instruct"
+    spec = InferenceServiceSpec.model_validate(resolved.spec)
+    assert spec.engine is not None and spec.router is not None
+    rendered = render.render_revision("llama-3-2-1b-instruct", ComponentType.ENGINE, spec.engine)
+    pod = rendered.template["spec"]
+    [container] = pod["containers"]
+    declared = runtime["spec"]["engineConfig"]["runner"]
+    for field in ("image", "command", "ports", "resources", "readinessProbe", "livenessProbe", "startupProbe"):
+        assert container[field] == declared[field], field
+    path = "/raid/models/meta/llama-3-2-1b-instruct"
+    assert container["volumeMounts"] == [{"mountPath": "/dev/shm", "name": "dshm"},
+                                         {"name": "llama-3-2-1b-instruct", "mountPath": path, "readOnly": True}]
+    assert {"name": "MODEL_PATH", "value": path} in container["env"]
+    assert {"name": "llama-3-2-1b-instruct", "hostPath": {"path": path, "type": "Directory"}} in pod["volumes"]
+    assert pod["nodeSelector"] == {"models.ome.io/clusterbasemodel.llama-3-2-1b-instruct": "Ready"}
+    assert pod["tolerations"] == runtime["spec"]["engineConfig"]["tolerations"]
+    assert rendered.template["metadata"]["annotations"] == runtime["spec"]["engineConfig"]["annotations"]
+    # The service's own fields survive the merge.
+    assert (spec.engine.min_replicas, spec.engine.max_replicas) == (1, 1)
+    # The router gets its runner, and no model.
+    router = render.render_revision("llama-3-2-1b-instruct", ComponentType.ROUTER, spec.router).template["spec"]
+    assert router["containers"][0]["image"] == runtime["spec"]["routerConfig"]["runner"]["image"]
+    assert "nodeSelector" not in router and "volumes" not in router
+
+
+def test_a_runtime_change_is_a_new_revision_and_an_unchanged_one_is_not() -> None:
+    runtime = sglang_runtime()
+    cluster = Cluster(ready_model(), runtime)
+
+    def revision() -> str:
+        spec = InferenceServiceSpec.model_validate(resolve_service(cluster, sample_service()).spec)
+        assert spec.engine is not None
+        return render.render_revision("svc", ComponentType.ENGINE, spec.engine).revision
+
+    first = revision()
+    assert revision() == first
+    changed = copy.deepcopy(runtime)
+    changed["spec"]["engineConfig"]["runner"]["image"] = "docker.io/lmsysorg/sglang:v0.5.6"
+    cluster.add(changed)
+    assert revision() != first
+
+
+def test_no_runtime_named_selects_one_and_says_why_others_failed() -> None:
+    auto = sglang_runtime()
+    auto["spec"]["supportedModelFormats"][0]["autoSelect"] = True
+    vllm = copy.deepcopy(auto)
+    vllm["metadata"]["name"] = "vllm-small"
+    vllm["spec"]["modelSizeRange"] = {"min": "7B", "max": "70B"}
+    service = sample_service()
+    del service["spec"]["runtime"]
+    resolved = resolve_service(Cluster(ready_model(), auto, vllm), service)
+    assert resolved.runtime == "ClusterServingRuntime/srt-llama-3-2-1b-instruct"
+
+    manual = sglang_runtime()  # autoSelect false: never chosen automatically
+    with pytest.raises(Unresolvable) as refused:
+        resolve_service(Cluster(ready_model(), manual, vllm), service)
+    assert refused.value.reason is UnresolvableReason.NO_RUNTIME
+    message = refused.value.message
+    assert "ClusterBaseModel llama-3-2-1b-instruct (format safetensors 1.0.0, framework transformers" in message
+    assert "ClusterServingRuntime srt-llama-3-2-1b-instruct: no supported format has autoSelect: true" in message
+    assert "ClusterServingRuntime vllm-small: model size 1.24B is outside the runtime's range [7B, 70B]" in message
+
+
+def test_a_namespaced_runtime_wins_and_inherits_from_a_cluster_one() -> None:
+    base = sglang_runtime()
+    base["spec"]["supportedModelFormats"][0]["autoSelect"] = True
+    local = {"apiVersion": "ome.io/v1beta1", "kind": "ServingRuntime",
+             "metadata": {"name": "team-sglang", "namespace": "llama-3-2-1b-instruct",
+                          "annotations": {"ome.io/inherit-from": "srt-llama-3-2-1b-instruct"}},
+             "spec": {"engineConfig": {"runner": {"name": "ome-container", "image": "sglang:team"}}}}
+    service = sample_service()
+    del service["spec"]["runtime"]
+    resolved = resolve_service(Cluster(ready_model(), base, local), service)
+    assert resolved.runtime == "ServingRuntime/team-sglang"
+    runner = resolved.spec["engine"]["runner"]
+    assert runner["image"] == "sglang:team"
+    assert runner["command"] == base["spec"]["engineConfig"]["runner"]["command"]
+
+
+@pytest.mark.parametrize(("change", "reason", "words"), [
+    (lambda c, s: c.objects.clear(), UnresolvableReason.MODEL_NOT_FOUND,
+     "ClusterBaseModel llama-3-2-1b-instruct does not exist"),
+    (lambda c, s: c.add(ready_model(state="Importing")), UnresolvableReason.MODEL_NOT_READY, "state Importing"),
+    (lambda c, s: s["spec"]["runtime"].update(name="gone"), UnresolvableReason.RUNTIME_NOT_FOUND,
+     "ClusterServingRuntime gone does not exist"),
+    (lambda c, s: s["spec"]["model"].update(kind="Model", apiGroup="ai.deckhouse.io"),
+     UnresolvableReason.MODEL_KIND_UNSUPPORTED, "Model.ai.deckhouse.io"),
+])
+def test_bad_references_are_refused_with_a_reason(change: Any, reason: UnresolvableReason, words: str) -> None:
+    cluster = Cluster(ready_model(), sglang_runtime())
+    service = sample_service()
+    change(cluster, service)
+    with pytest.raises(Unresolvable) as refused:
+        resolve_service(cluster, service)
+    assert refused.value.reason is reason
+    assert words in refused.value.message
+
+
+def test_a_named_runtime_that_cannot_serve_the_model_is_refused() -> None:
+    model = ready_model()
+    model["spec"]["modelArchitecture"] = "GemmaForCausalLM"
+    with pytest.raises(Unresolvable) as refused:
+        resolve_service(Cluster(model, sglang_runtime()), sample_service())
+    assert refused.value.reason is UnresolvableReason.RUNTIME_NOT_COMPATIBLE
+    assert "architecture 'GemmaForCausalLM' is not the runtime's 'LlamaForCausalLM'" in refused.value.message
+
+
+def test_an_inline_service_is_left_alone() -> None:
+    inline = {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
+              "metadata": {"name": "x", "namespace": "y"},
+              "spec": {"engine": {"runner": {"image": "vllm:1"}}}}
+    assert resolve_service(Cluster(), inline).spec == inline["spec"]
