@@ -244,21 +244,24 @@ OME_SAMPLE: dict[str, Any] = {"model": {"name": "qwen1-5-7b-chat"}, "runtime": {
                               "engine": {"minReplicas": 1, "maxReplicas": 1}}
 
 
-def test_ome_sample_is_refused_permanently_naming_the_field(kube_api: client.ApiClient, ns: str,
-                                                            acts: ServingActivities) -> None:
+def test_ome_sample_without_its_model_is_held_not_refused(kube_api: client.ApiClient, ns: str,
+                                                         acts: ServingActivities) -> None:
+    """Upstream's sample names a model and a runtime that do not exist here: observing says why it
+    is held (the model may appear later, so it is not a refusal of the spec), and a revision asked
+    for anyway is superseded: nothing is created."""
     ref = _isvc(kube_api, ns, OME_SAMPLE)
-    seen = _run(acts.observe, ObserveInput(isvc=ref))  # observing is fine: the spec parses
-    (engine,) = seen.components
-    key = RevisionKey(isvc=ref, component=ENGINE, revision=engine.desired_revision)
+    seen = _run(acts.observe, ObserveInput(isvc=ref))
+    assert seen.components == [] and seen.by_reference
+    assert seen.held is not None and seen.held.reason == "ModelNotFound"
+    assert "ClusterBaseModel qwen1-5-7b-chat does not exist" in seen.held.message
+    key = RevisionKey(isvc=ref, component=ENGINE, revision="0" * render.HASH_LENGTH)
     refused = _refused(acts.ensure_revision, EnsureRevisionInput(key=key, replicas=1))
-    assert refused.type == ErrorType.INVALID_SPEC and refused.non_retryable
-    assert "spec.engine has no runner and no containers" in refused.message
-    assert "spec.model (ClusterBaseModel qwen1-5-7b-chat)" in refused.message
-    assert "spec.runtime (ClusterServingRuntime srt-qwen)" in refused.message
+    assert refused.type == ErrorType.REVISION_SUPERSEDED and refused.non_retryable
+    assert "ModelNotFound" in refused.message
     # Nothing half-made is left behind.
     assert _run(acts.revision_status, key).replicas == 0
     assert not client.CoreV1Api(kube_api).list_namespaced_service(
-        ns, label_selector=f"{render.LABEL_REVISION}={engine.desired_revision}").items
+        ns, label_selector=f"{render.LABEL_REVISION}={key.revision}").items
 
 
 # -- pure rendering ---------------------------------------------------------------------------

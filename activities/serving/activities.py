@@ -15,6 +15,7 @@ on the object at once; an apiserver that is away, conflicting (409), throttling 
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
 from kubernetes import client
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 from temporalio import activity
 
 from servingops.activities.serving import render
+from servingops.activities.serving.resolution import KubeReader, Unresolvable, resolve_service
 from servingops.activities.serving.types import (
     ComponentObservation,
     EnsureRevisionInput,
@@ -30,6 +32,7 @@ from servingops.activities.serving.types import (
     RevisionKey,
     RevisionObservation,
     ServiceObservation,
+    ServingHold,
     SetTrafficInput,
     revision_name,
     route_name,
@@ -46,6 +49,10 @@ _APPLY = "application/apply-patch+yaml"
 _TIMEOUT = 30
 """Seconds per apiserver call: a hung connection fails the attempt instead of a worker thread."""
 _ROLLOUT_ANNOTATION_PREFIX = "ome.io/rollout-"
+_READERS = 8
+"""Threads for the independent reads one activity makes before it writes (ensure_revision,
+set_traffic): issued together they cost one apiserver round trip instead of one each, and these
+activities are on a promote's path to its traffic."""
 _GATEWAY_GROUP, _GATEWAY_VERSION, _ROUTES = "gateway.networking.k8s.io", "v1", "httproutes"
 
 
@@ -98,7 +105,13 @@ class ServingActivities:
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self._reader = KubeReader(self.custom)
         self.gateway = gateway
+        self._readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="serving-read")
+
+    def _read(self, call: Any, *args: Any) -> Future[Any]:
+        """Start a read on the reader threads; its result (or exception) comes from .result()."""
+        return self._readers.submit(call, *args)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -118,17 +131,24 @@ class ServingActivities:
         obj = self._isvc(ref)
         if obj is None:
             raise application_error(ErrorType.OBJECT_GONE, f"{ref.describe()} is gone")
-        return self._owner(obj), self._spec(ref, obj)
+        try:
+            return self._owner(obj), self._spec(ref, obj)
+        except Unresolvable as exc:
+            # Observed servable a moment ago, not now (a model or runtime changed): the revision
+            # asked for is no longer what the spec renders; the workflow observes again.
+            raise application_error(ErrorType.REVISION_SUPERSEDED, f"{exc.reason}: {exc.message}") from exc
 
     @staticmethod
     def _owner(obj: dict[str, Any]) -> render.Owner:
         meta = obj["metadata"]
         return render.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
 
-    @staticmethod
-    def _spec(ref: ObjectRef, obj: dict[str, Any]) -> InferenceServiceSpec:
+    def _spec(self, ref: ObjectRef, obj: dict[str, Any]) -> InferenceServiceSpec:
+        """The spec to render: as written, or, when it names a model, made concrete from the model
+        and its runtime (resolution.py; raises Unresolvable when that cannot be done now)."""
+        body = resolve_service(self._reader, obj).spec if (obj.get("spec") or {}).get("model") else obj.get("spec")
         try:
-            return InferenceServiceSpec.model_validate(obj.get("spec") or {})
+            return InferenceServiceSpec.model_validate(body or {})
         except ValidationError as exc:
             raise application_error(ErrorType.INVALID_SPEC, _invalid_spec(ref, exc)) from exc
 
@@ -189,8 +209,10 @@ class ServingActivities:
         obj = self._isvc(inp.isvc)
         if obj is None:
             return None
-        owner, spec = self._owner(obj), self._spec(inp.isvc, obj)
-        meta = obj["metadata"]
+        try:
+            owner, spec = self._owner(obj), self._spec(inp.isvc, obj)
+        except Unresolvable as exc:
+            return self._observation(obj, [], held=ServingHold(reason=exc.reason.value, message=exc.message))
         components = []
         for component, cspec in render.set_components(spec):
             route = self._route(owner.name, owner.namespace, component)
@@ -202,6 +224,12 @@ class ServingActivities:
                 traffic=render.route_weights(route, owner.name, component) if route else [],
                 url=render.component_url(owner, component) if route else None,
             ))
+        return self._observation(obj, components)
+
+    @staticmethod
+    def _observation(obj: dict[str, Any], components: list[ComponentObservation],
+                     held: ServingHold | None = None) -> ServiceObservation:
+        meta = obj["metadata"]
         annotations = meta.get("annotations") or {}
         rollout = (obj.get("spec") or {}).get("rollout")
         return ServiceObservation(
@@ -212,6 +240,8 @@ class ServingActivities:
             annotations={k: v for k, v in annotations.items() if k.startswith(_ROLLOUT_ANNOTATION_PREFIX)},
             spec_rollout=dict(rollout) if rollout is not None else None,
             components=components,
+            by_reference=bool((obj.get("spec") or {}).get("model")),
+            held=held,
         )
 
     @activity.defn(name="serving.ensure_revision")
@@ -221,9 +251,14 @@ class ServingActivities:
         if inp.replicas < 0:
             raise application_error(ErrorType.INVALID_INPUT, f"replicas must be >= 0, got {inp.replicas}")
         namespace = _namespace(key.isvc)
-        owner, spec = self._live_isvc(key.isvc)
-        name = revision_name(owner.name, key.component.value, key.revision)
-        existing = self._deployment(name, namespace)
+        name = revision_name(key.isvc.name, key.component.value, key.revision)
+        # The three reads are independent: issued together (the Service's answer is used only when
+        # the Deployment exists). Errors surface from .result() in the order the code had them.
+        live = self._read(self._live_isvc, key.isvc)
+        deployment = self._read(self._deployment, name, namespace)
+        service = self._read(self._service_exists, name, namespace)
+        owner, spec = live.result()
+        existing = deployment.result()
         if existing is not None and existing.metadata and existing.metadata.deletion_timestamp:
             # Being deleted: creating under the same name only works once it is gone; a retry will.
             raise application_error(ErrorType.REVISION_DELETING, f"Deployment {namespace}/{name} is being deleted")
@@ -233,7 +268,7 @@ class ServingActivities:
             except ValidationError as exc:
                 # Rendering read a part of the spec it cannot use: the spec must change.
                 raise application_error(ErrorType.INVALID_SPEC, _invalid_spec(key.isvc, exc)) from exc
-        if not self._service_exists(name, namespace):
+        if not service.result():
             # Deleted by someone else: rebuild it from the Deployment's own template, which is
             # what the revision runs whatever the spec says now.
             template = self.api_client.sanitize_for_serialization(  # type: ignore[no-untyped-call]
@@ -242,6 +277,8 @@ class ServingActivities:
                                                template=template or {})
             cspec = render.component_spec(spec, key.component) or EngineSpec()
             self._create_service(owner, rendered, cspec)
+        if existing.spec is not None and existing.spec.replicas == inp.replicas:
+            return _revision_observation(key.revision, existing)  # already so: the read is the answer
         dep = self.apps.patch_namespaced_deployment(name, namespace, {"spec": {"replicas": inp.replicas}},
                                                     field_manager=FIELD_MANAGER, _request_timeout=_TIMEOUT)
         return _revision_observation(key.revision, dep)
@@ -297,10 +334,13 @@ class ServingActivities:
     def set_traffic(self, inp: SetTrafficInput) -> None:
         """Program the component's HTTPRoute with exactly these weights."""
         _validate_weights(inp.weights)
-        owner, _ = self._live_isvc(inp.isvc)
-        missing = [w.revision for w in inp.weights
-                   if not self._service_exists(revision_name(owner.name, inp.component.value, w.revision),
-                                               owner.namespace)]
+        namespace = _namespace(inp.isvc)
+        live = self._read(self._live_isvc, inp.isvc)
+        services = [(w.revision, self._read(self._service_exists, revision_name(inp.isvc.name, inp.component.value,
+                                                                                w.revision), namespace))
+                    for w in inp.weights]
+        owner, _ = live.result()
+        missing = [revision for revision, exists in services if not exists.result()]
         if missing:
             raise application_error(ErrorType.INVALID_TRAFFIC,
                                     f"no Service for revision(s) {', '.join(missing)} of {inp.component.value}")

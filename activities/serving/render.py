@@ -108,10 +108,10 @@ class Unservable(ValueError):
 
 
 def check_servable(spec: InferenceServiceSpec, component: ComponentType, cspec: ComponentSpec) -> None:
-    """Raise Unservable unless the component carries a container to run. Upstream OME also renders
-    pods from spec.model + spec.runtime (a ServingRuntime's pod template); this renderer only
-    serves what the component carries inline (its runner and containers), so such a spec is
-    refused with a message saying what to set, instead of a Deployment the apiserver rejects."""
+    """Raise Unservable unless the component carries a container to run: inline (its runner and
+    containers) or, for a spec that names a model, from its runtime's component config (merged in
+    by resolution.py before rendering). Refused with a message saying what to set, instead of a
+    Deployment the apiserver rejects."""
     if _containers(cspec):
         return
     field = f"spec.{component.value}"
@@ -122,8 +122,8 @@ def check_servable(spec: InferenceServiceSpec, component: ComponentType, cspec: 
         by_reference.append(f"spec.runtime ({spec.runtime.kind} {spec.runtime.name})")
     advice = f"set {field}.runner (at least an image) or {field}.containers"
     if by_reference:
-        raise Unservable(field, f"has no runner and no containers, and rendering pods from "
-                                f"{' and '.join(by_reference)} by reference is not supported yet: {advice}")
+        raise Unservable(field, f"has no runner and no containers, and neither gives "
+                                f"{' and '.join(by_reference)} (the runtime's {component.value}Config): {advice}")
     raise Unservable(field, f"has no runner and no containers: {advice}")
 
 

@@ -56,6 +56,15 @@ class ComponentObservation(BaseModel):
     url: str | None = None
 
 
+class ServingHold(BaseModel):
+    """Why a spec that serves by reference cannot be rendered now (activities/serving/resolution.py
+    UnresolvableReason): it may become servable without a new generation (a model turns Ready, a
+    runtime appears), so it is re-observed, not refused."""
+
+    reason: str
+    message: str
+
+
 class ServiceObservation(BaseModel):
     """One read of an InferenceService and what serves it."""
 
@@ -68,6 +77,13 @@ class ServiceObservation(BaseModel):
     spec_rollout: dict[str, object] | None
     """spec.rollout as the apiserver holds it (defaults applied); parse with RolloutSpec."""
     components: list[ComponentObservation]
+    by_reference: bool = False
+    """The spec names a model: what it renders also depends on the model and runtime objects, whose
+    changes are no event of this object (so the workflow re-observes on a timer)."""
+    held: ServingHold | None = None
+    """Set when the spec names a model / runtime that cannot serve it yet (components then empty:
+    what serves now keeps serving). A new field: histories recorded before it decode it as None."""
+
 
 
 class ObserveInput(BaseModel):

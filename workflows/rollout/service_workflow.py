@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         ObserveInput,
         RevisionKey,
         ServiceObservation,
+        ServingHold,
         SetTrafficInput,
     )
     from servingops.api_models import contract
@@ -74,6 +75,11 @@ with workflow.unsafe.imports_passed_through():
 
 _RESYNC_PARKED = 60.0
 """How often a parked group re-tries resolving its policy (it may have been created since)."""
+_RESYNC_BY_REFERENCE = 30.0
+"""How often a service rendered from a model and runtime is observed again without an event of its
+own: a runtime edit (autoSync) or a model change re-renders, and a new template rolls out."""
+_RESYNC_HELD = 60.0
+"""The longest wait between looks at a held spec's model and runtime (sooner at first)."""
 _RETRY_REMOVAL = 60.0
 """How soon a consumed annotation whose removal failed is tried again (a pass re-reads it first)."""
 REMOVE_CONSUMED_ANNOTATIONS = "remove-consumed-annotations"
@@ -106,6 +112,12 @@ class InferenceServiceWorkflow:
         self._unready_since: datetime | None = None
         """When the current wait for components to serve began (paces the readiness poll)."""
         self._refusal: Refusal | None = None
+        self._held: ServingHold | None = None
+        """The spec serves by reference and its model / runtime cannot serve it yet: what serves keeps
+        serving, nothing new is rendered, and the service is observed again (not refused)."""
+        self._held_since: datetime | None = None
+        self._by_reference = False
+        """The last observation rendered from a model and runtime: re-observed every _RESYNC_BY_REFERENCE."""
         self._notes: list[EventNote] = []
         """Events to record with the next status write."""
         self._rollback_forwarded: set[str] = set()
@@ -210,6 +222,14 @@ class InferenceServiceWorkflow:
             self._unready_since = None
         if self._state.parked:
             waits.append(_RESYNC_PARKED)
+        if self._by_reference:
+            waits.append(_RESYNC_BY_REFERENCE)
+        if self._held is not None:
+            # A model turns Ready, a runtime appears: no event of this object says so.
+            self._held_since = self._held_since or workflow.now()
+            waits.append(poll_interval(workflow.now() - self._held_since, _RESYNC_HELD))
+        else:
+            self._held_since = None
         if self._removal_failed:
             waits.append(_RETRY_REMOVAL)
         if self._state.soak_until is not None:
@@ -219,6 +239,8 @@ class InferenceServiceWorkflow:
     def _summary(self) -> str:
         if self._refusal is not None:
             return "Failed"
+        if self._held is not None:
+            return "Held"
         if self._state.parked:
             return "Parked"
         if self._state.active:
@@ -265,6 +287,14 @@ class InferenceServiceWorkflow:
                 return  # the refused spec has not changed: wait for the next generation
             self._refusal = None
             self._dirty = True
+        self._by_reference = observation.by_reference
+        if observation.held != self._held:
+            if observation.held is not None:
+                self._notes.append(status.held_note(observation.held))
+            self._held = observation.held
+            self._dirty = True
+        if observation.held is not None:
+            return  # nothing to render: what serves keeps serving, the next poll looks again
         for seen in observation.components:
             await self._serve(seen)
         served = [c.component for c in observation.components]
@@ -647,7 +677,7 @@ class InferenceServiceWorkflow:
         ref = self._require_ref()
         body = status.service_status(ref.name, self._state, workflow.now())
         notes, self._notes = self._notes, []
-        patch = StatusPatch(ref=ref, status=body, conditions=status.conditions(self._state, self._refusal),
+        patch = StatusPatch(ref=ref, status=body, conditions=status.conditions(self._state, self._refusal, self._held),
                             observed_generation=self._state.generation, events=notes)
         alive = await workflow.execute_activity_method(KubernetesActivities.patch_status, patch, **options.KUBE)
         if not alive:

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from servingops.activities.kubernetes import EventNote
-from servingops.activities.serving.types import revision_name
+from servingops.activities.serving.types import ServingHold, revision_name
 from servingops.api_models.contract.rollout import ActiveRun, ComponentTarget, ComponentView, ServiceState
 from servingops.api_models.errors import ErrorType
 from servingops.api_models.ome.enums import CanaryFailureReason, ComponentType, RolloutRunOutcome
@@ -134,7 +134,8 @@ def run_record(run: ActiveRun, outcome: RolloutRunOutcome, closed_at: datetime) 
     return record.to_api()
 
 
-def conditions(state: ServiceState, refusal: Refusal | None = None) -> list[ConditionUpdate]:
+def conditions(state: ServiceState, refusal: Refusal | None = None,
+               held: ServingHold | None = None) -> list[ConditionUpdate]:
     updates = []
     for component, view in sorted(state.components.items(), key=lambda item: item[0].value):
         updates.append(ConditionUpdate(
@@ -147,11 +148,17 @@ def conditions(state: ServiceState, refusal: Refusal | None = None) -> list[Cond
         # Nothing serves and nothing will until the spec changes: say why, not "waiting".
         updates.append(ConditionUpdate(type="Ready", status="False", reason=refusal.reason.value,
                                        message=refusal.message))
+    elif held is not None and not ready:
+        # Nothing serves yet, and will once the model / runtime can: say which and why.
+        updates.append(ConditionUpdate(type="Ready", status="False", reason=held.reason, message=held.message))
     else:
         updates.append(ConditionUpdate(type="Ready", status="True" if ready else "False",
                                        reason="ComponentsReady" if ready else "ComponentsNotReady",
                                        message="" if ready else "waiting for components to serve"))
-    if state.parked:
+    if held is not None:
+        # What serves keeps serving; no new revision is rendered until the model / runtime can serve.
+        updates.append(ConditionUpdate(type="RolloutReady", status="False", reason=held.reason, message=held.message))
+    elif state.parked:
         updates.append(ConditionUpdate(
             type="RolloutReady", status="False", reason=_park_reason(state.parked),
             message="; ".join(f"group {k}: {v}" for k, v in sorted(state.parked.items()))))
@@ -283,6 +290,11 @@ def failed_run_note(group: str, error_type: ErrorType | None, message: str) -> E
     """The Warning of a run that failed (its park reason: the error's type, else RolloutFailed)."""
     reason = error_type.value if error_type is not None else EventReason.ROLLOUT_FAILED.value
     return EventNote(type="Warning", reason=reason, message=f"group {group}: {message}")
+
+
+def held_note(held: ServingHold) -> EventNote:
+    """The Warning of a spec held until its model / runtime can serve it."""
+    return EventNote(type="Warning", reason=held.reason, message=held.message)
 
 
 def refusal_note(refusal: Refusal) -> EventNote:
