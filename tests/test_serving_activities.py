@@ -130,7 +130,7 @@ def test_revision_lifecycle(kube_api: client.ApiClient, ns: str, acts: ServingAc
     assert dep.metadata.owner_references[0].uid == ref.uid and dep.metadata.owner_references[0].controller
     assert dep.spec and dep.spec.template.metadata and dep.spec.template.metadata.labels == {
         "app.kubernetes.io/name": ref.name, "app.kubernetes.io/component": "engine",
-        "serving.ome.io/revision": v1, "team": "llm"}
+        "serving.ome.io/revision": v1, "team": "llm", "component": "engine", "ome.io/inferenceservice": ref.name}
     assert dep.spec.template.metadata.annotations == {"example.com/note": "engine"}
     svc = core.read_namespaced_service(name1, ns)
     assert svc.spec and svc.spec.type == "ClusterIP" and svc.spec.ports

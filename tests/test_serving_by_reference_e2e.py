@@ -107,7 +107,11 @@ def test_held_until_model_and_runtime_exist_then_rendered_then_rolled(
             (w := _route_weights(kube_api, ns, "chat-engine")) and list(w.values()) == [100] and w), worker,
             timeout=180)
         [first_rev] = first
-        template = apps.read_namespaced_deployment(first_rev, ns).spec.template.spec
+        pod_template = apps.read_namespaced_deployment(first_rev, ns).spec.template
+        # Upstream runtimes' routers discover engines by these labels.
+        upstream = {"component": "engine", "ome.io/inferenceservice": "chat"}
+        assert upstream.items() <= pod_template.metadata.labels.items()
+        template = pod_template.spec
         [container] = template.containers
         assert container.image == "lmsysorg/sglang:v0.5.5"
         assert container.command[:3] == ["python3", "-m", "sglang.launch_server"]

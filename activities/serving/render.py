@@ -178,8 +178,22 @@ def _metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict[str, Any]
             "ownerReferences": [owner.reference()]}
 
 
+UPSTREAM_COMPONENT_LABEL = "component"
+UPSTREAM_SERVICE_LABEL = "ome.io/inferenceservice"
+
+
+def upstream_pod_labels(isvc: str, component: ComponentType) -> dict[str, str]:
+    """The pod labels upstream OME sets and its runtimes select on (a router's service discovery
+    asks for `component=engine ome.io/inferenceservice=<name>`). Added to the Deployment's pods but
+    kept out of the revision hash: adding them must not roll every running service."""
+    return {UPSTREAM_COMPONENT_LABEL: component.value, UPSTREAM_SERVICE_LABEL: isvc}
+
+
 def deployment(owner: Owner, rendered: RenderedRevision, spec: ComponentSpec, replicas: int) -> dict[str, Any]:
     labels = selector_labels(owner.name, rendered.component, rendered.revision)
+    template = copy.deepcopy(rendered.template)
+    template["metadata"]["labels"] = {**upstream_pod_labels(owner.name, rendered.component),
+                                      **template["metadata"]["labels"]}
     body: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -188,7 +202,7 @@ def deployment(owner: Owner, rendered: RenderedRevision, spec: ComponentSpec, re
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": labels},
-            "template": copy.deepcopy(rendered.template),
+            "template": template,
         },
     }
     if spec.deployment_strategy:
