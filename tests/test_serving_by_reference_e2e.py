@@ -142,3 +142,68 @@ def test_held_until_model_and_runtime_exist_then_rendered_then_rolled(
             except client.exceptions.ApiException:
                 pass
         core.patch_node(node, {"metadata": {"labels": {label: None}}})
+
+
+def test_auto_sync_false_keeps_its_runtime_snapshot_until_runtime_sync(
+        kube_api: client.ApiClient, reference_stack: tuple[str, ManagedProcess],
+        kube_cluster: LocalKubeCluster) -> None:
+    """spec.runtime.autoSync false: the pods render from a ControllerRevision snapshot of the runtime
+    (status.pinnedRevisionName); a runtime edit changes nothing until ome.io/runtime-sync moves."""
+    import time
+
+    from devstack.identities import NAMESPACE as CONTROLLER_NAMESPACE
+
+    ns, worker = reference_stack
+    custom, core, apps = client.CustomObjectsApi(kube_api), client.CoreV1Api(kube_api), client.AppsV1Api(kube_api)
+    suffix = uuid.uuid4().hex[:6]
+    model, runtime, path = f"pinned-{suffix}", f"srt-pin-{suffix}", f"/raid/models/pinned-{suffix}"
+    label = ModelKey(ModelKind.CLUSTER_BASE_MODEL, "", model).label_key
+    node = kube_cluster.node_names[1 % len(kube_cluster.node_names)]
+    custom.create_cluster_custom_object(GROUP, VERSION, "clusterbasemodels", model_body(model, path))
+    custom.patch_cluster_custom_object_status(GROUP, VERSION, "clusterbasemodels", model,
+                                              {"status": {"state": "Ready", "nodesReady": [node]}})
+    core.patch_node(node, {"metadata": {"labels": {label: "Ready"}}})
+    custom.create_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes",
+                                        runtime_body(runtime, "lmsysorg/sglang:v0.5.5"))
+
+    def service() -> dict[str, Any]:
+        return dict(custom.get_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "pinned"))
+
+    def serving_image() -> str | None:
+        weights = _route_weights(kube_api, ns, "pinned-engine")
+        full = [name for name, weight in weights.items() if weight == 100]
+        return apps.read_namespaced_deployment(full[0], ns).spec.template.spec.containers[0].image if full else None
+
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": "pinned"},
+        "spec": {"model": {"name": model}, "runtime": {"name": runtime, "autoSync": False},
+                 "engine": {"minReplicas": 1, "maxReplicas": 1}}})
+    try:
+        _wait("served from the snapshot", lambda: serving_image() == "lmsysorg/sglang:v0.5.5", worker, timeout=180)
+        pin = _wait("status.pinnedRevisionName", lambda: service().get("status", {}).get("pinnedRevisionName"),
+                    worker)
+        snapshot = apps.read_namespaced_controller_revision(pin, CONTROLLER_NAMESPACE)
+        assert snapshot.data["name"] == runtime
+        assert snapshot.data["spec"]["engineConfig"]["runner"]["image"] == "lmsysorg/sglang:v0.5.5"
+
+        custom.patch_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes", runtime,
+                                           {"spec": {"engineConfig": {"runner": {"image": "lmsysorg/sglang:v0.5.6"}}}})
+        time.sleep(45)  # longer than the 30 s re-render of a service served by reference
+        assert serving_image() == "lmsysorg/sglang:v0.5.5", "a pinned service followed a runtime edit"
+        assert service()["status"]["pinnedRevisionName"] == pin
+
+        custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "pinned",
+                                              {"metadata": {"annotations": {"ome.io/runtime-sync": "1"}}})
+        _wait("the new snapshot rolled out", lambda: serving_image() == "lmsysorg/sglang:v0.5.6", worker,
+              timeout=240)
+        status = _wait("a new pin at the sync token", lambda: (
+            (s := service().get("status", {})).get("lastRuntimeSyncToken") == "1" and s), worker)
+        assert status["pinnedRevisionName"] != pin
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "pinned")
+        for plural, name in (("clusterservingruntimes", runtime), ("clusterbasemodels", model)):
+            try:
+                custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+            except client.exceptions.ApiException:
+                pass
+        core.patch_node(node, {"metadata": {"labels": {label: None}}})

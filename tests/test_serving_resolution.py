@@ -181,3 +181,69 @@ def test_an_inline_service_is_left_alone() -> None:
               "metadata": {"name": "x", "namespace": "y"},
               "spec": {"engine": {"runner": {"image": "vllm:1"}}}}
     assert resolve_service(Cluster(), inline).spec == inline["spec"]
+
+
+# -- autoSync: false -------------------------------------------------------------------------------
+
+
+class SnapshotCluster(Cluster):
+    def __init__(self, *objects: dict[str, Any]) -> None:
+        super().__init__(*objects)
+        self.snapshots: dict[str, dict[str, Any]] = {}
+
+    def get_snapshot(self, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.snapshots.get(name))
+
+    def save_snapshot(self, name: str, data: dict[str, Any]) -> None:
+        self.snapshots.setdefault(name, copy.deepcopy(data))
+
+
+def pinned_service(**status: Any) -> dict[str, Any]:
+    service = sample_service()
+    service["spec"]["runtime"]["autoSync"] = False
+    if status:
+        service["status"] = status
+    return service
+
+
+def image_of(resolved: Any) -> str:
+    return str(resolved.spec["engine"]["runner"]["image"])
+
+
+def test_auto_sync_false_pins_a_snapshot_until_runtime_sync_moves() -> None:
+    runtime = sglang_runtime()
+    cluster = SnapshotCluster(ready_model(), runtime)
+    first = resolve_service(cluster, pinned_service())
+    assert first.pinned_revision is not None and first.pinned_revision.startswith("srt-llama-3-2-1b-instruct-")
+    assert first.sync_token == "" and list(cluster.snapshots) == [first.pinned_revision]
+    old_image = image_of(first)
+
+    changed = copy.deepcopy(runtime)
+    changed["spec"]["engineConfig"]["runner"]["image"] = "docker.io/lmsysorg/sglang:v0.6"
+    cluster.add(changed)
+    kept = resolve_service(cluster, pinned_service(pinnedRevisionName=first.pinned_revision,
+                                                   lastRuntimeSyncToken=""))
+    assert (kept.pinned_revision, image_of(kept)) == (first.pinned_revision, old_image)
+
+    bumped = pinned_service(pinnedRevisionName=first.pinned_revision, lastRuntimeSyncToken="")
+    bumped["metadata"]["annotations"] = {"ome.io/runtime-sync": "2026-11-30"}
+    synced = resolve_service(cluster, bumped)
+    assert synced.pinned_revision != first.pinned_revision and synced.sync_token == "2026-11-30"
+    assert image_of(synced) == "docker.io/lmsysorg/sglang:v0.6"
+    # An autoSync service follows the live runtime with no pin.
+    live = resolve_service(cluster, sample_service())
+    assert live.pinned_revision is None and image_of(live) == "docker.io/lmsysorg/sglang:v0.6"
+
+
+def test_an_explicit_revision_is_used_even_when_the_runtime_is_gone() -> None:
+    cluster = SnapshotCluster(ready_model(), sglang_runtime())
+    pin = resolve_service(cluster, pinned_service()).pinned_revision
+    assert pin is not None
+    del cluster.objects[("ome.io", "ClusterServingRuntime", None, "srt-llama-3-2-1b-instruct")]
+    service = pinned_service()
+    service["spec"]["runtime"]["revision"] = pin
+    assert resolve_service(cluster, service).pinned_revision == pin
+    service["spec"]["runtime"]["revision"] = "nope-0000000000"
+    with pytest.raises(Unresolvable) as refused:
+        resolve_service(cluster, service)
+    assert refused.value.reason is UnresolvableReason.RUNTIME_REVISION_NOT_FOUND

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from temporalio import activity
 
 from servingops.activities.serving import render
-from servingops.activities.serving.resolution import KubeReader, Unresolvable, resolve_service
+from servingops.activities.serving.resolution import KubeReader, ResolvedService, Unresolvable, resolve_service
 from servingops.activities.serving.types import (
     ComponentObservation,
     EnsureRevisionInput,
@@ -100,12 +100,13 @@ class ServingActivities:
     """Bound to one ApiClient for the life of the worker; `gateway` = (name, namespace) of the
     Gateway every HTTPRoute attaches to, or None for routes without parentRefs."""
 
-    def __init__(self, api_client: client.ApiClient, gateway: tuple[str, str] | None = None) -> None:
+    def __init__(self, api_client: client.ApiClient, gateway: tuple[str, str] | None = None,
+                 controller_namespace: str | None = None) -> None:
         self.api_client = api_client
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-        self._reader = KubeReader(self.custom)
+        self._reader = KubeReader(self.custom, self.apps, controller_namespace)
         self.gateway = gateway
         self._readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="serving-read")
 
@@ -146,9 +147,13 @@ class ServingActivities:
     def _spec(self, ref: ObjectRef, obj: dict[str, Any]) -> InferenceServiceSpec:
         """The spec to render: as written, or, when it names a model, made concrete from the model
         and its runtime (resolution.py; raises Unresolvable when that cannot be done now)."""
-        body = resolve_service(self._reader, obj).spec if (obj.get("spec") or {}).get("model") else obj.get("spec")
+        return self._resolved(ref, obj)[0]
+
+    def _resolved(self, ref: ObjectRef, obj: dict[str, Any]) -> tuple[InferenceServiceSpec, ResolvedService | None]:
+        resolved = resolve_service(self._reader, obj) if (obj.get("spec") or {}).get("model") else None
+        body = resolved.spec if resolved is not None else obj.get("spec")
         try:
-            return InferenceServiceSpec.model_validate(body or {})
+            return InferenceServiceSpec.model_validate(body or {}), resolved
         except ValidationError as exc:
             raise application_error(ErrorType.INVALID_SPEC, _invalid_spec(ref, exc)) from exc
 
@@ -210,7 +215,7 @@ class ServingActivities:
         if obj is None:
             return None
         try:
-            owner, spec = self._owner(obj), self._spec(inp.isvc, obj)
+            owner, (spec, resolved) = self._owner(obj), self._resolved(inp.isvc, obj)
         except Unresolvable as exc:
             return self._observation(obj, [], held=ServingHold(reason=exc.reason.value, message=exc.message))
         components = []
@@ -224,11 +229,11 @@ class ServingActivities:
                 traffic=render.route_weights(route, owner.name, component) if route else [],
                 url=render.component_url(owner, component) if route else None,
             ))
-        return self._observation(obj, components)
+        return self._observation(obj, components, resolved=resolved)
 
     @staticmethod
     def _observation(obj: dict[str, Any], components: list[ComponentObservation],
-                     held: ServingHold | None = None) -> ServiceObservation:
+                     held: ServingHold | None = None, resolved: ResolvedService | None = None) -> ServiceObservation:
         meta = obj["metadata"]
         annotations = meta.get("annotations") or {}
         rollout = (obj.get("spec") or {}).get("rollout")
@@ -241,6 +246,8 @@ class ServingActivities:
             spec_rollout=dict(rollout) if rollout is not None else None,
             components=components,
             by_reference=bool((obj.get("spec") or {}).get("model")),
+            pinned_revision=resolved.pinned_revision if resolved is not None else None,
+            runtime_sync_token=resolved.sync_token if resolved is not None else None,
             held=held,
         )
 

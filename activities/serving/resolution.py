@@ -13,13 +13,17 @@ logs).
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from servingops.activities.serving import render
 from servingops.activities.serving.render import MAIN_CONTAINER
 from servingops.activities.serving.runtime_inheritance import RuntimeObject, resolve
 from servingops.activities.serving.runtime_merge import (
@@ -41,6 +45,8 @@ from servingops.api_models.ome.models import BaseModelSpec
 from servingops.api_models.ome.runtimes import ServingRuntimeSpec
 
 OME_GROUP = "ome.io"
+RUNTIME_SYNC = "ome.io/runtime-sync"
+"""On an InferenceService with spec.runtime.autoSync false: a new value re-pins to the live runtime."""
 COMPONENT_CONFIG = {"engine": "engineConfig", "decoder": "decoderConfig", "router": "routerConfig"}
 MODEL_COMPONENTS = ("engine", "decoder")
 """Components that load the weights (the router does not)."""
@@ -58,6 +64,7 @@ class UnresolvableReason(StrEnum):
     RUNTIME_INHERITANCE = "RuntimeInheritanceNotReady"
     RUNTIME_NOT_COMPATIBLE = "RuntimeNotCompatible"
     NO_RUNTIME = "NoRuntimeMatches"
+    RUNTIME_REVISION_NOT_FOUND = "RuntimeRevisionNotFound"
 
 
 class Unresolvable(Exception):
@@ -72,6 +79,14 @@ class Reader(Protocol):
 
     def list(self, group: str, kind: str, namespace: str | None) -> list[dict[str, Any]]: ...
 
+    def get_snapshot(self, name: str) -> dict[str, Any] | None:
+        """A runtime snapshot (a ControllerRevision of the controller namespace): its data."""
+        ...
+
+    def save_snapshot(self, name: str, data: dict[str, Any]) -> None:
+        """Create the snapshot unless one of that name exists (names are content hashes)."""
+        ...
+
 
 @dataclass(frozen=True)
 class ResolvedService:
@@ -80,6 +95,86 @@ class ResolvedService:
     runtime: str | None
     """"<kind>/<name>" of the runtime used; None for an inline spec."""
     model: str | None
+    pinned_revision: str | None = None
+    """autoSync false: the ControllerRevision whose runtime snapshot rendered the pods."""
+    sync_token: str | None = None
+    """autoSync false: the ome.io/runtime-sync value the pin was taken (or kept) at."""
+
+
+_PLURALS = {"BaseModel": "basemodels", "ClusterBaseModel": "clusterbasemodels",
+            "ServingRuntime": "servingruntimes", "ClusterServingRuntime": "clusterservingruntimes"}
+_TIMEOUT = 30
+_SERVING_RUNTIMES = "servingruntimes"
+_CLUSTER_SERVING_RUNTIMES = "clusterservingruntimes"
+
+
+class KubeReader:
+    """The Reader over the apiserver (the worker's identity: get and list on the four kinds; get and
+    create ControllerRevisions in the controller namespace)."""
+
+    def __init__(self, custom: client.CustomObjectsApi, apps: client.AppsV1Api | None = None,
+                 controller_namespace: str | None = None) -> None:
+        self.custom = custom
+        self.apps = apps
+        self.controller_namespace = controller_namespace
+
+    def _snapshots(self) -> tuple[client.AppsV1Api, str]:
+        if self.apps is None or not self.controller_namespace:
+            raise Unresolvable(UnresolvableReason.RUNTIME_REVISION_NOT_FOUND,
+                               "this worker has no controller namespace for runtime snapshots")
+        return self.apps, self.controller_namespace
+
+    def get_snapshot(self, name: str) -> dict[str, Any] | None:
+        apps, namespace = self._snapshots()
+        try:
+            revision = apps.read_namespaced_controller_revision(name, namespace, _request_timeout=_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        data = revision.data
+        return dict(data) if isinstance(data, dict) else None
+
+    def save_snapshot(self, name: str, data: dict[str, Any]) -> None:
+        apps, namespace = self._snapshots()
+        body = client.V1ControllerRevision(
+            metadata=client.V1ObjectMeta(name=name, labels={"app.kubernetes.io/managed-by": "servingops",
+                                                            "serving.ome.io/runtime": str(data["name"])[:63]}),
+            data=data, revision=1)
+        try:
+            apps.create_namespaced_controller_revision(namespace, body, _request_timeout=_TIMEOUT)
+        except ApiException as exc:
+            if exc.status != 409:  # already there: names are content hashes, so it is this snapshot
+                raise
+
+    def get(self, group: str, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
+        plural = _PLURALS[kind]
+        try:
+            if namespace:
+                found = self.custom.get_namespaced_custom_object(group, "v1beta1", namespace, plural, name,
+                                                                 _request_timeout=_TIMEOUT)
+            else:
+                found = self.custom.get_cluster_custom_object(group, "v1beta1", plural, name,
+                                                              _request_timeout=_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(cast(dict[str, Any], found))
+
+    def list(self, group: str, kind: str, namespace: str | None) -> list[dict[str, Any]]:
+        """Only runtimes are listed (selection); spelled out per kind so the worker's role can be
+        held to exactly these lists (tests/rbac_calls.py reads the literal plurals)."""
+        if kind == "ServingRuntime" and namespace:
+            found = self.custom.list_namespaced_custom_object(OME_GROUP, "v1beta1", namespace, _SERVING_RUNTIMES,
+                                                              _request_timeout=_TIMEOUT)
+        elif kind == "ClusterServingRuntime":
+            found = self.custom.list_cluster_custom_object(OME_GROUP, "v1beta1", _CLUSTER_SERVING_RUNTIMES,
+                                                           _request_timeout=_TIMEOUT)
+        else:
+            raise ValueError(f"no list of {kind} in namespace {namespace!r} is needed")
+        items = cast(dict[str, Any], found).get("items") or []
+        return [dict(item) for item in items]
 
 
 # -- the model -----------------------------------------------------------------------------------
@@ -246,7 +341,16 @@ def resolve_service(reader: Reader, isvc: dict[str, Any]) -> ResolvedService:
         return ResolvedService(spec=spec, runtime=None, model=None)
     namespace = str(isvc["metadata"]["namespace"])
     model = _model(reader, namespace, model_ref)
-    runtime, _ = _choose_runtime(reader, isvc, model)
+    pin = _pinned(reader, isvc, model)
+    pinned: str | None
+    token: str | None
+    if pin is not None:
+        runtime, pinned, token = pin
+    else:
+        runtime, _ = _choose_runtime(reader, isvc, model)
+        pinned = token = None
+        if (spec.get("runtime") or {}).get("autoSync") is False:
+            pinned, token = _snapshot(reader, isvc, runtime)
     for component in COMPONENT_CONFIG:
         merged = merge_component(_runtime_component(runtime.spec, component), spec.get(component))
         if merged is None:
@@ -254,7 +358,69 @@ def resolve_service(reader: Reader, isvc: dict[str, Any]) -> ResolvedService:
         if component in MODEL_COMPONENTS:
             merged = _wire_model(merged, model.mount)
         spec[component] = merged
-    return ResolvedService(spec=spec, runtime=f"{runtime.kind.value}/{runtime.name}", model=str(model.key))
+    return ResolvedService(spec=spec, runtime=f"{runtime.kind.value}/{runtime.name}", model=str(model.key),
+                           pinned_revision=pinned, sync_token=token)
+
+
+# -- autoSync: false -------------------------------------------------------------------------------
+
+
+def snapshot_name(runtime: RuntimeCandidate) -> str:
+    """`<runtime>-<10 hex of the snapshot's content>`: the same effective spec, the same snapshot."""
+    digest = hashlib.sha256(render.canonical_json(_snapshot_data(runtime))).hexdigest()[:10]
+    return f"{runtime.name[:242]}-{digest}"
+
+
+def _snapshot_data(runtime: RuntimeCandidate) -> dict[str, Any]:
+    return {"kind": runtime.kind.value, "name": runtime.name, "spec": runtime.spec.to_api()}
+
+
+def _sync_token(isvc: dict[str, Any]) -> str:
+    return str(((isvc.get("metadata") or {}).get("annotations") or {}).get(RUNTIME_SYNC, ""))
+
+
+def _snapshot(reader: Reader, isvc: dict[str, Any], runtime: RuntimeCandidate) -> tuple[str, str]:
+    """Take a snapshot of the runtime as it is now: the new pin, at the current sync token."""
+    name = snapshot_name(runtime)
+    reader.save_snapshot(name, _snapshot_data(runtime))
+    return name, _sync_token(isvc)
+
+
+def _pinned(reader: Reader, isvc: dict[str, Any],
+            model: ServedModel) -> tuple[RuntimeCandidate, str, str | None] | None:
+    """autoSync false and a pin to keep: (the snapshot's runtime, its name, the sync token); None when
+    the live runtime is to be used (autoSync true, no pin yet, or ome.io/runtime-sync moved on)."""
+    ref = (isvc.get("spec") or {}).get("runtime") or {}
+    if ref.get("autoSync") is not False:
+        return None
+    status = isvc.get("status") or {}
+    name = ref.get("revision")
+    token: str | None = None
+    if not name:
+        current, last = status.get("pinnedRevisionName"), status.get("lastRuntimeSyncToken") or ""
+        token = _sync_token(isvc)
+        if not current or token != last:
+            return None  # first pin, or a sync asked for: snapshot the live runtime
+        name = current
+    data = reader.get_snapshot(str(name))
+    if data is None:
+        if ref.get("revision"):
+            raise Unresolvable(UnresolvableReason.RUNTIME_REVISION_NOT_FOUND,
+                               f"spec.runtime.revision {name} names no ControllerRevision in the controller "
+                               "namespace")
+        return None  # the pinned snapshot is gone: take a new one
+    try:
+        candidate = RuntimeCandidate(name=str(data["name"]), kind=RuntimeKind(data["kind"]),
+                                     spec=ServingRuntimeSpec.model_validate(data.get("spec") or {}))
+    except (KeyError, ValueError, ValidationError) as exc:
+        raise Unresolvable(UnresolvableReason.RUNTIME_REVISION_NOT_FOUND,
+                           f"ControllerRevision {name} holds no runtime snapshot: {exc}") from exc
+    verdict = check_runtime(candidate, model.spec, _accelerator_classes(isvc))
+    if not verdict.compatible:
+        raise Unresolvable(UnresolvableReason.RUNTIME_NOT_COMPATIBLE,
+                           f"pinned {candidate.kind.value} {candidate.name} ({name}) cannot serve {model.key}: "
+                           f"{'; '.join(verdict.reasons)}")
+    return candidate, str(name), token
 
 
 def _wire_model(component: dict[str, Any], mount: ModelMount) -> dict[str, Any]:

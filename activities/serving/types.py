@@ -80,6 +80,11 @@ class ServiceObservation(BaseModel):
     by_reference: bool = False
     """The spec names a model: what it renders also depends on the model and runtime objects, whose
     changes are no event of this object (so the workflow re-observes on a timer)."""
+    pinned_revision: str | None = None
+    """spec.runtime.autoSync false: the ControllerRevision (controller namespace) holding the runtime
+    snapshot the pods render from (status.pinnedRevisionName)."""
+    runtime_sync_token: str | None = None
+    """The ome.io/runtime-sync value that pin was taken at (status.lastRuntimeSyncToken)."""
     held: ServingHold | None = None
     """Set when the spec names a model / runtime that cannot serve it yet (components then empty:
     what serves now keeps serving). A new field: histories recorded before it decode it as None."""

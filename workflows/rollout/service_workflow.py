@@ -117,6 +117,9 @@ class InferenceServiceWorkflow:
         serving, nothing new is rendered, and the service is observed again (not refused)."""
         self._held_since: datetime | None = None
         self._by_reference = False
+        self._pin: tuple[str | None, str | None] = (None, None)
+        """(status.pinnedRevisionName, status.lastRuntimeSyncToken) as last observed: autoSync false."""
+        self._pin_dropped = False
         """The last observation rendered from a model and runtime: re-observed every _RESYNC_BY_REFERENCE."""
         self._notes: list[EventNote] = []
         """Events to record with the next status write."""
@@ -288,6 +291,11 @@ class InferenceServiceWorkflow:
             self._refusal = None
             self._dirty = True
         self._by_reference = observation.by_reference
+        pin = (observation.pinned_revision, observation.runtime_sync_token)
+        if observation.held is None and pin != self._pin:
+            self._pin_dropped = pin == (None, None)  # back to autoSync: the old pin leaves status
+            self._pin = pin
+            self._dirty = True
         if observation.held != self._held:
             if observation.held is not None:
                 self._notes.append(status.held_note(observation.held))
@@ -676,6 +684,9 @@ class InferenceServiceWorkflow:
     async def _write_status(self) -> None:
         ref = self._require_ref()
         body = status.service_status(ref.name, self._state, workflow.now())
+        if self._pin != (None, None) or self._pin_dropped:
+            body["pinnedRevisionName"], body["lastRuntimeSyncToken"] = self._pin
+            self._pin_dropped = False
         notes, self._notes = self._notes, []
         patch = StatusPatch(ref=ref, status=body, conditions=status.conditions(self._state, self._refusal, self._held),
                             observed_generation=self._state.generation, events=notes)
