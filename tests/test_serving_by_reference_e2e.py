@@ -75,6 +75,10 @@ def test_held_until_model_and_runtime_exist_then_rendered_then_rolled(
         obj = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "chat")
         return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
 
+    def model_status() -> dict[str, Any]:
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "chat")
+        return dict((obj.get("status") or {}).get("modelStatus") or {})
+
     def held(reason: str) -> bool:
         return condition("Ready").get("reason") == reason and condition("RolloutReady").get("reason") == reason
 
@@ -88,6 +92,9 @@ def test_held_until_model_and_runtime_exist_then_rendered_then_rolled(
     try:
         _wait("held: ModelNotFound", lambda: held("ModelNotFound") and warned("ModelNotFound"), worker)
         assert f"ClusterBaseModel {model} does not exist" in condition("Ready")["message"]
+        blocked = model_status()
+        assert (blocked["transitionStatus"], blocked["lastFailureInfo"]["reason"]) == (
+            "BlockedByFailedLoad", "BaseModelNotFound")
 
         custom.create_cluster_custom_object(GROUP, VERSION, "clusterbasemodels", model_body(model, path))
         _wait("held: ModelNotReady", lambda: held("ModelNotReady"), worker)
@@ -120,6 +127,10 @@ def test_held_until_model_and_runtime_exist_then_rendered_then_rolled(
         assert [v.host_path.path for v in template.volumes if v.host_path] == [path]
         assert template.node_selector == {label: "Ready"}
         _wait("Ready True", lambda: condition("Ready").get("status") == "True", worker, timeout=180)
+        loaded = _wait("modelStatus UpToDate", lambda: (m := model_status()).get("transitionStatus") == "UpToDate"
+                       and m, worker)
+        assert loaded["modelRevisionStates"] == {"activeModelState": "Loaded", "targetModelState": "Loaded"}
+        assert loaded["modelCopies"]["totalCopies"] == 1 and "lastFailureInfo" not in loaded
         pods = core.list_namespaced_pod(ns, label_selector=f"serving.ome.io/revision={first_rev.rsplit('-', 1)[-1]}")
         assert all(p.spec.node_name == node for p in pods.items), "a pod ran where the model has no copy"
 

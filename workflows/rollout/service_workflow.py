@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from servingops.api_models.durations import parse_duration
     from servingops.api_models.errors import ErrorType, error_message, error_type_of
-    from servingops.api_models.ome.enums import CanaryFailureReason, RolloutPlanSource, RolloutRunOutcome
+    from servingops.api_models.ome.enums import CanaryFailureReason, ComponentType, RolloutPlanSource, RolloutRunOutcome
     from servingops.api_models.ome.rollout import RolloutGroup, RolloutSpec
     from servingops.api_models.ome.rollout_status import (
         RolloutGroupResolution,
@@ -95,6 +95,15 @@ class ServiceInput(StartObject):
     """The refused generation, carried so a continue-as-new does not retry it."""
 
 
+def _loaded_copies(observation: ServiceObservation) -> int:
+    """Ready pods of the engine's revisions that carry traffic (the copies of the model serving)."""
+    for seen in observation.components:
+        if seen.component is ComponentType.ENGINE:
+            carrying = {w.revision for w in seen.traffic if w.weight > 0}
+            return sum(r.ready_replicas for r in seen.revisions if r.revision in carrying)
+    return 0
+
+
 @workflow.defn(name=WorkflowType.INFERENCE_SERVICE)
 class InferenceServiceWorkflow:
     def __init__(self) -> None:
@@ -120,6 +129,8 @@ class InferenceServiceWorkflow:
         self._pin: tuple[str | None, str | None] = (None, None)
         """(status.pinnedRevisionName, status.lastRuntimeSyncToken) as last observed: autoSync false."""
         self._pin_dropped = False
+        self._model_copies: int | None = None
+        """Ready engine pods on revisions carrying traffic, for status.modelStatus.modelCopies."""
         """The last observation rendered from a model and runtime: re-observed every _RESYNC_BY_REFERENCE."""
         self._notes: list[EventNote] = []
         """Events to record with the next status write."""
@@ -291,6 +302,11 @@ class InferenceServiceWorkflow:
             self._refusal = None
             self._dirty = True
         self._by_reference = observation.by_reference
+        if observation.by_reference and observation.held is None:
+            copies = _loaded_copies(observation)
+            if copies != self._model_copies:
+                self._model_copies = copies
+                self._dirty = True
         pin = (observation.pinned_revision, observation.runtime_sync_token)
         if observation.held is None and pin != self._pin:
             self._pin_dropped = pin == (None, None)  # back to autoSync: the old pin leaves status
@@ -684,6 +700,9 @@ class InferenceServiceWorkflow:
     async def _write_status(self) -> None:
         ref = self._require_ref()
         body = status.service_status(ref.name, self._state, workflow.now())
+        if self._by_reference:
+            body["modelStatus"] = status.model_status(self._state, refusal=self._refusal, held=self._held,
+                                                      copies=self._model_copies, now=workflow.now())
         if self._pin != (None, None) or self._pin_dropped:
             body["pinnedRevisionName"], body["lastRuntimeSyncToken"] = self._pin
             self._pin_dropped = False

@@ -19,8 +19,16 @@ from servingops.activities.kubernetes import EventNote
 from servingops.activities.serving.types import ServingHold, revision_name
 from servingops.api_models.contract.rollout import ActiveRun, ComponentTarget, ComponentView, ServiceState
 from servingops.api_models.errors import ErrorType
-from servingops.api_models.ome.enums import CanaryFailureReason, ComponentType, RolloutRunOutcome
+from servingops.api_models.ome.enums import (
+    CanaryFailureReason,
+    ComponentType,
+    FailureReason,
+    ModelState,
+    RolloutRunOutcome,
+    TransitionStatus,
+)
 from servingops.api_models.ome.inference_service import ComponentStatusSpec
+from servingops.api_models.ome.model_status import FailureInfo, ModelCopies, ModelRevisionStates, ModelStatus
 from servingops.api_models.ome.rollout_status import (
     CanaryStatus,
     RolloutCoordinationStatus,
@@ -208,6 +216,53 @@ def service_status(isvc: str, state: ServiceState, now: datetime) -> dict[str, A
         coordination = RolloutCoordinationStatus(groups=[state.coordination[k] for k in sorted(state.coordination)])
         body["rolloutCoordination"] = coordination.to_api()
     return body
+
+
+# -- status.modelStatus --------------------------------------------------------------------------
+
+_FAILURE_OF_HOLD = {
+    "ModelNotFound": FailureReason.BASE_MODEL_NOT_FOUND,
+    "ModelKindUnsupported": FailureReason.BASE_MODEL_NOT_FOUND,
+    "ModelDisabled": FailureReason.BASE_MODEL_NOT_READY,
+    "ModelNotReady": FailureReason.BASE_MODEL_NOT_READY,
+    "NoRuntimeMatches": FailureReason.NO_SUPPORTING_RUNTIME,
+    "RuntimeNotCompatible": FailureReason.NO_SUPPORTING_RUNTIME,
+    "RuntimeNotFound": FailureReason.RUNTIME_NOT_RECOGNIZED,
+    "RuntimeInheritanceNotReady": FailureReason.RUNTIME_NOT_RECOGNIZED,
+    "RuntimeRevisionNotFound": FailureReason.RUNTIME_NOT_RECOGNIZED,
+}
+_WAITING = {"ModelNotReady"}
+"""Holds that end by themselves (a copy becomes Ready): in progress, not blocked."""
+
+
+def model_status(state: ServiceState, *, refusal: Refusal | None, held: ServingHold | None, copies: int | None,
+                 now: datetime) -> dict[str, Any]:
+    """status.modelStatus of a service that names a model (seed 004 ModelStatus): whether the pods
+    reflect the current spec, the model's load state in them, the last failure, the copies loaded
+    (Ready engine pods on revisions carrying traffic)."""
+    views = state.components.values()
+    serving = bool(views) and all(v.serving_ready for v in views)
+    settled = serving and not state.active and all(v.desired in (None, v.stable) for v in views)
+    failure: FailureInfo | None = None
+    if refusal is not None:
+        transition, active = TransitionStatus.INVALID_SPEC, ModelState.FAILED_TO_LOAD
+        failure = FailureInfo(reason=FailureReason.MODEL_LOAD_FAILED, message=refusal.message, time=now)
+    elif held is not None:
+        waiting = held.reason in _WAITING
+        transition = TransitionStatus.IN_PROGRESS if waiting else TransitionStatus.BLOCKED_BY_FAILED_LOAD
+        active = ModelState.LOADED if serving else (ModelState.PENDING if waiting else ModelState.FAILED_TO_LOAD)
+        failure = FailureInfo(reason=_FAILURE_OF_HOLD.get(held.reason, FailureReason.MODEL_LOAD_FAILED),
+                              message=held.message, time=now)
+    else:
+        transition = TransitionStatus.UP_TO_DATE if settled else TransitionStatus.IN_PROGRESS
+        active = ModelState.LOADED if serving else ModelState.LOADING
+    body = ModelStatus(
+        transition_status=transition,
+        model_revision_states=ModelRevisionStates(active_model_state=active, target_model_state=ModelState.LOADED),
+        last_failure_info=failure,
+        model_copies=ModelCopies(failed_copies=0, total_copies=copies) if copies is not None else None,
+    ).to_api()
+    return body  # replaced whole on each write: a failure that is over leaves no lastFailureInfo
 
 
 # -- Events ------------------------------------------------------------------------------------
