@@ -105,7 +105,18 @@ def up(state_dir: Path) -> int:
                                        "--lease-name", ids.lease_name, "--metrics-address", bridge_metrics], logs,
                             env={**env, **ids.bridge_env()}, cwd=REPO_ROOT).start()
 
-    processes = [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge]
+    # One node agent per kwok node, each with a directory of its own as that node's disk, under the
+    # chart's agent identity (in a cluster: the DaemonSet).
+    agents = [
+        ManagedProcess(f"agent-{node}", [sys.executable, "-m", "servingops.cli.main", "agent", "--node", node,
+                                         "--root", str(state_dir / "nodes" / node), "--namespace", ids.namespace,
+                                         "--registry", registry.address, "--registry-insecure"], logs,
+                       env={**env, "KUBECONFIG": str(ids.agent)}, cwd=REPO_ROOT).start()
+        for node in cluster.node_names
+    ] if ids.agent is not None else []
+
+    processes = [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge,
+                 *agents]
     state = {
         "pids": [p.pid for p in processes if p and p.pid],
         "temporal": temporal.address,
@@ -126,6 +137,7 @@ def up(state_dir: Path) -> int:
     print(f"registry:        {registry.address}    Prometheus: {prometheus.url}    Hub: {hub_url}")
     print(f"metrics:         {state['metrics']} (scraped by Prometheus)")
     print(f"logs:            {logs}")
+    print(f"node disks:      {state_dir / 'nodes'} (one agent per kwok node)")
     report(api, applied, wait_seconds=READY_WAIT_SECONDS)
     return 0
 

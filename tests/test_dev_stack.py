@@ -43,6 +43,9 @@ def test_dev_up_makes_the_examples_ready_and_down_stops_everything(tmp_path: Pat
         assert _cli("status", state=state).returncode == 0
         stack = json.loads((state / "stack.json").read_text())
         pids = stack["pids"]
+        # One node agent per kwok node was started (a log each); `down` must stop them with the rest.
+        agent_logs = sorted(p.name for p in Path(stack["logs"]).glob("agent-*"))
+        assert agent_logs and all(name.startswith("agent-kwok-node-") for name in agent_logs), agent_logs
         # The local Prometheus scrapes the worker (the SDK's metrics and its own) and the bridge.
         for promql in ('up{component="worker"}', 'up{component="bridge"}', 'servingops_bridge_leader',
                        'clamp_max(sum(servingops_worker_pushed_bytes_total), 1)',
