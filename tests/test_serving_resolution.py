@@ -247,3 +247,44 @@ def test_an_explicit_revision_is_used_even_when_the_runtime_is_gone() -> None:
     with pytest.raises(Unresolvable) as refused:
         resolve_service(cluster, service)
     assert refused.value.reason is UnresolvableReason.RUNTIME_REVISION_NOT_FOUND
+
+
+# -- fine-tuned weights ----------------------------------------------------------------------------
+
+
+def weight(name: str, **status: Any) -> dict[str, Any]:
+    return {"apiVersion": "ome.io/v1beta1", "kind": "FineTunedWeight", "metadata": {"name": name},
+            "spec": {"baseModelRef": {"name": "llama-3-2-1b-instruct"}, "modelType": "Adapter",
+                     "hyperParameters": {"rank": 8},
+                     "storage": {"storageUri": f"hf://acme/{name}", "path": f"/raid/adapters/{name}"}},
+            "status": status or {"state": "Ready", "nodesReady": ["node-a"]}}
+
+
+def test_fine_tuned_weights_are_mounted_beside_the_model_and_required_on_the_node() -> None:
+    service = sample_service()
+    service["spec"]["model"]["fineTunedWeights"] = ["sql-lora", "chat-lora"]
+    cluster = Cluster(ready_model(), sglang_runtime(), weight("sql-lora"), weight("chat-lora"))
+    engine = InferenceServiceSpec.model_validate(resolve_service(cluster, service).spec).engine
+    assert engine is not None
+    pod = render.render_revision("svc", ComponentType.ENGINE, engine).template["spec"]
+    [container] = pod["containers"]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    for name in ("sql-lora", "chat-lora"):
+        assert mounts[f"/raid/adapters/{name}"]["readOnly"] is True
+        assert pod["nodeSelector"][f"models.ome.io/finetunedweight.{name}"] == "Ready"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["FINE_TUNED_WEIGHT_PATHS"] == "/raid/adapters/sql-lora,/raid/adapters/chat-lora"
+    assert env["MODEL_PATH"] == "/raid/models/meta/llama-3-2-1b-instruct"
+
+
+@pytest.mark.parametrize(("objects", "reason"), [
+    ((), UnresolvableReason.FINE_TUNED_WEIGHT_NOT_FOUND),
+    ((weight("sql-lora", state="Importing"),), UnresolvableReason.FINE_TUNED_WEIGHT_NOT_READY),
+])
+def test_a_missing_or_unready_weight_holds_the_service(objects: tuple[dict[str, Any], ...],
+                                                       reason: UnresolvableReason) -> None:
+    service = sample_service()
+    service["spec"]["model"]["fineTunedWeights"] = ["sql-lora"]
+    with pytest.raises(Unresolvable) as held:
+        resolve_service(Cluster(ready_model(), sglang_runtime(), *objects), service)
+    assert held.value.reason is reason and "FineTunedWeight sql-lora" in held.value.message

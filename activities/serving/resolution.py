@@ -29,6 +29,7 @@ from servingops.activities.serving.runtime_inheritance import RuntimeObject, res
 from servingops.activities.serving.runtime_merge import (
     ModelMount,
     attach_model,
+    main_container,
     merge_component,
     wire_container,
     wire_pod,
@@ -60,6 +61,8 @@ class UnresolvableReason(StrEnum):
     MODEL_DISABLED = "ModelDisabled"
     MODEL_NOT_READY = "ModelNotReady"
     MODEL_KIND_UNSUPPORTED = "ModelKindUnsupported"
+    FINE_TUNED_WEIGHT_NOT_FOUND = "FineTunedWeightNotFound"
+    FINE_TUNED_WEIGHT_NOT_READY = "FineTunedWeightNotReady"
     RUNTIME_NOT_FOUND = "RuntimeNotFound"
     RUNTIME_INHERITANCE = "RuntimeInheritanceNotReady"
     RUNTIME_NOT_COMPATIBLE = "RuntimeNotCompatible"
@@ -101,7 +104,7 @@ class ResolvedService:
     """autoSync false: the ome.io/runtime-sync value the pin was taken (or kept) at."""
 
 
-_PLURALS = {"BaseModel": "basemodels", "ClusterBaseModel": "clusterbasemodels",
+_PLURALS = {"BaseModel": "basemodels", "ClusterBaseModel": "clusterbasemodels", "FineTunedWeight": "finetunedweights",
             "ServingRuntime": "servingruntimes", "ClusterServingRuntime": "clusterservingruntimes"}
 _TIMEOUT = 30
 _SERVING_RUNTIMES = "servingruntimes"
@@ -217,6 +220,56 @@ def _model(reader: Reader, namespace: str, ref: dict[str, Any]) -> ServedModel:
     path = key.copy_path(spec.storage.path)
     return ServedModel(key=key, spec=spec, mount=ModelMount(volume_name=_volume_name(name), path=path,
                                                             node_label=key.label_key))
+
+
+FINE_TUNED_WEIGHT_PATHS = "FINE_TUNED_WEIGHT_PATHS"
+"""Set on the main container when the service names fine-tuned weights: their paths, comma-separated,
+in the order spec.model.fineTunedWeights lists them (seed 004 fixes no variable; the runtime's
+command can pass them to the engine, e.g. as LoRA adapters)."""
+
+
+def _fine_tuned(reader: Reader, name: str) -> ModelMount:
+    """A FineTunedWeight (cluster-scoped) whose copy is Ready on some node: mounted beside the model."""
+    obj = reader.get(OME_GROUP, ModelKind.FINE_TUNED_WEIGHT.value, name, None)
+    if obj is None:
+        raise Unresolvable(UnresolvableReason.FINE_TUNED_WEIGHT_NOT_FOUND, f"FineTunedWeight {name} does not exist")
+    status = obj.get("status") or {}
+    if status.get("state") != LifeCycleState.READY.value and not status.get("nodesReady"):
+        raise Unresolvable(UnresolvableReason.FINE_TUNED_WEIGHT_NOT_READY,
+                           f"FineTunedWeight {name} is not Ready (state {status.get('state') or 'not reported yet'}; "
+                           "no node holds a Ready copy): the rollout waits for it")
+    key = ModelKey(ModelKind.FINE_TUNED_WEIGHT, "", name)
+    path = key.copy_path(((obj.get("spec") or {}).get("storage") or {}).get("path"))
+    return ModelMount(volume_name=_volume_name(f"ftw-{name}"), path=path, node_label=key.label_key)
+
+
+def _wire_weight(component: dict[str, Any], weight: ModelMount) -> dict[str, Any]:
+    """The weight's copy read-only at its path in the runner (or main container), listed in
+    FINE_TUNED_WEIGHT_PATHS, and its node label required like the model's."""
+    wired = wire_pod(component, weight)
+
+    def add(container: dict[str, Any]) -> dict[str, Any]:
+        result = copy.deepcopy(container)
+        mounts = result.setdefault("volumeMounts", [])
+        if not any(m.get("mountPath") == weight.path for m in mounts):
+            mounts.append({"name": weight.volume_name, "mountPath": weight.path, "readOnly": True})
+        env = result.setdefault("env", [])
+        listed = next((e for e in env if e.get("name") == FINE_TUNED_WEIGHT_PATHS), None)
+        if listed is None:
+            env.append({"name": FINE_TUNED_WEIGHT_PATHS, "value": weight.path})
+        elif weight.path not in str(listed.get("value", "")).split(","):
+            listed["value"] = f"{listed['value']},{weight.path}"
+        return result
+
+    runner = wired.get("runner")
+    if isinstance(runner, dict):
+        wired["runner"] = add(runner)
+    else:
+        target = main_container(wired)
+        if target is not None:
+            wired["containers"] = [add(c) if c.get("name") == target.get("name") else c
+                                   for c in wired.get("containers") or []]
+    return wired
 
 
 def _volume_name(model: str) -> str:
@@ -351,12 +404,15 @@ def resolve_service(reader: Reader, isvc: dict[str, Any]) -> ResolvedService:
         pinned = token = None
         if (spec.get("runtime") or {}).get("autoSync") is False:
             pinned, token = _snapshot(reader, isvc, runtime)
+    weights = [_fine_tuned(reader, str(name)) for name in model_ref.get("fineTunedWeights") or []]
     for component in COMPONENT_CONFIG:
         merged = merge_component(_runtime_component(runtime.spec, component), spec.get(component))
         if merged is None:
             continue
         if component in MODEL_COMPONENTS:
             merged = _wire_model(merged, model.mount)
+            for weight in weights:
+                merged = _wire_weight(merged, weight)
         spec[component] = merged
     return ResolvedService(spec=spec, runtime=f"{runtime.kind.value}/{runtime.name}", model=str(model.key),
                            pinned_revision=pinned, sync_token=token)

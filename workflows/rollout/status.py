@@ -225,13 +225,15 @@ _FAILURE_OF_HOLD = {
     "ModelKindUnsupported": FailureReason.BASE_MODEL_NOT_FOUND,
     "ModelDisabled": FailureReason.BASE_MODEL_NOT_READY,
     "ModelNotReady": FailureReason.BASE_MODEL_NOT_READY,
+    "FineTunedWeightNotFound": FailureReason.BASE_MODEL_NOT_FOUND,
+    "FineTunedWeightNotReady": FailureReason.BASE_MODEL_NOT_READY,
     "NoRuntimeMatches": FailureReason.NO_SUPPORTING_RUNTIME,
     "RuntimeNotCompatible": FailureReason.NO_SUPPORTING_RUNTIME,
     "RuntimeNotFound": FailureReason.RUNTIME_NOT_RECOGNIZED,
     "RuntimeInheritanceNotReady": FailureReason.RUNTIME_NOT_RECOGNIZED,
     "RuntimeRevisionNotFound": FailureReason.RUNTIME_NOT_RECOGNIZED,
 }
-_WAITING = {"ModelNotReady"}
+_WAITING = {"ModelNotReady", "FineTunedWeightNotReady"}
 """Holds that end by themselves (a copy becomes Ready): in progress, not blocked."""
 
 
