@@ -23,7 +23,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from servingops.activities.serving import render
+from servingops.activities.serving import accelerator_overrides, render
 from servingops.activities.serving.render import MAIN_CONTAINER
 from servingops.activities.serving.runtime_inheritance import RuntimeObject, resolve
 from servingops.activities.serving.runtime_merge import (
@@ -38,12 +38,13 @@ from servingops.activities.serving.runtime_selection import (
     RuntimeCandidate,
     RuntimeKind,
     check_runtime,
+    judge,
     select_runtime,
 )
 from servingops.api_models.ome.enums import LifeCycleState
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
 from servingops.api_models.ome.models import BaseModelSpec
-from servingops.api_models.ome.runtimes import ServingRuntimeSpec
+from servingops.api_models.ome.runtimes import AcceleratorModelConfig, ServingRuntimeSpec
 
 OME_GROUP = "ome.io"
 RUNTIME_SYNC = "ome.io/runtime-sync"
@@ -272,6 +273,34 @@ def _wire_weight(component: dict[str, Any], weight: ModelMount) -> dict[str, Any
     return wired
 
 
+def _accelerator_tuning(isvc: dict[str, Any], runtime: RuntimeCandidate,
+                        model: ServedModel) -> AcceleratorModelConfig | None:
+    """The acceleratorConfig entry of the supported format that serves the model, for the one
+    accelerator class the service asks for (none, or several: no tuning)."""
+    classes = _accelerator_classes(isvc)
+    if len(classes) != 1:
+        return None
+    named = bool((isvc.get("spec") or {}).get("runtime"))
+    chosen = judge(runtime, model.spec, classes, auto_select=not named).format
+    if chosen is None or not chosen.accelerator_config:
+        return None
+    return chosen.accelerator_config.get(next(iter(classes)))
+
+
+def _on_main_container(component: dict[str, Any], change: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """`change` applied to the runner (the main container when there is one), else the first container."""
+    result = copy.deepcopy(component)
+    runner = result.get("runner")
+    if isinstance(runner, dict):
+        # The renderer lays the runner over the listed container of its name: change what will run.
+        name = runner.get("name") or MAIN_CONTAINER
+        listed = next((c for c in result.get("containers") or [] if c.get("name") == name), {})
+        result["runner"] = change({**listed, **runner, "name": name})
+    elif result.get("containers"):
+        result["containers"] = [change(result["containers"][0]), *result["containers"][1:]]
+    return result
+
+
 def _volume_name(model: str) -> str:
     """A DNS-1123 label: model names are DNS subdomains (dots allowed), volume names are not."""
     return model.replace(".", "-")[:63].rstrip("-") or "model"
@@ -405,11 +434,14 @@ def resolve_service(reader: Reader, isvc: dict[str, Any]) -> ResolvedService:
         if (spec.get("runtime") or {}).get("autoSync") is False:
             pinned, token = _snapshot(reader, isvc, runtime)
     weights = [_fine_tuned(reader, str(name)) for name in model_ref.get("fineTunedWeights") or []]
+    tuning = _accelerator_tuning(isvc, runtime, model)
     for component in COMPONENT_CONFIG:
         merged = merge_component(_runtime_component(runtime.spec, component), spec.get(component))
         if merged is None:
             continue
         if component in MODEL_COMPONENTS:
+            if tuning is not None:
+                merged = _on_main_container(merged, lambda c: accelerator_overrides.apply(c, tuning))
             merged = _wire_model(merged, model.mount)
             for weight in weights:
                 merged = _wire_weight(merged, weight)
