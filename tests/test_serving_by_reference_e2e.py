@@ -88,7 +88,8 @@ def test_held_until_model_and_runtime_exist_then_rendered_then_rolled(
 
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": "chat"},
-        "spec": {"model": {"name": model}, "engine": {"minReplicas": 1, "maxReplicas": 1}}})
+        "spec": {"model": {"name": model, "overlays": [{"name": f"draft-{suffix}"}]},
+                 "engine": {"minReplicas": 1, "maxReplicas": 1}}})
     try:
         _wait("held: ModelNotFound", lambda: held("ModelNotFound") and warned("ModelNotFound"), worker)
         assert f"ClusterBaseModel {model} does not exist" in condition("Ready")["message"]
@@ -131,6 +132,10 @@ def test_held_until_model_and_runtime_exist_then_rendered_then_rolled(
                        and m, worker)
         assert loaded["modelRevisionStates"] == {"activeModelState": "Loaded", "targetModelState": "Loaded"}
         assert loaded["modelCopies"]["totalCopies"] == 1 and "lastFailureInfo" not in loaded
+        # The declared overlay does not exist: left out (not held for), and the condition says so.
+        overlays = condition("OverlaysReady")
+        assert (overlays["status"], overlays["reason"]) == ("False", "OverlaysSkipped")
+        assert f"draft-{suffix}: ClusterBaseModel draft-{suffix} does not exist" in overlays["message"]
         pods = core.list_namespaced_pod(ns, label_selector=f"serving.ome.io/revision={first_rev.rsplit('-', 1)[-1]}")
         assert all(p.spec.node_name == node for p in pods.items), "a pod ran where the model has no copy"
 

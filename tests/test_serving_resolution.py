@@ -288,3 +288,36 @@ def test_a_missing_or_unready_weight_holds_the_service(objects: tuple[dict[str, 
     with pytest.raises(Unresolvable) as held:
         resolve_service(Cluster(ready_model(), sglang_runtime(), *objects), service)
     assert held.value.reason is reason and "FineTunedWeight sql-lora" in held.value.message
+
+
+# -- overlays --------------------------------------------------------------------------------------
+
+
+def overlay_model(name: str, **status: Any) -> dict[str, Any]:
+    model = ready_model(**status)
+    model["metadata"]["name"] = name
+    model["spec"]["storage"]["path"] = f"/raid/models/{name}"
+    return model
+
+
+def test_ready_overlays_are_mounted_and_the_others_are_left_out_saying_why() -> None:
+    service = sample_service()
+    service["spec"]["model"]["overlays"] = [{"name": "draft-1b"}, {"name": "gone"},
+                                            {"name": "cold", "kind": "ClusterBaseModel"}]
+    cluster = Cluster(ready_model(), sglang_runtime(), overlay_model("draft-1b"),
+                      overlay_model("cold", state="Importing"))
+    resolved = resolve_service(cluster, service)
+    assert resolved.overlays == [{"name": "draft-1b", "envVar": "OVERLAY_DRAFT_1B_MODEL_PATH",
+                                  "mountPath": "/opt/ml/model-overlays/draft-1b", "distribution": "PerNode"}]
+    assert [s.split(":")[0] for s in resolved.skipped_overlays] == ["gone", "cold"]
+    assert "does not exist" in resolved.skipped_overlays[0] and "state Importing" in resolved.skipped_overlays[1]
+    engine = InferenceServiceSpec.model_validate(resolved.spec).engine
+    assert engine is not None
+    pod = render.render_revision("svc", ComponentType.ENGINE, engine).template["spec"]
+    [container] = pod["containers"]
+    assert {"name": "OVERLAY_DRAFT_1B_MODEL_PATH", "value": "/opt/ml/model-overlays/draft-1b"} in container["env"]
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == "/opt/ml/model-overlays/draft-1b")
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert mount["readOnly"] and volume["hostPath"]["path"] == "/raid/models/draft-1b"
+    assert pod["nodeSelector"]["models.ome.io/clusterbasemodel.draft-1b"] == "Ready"
+    assert "models.ome.io/clusterbasemodel.cold" not in pod["nodeSelector"]

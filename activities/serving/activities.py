@@ -246,6 +246,8 @@ class ServingActivities:
             spec_rollout=dict(rollout) if rollout is not None else None,
             components=components,
             by_reference=bool((obj.get("spec") or {}).get("model")),
+            mounted_overlays=list(resolved.overlays) if resolved is not None else [],
+            skipped_overlays=list(resolved.skipped_overlays) if resolved is not None else [],
             pinned_revision=resolved.pinned_revision if resolved is not None else None,
             runtime_sync_token=resolved.sync_token if resolved is not None else None,
             held=held,

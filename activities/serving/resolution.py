@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import posixpath
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, cast
 
@@ -99,6 +101,10 @@ class ResolvedService:
     runtime: str | None
     """"<kind>/<name>" of the runtime used; None for an inline spec."""
     model: str | None
+    overlays: list[dict[str, Any]] = field(default_factory=list)
+    """status.mountedOverlays: the overlays wired into the pods (MountedOverlay JSON)."""
+    skipped_overlays: list[str] = field(default_factory=list)
+    """Overlays left out, each with why (disabled, not Ready, not found): the OverlaysReady condition."""
     pinned_revision: str | None = None
     """autoSync false: the ControllerRevision whose runtime snapshot rendered the pods."""
     sync_token: str | None = None
@@ -294,11 +300,70 @@ def _on_main_container(component: dict[str, Any], change: Callable[[dict[str, An
     if isinstance(runner, dict):
         # The renderer lays the runner over the listed container of its name: change what will run.
         name = runner.get("name") or MAIN_CONTAINER
-        listed = next((c for c in result.get("containers") or [] if c.get("name") == name), {})
+        listed: dict[str, Any] = next((c for c in result.get("containers") or [] if c.get("name") == name), {})
         result["runner"] = change({**listed, **runner, "name": name})
     elif result.get("containers"):
         result["containers"] = [change(result["containers"][0]), *result["containers"][1:]]
     return result
+
+
+OVERLAY_ROOT = "/opt/ml/model-overlays"
+
+
+@dataclass(frozen=True)
+class Overlay:
+    name: str
+    copy: ModelMount
+    """The overlay's node copy (its path on the node) and the label of a Ready copy."""
+    mount_path: str
+    env_var: str
+
+
+def overlay_env_var(name: str) -> str:
+    """OVERLAY_<UPPERCASED_NAME>_MODEL_PATH, the name's other characters as underscores."""
+    return f"OVERLAY_{re.sub(r'[^A-Z0-9]', '_', name.upper())}_MODEL_PATH"
+
+
+def _overlays(reader: Reader, namespace: str, refs: list[dict[str, Any]]) -> tuple[list[Overlay], list[str]]:
+    """The overlays to wire, and those left out with why (seed 004: a disabled or not Ready overlay
+    is omitted, not held for: the runner picks among what it finds at request time)."""
+    found: list[Overlay] = []
+    skipped: list[str] = []
+    for ref in refs:
+        name = str(ref.get("name"))
+        kind = str(ref.get("kind") or ModelKind.CLUSTER_BASE_MODEL.value)
+        if str(ref.get("apiGroup") or OME_GROUP) != OME_GROUP or kind not in (ModelKind.BASE_MODEL.value,
+                                                                             ModelKind.CLUSTER_BASE_MODEL.value):
+            skipped.append(f"{name}: {kind} is not a BaseModel or ClusterBaseModel")
+            continue
+        try:
+            served = _model(reader, namespace, ref)
+        except Unresolvable as exc:
+            skipped.append(f"{name}: {exc.message}")
+            continue
+        found.append(Overlay(name=name, copy=served.mount, mount_path=posixpath.join(OVERLAY_ROOT, name),
+                             env_var=overlay_env_var(name)))
+    return found, skipped
+
+
+def _wire_overlay(component: dict[str, Any], overlay: Overlay) -> dict[str, Any]:
+    """The overlay's node copy at /opt/ml/model-overlays/<name>, read-only, its variable set, and a
+    node with a Ready copy required (a hostPath must exist where the pod runs)."""
+    volume = ModelMount(volume_name=_volume_name(f"overlay-{overlay.name}"), path=overlay.copy.path,
+                        node_label=overlay.copy.node_label)
+    wired = wire_pod(component, volume)
+
+    def add(container: dict[str, Any]) -> dict[str, Any]:
+        result = copy.deepcopy(container)
+        mounts = result.setdefault("volumeMounts", [])
+        if not any(m.get("mountPath") == overlay.mount_path for m in mounts):
+            mounts.append({"name": volume.volume_name, "mountPath": overlay.mount_path, "readOnly": True})
+        env = result.setdefault("env", [])
+        if not any(e.get("name") == overlay.env_var for e in env):
+            env.append({"name": overlay.env_var, "value": overlay.mount_path})
+        return result
+
+    return _on_main_container(wired, add)
 
 
 def _volume_name(model: str) -> str:
@@ -435,6 +500,7 @@ def resolve_service(reader: Reader, isvc: dict[str, Any]) -> ResolvedService:
             pinned, token = _snapshot(reader, isvc, runtime)
     weights = [_fine_tuned(reader, str(name)) for name in model_ref.get("fineTunedWeights") or []]
     tuning = _accelerator_tuning(isvc, runtime, model)
+    overlays, skipped = _overlays(reader, namespace, model_ref.get("overlays") or [])
     for component in COMPONENT_CONFIG:
         merged = merge_component(_runtime_component(runtime.spec, component), spec.get(component))
         if merged is None:
@@ -445,9 +511,13 @@ def resolve_service(reader: Reader, isvc: dict[str, Any]) -> ResolvedService:
             merged = _wire_model(merged, model.mount)
             for weight in weights:
                 merged = _wire_weight(merged, weight)
+            for overlay in overlays:
+                merged = _wire_overlay(merged, overlay)
         spec[component] = merged
+    mounted = [{"name": o.name, "envVar": o.env_var, "mountPath": o.mount_path, "distribution": "PerNode"}
+               for o in overlays]
     return ResolvedService(spec=spec, runtime=f"{runtime.kind.value}/{runtime.name}", model=str(model.key),
-                           pinned_revision=pinned, sync_token=token)
+                           overlays=mounted, skipped_overlays=skipped, pinned_revision=pinned, sync_token=token)
 
 
 # -- autoSync: false -------------------------------------------------------------------------------

@@ -80,6 +80,10 @@ class ServiceObservation(BaseModel):
     by_reference: bool = False
     """The spec names a model: what it renders also depends on the model and runtime objects, whose
     changes are no event of this object (so the workflow re-observes on a timer)."""
+    mounted_overlays: list[dict[str, object]] = []
+    """status.mountedOverlays (MountedOverlay JSON): the overlays wired into the pods."""
+    skipped_overlays: list[str] = []
+    """Overlays declared but left out, each with why (the OverlaysReady condition)."""
     pinned_revision: str | None = None
     """spec.runtime.autoSync false: the ControllerRevision (controller namespace) holding the runtime
     snapshot the pods render from (status.pinnedRevisionName)."""

@@ -130,6 +130,8 @@ class InferenceServiceWorkflow:
         """(status.pinnedRevisionName, status.lastRuntimeSyncToken) as last observed: autoSync false."""
         self._pin_dropped = False
         self._model_copies: int | None = None
+        self._overlays: tuple[list[dict[str, object]], list[str]] = ([], [])
+        """(status.mountedOverlays, overlays left out with why) as last rendered."""
         """Ready engine pods on revisions carrying traffic, for status.modelStatus.modelCopies."""
         """The last observation rendered from a model and runtime: re-observed every _RESYNC_BY_REFERENCE."""
         self._notes: list[EventNote] = []
@@ -302,6 +304,9 @@ class InferenceServiceWorkflow:
             self._refusal = None
             self._dirty = True
         self._by_reference = observation.by_reference
+        if observation.held is None and (observation.mounted_overlays, observation.skipped_overlays) != self._overlays:
+            self._overlays = (observation.mounted_overlays, observation.skipped_overlays)
+            self._dirty = True
         if observation.by_reference and observation.held is None:
             copies = _loaded_copies(observation)
             if copies != self._model_copies:
@@ -700,6 +705,11 @@ class InferenceServiceWorkflow:
     async def _write_status(self) -> None:
         ref = self._require_ref()
         body = status.service_status(ref.name, self._state, workflow.now())
+        mounted, skipped = self._overlays
+        conditions = status.conditions(self._state, self._refusal, self._held)
+        if mounted or skipped:
+            body["mountedOverlays"] = mounted or None
+            conditions.append(status.overlays_condition(mounted, skipped))
         if self._by_reference:
             body["modelStatus"] = status.model_status(self._state, refusal=self._refusal, held=self._held,
                                                       copies=self._model_copies, now=workflow.now())
@@ -707,7 +717,7 @@ class InferenceServiceWorkflow:
             body["pinnedRevisionName"], body["lastRuntimeSyncToken"] = self._pin
             self._pin_dropped = False
         notes, self._notes = self._notes, []
-        patch = StatusPatch(ref=ref, status=body, conditions=status.conditions(self._state, self._refusal, self._held),
+        patch = StatusPatch(ref=ref, status=body, conditions=conditions,
                             observed_generation=self._state.generation, events=notes)
         alive = await workflow.execute_activity_method(KubernetesActivities.patch_status, patch, **options.KUBE)
         if not alive:

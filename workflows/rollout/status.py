@@ -218,6 +218,16 @@ def service_status(isvc: str, state: ServiceState, now: datetime) -> dict[str, A
     return body
 
 
+def overlays_condition(mounted: list[dict[str, object]], skipped: list[str]) -> ConditionUpdate:
+    """OverlaysReady: True when every declared overlay is wired in; else False naming each one left
+    out and why (seed 004: a skipped overlay surfaces here, it does not hold the service)."""
+    if not skipped:
+        names = ", ".join(str(m.get("name")) for m in mounted)
+        return ConditionUpdate(type="OverlaysReady", status="True", reason="OverlaysMounted", message=names)
+    return ConditionUpdate(type="OverlaysReady", status="False", reason="OverlaysSkipped",
+                           message="; ".join(skipped))
+
+
 # -- status.modelStatus --------------------------------------------------------------------------
 
 _FAILURE_OF_HOLD = {
