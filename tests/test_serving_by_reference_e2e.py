@@ -223,3 +223,40 @@ def test_auto_sync_false_keeps_its_runtime_snapshot_until_runtime_sync(
             except client.exceptions.ApiException:
                 pass
         core.patch_node(node, {"metadata": {"labels": {label: None}}})
+
+
+def test_a_deckhouse_model_is_served_from_its_artifact(
+        kube_api: client.ApiClient, reference_stack: tuple[str, ManagedProcess], oci_registry: OciRegistry) -> None:
+    """Beyond upstream: spec.model names a Deckhouse Model of the namespace; the runtime is selected by
+    its status.resolved and the pods mount its artifact as an image volume (no node copy)."""
+    ns, worker = reference_stack
+    custom, apps = client.CustomObjectsApi(kube_api), client.AppsV1Api(kube_api)
+    suffix = uuid.uuid4().hex[:6]
+    runtime, digest = f"srt-dh-{suffix}", "sha256:" + "cd" * 32
+    custom.create_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models", {
+        "apiVersion": "ai.deckhouse.io/v1alpha1", "kind": "Model", "metadata": {"name": "tiny"},
+        "spec": {"source": {"url": "https://huggingface.co/acme/tiny"}}})
+    # What the import workflow writes once the artifact is published (stood in for: the import e2e proves it).
+    custom.patch_namespaced_custom_object_status("ai.deckhouse.io", "v1alpha1", ns, "models", "tiny", {"status": {
+        "phase": "Ready", "artifact": {"digest": digest, "kind": "OCI"},
+        "resolved": {"format": "Safetensors", "architecture": "LlamaForCausalLM", "parameterCount": 1_100_000_000}}})
+    custom.create_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes",
+                                        runtime_body(runtime, "lmsysorg/sglang:v0.5.5"))
+    custom.create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": "dh"},
+        "spec": {"model": {"name": "tiny", "kind": "Model", "apiGroup": "ai.deckhouse.io"},
+                 "runtime": {"name": runtime}, "engine": {"minReplicas": 1, "maxReplicas": 1}}})
+    try:
+        weights = _wait("served", lambda: (w := _route_weights(kube_api, ns, "dh-engine")) and
+                        list(w.values()) == [100] and w, worker, timeout=180)
+        [revision] = weights
+        pod = apps.read_namespaced_deployment(revision, ns).spec.template.spec
+        [volume] = [v for v in pod.volumes if v.image is not None]
+        assert volume.image.reference.endswith(f"@{digest}") and volume.image.reference.startswith(
+            oci_registry.address)
+        env = {e.name: e.value for e in pod.containers[0].env}
+        assert env["MODEL_PATH"] == "/models/tiny"
+        assert not pod.node_selector
+    finally:
+        custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "dh")
+        custom.delete_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes", runtime)

@@ -154,8 +154,10 @@ def test_a_namespaced_runtime_wins_and_inherits_from_a_cluster_one() -> None:
     (lambda c, s: c.add(ready_model(state="Importing")), UnresolvableReason.MODEL_NOT_READY, "state Importing"),
     (lambda c, s: s["spec"]["runtime"].update(name="gone"), UnresolvableReason.RUNTIME_NOT_FOUND,
      "ClusterServingRuntime gone does not exist"),
+    (lambda c, s: s["spec"]["model"].update(kind="Dataset", apiGroup="example.com"),
+     UnresolvableReason.MODEL_KIND_UNSUPPORTED, "Dataset.example.com"),
     (lambda c, s: s["spec"]["model"].update(kind="Model", apiGroup="ai.deckhouse.io"),
-     UnresolvableReason.MODEL_KIND_UNSUPPORTED, "Model.ai.deckhouse.io"),
+     UnresolvableReason.MODEL_NOT_FOUND, "Model llama-3-2-1b-instruct/llama-3-2-1b-instruct does not exist"),
 ])
 def test_bad_references_are_refused_with_a_reason(change: Any, reason: UnresolvableReason, words: str) -> None:
     cluster = Cluster(ready_model(), sglang_runtime())
@@ -321,3 +323,48 @@ def test_ready_overlays_are_mounted_and_the_others_are_left_out_saying_why() -> 
     assert mount["readOnly"] and volume["hostPath"]["path"] == "/raid/models/draft-1b"
     assert pod["nodeSelector"]["models.ome.io/clusterbasemodel.draft-1b"] == "Ready"
     assert "models.ome.io/clusterbasemodel.cold" not in pod["nodeSelector"]
+
+
+# -- Deckhouse models by reference -----------------------------------------------------------------
+
+
+def deckhouse_model(phase: str = "Ready") -> dict[str, Any]:
+    return {"apiVersion": "ai.deckhouse.io/v1alpha1", "kind": "Model",
+            "metadata": {"name": "tiny-llama", "namespace": "llama-3-2-1b-instruct"},
+            "spec": {"source": {"url": "https://huggingface.co/acme/tiny-llama"}},
+            "status": {"phase": phase,
+                       "artifact": {"digest": "sha256:" + "ab" * 32, "kind": "OCI"},
+                       "resolved": {"format": "Safetensors", "architecture": "LlamaForCausalLM",
+                                    "parameterCount": 1_235_814_400}}}
+
+
+def test_a_deckhouse_model_is_selected_by_its_resolved_metadata_and_served_from_its_artifact() -> None:
+    runtime = sglang_runtime()
+    service = sample_service()
+    service["spec"]["model"] = {"name": "tiny-llama", "kind": "Model", "apiGroup": "ai.deckhouse.io"}
+    resolved = resolve_service(Cluster(deckhouse_model(), runtime), service, "registry.local:5000/models")
+    assert resolved.model == "Model llama-3-2-1b-instruct/tiny-llama"
+    # The runtime asks for format 1.0.0 / transformers 4.45.0.dev0: a Deckhouse model knows no versions.
+    assert resolved.runtime == "ClusterServingRuntime/srt-llama-3-2-1b-instruct"
+    engine = InferenceServiceSpec.model_validate(resolved.spec).engine
+    assert engine is not None
+    pod = render.render_revision("svc", ComponentType.ENGINE, engine).template["spec"]
+    assert {"name": "tiny-llama", "image": {"reference": "registry.local:5000/models@sha256:" + "ab" * 32,
+                                            "pullPolicy": "IfNotPresent"}} in pod["volumes"]
+    [container] = pod["containers"]
+    assert {"name": "MODEL_PATH", "value": "/models/tiny-llama"} in container["env"]
+    assert "nodeSelector" not in pod  # any node can pull the artifact
+
+
+def test_a_deckhouse_model_not_ready_holds_and_a_size_outside_the_range_does_not_fit() -> None:
+    service = sample_service()
+    service["spec"]["model"] = {"name": "tiny-llama", "kind": "Model", "apiGroup": "ai.deckhouse.io"}
+    with pytest.raises(Unresolvable) as held:
+        resolve_service(Cluster(deckhouse_model("Publishing"), sglang_runtime()), service, "r/m")
+    assert held.value.reason is UnresolvableReason.MODEL_NOT_READY and "phase Publishing" in held.value.message
+    big = deckhouse_model()
+    big["status"]["resolved"]["parameterCount"] = 70_000_000_000
+    with pytest.raises(Unresolvable) as refused:
+        resolve_service(Cluster(big, sglang_runtime()), service, "r/m")
+    assert refused.value.reason is UnresolvableReason.RUNTIME_NOT_COMPATIBLE
+    assert "model size 70B is outside the runtime's range [500M, 2B]" in refused.value.message

@@ -101,12 +101,14 @@ class ServingActivities:
     Gateway every HTTPRoute attaches to, or None for routes without parentRefs."""
 
     def __init__(self, api_client: client.ApiClient, gateway: tuple[str, str] | None = None,
-                 controller_namespace: str | None = None) -> None:
+                 controller_namespace: str | None = None, artifacts: str | None = None) -> None:
         self.api_client = api_client
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._reader = KubeReader(self.custom, self.apps, controller_namespace)
+        self._artifacts = artifacts
+        """`<registry>/<repository>` where Deckhouse models' artifacts are (served by reference)."""
         self.gateway = gateway
         self._readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="serving-read")
 
@@ -150,7 +152,7 @@ class ServingActivities:
         return self._resolved(ref, obj)[0]
 
     def _resolved(self, ref: ObjectRef, obj: dict[str, Any]) -> tuple[InferenceServiceSpec, ResolvedService | None]:
-        resolved = resolve_service(self._reader, obj) if (obj.get("spec") or {}).get("model") else None
+        resolved = resolve_service(self._reader, obj, self._artifacts) if (obj.get("spec") or {}).get("model") else None
         body = resolved.spec if resolved is not None else obj.get("spec")
         try:
             return InferenceServiceSpec.model_validate(body or {}), resolved

@@ -111,8 +111,16 @@ class ResolvedService:
     """autoSync false: the ome.io/runtime-sync value the pin was taken (or kept) at."""
 
 
-_PLURALS = {"BaseModel": "basemodels", "ClusterBaseModel": "clusterbasemodels", "FineTunedWeight": "finetunedweights",
-            "ServingRuntime": "servingruntimes", "ClusterServingRuntime": "clusterservingruntimes"}
+_VERSIONS = {"ome.io": "v1beta1", "ai.deckhouse.io": "v1alpha1"}
+_PLURALS = {
+    "Model": "models",
+    "ClusterModel": "clustermodels",
+    "BaseModel": "basemodels",
+    "ClusterBaseModel": "clusterbasemodels",
+    "FineTunedWeight": "finetunedweights",
+    "ServingRuntime": "servingruntimes",
+    "ClusterServingRuntime": "clusterservingruntimes",
+}
 _TIMEOUT = 30
 _SERVING_RUNTIMES = "servingruntimes"
 _CLUSTER_SERVING_RUNTIMES = "clusterservingruntimes"
@@ -159,12 +167,13 @@ class KubeReader:
 
     def get(self, group: str, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
         plural = _PLURALS[kind]
+        version = _VERSIONS[group]
         try:
             if namespace:
-                found = self.custom.get_namespaced_custom_object(group, "v1beta1", namespace, plural, name,
+                found = self.custom.get_namespaced_custom_object(group, version, namespace, plural, name,
                                                                  _request_timeout=_TIMEOUT)
             else:
-                found = self.custom.get_cluster_custom_object(group, "v1beta1", plural, name,
+                found = self.custom.get_cluster_custom_object(group, version, plural, name,
                                                               _request_timeout=_TIMEOUT)
         except ApiException as exc:
             if exc.status == 404:
@@ -192,19 +201,25 @@ class KubeReader:
 
 @dataclass(frozen=True)
 class ServedModel:
-    key: ModelKey
+    description: str
+    """"ClusterBaseModel llama", "Model team/llama": for messages and the observation."""
     spec: BaseModelSpec
+    """What selection compares (a Deckhouse model's status.resolved, put in these terms)."""
     mount: ModelMount
+    versionless: bool = False
+    """The model states no format / framework versions (a Deckhouse model): not compared."""
 
 
-def _model(reader: Reader, namespace: str, ref: dict[str, Any]) -> ServedModel:
+def _model(reader: Reader, namespace: str, ref: dict[str, Any], artifacts: str | None = None) -> ServedModel:
     kind = str(ref.get("kind") or ModelKind.CLUSTER_BASE_MODEL.value)
     group = str(ref.get("apiGroup") or OME_GROUP)
     name = str(ref["name"])
+    if group == DECKHOUSE_GROUP and kind in ("Model", "ClusterModel"):
+        return _deckhouse_model(reader, namespace, kind, name, artifacts)
     if group != OME_GROUP or kind not in (ModelKind.BASE_MODEL.value, ModelKind.CLUSTER_BASE_MODEL.value):
         raise Unresolvable(UnresolvableReason.MODEL_KIND_UNSUPPORTED,
-                           f"spec.model names {kind}.{group} {name}: this release serves BaseModel and "
-                           "ClusterBaseModel (ome.io) by reference")
+                           f"spec.model names {kind}.{group} {name}: a model by reference is a BaseModel or "
+                           "ClusterBaseModel (ome.io), or a Model or ClusterModel (ai.deckhouse.io)")
     scoped = namespace if kind == ModelKind.BASE_MODEL.value else None
     obj = reader.get(OME_GROUP, kind, name, scoped)
     where = f"{kind} {scoped}/{name}" if scoped else f"{kind} {name}"
@@ -225,8 +240,61 @@ def _model(reader: Reader, namespace: str, ref: dict[str, Any]) -> ServedModel:
                            "waits for it")
     key = ModelKey(ModelKind(kind), scoped or "", name)
     path = key.copy_path(spec.storage.path)
-    return ServedModel(key=key, spec=spec, mount=ModelMount(volume_name=_volume_name(name), path=path,
-                                                            node_label=key.label_key))
+    return ServedModel(description=str(key), spec=spec, mount=ModelMount(volume_name=_volume_name(name), path=path,
+                                                                         node_label=key.label_key))
+
+
+DECKHOUSE_GROUP = "ai.deckhouse.io"
+DECKHOUSE_MODELS_ROOT = "/models"
+"""Where a Deckhouse model's artifact is mounted: the same path the model webhook gives annotated workloads."""
+_FORMAT_NAMES = {"Safetensors": ("safetensors", "transformers"), "GGUF": ("gguf", None),
+                 "Diffusers": ("diffusers", "diffusers")}
+"""Deckhouse's resolved format -> the (modelFormat, modelFramework) names upstream runtimes declare."""
+
+
+def parameter_size(count: int | None) -> str | None:
+    """1_235_814_400 -> "1.24B" (the form BaseModelSpec.modelParameterSize takes)."""
+    if not count:
+        return None
+    for suffix, unit in (("T", 1e12), ("B", 1e9), ("M", 1e6)):
+        if count >= unit:
+            return f"{count / unit:.3g}{suffix}"
+    return str(count)
+
+
+def _deckhouse_model(reader: Reader, namespace: str, kind: str, name: str, artifacts: str | None) -> ServedModel:
+    """A Deckhouse Model (this namespace) or ClusterModel, Ready: compared through status.resolved,
+    served from its artifact in the registry as an image volume (no node copy)."""
+    scoped = namespace if kind == "Model" else None
+    where = f"{kind} {scoped}/{name}" if scoped else f"{kind} {name}"
+    obj = reader.get(DECKHOUSE_GROUP, kind, name, scoped)
+    if obj is None:
+        raise Unresolvable(UnresolvableReason.MODEL_NOT_FOUND, f"{where} does not exist")
+    status = obj.get("status") or {}
+    if status.get("phase") != "Ready":
+        ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+        raise Unresolvable(UnresolvableReason.MODEL_NOT_READY,
+                           f"{where} is not Ready (phase {status.get('phase') or 'none yet'}, reason "
+                           f"{ready.get('reason') or 'none'}): the rollout waits for it")
+    digest = (status.get("artifact") or {}).get("digest")
+    if not isinstance(digest, str) or not digest.startswith("sha256:") or artifacts is None:
+        raise Unresolvable(UnresolvableReason.MODEL_NOT_READY, f"{where} reports no artifact in the registry")
+    resolved = status.get("resolved") or {}
+    format_name, framework = _FORMAT_NAMES.get(str(resolved.get("format")), (None, None))
+    body: dict[str, Any] = {"storage": {"storageUri": f"oci://{artifacts}@{digest}"}}
+    if format_name:
+        body["modelFormat"] = {"name": format_name}
+    if framework:
+        body["modelFramework"] = {"name": framework}
+    if resolved.get("architecture"):
+        body["modelArchitecture"] = resolved["architecture"]
+    if resolved.get("quantization"):
+        body["quantization"] = str(resolved["quantization"]).lower()
+    if size := parameter_size(resolved.get("parameterCount")):
+        body["modelParameterSize"] = size
+    path = posixpath.join(DECKHOUSE_MODELS_ROOT, name)
+    mount = ModelMount(volume_name=_volume_name(name), path=path, node_label=None, image=f"{artifacts}@{digest}")
+    return ServedModel(description=where, spec=BaseModelSpec.model_validate(body), mount=mount, versionless=True)
 
 
 FINE_TUNED_WEIGHT_PATHS = "FINE_TUNED_WEIGHT_PATHS"
@@ -287,7 +355,7 @@ def _accelerator_tuning(isvc: dict[str, Any], runtime: RuntimeCandidate,
     if len(classes) != 1:
         return None
     named = bool((isvc.get("spec") or {}).get("runtime"))
-    chosen = judge(runtime, model.spec, classes, auto_select=not named).format
+    chosen = judge(runtime, model.spec, classes, auto_select=not named, versionless=model.versionless).format
     if chosen is None or not chosen.accelerator_config:
         return None
     return chosen.accelerator_config.get(next(iter(classes)))
@@ -426,10 +494,10 @@ def _choose_runtime(
         candidate, problem = _effective(reader, _runtime_object(obj, kind))
         if candidate is None:
             raise Unresolvable(UnresolvableReason.RUNTIME_INHERITANCE, f"{where}: {problem}")
-        verdict = check_runtime(candidate, model.spec, classes)
+        verdict = check_runtime(candidate, model.spec, classes, versionless=model.versionless)
         if not verdict.compatible:
             raise Unresolvable(UnresolvableReason.RUNTIME_NOT_COMPATIBLE,
-                               f"{where} cannot serve {model.key}: {'; '.join(verdict.reasons)}")
+                               f"{where} cannot serve {model.description}: {'; '.join(verdict.reasons)}")
         return candidate, obj
     candidates: list[RuntimeCandidate] = []
     bodies: dict[tuple[str, str], dict[str, Any]] = {}
@@ -442,11 +510,11 @@ def _choose_runtime(
                 continue
             candidates.append(candidate)
             bodies[(kind, candidate.name)] = obj
-    selection = select_runtime(model.spec, candidates, classes)
+    selection = select_runtime(model.spec, candidates, classes, versionless=model.versionless)
     if selection.chosen is None:
         compared = "; ".join([selection.explain(), *skipped]) if candidates or skipped else selection.explain()
         raise Unresolvable(UnresolvableReason.NO_RUNTIME,
-                           f"no runtime can serve {model.key} ({_describe(model.spec)}): {compared}")
+                           f"no runtime can serve {model.description} ({_describe(model.spec)}): {compared}")
     chosen = selection.chosen.candidate
     return chosen, bodies[(chosen.kind.value, chosen.name)]
 
@@ -480,14 +548,15 @@ def _runtime_component(spec: ServingRuntimeSpec, component: str) -> dict[str, An
     return None
 
 
-def resolve_service(reader: Reader, isvc: dict[str, Any]) -> ResolvedService:
-    """The concrete spec of `isvc` (the object as the apiserver returns it)."""
+def resolve_service(reader: Reader, isvc: dict[str, Any], artifacts: str | None = None) -> ResolvedService:
+    """The concrete spec of `isvc` (the object as the apiserver returns it). `artifacts`:
+    `<registry>/<repository>` of the in-cluster registry, where a Deckhouse model's artifact is."""
     spec = copy.deepcopy(isvc.get("spec") or {})
     model_ref = spec.get("model")
     if not model_ref:
         return ResolvedService(spec=spec, runtime=None, model=None)
     namespace = str(isvc["metadata"]["namespace"])
-    model = _model(reader, namespace, model_ref)
+    model = _model(reader, namespace, model_ref, artifacts)
     pin = _pinned(reader, isvc, model)
     pinned: str | None
     token: str | None
@@ -516,7 +585,7 @@ def resolve_service(reader: Reader, isvc: dict[str, Any]) -> ResolvedService:
         spec[component] = merged
     mounted = [{"name": o.name, "envVar": o.env_var, "mountPath": o.mount_path, "distribution": "PerNode"}
                for o in overlays]
-    return ResolvedService(spec=spec, runtime=f"{runtime.kind.value}/{runtime.name}", model=str(model.key),
+    return ResolvedService(spec=spec, runtime=f"{runtime.kind.value}/{runtime.name}", model=model.description,
                            overlays=mounted, skipped_overlays=skipped, pinned_revision=pinned, sync_token=token)
 
 
@@ -573,10 +642,10 @@ def _pinned(reader: Reader, isvc: dict[str, Any],
     except (KeyError, ValueError, ValidationError) as exc:
         raise Unresolvable(UnresolvableReason.RUNTIME_REVISION_NOT_FOUND,
                            f"ControllerRevision {name} holds no runtime snapshot: {exc}") from exc
-    verdict = check_runtime(candidate, model.spec, _accelerator_classes(isvc))
+    verdict = check_runtime(candidate, model.spec, _accelerator_classes(isvc), versionless=model.versionless)
     if not verdict.compatible:
         raise Unresolvable(UnresolvableReason.RUNTIME_NOT_COMPATIBLE,
-                           f"pinned {candidate.kind.value} {candidate.name} ({name}) cannot serve {model.key}: "
+                           f"pinned {candidate.kind.value} {candidate.name} ({name}) cannot serve {model.description}: "
                            f"{'; '.join(verdict.reasons)}")
     return candidate, str(name), token
 

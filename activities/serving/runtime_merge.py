@@ -87,14 +87,17 @@ def merge_component(
 
 @dataclass(frozen=True)
 class ModelMount:
-    """What a serving pod needs of a base model whose copies the node agents keep."""
+    """What a serving pod needs of a model: a node copy the agents keep (hostPath, node label), or
+    an OCI artifact the kubelet pulls by digest (an image volume, for a Deckhouse Model)."""
 
     volume_name: str
     """The model's name (a DNS label, so a valid volume name)."""
     path: str
-    """storage.path: where the copy lives on the node, and where the container sees it."""
-    node_label: str
-    """The node label the agent sets to Ready once the node's copy is complete."""
+    """Where the container sees the weights (for a node copy, also where it lives on the node)."""
+    node_label: str | None
+    """The node label the agent sets to Ready once the node's copy is complete (None: image volume)."""
+    image: str | None = None
+    """`<registry>/<repository>@sha256:...` of the model's artifact, mounted as an image volume."""
 
 
 def main_container(pod: dict[str, Any], preferred: str | None = None) -> dict[str, Any] | None:
@@ -119,14 +122,19 @@ def wire_container(container: dict[str, Any], mount: ModelMount) -> dict[str, An
 
 
 def wire_pod(pod: dict[str, Any], mount: ModelMount) -> dict[str, Any]:
-    """A copy of `pod` with the model's hostPath volume and a nodeSelector on a Ready copy (no
-    container touched)."""
+    """A copy of `pod` with the model's volume (hostPath of the node copy and a nodeSelector on a Ready
+    copy, or the artifact's image volume: any node can pull it); no container touched."""
     result = copy.deepcopy(pod)
     volumes = result.setdefault("volumes", [])
     if not any(v.get("name") == mount.volume_name for v in volumes):
-        volumes.append({"name": mount.volume_name, "hostPath": {"path": mount.path, "type": "Directory"}})
-    selector = result.setdefault("nodeSelector", {})
-    selector.setdefault(mount.node_label, READY)
+        if mount.image is not None:
+            volumes.append({"name": mount.volume_name, "image": {"reference": mount.image,
+                                                                  "pullPolicy": "IfNotPresent"}})
+        else:
+            volumes.append({"name": mount.volume_name, "hostPath": {"path": mount.path, "type": "Directory"}})
+    if mount.node_label is not None:
+        selector = result.setdefault("nodeSelector", {})
+        selector.setdefault(mount.node_label, READY)
     return result
 
 

@@ -193,7 +193,11 @@ def _pair(what: str, model: str | None, runtime: str | None) -> str | None:
 
 
 def _named_versioned(
-    what: str, model: ModelFormat | ModelFrameworkSpec | None, runtime: ModelFormat | ModelFrameworkSpec | None
+    what: str,
+    model: ModelFormat | ModelFrameworkSpec | None,
+    runtime: ModelFormat | ModelFrameworkSpec | None,
+    *,
+    versionless: bool = False,
 ) -> str | None:
     if model is None and runtime is None:
         return None
@@ -203,6 +207,8 @@ def _named_versioned(
         return f"{what} {model.name!r} is not the runtime's {runtime.name!r}"
     if model.version is None and runtime.version is None:
         return None
+    if versionless and model.version is None:
+        return None  # the model cannot know its version: the runtime's requirement is not applied
     if model.version is None or runtime.version is None:
         return _pair(f"{what} version", model.version, runtime.version)
     if not versions_match(runtime.version, model.version, runtime.operator):
@@ -241,14 +247,15 @@ def _pipeline_problem(model: DiffusionPipelineSpec | None, runtime: DiffusionPip
     return None
 
 
-def format_problems(model: BaseModelSpec, supported: SupportedModelFormat) -> list[str]:
-    """Why this supported format does not fit the model (empty: it fits)."""
+def format_problems(model: BaseModelSpec, supported: SupportedModelFormat, *, versionless: bool = False) -> list[str]:
+    """Why this supported format does not fit the model (empty: it fits). `versionless`: the model
+    states no format / framework versions because its source has none (a Deckhouse Model)."""
     problems = [
         _pipeline_problem(model.diffusion_pipeline, supported.diffusion_pipeline),
         _pair("architecture", model.model_architecture, supported.model_architecture),
         _pair("quantization", model.quantization, supported.quantization),
-        _named_versioned("format", model.model_format, supported.model_format),
-        _named_versioned("framework", model.model_framework, supported.model_framework),
+        _named_versioned("format", model.model_format, supported.model_format, versionless=versionless),
+        _named_versioned("framework", model.model_framework, supported.model_framework, versionless=versionless),
     ]
     return [p for p in problems if p]
 
@@ -271,6 +278,7 @@ def judge(
     accelerator_classes: frozenset[str] = frozenset(),
     *,
     auto_select: bool,
+    versionless: bool = False,
 ) -> Verdict:
     """The verdict on one runtime; `auto_select` limits it to formats with autoSelect: true."""
     spec = candidate.spec
@@ -295,7 +303,7 @@ def judge(
     fitting: list[SupportedModelFormat] = []
     mismatches: list[str] = []
     for supported in formats:
-        problems = format_problems(model, supported)
+        problems = format_problems(model, supported, versionless=versionless)
         if problems:
             label = supported.name or supported.model_format.name
             mismatches.append(f"{label}: {', '.join(problems)}")
@@ -326,17 +334,23 @@ def select_runtime(
     model: BaseModelSpec,
     candidates: list[RuntimeCandidate],
     accelerator_classes: frozenset[str] = frozenset(),
+    *,
+    versionless: bool = False,
 ) -> Selection:
     """Automatic selection: the best compatible runtime among `candidates` (the namespace's
     ServingRuntimes and the ClusterServingRuntimes), and every verdict in ranking order."""
-    verdicts = [judge(c, model, accelerator_classes, auto_select=True) for c in candidates]
+    verdicts = [judge(c, model, accelerator_classes, auto_select=True, versionless=versionless) for c in candidates]
     verdicts.sort(key=lambda v: _rank(v, model))
     chosen = verdicts[0] if verdicts and verdicts[0].compatible else None
     return Selection(chosen=chosen, verdicts=verdicts)
 
 
 def check_runtime(
-    candidate: RuntimeCandidate, model: BaseModelSpec, accelerator_classes: frozenset[str] = frozenset()
+    candidate: RuntimeCandidate,
+    model: BaseModelSpec,
+    accelerator_classes: frozenset[str] = frozenset(),
+    *,
+    versionless: bool = False,
 ) -> Verdict:
     """A runtime the InferenceService names: compatible or not, autoSelect not required."""
-    return judge(candidate, model, accelerator_classes, auto_select=False)
+    return judge(candidate, model, accelerator_classes, auto_select=False, versionless=versionless)
