@@ -33,6 +33,7 @@ import shutil
 import statistics
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -41,14 +42,15 @@ from typing import Any, Protocol, cast
 
 from kubernetes import client
 
-from bench import argo_rollouts
+from bench import argo_rollouts, promote_timeline
 from bench.goals import Goals
 from bench.stack import admin_identities
 from bench.watches import ObjectWatch
 from devstack.hub_server import HubServer
 from devstack.kube import REPO_ROOT, LocalKubeCluster
-from devstack.process import ManagedProcess
+from devstack.process import ManagedProcess, free_port
 from devstack.services import OciRegistry, TemporalDevServer
+from servingops.api_models import contract
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.fixtures.bridge import BridgeLauncher
 from tests.test_model_import_e2e import start_worker
@@ -57,6 +59,8 @@ GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "inferenceservices"
 PROMOTE = "ome.io/rollout-promote"
 OLD_IMAGE, NEW_IMAGE = "vllm/vllm-openai:v0.9", "vllm/vllm-openai:v0.10"
 GOAL_P99_S = 1.0
+PROMOTE_PATH_ACTIVITIES = ("serving.ensure_revision", "serving.revision_status", "serving.set_traffic",
+                           "kube.patch_status", "kube.remove_annotation")
 MB = 2**20
 
 
@@ -213,10 +217,14 @@ class ServingopsCanary:
         self.bench.annotate(self.name, None)  # re-arms manual promotion for the next step
 
 
-def measure_promotes(peers: list[Peer], steps: int) -> dict[str, tuple[list[float], list[float]]]:
+def measure_promotes(peers: list[Peer], steps: int,
+                     marks: dict[str, list[tuple[float, float, float]]] | None = None,
+                     ) -> dict[str, tuple[list[float], list[float]]]:
     """Per peer, (promote -> routing weights written, promote -> status past the step), step 0 first.
     The peers take turns at every step, so a slow moment of the machine falls on both alike; what a
-    peer does between steps (servingops removes its promote annotation) waits until both were timed."""
+    peer does between steps (servingops removes its promote annotation) waits until both were timed.
+    `marks` collects, per peer, (promote sent, routing changed, status past) as time.monotonic() for
+    the timeline."""
     results: dict[str, tuple[list[float], list[float]]] = {peer.label: ([], []) for peer in peers}
     for step in range(steps):
         for peer in peers:
@@ -226,6 +234,8 @@ def measure_promotes(peers: list[Peer], steps: int) -> dict[str, tuple[list[floa
             routed = peer.routing_changed(started, before)
             past = peer.status_past(step, started)
             results[peer.label][0].append(routed - started)
+            if marks is not None:
+                marks.setdefault(peer.label, []).append((started, routed, past))
             results[peer.label][1].append(past - started)
         for peer in peers:
             peer.after(step)
@@ -250,9 +260,10 @@ def report_promotes(results: dict[str, tuple[list[float], list[float]]], ours: s
         mine, theirs = results[ours][index], results[peer][index]
         print(f"  ratio {ours} / {peer}: p50 {statistics.median(mine) / statistics.median(theirs):.2f}, "
               f"p99 {percentile(mine, 99) / percentile(theirs, 99):.2f}", flush=True)
-    for label in (ours, peer):
-        print(f"per promote, {label} (ms to weights, step 0 first): "
-              + " ".join(f"{x * 1000:.0f}" for x in results[label][0]), flush=True)
+    for index, what in enumerate(("weights", "status")):
+        for label in (ours, peer):
+            print(f"per promote, {label} (ms to {what}, step 0 first): "
+                  + " ".join(f"{x * 1000:.0f}" for x in results[label][index]), flush=True)
     return percentile(results[ours][0], 99)
 
 
@@ -261,6 +272,11 @@ def proc_kb(pid: int, field: str) -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     return 0
+
+
+async def timeline(address: str, workflows: dict[str, str], promotes: list[promote_timeline.Promote]) -> None:
+    temporal = await connect(TemporalSettings(address=address))
+    promote_timeline.print_timeline(promotes, await promote_timeline.history_stamps(temporal, workflows))
 
 
 async def history_lengths(address: str) -> dict[str, list[int]]:
@@ -278,6 +294,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20, help="manual-pause canary steps (promotes), at most 20")
     parser.add_argument("--concurrent", type=int, default=200, help="concurrent canaries (0 skips part b)")
     parser.add_argument("--concurrent-promotes", type=int, default=2)
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (the processes' logs)")
     args = parser.parse_args()
     steps = max(1, min(20, args.steps))
     weights = step_weights(steps)
@@ -291,7 +308,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="bench-rollout-"))
     logs = work / "logs"
     with contextlib.ExitStack() as cleanup:
-        cleanup.callback(shutil.rmtree, work, ignore_errors=True)
+        if args.keep:
+            print(f"work directory (kept): {work}", flush=True)
+        else:
+            cleanup.callback(shutil.rmtree, work, ignore_errors=True)
         began = time.monotonic()
         temporal_server = TemporalDevServer(work / "temporal", logs, headless=True).start()
         cleanup.callback(temporal_server.stop)
@@ -312,8 +332,10 @@ def main() -> None:
         for ns in (namespace, argo_namespace):
             client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
         identities = admin_identities(cluster, api)
+        worker_metrics = free_port()
         worker = start_worker(cluster, temporal_server, registry, hub, task_queue, work / "spool", logs,
-                              host_id="bench-rollout", identities=identities)
+                              host_id="bench-rollout", identities=identities,
+                              extra_env={"SERVINGOPS_WORKER_METRICS": f"127.0.0.1:{worker_metrics}"})
         cleanup.callback(worker.stop)
         launcher = BridgeLauncher(identities, temporal_server.address, logs)
         cleanup.callback(launcher.stop_all)
@@ -339,9 +361,20 @@ def main() -> None:
         peer.wait_stable()
         bench.roll(name)
         peer.roll(NEW_IMAGE)
-        results = measure_promotes([ours, peer], steps)
+        marks: dict[str, list[tuple[float, float, float]]] = {}
+        results = measure_promotes([ours, peer], steps, marks)
         services.wait(name, lambda s: s is not None and s[0] == "Stable", 120)
         p99 = report_promotes(results, ours.label, peer.label)
+        # Where servingops' time went: the histories' server stamps between each promote and its route.
+        wall = time.time() - time.monotonic()
+        uid = bench.get(name)["metadata"]["uid"]
+        workflows = {contract.inference_service_workflow_id(namespace, name, uid): "isvc",
+                     contract.rollout_workflow_id(namespace, name, uid, ""): "rollout"}
+        asyncio.run(timeline(temporal_server.address, workflows, [
+            promote_timeline.Promote(sent + wall, routed + wall, past + wall)
+            for sent, routed, past in marks[ours.label]]))
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker_metrics}/metrics", timeout=5) as response:
+            promote_timeline.print_worker_latencies(response.read().decode(), PROMOTE_PATH_ACTIVITIES)
         goals.check("servingops promote -> HTTPRoute weights, p99", p99 * 1000, "<", GOAL_P99_S * 1000, "ms")
 
         # (b) concurrent canaries on one worker

@@ -9,6 +9,7 @@ everything they touch is initialised in __init__.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -42,6 +43,11 @@ with workflow.unsafe.imports_passed_through():
     from servingops.workflows.rollout.steps import Gate, StepWait, poll_interval, ready_timeout
     from servingops.workflows.visibility import Visibility
 
+REPORTS_IN_FLIGHT = "reports-in-flight"
+"""The patch after which a report is sent without waiting for the parent's acknowledgement before
+the run's next command (docs/durability.md): the run's next activity leaves in the same workflow
+task as the report, instead of a workflow task later."""
+
 
 class RolloutHandlers:
     def __init__(self) -> None:
@@ -64,6 +70,8 @@ class RolloutHandlers:
         self._finished = False
         self._visibility: Visibility | None = None
         self.isvc = ObjectRef(group="", version="", plural="", kind="", name="")
+        self._report_in_flight: asyncio.Task[None] | None = None
+        """The last report sent and not yet acknowledged by the parent (patch reports-in-flight)."""
 
     # -- annotation signals (forwarded by the InferenceService workflow) -----------------------
 
@@ -323,7 +331,24 @@ class RolloutHandlers:
         parent = workflow.info().parent
         if parent is None:
             return
-        await workflow.get_external_workflow_handle(parent.workflow_id).signal(Signal.ROLLOUT_REPORT, self._report())
+        report = self._report()
+        handle = workflow.get_external_workflow_handle(parent.workflow_id)
+        if not workflow.patched(REPORTS_IN_FLIGHT):
+            await handle.signal(Signal.ROLLOUT_REPORT, report)
+            return
+        # One report in flight at a time, so the parent receives them in order (Temporal does not
+        # order two signals in flight); the signal itself is durable once its command is recorded,
+        # so the run goes on (its next activity leaves in this same workflow task) instead of
+        # spending a workflow task round trip on the acknowledgement.
+        await self.reports_delivered()
+        self._report_in_flight = asyncio.create_task(handle.signal(Signal.ROLLOUT_REPORT, report))
+
+    async def reports_delivered(self) -> None:
+        """Wait until the parent acknowledged the last report (raising what its signal raised).
+        Before the run completes or continues as new: a signal still in flight then is cancelled."""
+        in_flight, self._report_in_flight = self._report_in_flight, None
+        if in_flight is not None:
+            await in_flight
 
     async def maybe_continue_as_new(self) -> None:
         info = workflow.info()
@@ -332,6 +357,10 @@ class RolloutHandlers:
             return
         if self.interrupted() or self._promote_tokens:
             return  # handle what is pending first; it is carried nowhere else
+        if self._report_in_flight is not None:
+            await self.reports_delivered()
+            if self.interrupted() or self._promote_tokens:
+                return  # arrived while the report was acknowledged
         await workflow.wait_condition(workflow.all_handlers_finished)
         assert self._params is not None
         workflow.continue_as_new(self._params.model_copy(update={

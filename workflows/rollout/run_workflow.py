@@ -51,6 +51,7 @@ class RolloutWorkflow(RolloutHandlers):
         outcome = await _PROGRESSIONS[progression_of(params.pinned)](self)
         self._finished = True
         await self.publish()
+        await self.reports_delivered()
         await workflow.wait_condition(workflow.all_handlers_finished)
         return RolloutResult(key=params.pinned.key, run_id=params.run_id, outcome=outcome, targets=self.targets,
                              last=self._report())

@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.serving import TrafficWeight
     from servingops.workflows import options
     from servingops.workflows.rollout.progressions.driver import Driver
-    from servingops.workflows.rollout.progressions.readiness import all_ready, scale_revision
+    from servingops.workflows.rollout.progressions.readiness import all_ready, scale_down_delay, scale_revision
 
 
 async def run(driver: Driver) -> RolloutRunOutcome | None:
@@ -59,7 +59,7 @@ async def run(driver: Driver) -> RolloutRunOutcome | None:
             SetTrafficInput(isvc=driver.isvc, component=target.component, weights=weights), **options.KUBE)
         driver.record_traffic(target.component, weights)
     await driver.coordinate(CoordinationPhase.DRAINING)
-    await workflow.sleep(driver.scale_down_delay())
+    await scale_down_delay(driver.scale_down_delay())
     await driver.coordinate(CoordinationPhase.SCALING_DOWN)
     for target in moving:
         await workflow.execute_activity_method(

@@ -3,15 +3,20 @@ set of revisions is Ready."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.serving.activities import ServingActivities
-    from servingops.activities.serving.types import EnsureRevisionInput, RevisionKey
+    from servingops.activities.serving.types import EnsureRevisionInput, RevisionKey, RevisionObservation
     from servingops.api_models.contract.rollout import ComponentTarget
     from servingops.api_models.ome.enums import ComponentType
     from servingops.api_models.refs import ObjectRef
     from servingops.workflows import options
+
+NO_TIMER_FOR_ZERO_DELAY = "no-timer-for-zero-delay"
+"""The patch after which a zero scale-down delay starts no timer (docs/durability.md)."""
 
 
 async def all_ready(isvc: ObjectRef, targets: list[ComponentTarget], *, stable: bool = False) -> bool:
@@ -28,10 +33,21 @@ async def all_ready(isvc: ObjectRef, targets: list[ComponentTarget], *, stable: 
     return ready
 
 
-async def scale_revision(isvc: ObjectRef, component: ComponentType, revision: str, replicas: int) -> None:
+async def scale_revision(isvc: ObjectRef, component: ComponentType, revision: str,
+                         replicas: int) -> RevisionObservation:
     """Ensure the revision's Deployment and Service exist with `replicas` (RevisionSuperseded when the
-    spec no longer renders a revision that does not exist yet)."""
-    await workflow.execute_activity_method(
+    spec no longer renders a revision that does not exist yet); the Deployment as the write left it."""
+    return await workflow.execute_activity_method(
         ServingActivities.ensure_revision,
         EnsureRevisionInput(key=RevisionKey(isvc=isvc, component=component, revision=revision), replicas=replicas),
         **options.KUBE)
+
+
+async def scale_down_delay(delay: timedelta) -> None:
+    """Wait `delay` before the revision that lost its traffic is scaled away. A zero delay waits
+    for nothing: a zero-length timer is fired by the server only about a second later, which every
+    `scaleDownDelaySeconds: 0` rollout paid before it completed. A history from before the patch
+    started the timer."""
+    if delay <= timedelta(0) and workflow.patched(NO_TIMER_FOR_ZERO_DELAY):
+        return
+    await workflow.sleep(delay)
