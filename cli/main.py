@@ -1,4 +1,4 @@
-"""`servingops`: crds, worker, bridge, agent, rollout status / promote / rollback.
+"""`servingops`: crds, worker, bridge, agent, webhook, rollout status / promote / rollback.
 
 The local development stack is not part of the installed product: `./dev up | down | status` runs it from
 the checkout (`python -m devstack.cli`)."""
@@ -64,6 +64,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_webhook(args: argparse.Namespace) -> int:
+    from servingops.ingress.model_webhook import main as webhook_main
+
+    webhook_main(args.rest)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servingops", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, func, text in (("worker", cmd_worker, "run a worker process"),
                              ("bridge", cmd_bridge, "run the CRD bridge process"),
-                             ("agent", cmd_agent, "run the node agent (copies model weights onto one node)")):
+                             ("agent", cmd_agent, "run the node agent (copies model weights onto one node)"),
+                             ("webhook", cmd_webhook, "run the model admission webhook (HTTPS)")):
         proc = sub.add_parser(name, help=text, add_help=False)
         proc.add_argument("rest", nargs=argparse.REMAINDER)
         proc.set_defaults(func=func)
@@ -89,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
-    processes = {"worker": cmd_worker, "bridge": cmd_bridge, "agent": cmd_agent}
+    processes = {"worker": cmd_worker, "bridge": cmd_bridge, "agent": cmd_agent, "webhook": cmd_webhook}
     if argv and argv[0] in processes:
         # The processes parse their own flags, --help included: argparse's REMAINDER would refuse the first
         # argument that starts with a dash (`servingops bridge --metrics-address ...`, as the Deployment runs it).

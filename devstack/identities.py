@@ -35,7 +35,7 @@ RELEASE = "servingops"
 NAMESPACE = "servingops-system"
 FIELD_MANAGER = "servingops-devstack"
 IDENTITY_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
-PROCESSES = ("worker", "bridge", "uploads", "agent")
+PROCESSES = ("worker", "bridge", "uploads", "agent", "webhook")
 TOKEN_SECONDS = 24 * 3600
 """Long enough for a test session; `./dev up` asks for more (a token is not renewed here)."""
 
@@ -73,6 +73,9 @@ def local_values(**blocks: Any) -> dict[str, Any]:
         # Locally the node agents run as processes, one per kwok node (its own directory as the node's
         # disk), under the chart's agent identity; a DaemonSet would only add pods kwok pretends to run.
         "agent": {"enabled": False},
+        # Likewise the model webhook is a process on loopback TLS (devstack/webhook.py registers it); the
+        # chart's configuration would send annotated objects to a Service no real pod serves.
+        "webhook": {"enabled": False},
     }
     values.update(blocks)
     return values
@@ -187,6 +190,8 @@ class Identities:
     lease_name: str
     agent: Path | None = None
     """The node agents' identity (one ServiceAccount for every node's agent, as in the DaemonSet)."""
+    webhook: Path | None = None
+    """The model admission webhook's identity."""
 
     def worker_env(self) -> dict[str, str]:
         """What a worker process needs to run as the worker, its upload endpoint as the uploads identity."""
@@ -200,7 +205,7 @@ class Identities:
     def admin(cls, kubeconfig: Path, namespace: str = NAMESPACE) -> Identities:
         """Every process as the cluster admin: for benchmarks only, which measure, not check."""
         return cls(namespace, kubeconfig, kubeconfig, kubeconfig, f"{RELEASE}-config", f"{RELEASE}-bridge",
-                   agent=kubeconfig)
+                   agent=kubeconfig, webhook=kubeconfig)
 
 
 def request_token(api: client.ApiClient, namespace: str, service_account: str,
@@ -242,4 +247,5 @@ def issue(cluster: LocalKubeCluster, directory: Path, *, release: str = RELEASE,
     finally:
         api.close()  # type: ignore[no-untyped-call]
     return Identities(namespace, paths["worker"], paths["bridge"], paths["uploads"],
-                      operator_config or f"{release}-config", f"{release}-bridge", agent=paths["agent"])
+                      operator_config or f"{release}-config", f"{release}-bridge", agent=paths["agent"],
+                      webhook=paths["webhook"])

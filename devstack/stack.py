@@ -28,6 +28,7 @@ from devstack import identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess, free_port, http_ok, tcp_open
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
+from devstack.webhook import WebhookProcess, register
 
 EXAMPLES = REPO_ROOT / "deploy" / "examples"
 CRDS = REPO_ROOT / "deploy" / "crds"
@@ -115,8 +116,13 @@ def up(state_dir: Path) -> int:
         for node in cluster.node_names
     ] if ids.agent is not None else []
 
+    # The model admission webhook on loopback TLS, registered with the chart's configuration pointed at it.
+    assert ids.webhook is not None
+    webhook = WebhookProcess(ids.webhook, state_dir / "webhook", logs, registry=registry.address).start()
+    register(api, webhook.configuration("servingops-webhook-local"))
+
     processes = [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge,
-                 *agents]
+                 *agents, webhook.process]
     state = {
         "pids": [p.pid for p in processes if p and p.pid],
         "temporal": temporal.address,

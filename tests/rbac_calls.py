@@ -25,6 +25,7 @@ from typing import Any
 from kubernetes import client as kube_client
 
 from servingops.api_models import contract
+from servingops.api_models.deckhouse import ClusterModel, Model
 from servingops.api_models.ome.model_keys import GROUP, ModelKind
 from servingops.crd_bridge.routes import ROUTES
 
@@ -36,6 +37,7 @@ ENTRY_POINTS = {
     "uploads": ("servingops.ingress.uploads", "UploadServer"),
     "bridge": ("servingops.crd_bridge.main", "run"),
     "agent": ("servingops.agents.main", "run"),
+    "webhook": ("servingops.ingress.model_webhook", "run"),
 }
 """Where each process's ApiClient goes: everything reachable from here talks as that identity."""
 
@@ -212,6 +214,9 @@ def process_kinds(process: str) -> list[Kind]:
     if process == "agent":
         # agents/watch.py watches every model kind whose weights go to nodes.
         return [Kind(GROUP, kind.plural) for kind in ModelKind]
+    if process == "webhook":
+        # ingress/model_webhook.py reads the Model or ClusterModel a workload names.
+        return [Kind(kind.crd.group, kind.crd.plural) for kind in (Model, ClusterModel)]
     routes = list(ROUTES.values())
     if process == "worker":
         routes = [r for r in routes if r.workflow_type in contract.IMPLEMENTED_WORKFLOWS]

@@ -157,7 +157,8 @@ def test_values_reach_every_object() -> None:
     assert sorted((d["kind"], d["metadata"].get("namespace")) for d in secret_bindings) == [
         ("RoleBinding", "ops"), ("RoleBinding", "team-a"), ("RoleBinding", "team-b")]
     services = {d["metadata"]["name"]: d for d in _by_kind(docs, "Service")}
-    assert set(services) == {"servingops-worker", "servingops-worker-metrics", "servingops-bridge-metrics"}
+    assert set(services) == {"servingops-worker", "servingops-worker-metrics", "servingops-bridge-metrics",
+                             "servingops-webhook"}
     assert services["servingops-worker"]["spec"]["clusterIP"] == "None"
 
 
@@ -165,7 +166,9 @@ def test_defaults_render_no_namespace_and_a_cluster_wide_secret_binding() -> Non
     docs = identities.render()
     assert not _by_kind(docs, "Namespace")  # helm install --create-namespace makes it
     assert _one(docs, "ClusterRoleBinding", "servingops-worker-secrets")
-    assert not [d for d in _by_kind(docs, "Secret") if d["type"] != "kubernetes.io/service-account-token"]
+    # (The model webhook's serving certificate is generated: tests/test_model_webhook.py.)
+    assert not [d for d in _by_kind(docs, "Secret")
+                if d["type"] not in ("kubernetes.io/service-account-token", "kubernetes.io/tls")]
 
 
 # -- installed ---------------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from tests import rbac_calls
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
 
-PROCESSES = ("worker", "uploads", "bridge", "agent")
+PROCESSES = ("worker", "uploads", "bridge", "agent", "webhook")
 RENDERINGS = {"defaults": None, "secret-namespaces": {"rbac": {"secretNamespaces": ["team-a"]}}}
 
 
@@ -64,7 +64,8 @@ def test_each_identity_is_granted_exactly_what_its_code_calls(process: str, rend
 
 def test_the_call_reader_tells_the_processes_apart() -> None:
     """A control for the test above: the reader attributes each call to the identity that makes it."""
-    worker, uploads, bridge, agent = (rbac_calls.used(p) for p in PROCESSES)
+    worker, uploads, bridge, agent, webhook = (rbac_calls.used(p) for p in PROCESSES)
+    assert webhook == {("ai.deckhouse.io", "models", "get"), ("ai.deckhouse.io", "clustermodels", "get")}
     assert ("", "nodes", "patch") in agent and ("", "nodes", "patch") not in worker
     assert ("ome.io", "clusterbasemodels", "watch") in agent and not any(r == "secrets" for _, r, _ in agent)
     assert ("", "configmaps", "get") in uploads and ("", "configmaps", "create") in worker
@@ -240,6 +241,29 @@ def test_the_upload_endpoint_reads_only_session_records_and_the_signing_key(
             metadata=client.V1ObjectMeta(name="u"), involved_object=client.V1ObjectReference(name="x"))))
     finally:
         ActivityEnvironment().run(acts.close_session, CloseUploadInput(model=ref))
+
+
+def test_the_webhook_reads_models_by_name_and_nothing_else(chart_identities: Identities,
+                                                           world: dict[str, Any]) -> None:
+    assert chart_identities.webhook is not None
+    ns, model, cluster_model = world["ns"], world["model"], world["cluster_model"]
+    with api_as(chart_identities.webhook) as webhook:
+        custom, core = client.CustomObjectsApi(webhook), client.CoreV1Api(webhook)
+        # What it needs: the model a workload names, by name, in any namespace; a ClusterModel likewise.
+        assert custom.get_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models",
+                                                   model["metadata"]["name"])["metadata"]["uid"]
+        assert custom.get_cluster_custom_object("ai.deckhouse.io", "v1alpha1", "clustermodels",
+                                                cluster_model["metadata"]["name"])["metadata"]["uid"]
+        # No listing (it never learns which models exist), no write, no status, no Secret, no workload.
+        _refused(lambda: custom.list_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models"))
+        _refused(lambda: custom.list_cluster_custom_object("ai.deckhouse.io", "v1alpha1", "clustermodels"))
+        _refused(lambda: custom.patch_namespaced_custom_object_status(
+            "ai.deckhouse.io", "v1alpha1", ns, "models", model["metadata"]["name"], _status_body(model)))
+        _refused(lambda: custom.delete_cluster_custom_object("ai.deckhouse.io", "v1alpha1", "clustermodels",
+                                                             cluster_model["metadata"]["name"]))
+        _refused(lambda: core.read_namespaced_secret("someone-elses", ns))
+        _refused(lambda: core.list_namespaced_pod(ns))
+        _refused(lambda: client.AppsV1Api(webhook).list_namespaced_deployment(ns))
 
 
 # -- the upload Secret: only the Model's readers ------------------------------------------------------

@@ -4,6 +4,7 @@
 {{- define "servingops.bridge" -}}{{ include "servingops.name" . }}-bridge{{- end -}}
 {{- define "servingops.uploads" -}}{{ include "servingops.name" . }}-uploads{{- end -}}
 {{- define "servingops.agent" -}}{{ include "servingops.name" . }}-agent{{- end -}}
+{{- define "servingops.webhook" -}}{{ include "servingops.name" . }}-webhook{{- end -}}
 {{- define "servingops.config" -}}{{ include "servingops.name" . }}-config{{- end -}}
 
 {{- define "servingops.labels" -}}

@@ -1,0 +1,344 @@
+"""The model admission webhook: `servingops webhook`, an HTTPS server the apiserver calls (AdmissionReview v1 in
+and out, a JSONPatch in the answer) for Pods and pod-template workloads that name a Deckhouse model by
+annotation. The rules (which model, whether it may be used, the patch) are ingress/model_mount.py; this module
+reads the model as the webhook's own ServiceAccount (get on models and clustermodels, nothing else:
+deploy/chart/templates/rbac-webhook.yaml) and serves.
+
+Paths: `POST /mutate` (the review), `GET /healthz`. An UPDATE that changes neither the pod template nor the
+annotations (a scale, a label, a finalizer, a deletion in progress) is admitted as it is, without reading the
+model: a model deleted later must not block the workloads that already use it from being scaled or removed.
+The chart's matchConditions keep those requests, and every unannotated object, from reaching the webhook at
+all (docs/models.md, "Using a model from a workload").
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import http.server
+import json
+import logging
+import os
+import signal
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from servingops.api_models.deckhouse.model import ClusterModel, Model
+from servingops.ingress.model_mount import (
+    POD_SPEC_PATHS,
+    ModelRequest,
+    Refused,
+    annotation_sources,
+    artifact_reference,
+    mounted_spec,
+    own_annotations,
+    pod_spec,
+    requested,
+    skipped_containers,
+    spec_patch,
+)
+from servingops.runtime.kube import load_api_client
+
+log = logging.getLogger("servingops.webhook")
+
+MUTATE_PATH = "/mutate"
+HEALTH_PATH = "/healthz"
+MAX_REVIEW_BYTES = 8 << 20
+"""An AdmissionReview carries the object twice (object and oldObject); the apiserver's own request limit is 3 MiB
+per object."""
+READ_TIMEOUT = (2.0, 3.0)
+"""Connect and read timeouts of a model read: inside the apiserver's timeoutSeconds for the whole call."""
+
+ModelLookup = Callable[[ModelRequest], Mapping[str, Any] | None]
+"""The model as stored (a dict), or None when it does not exist."""
+
+
+class LookupFailed(Exception):
+    """The model could not be read (not: it does not exist)."""
+
+
+class KubeModelLookup:
+    """Reads a Model or ClusterModel by name: one GET, the webhook's only call to the apiserver."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api_client)
+
+    def __call__(self, request: ModelRequest) -> Mapping[str, Any] | None:
+        try:
+            if request.namespace is not None:
+                found = self.custom.get_namespaced_custom_object(
+                    Model.crd.group, Model.crd.version, request.namespace, Model.crd.plural, request.name,
+                    _request_timeout=READ_TIMEOUT)
+            else:
+                found = self.custom.get_cluster_custom_object(
+                    ClusterModel.crd.group, ClusterModel.crd.version, ClusterModel.crd.plural, request.name,
+                    _request_timeout=READ_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise LookupFailed(f"could not read {request}: {exc.status} {exc.reason}") from exc
+        except (Urllib3Error, OSError) as exc:
+            raise LookupFailed(f"could not read {request}: {exc}") from exc
+        return found if isinstance(found, dict) else None
+
+
+# -- the review ----------------------------------------------------------------------------------------
+
+
+def review(body: Mapping[str, Any], lookup: ModelLookup, registry: str, repository: str) -> dict[str, Any]:
+    """The AdmissionReview answering `body`."""
+    request = body.get("request") or {}
+    response: dict[str, Any] = {"uid": request.get("uid", "")}
+    try:
+        patch = _patch_for(request, lookup, registry, repository)
+    except Refused as refused:
+        response.update(allowed=False, status={"code": 403, "reason": "Forbidden", "message": refused.message})
+    except LookupFailed as failed:
+        response.update(allowed=False, status={"code": 500, "reason": "InternalError",
+                                               "message": f"{failed}; try again"})
+    else:
+        response["allowed"] = True
+        if patch:
+            response.update(patchType="JSONPatch", patch=base64.b64encode(json.dumps(patch).encode()).decode())
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def _patch_for(request: Mapping[str, Any], lookup: ModelLookup, registry: str,
+               repository: str) -> list[dict[str, Any]]:
+    kind = (request.get("kind") or {}).get("kind", "")
+    obj = request.get("object") or {}
+    if kind not in POD_SPEC_PATHS or request.get("operation") not in ("CREATE", "UPDATE"):
+        return []
+    if request.get("operation") == "UPDATE" and _unchanged(kind, obj, request.get("oldObject") or {}):
+        return []
+    namespace = request.get("namespace") or (obj.get("metadata") or {}).get("namespace") or ""
+    sources = annotation_sources(kind, obj)
+    what = _describe(kind, obj, namespace)
+    try:
+        model = requested(sources, namespace)
+        if model is None:
+            return []
+        reference = artifact_reference(model, lookup(model), registry, repository)
+        spec = pod_spec(kind, obj)
+        patch = spec_patch(POD_SPEC_PATHS[kind], spec, mounted_spec(spec, model, reference,
+                                                                    skipped_containers(sources)))
+    except Refused as refused:
+        log.info("refused %s: %s", what, refused.message)
+        raise
+    log.info("%s uses %s (%s): %s", what, model, reference, "mounted" if patch else "already mounted")
+    return patch
+
+
+def _unchanged(kind: str, obj: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """An UPDATE that leaves the pod template and the annotations as they were, or one of an object being
+    deleted: nothing to mount, nothing to check."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return True
+    path = POD_SPEC_PATHS[kind]
+    return bool(old) and _at(obj, path[:-1]) == _at(old, path[:-1]) and \
+        own_annotations(annotation_sources(kind, obj)) == own_annotations(annotation_sources(kind, old))
+
+
+def _at(obj: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = obj
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+def _describe(kind: str, obj: Mapping[str, Any], namespace: str) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{kind} {namespace}/{meta.get('name') or (meta.get('generateName', '') + '*')}"
+
+
+# -- the server ----------------------------------------------------------------------------------------
+
+
+class _HTTPServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], app: ModelWebhookServer) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.app = app
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.debug("webhook connection from %s ended with an error", client_address[0], exc_info=True)
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+    server_version = "servingops-webhook"
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    def setup(self) -> None:
+        super().setup()
+        # The TLS handshake happens here, on the request's own thread (the listening socket does not
+        # handshake on accept), bounded like every read.
+        self.connection.settimeout(10)
+        self.connection.do_handshake()
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] == HEALTH_PATH:
+            self._send(200, {"status": "ok"})
+        else:
+            self._send(404, {"error": "not found"})
+
+    def do_POST(self) -> None:
+        if self.path.split("?")[0] != MUTATE_PATH:
+            self._send(404, {"error": "not found"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length <= 0 or length > MAX_REVIEW_BYTES:
+            self._send(400, {"error": "an AdmissionReview body with Content-Length is expected"})
+            return
+        try:
+            body = json.loads(self.rfile.read(length))
+        except ValueError:
+            self._send(400, {"error": "the body is not JSON"})
+            return
+        if not isinstance(body, dict) or body.get("kind") != "AdmissionReview":
+            self._send(400, {"error": "the body is not an AdmissionReview"})
+            return
+        app = self.server.app
+        self._send(200, review(body, app.lookup, app.registry, app.repository))
+
+    def _send(self, status: int, payload: Mapping[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+class ModelWebhookServer:
+    """The webhook's HTTPS server; start() and stop() from main (or a test)."""
+
+    def __init__(self, host: str, port: int, cert_file: Path, key_file: Path, lookup: ModelLookup, *,
+                 registry: str, repository: str) -> None:
+        self.host = host
+        self.requested_port = port
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.lookup = lookup
+        self.registry = registry
+        self.repository = repository
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.requested_port if self._httpd is None else int(self._httpd.server_address[1])
+
+    def start(self) -> ModelWebhookServer:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert_file, self.key_file)
+        httpd = _HTTPServer((self.host, self.requested_port), self)
+        httpd.socket = context.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, name="webhook-https", daemon=True)
+        self._thread.start()
+        log.info("model webhook listening on https://%s:%d%s (registry %s/%s)", self.host, self.port, MUTATE_PATH,
+                 self.registry, self.repository)
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+
+# -- the process ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    listen: str
+    cert_file: Path
+    key_file: Path
+    kubeconfig: str | None
+    registry: str
+    repository: str
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    env = os.environ.get
+    parser.add_argument("--listen", default=env("SERVINGOPS_WEBHOOK_LISTEN", "0.0.0.0:8443"),
+                        help="host:port of the HTTPS endpoint (env SERVINGOPS_WEBHOOK_LISTEN)")
+    parser.add_argument("--tls-cert", default=env("SERVINGOPS_WEBHOOK_TLS_CERT", "/etc/servingops/webhook-tls/tls.crt"),
+                        help="the serving certificate, PEM (env SERVINGOPS_WEBHOOK_TLS_CERT)")
+    parser.add_argument("--tls-key", default=env("SERVINGOPS_WEBHOOK_TLS_KEY", "/etc/servingops/webhook-tls/tls.key"),
+                        help="its private key, PEM (env SERVINGOPS_WEBHOOK_TLS_KEY)")
+    parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="env KUBECONFIG; none: in-cluster")
+    parser.add_argument("--registry", default=env("SERVINGOPS_REGISTRY", "127.0.0.1:5000"),
+                        help="host:port of the registry as the nodes' container runtime reaches it "
+                             "(env SERVINGOPS_REGISTRY)")
+    parser.add_argument("--registry-repository", default=env("SERVINGOPS_REGISTRY_REPOSITORY", "servingops/models"),
+                        help="the repository models are published to (env SERVINGOPS_REGISTRY_REPOSITORY)")
+
+
+def from_arguments(args: argparse.Namespace) -> WebhookSettings:
+    return WebhookSettings(listen=args.listen, cert_file=Path(args.tls_cert), key_file=Path(args.tls_key),
+                           kubeconfig=args.kubeconfig, registry=args.registry, repository=args.registry_repository)
+
+
+def run(settings: WebhookSettings, stop: threading.Event) -> None:
+    """Serve until `stop` is set."""
+    api_client = load_api_client(settings.kubeconfig)
+    host, port = settings.host_port
+    server = ModelWebhookServer(host, port, settings.cert_file, settings.key_file, KubeModelLookup(api_client),
+                                registry=settings.registry, repository=settings.repository).start()
+    try:
+        stop.wait()
+    finally:
+        server.stop()
+        api_client.close()  # type: ignore[no-untyped-call]
+        log.info("model webhook stopped")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="servingops webhook", description=__doc__)
+    add_arguments(parser)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    settings = from_arguments(parser.parse_args(argv))
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    run(settings, stop)
+
+
+if __name__ == "__main__":
+    main()
