@@ -18,8 +18,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from servingops.api_models.deckhouse import workload
 from servingops.api_models.deckhouse.enums import ModelPhase
 from servingops.api_models.deckhouse.model import ClusterModel, Model
+from servingops.api_models.deckhouse.workload import IMAGE_PULL_POLICY, MODEL_PATH_ENV, mount_path
 
 MODEL_ANNOTATION = "ai.deckhouse.io/model"
 CLUSTER_MODEL_ANNOTATION = "ai.deckhouse.io/clustermodel"
@@ -27,10 +29,8 @@ SKIP_ANNOTATION = "ai.deckhouse.io/model-skip-containers"
 """Comma-separated container names that get neither the mount nor MODEL_PATH (e.g. a proxy sidecar)."""
 VOLUME_NAME = "deckhouse-model"
 """One model per pod, so one volume name, reserved: a volume of that name that is not ours is refused."""
-MODELS_ROOT = "/models"
-ENV_NAME = "MODEL_PATH"
-PULL_POLICY = "IfNotPresent"
-"""The reference is a digest: what the node already holds is what the digest names."""
+ENV_NAME = MODEL_PATH_ENV
+PULL_POLICY = IMAGE_PULL_POLICY
 
 POD_SPEC_PATHS: Mapping[str, tuple[str, ...]] = {
     "Pod": ("spec",),
@@ -68,7 +68,7 @@ class ModelRequest:
 
     @property
     def mount_path(self) -> str:
-        return f"{MODELS_ROOT}/{self.name}"
+        return mount_path(self.name)
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}" if self.namespace is not None else f"{self.kind} {self.name}"
@@ -139,7 +139,7 @@ def artifact_reference(request: ModelRequest, model: Mapping[str, Any] | None, r
     digest = (status.get("artifact") or {}).get("digest")
     if not isinstance(digest, str) or not digest.startswith("sha256:"):
         raise Refused(f"{request} is Ready but reports no artifact digest (status.artifact.digest)")
-    return f"{registry}/{repository}@{digest}"
+    return workload.artifact_reference(f"{registry}/{repository}", digest)
 
 
 def pod_spec_path(kind: str) -> tuple[str, ...]:

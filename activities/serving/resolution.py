@@ -43,6 +43,7 @@ from servingops.activities.serving.runtime_selection import (
     judge,
     select_runtime,
 )
+from servingops.api_models.deckhouse import workload
 from servingops.api_models.ome.enums import LifeCycleState
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
 from servingops.api_models.ome.models import BaseModelSpec
@@ -245,8 +246,6 @@ def _model(reader: Reader, namespace: str, ref: dict[str, Any], artifacts: str |
 
 
 DECKHOUSE_GROUP = "ai.deckhouse.io"
-DECKHOUSE_MODELS_ROOT = "/models"
-"""Where a Deckhouse model's artifact is mounted: the same path the model webhook gives annotated workloads."""
 _FORMAT_NAMES = {"Safetensors": ("safetensors", "transformers"), "GGUF": ("gguf", None),
                  "Diffusers": ("diffusers", "diffusers")}
 """Deckhouse's resolved format -> the (modelFormat, modelFramework) names upstream runtimes declare."""
@@ -292,8 +291,9 @@ def _deckhouse_model(reader: Reader, namespace: str, kind: str, name: str, artif
         body["quantization"] = str(resolved["quantization"]).lower()
     if size := parameter_size(resolved.get("parameterCount")):
         body["modelParameterSize"] = size
-    path = posixpath.join(DECKHOUSE_MODELS_ROOT, name)
-    mount = ModelMount(volume_name=_volume_name(name), path=path, node_label=None, image=f"{artifacts}@{digest}")
+    # The same path and volume the model webhook gives an annotated workload (api_models/deckhouse/workload.py).
+    mount = ModelMount(volume_name=_volume_name(name), path=workload.mount_path(name), node_label=None,
+                       image=workload.artifact_reference(artifacts, digest))
     return ServedModel(description=where, spec=BaseModelSpec.model_validate(body), mount=mount, versionless=True)
 
 

@@ -23,8 +23,9 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from servingops.api_models.deckhouse.workload import IMAGE_PULL_POLICY, MODEL_PATH_ENV
+
 READY = "Ready"
-MODEL_PATH_ENV = "MODEL_PATH"
 
 # Kubernetes' patch merge keys for the list fields that can appear in a component's pod spec.
 MERGE_KEYS: dict[str, str] = {
@@ -129,7 +130,7 @@ def wire_pod(pod: dict[str, Any], mount: ModelMount) -> dict[str, Any]:
     if not any(v.get("name") == mount.volume_name for v in volumes):
         if mount.image is not None:
             volumes.append({"name": mount.volume_name, "image": {"reference": mount.image,
-                                                                  "pullPolicy": "IfNotPresent"}})
+                                                                  "pullPolicy": IMAGE_PULL_POLICY}})
         else:
             volumes.append({"name": mount.volume_name, "hostPath": {"path": mount.path, "type": "Directory"}})
     if mount.node_label is not None:
