@@ -16,6 +16,7 @@ from temporalio import activity
 
 from servingops.api_models.conditions import merge_conditions
 from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION
 from servingops.api_models.refs import ConditionUpdate, ObjectRef
 from servingops.runtime.kube import record_event
 
@@ -78,6 +79,9 @@ class ArtifactReferences(BaseModel):
 
 # Every kind whose status.artifact can point at a published model.
 _ARTIFACT_HOLDERS = (("ai.deckhouse.io", "v1alpha1", "models"), ("ai.deckhouse.io", "v1alpha1", "clustermodels"))
+# Every kind whose servingops.io/artifact annotation (<registry>/<repository>@<digest>) names one.
+_ANNOTATED_HOLDERS = (("ome.io", "v1beta1", "basemodels"), ("ome.io", "v1beta1", "clusterbasemodels"),
+                      ("ome.io", "v1beta1", "finetunedweights"))
 
 
 class KubernetesActivities:
@@ -238,13 +242,20 @@ class KubernetesActivities:
 
     @activity.defn(name="kube.artifact_referenced")
     def artifact_referenced(self, query: ArtifactReferences) -> bool:
-        """Whether any other Model or ClusterModel reports the same artifact digest, in which
-        case deleting one of them must leave the artifact in the registry."""
+        """Whether any other Model or ClusterModel reports the same artifact digest, or BaseModel,
+        ClusterBaseModel or FineTunedWeight is annotated with it, in which case deleting one of them
+        must leave the artifact in the registry."""
         for group, version, plural in _ARTIFACT_HOLDERS:
             items = cast(dict[str, Any], self.custom.list_cluster_custom_object(group, version, plural))["items"]
             for obj in items:
                 digest = ((obj.get("status") or {}).get("artifact") or {}).get("digest")
                 if digest == query.digest and obj["metadata"].get("uid") != query.except_uid:
+                    return True
+        for group, version, plural in _ANNOTATED_HOLDERS:
+            items = cast(dict[str, Any], self.custom.list_cluster_custom_object(group, version, plural))["items"]
+            for obj in items:
+                annotated = (obj["metadata"].get("annotations") or {}).get(ARTIFACT_ANNOTATION) or ""
+                if annotated.endswith(f"@{query.digest}") and obj["metadata"].get("uid") != query.except_uid:
                     return True
         return False
 

@@ -69,6 +69,12 @@ ROUTES: dict[str, Route] = {
         Route("ClusterServingRuntime", "ome.io", "v1beta1", "clusterservingruntimes", False,
               WorkflowType.SERVING_RUNTIME, contract.serving_runtime_workflow_id,
               annotations=(contract.RUNTIME_INHERIT_FROM,)),
+        Route("BaseModel", "ome.io", "v1beta1", "basemodels", True, WorkflowType.BASE_MODEL,
+              contract.basemodel_workflow_id),
+        Route("ClusterBaseModel", "ome.io", "v1beta1", "clusterbasemodels", False, WorkflowType.BASE_MODEL,
+              contract.basemodel_workflow_id),
+        Route("FineTunedWeight", "ome.io", "v1beta1", "finetunedweights", False, WorkflowType.BASE_MODEL,
+              contract.basemodel_workflow_id),
         Route("WorkloadCluster", "ome.io", "v1beta1", "workloadclusters", False, WorkflowType.WORKLOAD_CLUSTER,
               lambda _ns_, name, uid: contract.workload_cluster_workflow_id(name, uid)),
     )

@@ -10,12 +10,21 @@ Histories are recorded by tests/histories/record.py.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
+from temporalio.worker import (
+    Interceptor,
+    Replayer,
+    StartActivityInput,
+    WorkflowInboundInterceptor,
+    WorkflowInterceptorClassInput,
+    WorkflowOutboundInterceptor,
+)
 from temporalio.workflow import NondeterminismError
 
 from servingops.workers.registry import workflows
@@ -31,6 +40,44 @@ BEFORE_PATCHES = {"before-operator-config", "before-refresh-now", "canary-promot
 
 def load(path: Path) -> WorkflowHistory:
     return WorkflowHistory.from_json(f"{path.parent.name}/{path.stem}", path.read_text())
+
+
+SCHEDULED: list[str] = []
+"""Activity types the replayed code scheduled, in order (the Temporal SDK's replay matches an
+activity command to its event by sequence number, not by type: a branch that swaps one activity for
+another replays without a nondeterminism error, so the types are compared here)."""
+
+
+class _Outbound(WorkflowOutboundInterceptor):
+    def start_activity(self, input: StartActivityInput) -> Any:
+        SCHEDULED.append(str(input.activity))
+        return super().start_activity(input)
+
+
+class _Inbound(WorkflowInboundInterceptor):
+    def init(self, outbound: WorkflowOutboundInterceptor) -> None:
+        super().init(_Outbound(outbound))
+
+
+class ActivityTypes(Interceptor):
+    def workflow_interceptor_class(self, input: WorkflowInterceptorClassInput) -> type[WorkflowInboundInterceptor]:
+        return _Inbound
+
+
+def history_activity_types(history: WorkflowHistory) -> list[str]:
+    return [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+
+
+async def replay_comparing_activities(history: WorkflowHistory) -> None:
+    """Replay (raising on nondeterminism or a failed workflow task), then hold the activity types
+    the code scheduled to those the history records, in order (the code may go on past the end)."""
+    SCHEDULED.clear()
+    replayer = Replayer(workflows=list(workflows()), data_converter=pydantic_data_converter,
+                        interceptors=[ActivityTypes()])
+    await replayer.replay_workflow(history)
+    recorded = history_activity_types(history)
+    assert SCHEDULED[:len(recorded)] == recorded, "the replayed code scheduled other activities than the history"
 
 
 def test_every_workflow_type_has_stored_histories() -> None:
@@ -50,9 +97,7 @@ def test_stored_histories_are_of_registered_types() -> None:
 async def test_history_replays(path: Path) -> None:
     history = load(path)
     assert history.events, f"{path} holds no events"
-    replayer = Replayer(workflows=list(workflows()), data_converter=pydantic_data_converter)
-    # raise_on_replay_failure (the default) raises on nondeterminism and on a failed workflow task.
-    await replayer.replay_workflow(history)
+    await replay_comparing_activities(history)
 
 
 def test_patched_histories_are_stored() -> None:
@@ -71,3 +116,26 @@ async def test_histories_before_the_patches_need_them(scenario: str, monkeypatch
     replayer = Replayer(workflows=list(workflows()), data_converter=pydantic_data_converter)
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(load(HISTORIES / "InferenceServiceWorkflow" / f"{scenario}.json"))
+
+
+# RolloutWorkflow histories recorded before `reports-in-flight` and `capacity-from-scale` (each
+# report waited for the parent's acknowledgement; each step's first capacity check was a
+# revision_status call); reports-in-flight*.json hold the new branches. For capacity-from-scale,
+# annotation-cleanup: the older recordings' fake answered serving.ensure_revision with nothing, and a
+# step without the scale's answer reads with revision_status on either branch. zero-drain-delay-before
+# was recorded before `no-timer-for-zero-delay` (its drain starts a zero-length timer).
+ROLLOUT_BEFORE_PATCHES = [("reports-in-flight", "canary-promote"), ("reports-in-flight", "rollout-continue-as-new-1"),
+                          ("capacity-from-scale", "annotation-cleanup"),
+                          ("no-timer-for-zero-delay", "zero-drain-delay-before")]
+
+
+@pytest.mark.parametrize(("patch_id", "scenario"), ROLLOUT_BEFORE_PATCHES)
+async def test_rollout_histories_before_the_promote_patches_need_them(scenario: str, patch_id: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each of the patches alone, forced to its new branch, breaks the replay of a rollout run
+    recorded before it (a nondeterminism error, or other activities than the history's): each patch
+    is what keeps those runs alive."""
+    real = workflow.patched
+    monkeypatch.setattr(workflow, "patched", lambda asked: True if asked == patch_id else real(asked))
+    with pytest.raises((NondeterminismError, AssertionError)):
+        await replay_comparing_activities(load(HISTORIES / "RolloutWorkflow" / f"{scenario}.json"))

@@ -8,6 +8,7 @@ from typing import Any
 
 from kubernetes import client
 
+from servingops.activities.basemodels.activities import BaseModelActivities
 from servingops.activities.host import HostActivities
 from servingops.activities.kubernetes import KubernetesActivities
 from servingops.activities.model_files.activity import inspect as inspect_model
@@ -24,6 +25,7 @@ from servingops.activities.serving.runtimes import RuntimeActivities
 from servingops.activities.sources.activities import SourceActivities
 from servingops.activities.uploads.sessions import UploadActivities
 from servingops.workers.settings import WorkerSettings
+from servingops.workflows.basemodel import BaseModelWorkflow
 from servingops.workflows.model_import import ModelWorkflow
 from servingops.workflows.rollout import WORKFLOWS as ROLLOUT_WORKFLOWS
 from servingops.workflows.rollout_policy import RolloutPolicyWorkflow
@@ -31,7 +33,7 @@ from servingops.workflows.serving_runtime import ServingRuntimeWorkflow
 
 
 def workflows() -> Sequence[type]:
-    return [ModelWorkflow, *ROLLOUT_WORKFLOWS, RolloutPolicyWorkflow, ServingRuntimeWorkflow]
+    return [ModelWorkflow, *ROLLOUT_WORKFLOWS, RolloutPolicyWorkflow, ServingRuntimeWorkflow, BaseModelWorkflow]
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:
@@ -51,8 +53,10 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *SourceActivities(api_client, settings.spool_dir, settings.hf_endpoint, settings.ollama_registry).all(),
         *UploadActivities(api_client, settings.spool_dir, upload_public_url, settings.controller_namespace).all(),
         inspect_model,
-        *ServingActivities(api_client).all(),
+        *ServingActivities(api_client, controller_namespace=settings.controller_namespace,
+                           artifacts=f"{settings.registry}/{settings.registry_repository}").all(),
         *RuntimeActivities(api_client).all(),
+        *BaseModelActivities(api_client, settings.controller_namespace, kubernetes_secret_credentials(core)).all(),
         *PrometheusActivities(api_client).all(),
         *OperatorConfigActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
     ]

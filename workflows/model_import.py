@@ -17,7 +17,6 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
@@ -25,7 +24,7 @@ from servingops.workflows import options
 from servingops.workflows.entity import EntitySignals, EntityState
 
 with workflow.unsafe.imports_passed_through():
-    from servingops.activities.host import HostActivities, HostClaim
+    from servingops.activities.host import HostClaim
     from servingops.activities.kubernetes import (
         ArtifactReferences,
         EventNote,
@@ -33,22 +32,9 @@ with workflow.unsafe.imports_passed_through():
         KubernetesActivities,
         StatusPatch,
     )
-    from servingops.activities.model_files.activity import InspectInput
-    from servingops.activities.model_files.activity import inspect as inspect_model
     from servingops.activities.model_files.inspect import InspectionResult, ProviderInfo
-    from servingops.activities.oci.activities import (
-        ArtifactRef,
-        BlobsInput,
-        DeleteArtifactInput,
-        OciActivities,
-        PushedLayer,
-        PushFileInput,
-        PushManifestInput,
-    )
-    from servingops.activities.oci.media_types import RAW_LAYER_MEDIA_TYPE
-    from servingops.activities.oci.modelpack import ModelPackMeta, role_for_path
-    from servingops.activities.sources.activities import SourceActivities
-    from servingops.activities.sources.types import CleanSpoolInput, FetchInput, ResolveInput, SourceFile, SourceListing
+    from servingops.activities.oci.activities import ArtifactRef, DeleteArtifactInput, OciActivities
+    from servingops.activities.sources.types import SourceFile
     from servingops.activities.uploads.sessions import UploadActivities
     from servingops.activities.uploads.types import (
         CloseUploadInput,
@@ -62,26 +48,18 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.deckhouse.model import Artifact, ModelStatus, ResolvedSource, UploadSession
     from servingops.api_models.errors import ErrorType, error_message, error_type_of
     from servingops.api_models.refs import ConditionUpdate, ObjectRef
+    from servingops.workflows.import_steps import (
+        DELETE_CANCELS_IMPORT,
+        FileProgress,
+        ImportSteps,
+        TokenSecret,
+    )
     from servingops.workflows.visibility import Visibility
 
 FINALIZER = "ai.deckhouse.io/model-cleanup"
 UPLOAD_TTL = timedelta(hours=24)
 UPLOAD_MAX_BYTES = 512 * 1024**3
 
-
-
-class FileProgress(BaseModel):
-    path: str
-    size: int
-    sha256: str | None = None
-    in_registry: bool = False
-    """Already in the registry before this import: neither downloaded nor uploaded."""
-    fetched: bool = False
-    pushed_digest: str | None = None
-    uploaded_here: bool = False
-    transferred_bytes: int = 0
-    pushed_bytes: int = 0
-    """Bytes the successful push attempt sent to the registry (less than size when it resumed)."""
 
 
 class ModelState(EntityState):
@@ -119,12 +97,6 @@ class ImportFailed(Exception):
 _LEGACY_INVALID_MODEL = "InvalidModel"
 
 
-DELETE_CANCELS_IMPORT = "delete-cancels-import"
-"""Patch: a delete mid-import used to write Failed ("gave up after retries (CancelledError)")
-before Deleting; now the cancelled import goes straight to Deleting, whose cleanup deletes the
-blobs the import had uploaded."""
-
-
 def _cancelled(exc: ActivityError) -> bool:
     return isinstance(exc.cause, CancelledError)
 
@@ -155,9 +127,9 @@ class ModelWorkflow(EntitySignals[ModelState]):
         self.state = ModelState()
         self.upload_done: UploadComplete | None = None
         self.ref: ObjectRef | None = None
-        self.claim: HostClaim | None = None
+        self.steps: ImportSteps | None = None
+        """The import machinery shared with BaseModelWorkflow (made in run(), once the state is final)."""
         self.visibility: Visibility | None = None
-        self._last_progress_write = -1
 
     # -- signals, queries ------------------------------------------------------------------------
 
@@ -178,8 +150,10 @@ class ModelWorkflow(EntitySignals[ModelState]):
             # A continued run: the import is over; keep waiting for deletion with the same state.
             carried.deleting = carried.deleting or self.state.deleting
             self.state = carried
+            self.steps = ImportSteps(ref, self.state, self._write_progress)
             self.visibility.publish(self.state.phase)
             return await self._await_deletion(start)
+        self.steps = ImportSteps(ref, self.state, self._write_progress)
         self.visibility.publish(self.state.phase)
         present = await workflow.execute_activity_method(
             KubernetesActivities.ensure_finalizer, FinalizerChange(ref=ref, finalizer=FINALIZER), **options.KUBE
@@ -224,8 +198,9 @@ class ModelWorkflow(EntitySignals[ModelState]):
     async def _import(self, obj: dict[str, Any]) -> None:
         source = (obj.get("spec") or {}).get("source") or {}
         await self._write(ModelPhase.PENDING, ModelReason.PENDING, "import queued")
+        steps = self._steps
         try:
-            claim = self.claim = await self._claim()
+            claim = steps.claim = await steps.claim_host()
             self.state.host_task_queue = claim.task_queue
             if source.get("url"):
                 model_dir, provider, info = await self._from_url(claim, source)
@@ -237,12 +212,7 @@ class ModelWorkflow(EntitySignals[ModelState]):
                     "catalog sources are imported by the catalog process, which this release "
                     "does not run yet; nothing was imported",
                 )
-            inspection = await workflow.execute_activity(
-                inspect_model,
-                InspectInput(model_dir=model_dir, provider=provider, provider_info=info),
-                task_queue=claim.task_queue,
-                **options.TRANSFER,
-            )
+            inspection = await steps.inspect(claim, model_dir, provider, info)
             artifact = await self._publish(claim, inspection)
         except ImportFailed as failed:
             await self._fail(failed)
@@ -269,28 +239,25 @@ class ModelWorkflow(EntitySignals[ModelState]):
                 progress="100%",
             ),
         )
-        await workflow.execute_activity_method(
-            SourceActivities.clean_spool,
-            CleanSpoolInput(model_uid=self.ref_uid),
-            task_queue=claim.task_queue,
-            **options.QUICK,
-        )
+        await steps.clean_spool(claim.task_queue)
 
     @property
     def ref_uid(self) -> str:
         assert self.ref is not None and self.ref.uid
         return self.ref.uid
 
+    @property
+    def _steps(self) -> ImportSteps:
+        assert self.steps is not None
+        return self.steps
+
     # -- sources ---------------------------------------------------------------------------------
 
     async def _from_url(self, claim: HostClaim, source: dict[str, Any]) -> tuple[str, SourceType, ProviderInfo]:
-        assert self.ref is not None
+        steps = self._steps
         auth = (source.get("authSecretRef") or {}).get("name")
-        listing = await workflow.execute_activity_method(
-            SourceActivities.resolve,
-            ResolveInput(model=self.ref, url=source["url"], auth_secret_name=auth),
-            **options.QUICK,
-        )
+        token = TokenSecret(name=auth) if auth else None
+        listing = await steps.resolve(source["url"], token)
         self.state.source_type = listing.provider
         self.state.resolved_revision = listing.resolved_revision
         await self._write(
@@ -303,84 +270,9 @@ class ModelWorkflow(EntitySignals[ModelState]):
                 progress="0%",
             ),
         )
-        known = [f"sha256:{f.sha256}" for f in listing.files if f.sha256]
-        present = (
-            set(
-                await workflow.execute_activity_method(
-                    OciActivities.present_blobs, BlobsInput(target=claim.registry, digests=known), **options.QUICK
-                )
-            )
-            if known
-            else set()
-        )
-        self.state.files = [
-            FileProgress(path=f.path, size=f.size, sha256=f.sha256, in_registry=f"sha256:{f.sha256}" in present)
-            for f in listing.files
-        ]
-        fetched_dir = await self._transfer(claim, listing, auth)
+        await steps.plan_files(claim, listing)
+        fetched_dir = await steps.transfer(claim, listing, token)
         return fetched_dir, listing.provider, listing.provider_info
-
-    async def _transfer(self, claim: HostClaim, listing: SourceListing, auth: str | None) -> str:
-        """Fetch each file, pushing the previous one meanwhile (one push in flight)."""
-        assert self.ref is not None
-        pushing: asyncio.Future[None] | None = None
-        model_dir = ""
-        try:
-            for progress, file in zip(self.state.files, listing.files, strict=True):
-                fetched = await workflow.execute_activity_method(
-                    SourceActivities.fetch_file,
-                    FetchInput(
-                        model=self.ref,
-                        provider=listing.provider,
-                        locator=listing.locator,
-                        resolved_revision=listing.resolved_revision,
-                        file=file,
-                        auth_secret_name=auth,
-                        header_only=progress.in_registry,
-                    ),
-                    task_queue=claim.task_queue,
-                    **options.TRANSFER,
-                )
-                progress.fetched = True
-                progress.transferred_bytes += fetched.transferred_bytes
-                progress.sha256 = fetched.sha256 or progress.sha256
-                model_dir = fetched.path[: len(fetched.path) - len(fetched.relative_path)].rstrip("/")
-                if pushing is not None:
-                    await pushing
-                if progress.in_registry:
-                    progress.pushed_digest = f"sha256:{progress.sha256}"
-                    await self._report_progress()
-                    pushing = None
-                else:
-                    pushing = asyncio.ensure_future(self._push(claim, progress, fetched.path))
-            if pushing is not None:
-                await pushing
-        except BaseException:
-            # Cancelled by a delete, or failed: a push still in flight would upload a blob after
-            # the cleanup listed what to delete, so it stops too.
-            if pushing is not None and not pushing.done() and workflow.patched(DELETE_CANCELS_IMPORT):
-                pushing.cancel()
-            raise
-        return model_dir
-
-    async def _push(self, claim: HostClaim, progress: FileProgress, path: str) -> None:
-        role = role_for_path(progress.path)[0]
-        pushed = await workflow.execute_activity_method(
-            OciActivities.push_file,
-            PushFileInput(
-                target=claim.registry,
-                path=path,
-                sha256=progress.sha256,
-                size=progress.size,
-                media_type=RAW_LAYER_MEDIA_TYPE[role],
-            ),
-            task_queue=claim.task_queue,
-            **options.TRANSFER,
-        )
-        progress.pushed_digest = pushed.digest
-        progress.pushed_bytes += pushed.transferred_bytes
-        progress.uploaded_here = not pushed.skipped and not pushed.mounted
-        await self._report_progress()
 
     async def _from_upload(self, claim: HostClaim) -> tuple[str, SourceType, ProviderInfo]:
         assert self.ref is not None
@@ -431,41 +323,16 @@ class ModelWorkflow(EntitySignals[ModelState]):
         await self._close_upload()
         self.state.files = [FileProgress(path=f.path, size=f.size, fetched=True) for f in prepared.files]
         for progress in self.state.files:
-            await self._push(claim, progress, f"{prepared.model_dir}/{progress.path}")
+            await self._steps.push(claim, progress, f"{prepared.model_dir}/{progress.path}")
         return prepared.model_dir, SourceType.UPLOAD, ProviderInfo()
 
     # -- publishing ------------------------------------------------------------------------------
 
     async def _publish(self, claim: HostClaim, inspection: InspectionResult) -> ArtifactRef:
-        """Push whatever the upload path has not pushed yet, then the manifest."""
+        """Push the manifest over the files the source or upload path pushed."""
         assert self.ref is not None
-        resolved = inspection.resolved
-        layers = []
-        for progress in self.state.files:
-            assert progress.pushed_digest, f"{progress.path} was never pushed"
-            role, untested = role_for_path(progress.path)
-            layers.append(
-                PushedLayer(
-                    filepath=progress.path,
-                    media_type=RAW_LAYER_MEDIA_TYPE[role],
-                    digest=progress.pushed_digest,
-                    size=progress.size,
-                    role_untested=untested,
-                )
-            )
-        meta = ModelPackMeta(
-            name=self.ref.name,
-            family=resolved.family,
-            architecture=resolved.architecture,
-            format=inspection.format.value,
-            quantization=resolved.quantization,
-            revision=self.state.resolved_revision,
-        )
-        return await workflow.execute_activity_method(
-            OciActivities.push_manifest,
-            PushManifestInput(target=claim.registry, tag=self._tag(), layers=layers, meta=meta),
-            **options.QUICK,
-        )
+        return await self._steps.publish(claim, inspection, name=self.ref.name,
+                                         revision=self.state.resolved_revision, tag=self._tag())
 
     def _tag(self) -> str:
         assert self.ref is not None
@@ -473,16 +340,8 @@ class ModelWorkflow(EntitySignals[ModelState]):
 
     async def _fail(self, failed: ImportFailed) -> None:
         """Failed, with nothing this import uploaded left in the registry."""
-        await self._delete_uploaded_blobs()
+        await self._steps.delete_uploaded_blobs()
         await self._write(ModelPhase.FAILED, failed.reason, failed.message)
-
-    async def _delete_uploaded_blobs(self) -> None:
-        """Blobs this import uploaded (not those it found or mounted) that no manifest names."""
-        uploaded = [p.pushed_digest for p in self.state.files if p.uploaded_here and p.pushed_digest]
-        if uploaded and self.claim is not None:
-            await workflow.execute_activity_method(
-                OciActivities.delete_blobs, BlobsInput(target=self.claim.registry, digests=uploaded), **options.QUICK
-            )
 
     # -- deletion --------------------------------------------------------------------------------
 
@@ -491,7 +350,7 @@ class ModelWorkflow(EntitySignals[ModelState]):
         await self._write(ModelPhase.DELETING, ModelReason.DELETING, "removing the published artifact")
         artifact = self.state.artifact
         if artifact is None and workflow.patched(DELETE_CANCELS_IMPORT):
-            await self._delete_uploaded_blobs()
+            await self._steps.delete_uploaded_blobs()
         if artifact is not None:
             shared = await workflow.execute_activity_method(
                 KubernetesActivities.artifact_referenced,
@@ -499,7 +358,7 @@ class ModelWorkflow(EntitySignals[ModelState]):
                 **options.KUBE,
             )
             if not shared:
-                claim = self.claim if self.claim is not None else await self._claim()
+                claim = self._steps.claim if self._steps.claim is not None else await self._steps.claim_host()
                 await workflow.execute_activity_method(
                     OciActivities.delete_artifact,
                     DeleteArtifactInput(target=claim.registry, digest=artifact.digest),
@@ -508,19 +367,10 @@ class ModelWorkflow(EntitySignals[ModelState]):
         if self.state.upload is not None:
             await self._close_upload()
         if self.state.host_task_queue:
-            await workflow.execute_activity_method(
-                SourceActivities.clean_spool,
-                CleanSpoolInput(model_uid=self.ref_uid),
-                task_queue=self.state.host_task_queue,
-                **options.QUICK,
-            )
+            await self._steps.clean_spool(self.state.host_task_queue)
         await workflow.execute_activity_method(
             KubernetesActivities.remove_finalizer, FinalizerChange(ref=self.ref, finalizer=FINALIZER), **options.KUBE
         )
-
-    async def _claim(self) -> HostClaim:
-        """A worker host whose spool this import uses from now on (its task queue and registry)."""
-        return await workflow.execute_activity_method(HostActivities.claim, **options.QUICK)
 
     async def _close_upload(self) -> None:
         assert self.ref is not None
@@ -530,17 +380,9 @@ class ModelWorkflow(EntitySignals[ModelState]):
 
     # -- status ----------------------------------------------------------------------------------
 
-    async def _report_progress(self) -> None:
-        """A bounded percentage that only rises, written when it moved by 5 points or more."""
-        total = sum(p.size for p in self.state.files) or 1
-        done = sum(p.size for p in self.state.files if p.pushed_digest)
-        percent = min(99, max(self.state.progress_percent, done * 100 // total))
-        self.state.progress_percent = percent
-        if percent - self._last_progress_write >= 5:
-            self._last_progress_write = percent
-            await self._write(
-                self.state.phase, self.state.reason, self.state.message, ModelStatus(progress=f"{percent}%")
-            )
+    async def _write_progress(self, percent: int) -> None:
+        """The import steps' progress, written with the current phase and reason."""
+        await self._write(self.state.phase, self.state.reason, self.state.message, ModelStatus(progress=f"{percent}%"))
 
     async def _write(
         self, phase: ModelPhase, reason: str, message: str, fields: ModelStatus | None = None

@@ -125,18 +125,22 @@ class SourceActivities:
 
     # -- secrets -------------------------------------------------------------------------------------
 
-    def _token(self, model: ObjectRef, secret_name: str | None) -> str | None:
+    def _token(self, model: ObjectRef, secret_name: str | None, secret_namespace: str | None = None,
+               secret_key: str | None = None) -> str | None:
+        """The token in the named Secret: in `secret_namespace` when given (a ClusterBaseModel's, in the
+        controller namespace), else in the model's; under `secret_key` when given, else TOKEN_KEYS."""
         if not secret_name:
             return None
-        if model.namespace is None:
+        namespace = secret_namespace or model.namespace
+        if namespace is None:
             raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND,
                                     f"{model.describe()} is cluster-scoped and cannot reference a Secret")  # fmt: skip
-        where = f"Secret {model.namespace}/{secret_name}"
+        where = f"Secret {namespace}/{secret_name}"
         if self._core is None:
             raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND,
                                     f"{where}: this worker has no Kubernetes client to read it")  # fmt: skip
         try:
-            secret = self._core.read_namespaced_secret(secret_name, model.namespace)
+            secret = self._core.read_namespaced_secret(secret_name, namespace)
         except ApiException as exc:
             if exc.status == 404:
                 raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND, f"{where} does not exist") from None
@@ -144,7 +148,7 @@ class SourceActivities:
             raise application_error(ErrorType.AUTH_SECRET_UNREADABLE,
                                     f"{where}: HTTP {exc.status} {exc.reason}") from None  # fmt: skip
         data = secret.data or {}
-        for key in TOKEN_KEYS:
+        for key in (secret_key,) if secret_key else TOKEN_KEYS:
             if key not in data:
                 continue
             try:
@@ -156,8 +160,8 @@ class SourceActivities:
                                         f"{where}: the value of key {key!r} is not a token (empty, or not a "
                                         "single line of visible ASCII)")  # fmt: skip
             return token
-        raise application_error(ErrorType.AUTH_SECRET_INVALID,
-                                f"{where} has none of the keys {', '.join(TOKEN_KEYS)}")  # fmt: skip
+        keys = ", ".join((secret_key,) if secret_key else TOKEN_KEYS)
+        raise application_error(ErrorType.AUTH_SECRET_INVALID, f"{where} has none of the keys {keys}")
 
     # -- activities ----------------------------------------------------------------------------------
 
@@ -165,7 +169,8 @@ class SourceActivities:
     def resolve(self, req: ResolveInput) -> SourceListing:
         """The source's immutable revision and the files of the model at it, with the provider's metadata."""
         provider = source_type(req.url)
-        token = self._token(req.model, req.auth_secret_name) if provider == SourceType.HUGGING_FACE else None
+        token = (self._token(req.model, req.auth_secret_name, req.auth_secret_namespace, req.auth_secret_key)
+                 if provider == SourceType.HUGGING_FACE else None)
         if provider == SourceType.HUGGING_FACE:
             return _without_token_in_errors(token, lambda: self.hf.resolve(req.url, token))
         return _without_token_in_errors(None, lambda: self.ollama.resolve(req.url))
@@ -187,7 +192,7 @@ class SourceActivities:
         if file.sha256 and sha256 is None:
             raise application_error(ErrorType.INVALID_FETCH_INPUT, f"{file.path}: {file.sha256[:80]!r} is no sha256")
         if req.provider == SourceType.HUGGING_FACE:
-            token = self._token(req.model, req.auth_secret_name)
+            token = self._token(req.model, req.auth_secret_name, req.auth_secret_namespace, req.auth_secret_key)
             git_oid = file.blob if file.blob and _GIT_OID.match(file.blob) else None
             expected = Expected(file.size, sha256, git_oid)
 

@@ -35,6 +35,11 @@ class ResolveInput(BaseModel):
     auth_secret_name: str | None = None
     """A Secret in model.namespace holding a Hugging Face token (key `token`, `HF_TOKEN` or
     `HUGGING_FACE_HUB_TOKEN`)."""
+    auth_secret_namespace: str | None = None
+    """Where that Secret is when not in model.namespace (a ClusterBaseModel's token lives in the
+    controller namespace); None: model.namespace."""
+    auth_secret_key: str | None = None
+    """The one key holding the token (a BaseModel's storage.parameters.secretKey); None: the usual keys."""
 
 
 class SourceListing(BaseModel):
@@ -65,6 +70,8 @@ class FetchInput(BaseModel):
     resolved_revision: str
     file: SourceFile
     auth_secret_name: str | None = None
+    auth_secret_namespace: str | None = None
+    auth_secret_key: str | None = None
     header_only: bool = False
     """Fetch only what inspection reads (safetensors / GGUF header) into a sparse file of the full size."""
 

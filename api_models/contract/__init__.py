@@ -34,10 +34,12 @@ class WorkflowType(StrEnum):
     ROLLOUT_POLICY = "RolloutPolicyWorkflow"
     WORKLOAD_CLUSTER = "WorkloadClusterWorkflow"
     SERVING_RUNTIME = "ServingRuntimeWorkflow"
+    BASE_MODEL = "BaseModelWorkflow"
 
 
 IMPLEMENTED_WORKFLOWS = frozenset({WorkflowType.MODEL, WorkflowType.INFERENCE_SERVICE, WorkflowType.ROLLOUT,
-                                   WorkflowType.ROLLOUT_POLICY, WorkflowType.SERVING_RUNTIME})
+                                   WorkflowType.ROLLOUT_POLICY, WorkflowType.SERVING_RUNTIME,
+                                   WorkflowType.BASE_MODEL})
 """The workflow types this release's worker registers (a test holds the worker to it). The bridge
 checks every dispatch against it: an event whose workflow type is not here (a migration request,
 today) starts nothing, since nothing would ever run it, and becomes a Warning Event on the object.
@@ -78,6 +80,9 @@ class Signal(StrEnum):
     """ome.io/rollout-ready-timeout (str | None)."""
     RETARGET = "retarget"
     """InferenceServiceWorkflow -> RolloutWorkflow: new targets and/or plan (contract.rollout.RetargetRequest)."""
+    NODE_REPORT = "node-report"
+    """-> BaseModelWorkflow: a node agent's report of the model changed; read the reports now (no
+    payload). Optional: the workflow also re-reads them on its own timer."""
 
 
 class Query(StrEnum):
@@ -232,3 +237,9 @@ def serving_runtime_workflow_id(namespace: str | None, name: str, uid: str) -> s
 
 def workload_cluster_workflow_id(name: str, uid: str) -> str:
     return f"workloadcluster/{name}/{uid}"
+
+
+def basemodel_workflow_id(namespace: str | None, name: str, uid: str) -> str:
+    """BaseModel (namespaced), ClusterBaseModel and FineTunedWeight (namespace None) alike. The uid
+    tells a ClusterBaseModel and a FineTunedWeight of the same name apart."""
+    return f"basemodel/{_scope(namespace)}/{name}/{uid}"

@@ -54,6 +54,7 @@ from temporalio.worker import Worker
 
 from servingops.api_models.ome.enums import ComponentType
 from servingops.workers.registry import workflows as registry_workflows
+from tests.histories.basemodel_fakes import FakeBaseModelWorld
 from tests.histories.model_fakes import FakeModelWorld
 from tests.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
 
@@ -445,6 +446,41 @@ async def rollout_continue_as_new(rec: Recording) -> None:
         await isvc.env.sleep(60)
 
 
+async def reports_in_flight(rec: Recording) -> None:
+    """canary-promote recorded with the patches `reports-in-flight` (a report leaves without waiting
+    for the parent's acknowledgement, one in flight at a time) and `capacity-from-scale` (a step's
+    first capacity check reads the scale's answer): promotes by annotation and Update, capacity
+    growing at every step (the first check short, then revision_status polls), Stable, drained."""
+    await canary_promote(rec)
+
+
+async def reports_in_flight_continue_as_new(rec: Recording) -> None:
+    """rollout-continue-as-new recorded with the patches `reports-in-flight` and
+    `capacity-from-scale`: the run waits for its last report's acknowledgement before it continues
+    as new (four times) and before it completes."""
+    await rollout_continue_as_new(rec)
+
+
+async def zero_drain_delay(rec: Recording) -> None:
+    """A canary with `scaleDownDelaySeconds: 0`: held at a manual step, promoted by annotation to
+    Stable, the old revision deleted right after the traffic moved (patch
+    `no-timer-for-zero-delay`: no zero-length timer, which the server fires about a second later)."""
+    steps = [{"capacity": "50%", "traffic": 50, "pause": {}}, {"capacity": "100%", "traffic": 100}]
+    async with served(rec, rollout=canary(steps, scaleDownDelaySeconds=0)) as isvc:
+        await isvc.roll_to("b")
+        await isvc.until(lambda: isvc.at_step(0, 50) and isvc.phase() == "Paused", what="manual hold")
+        await isvc.annotate(PROMOTE, "b")
+        await isvc.until(lambda: isvc.phase() == "Stable", what="complete")
+        await isvc.until(lambda: isvc.rolled_out("b") and isvc.cluster.replicas(ENGINE, "a") is None,
+                         what="closed and drained")
+
+
+async def zero_drain_delay_before(rec: Recording) -> None:
+    """zero-drain-delay as recorded before the patch `no-timer-for-zero-delay`: the drain waits on a
+    zero-length timer."""
+    await zero_drain_delay(rec)
+
+
 def policy_object(name: str, uid: str, spec: dict[str, Any], generation: int = 1) -> dict[str, Any]:
     return {"apiVersion": "ome.io/v1beta1", "kind": "RolloutPolicy",
             "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid, "generation": generation},
@@ -701,6 +737,142 @@ async def model_delete_mid_import(rec: Recording) -> None:
         await handle.result()
 
 
+# -- ServingRuntimeWorkflow -------------------------------------------------------------------------
+
+
+async def runtime_inheritance(rec: Recording) -> None:
+    """A ServingRuntime that inherits from a parent that does not exist yet (ParentNotFound, a
+    Warning), then resolves on the 2-minute resync once it does, re-walks on the watched annotation
+    (a cycle), then on a spec change (a new generation); deleted."""
+    uid = str(uuid.uuid4())
+    answers = [
+        {"generation": 1, "chain": ["team-llama"], "ready": False, "reason": "ParentNotFound",
+         "message": "ServingRuntime team-llama inherits from 'srt-base', which does not exist"},
+        {"generation": 1, "chain": ["srt-base", "team-llama"], "ready": True, "reason": "Resolved",
+         "message": "resolved srt-base -> team-llama"},
+        {"generation": 1, "chain": ["team-llama"], "ready": False, "reason": "InheritanceCycle",
+         "message": "ome.io/inherit-from forms a cycle: team-llama -> srt-base -> team-llama"},
+        {"generation": 2, "chain": ["srt-base", "team-llama"], "ready": True, "reason": "Resolved",
+         "message": "resolved srt-base -> team-llama"},
+    ]
+    step = [0]
+    statuses: list[dict[str, Any]] = []
+
+    @activity.defn(name="serving.resolve_runtime")
+    async def resolve_runtime(ref: dict[str, Any]) -> dict[str, Any] | None:
+        return answers[min(step[0], len(answers) - 1)]
+
+    @activity.defn(name="kube.patch_status")
+    async def patch_status(patch: dict[str, Any]) -> bool:
+        statuses.append(patch)
+        return True
+
+    queue = f"runtime-{uuid.uuid4().hex[:8]}"
+    ref = {"group": "ome.io", "version": "v1beta1", "plural": "servingruntimes", "kind": "ServingRuntime",
+           "name": "team-llama", "namespace": "team-a", "uid": uid}
+    async with Worker(rec.env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=[resolve_runtime, patch_status]):
+        handle = await rec.env.client.start_workflow(
+            "ServingRuntimeWorkflow", {"ref": ref}, id=f"runtime/team-a/team-llama/{uid}", task_queue=queue)
+        await rec.root(handle)
+        await until(rec.env, lambda: len(statuses) == 1, step=1, what="ParentNotFound written")
+        step[0] = 1
+        await until(rec.env, lambda: len(statuses) == 2, step=30, what="resolved on the resync")
+        step[0] = 2
+        await handle.signal("annotation", {"uid": uid, "generation": 1, "resource_version": "7",
+                                           "name": "ome.io/inherit-from", "value": "srt-base"})
+        await until(rec.env, lambda: len(statuses) == 3, step=1, what="the cycle")
+        step[0] = 3
+        await handle.signal("object-changed", {"uid": uid, "generation": 2, "resource_version": "8"})
+        await until(rec.env, lambda: len(statuses) == 4, step=1, what="generation 2")
+        await handle.signal("delete", {"uid": uid, "generation": 2, "resource_version": "9", "deleting": True})
+        await handle.result()
+        await rec.save()
+
+
+# -- BaseModelWorkflow ---------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def basemodel_served(rec: Recording, world: FakeBaseModelWorld) -> AsyncIterator[WorkflowHandle[Any, Any]]:
+    world.task_queue = f"basemodel-{uuid.uuid4().hex[:8]}"
+    async with Worker(rec.env.client, task_queue=world.task_queue, workflows=list(registry_workflows()),
+                      activities=world.activities()):
+        handle = await rec.env.client.start_workflow(
+            "BaseModelWorkflow", {"ref": world.ref}, id=f"basemodel/_cluster/{world.name}/{world.uid}",
+            task_queue=world.task_queue)
+        await rec.root(handle)
+        yield handle
+        await rec.save()
+
+
+async def basemodel_delete(handle: WorkflowHandle[Any, Any], world: FakeBaseModelWorld) -> None:
+    world.deleting = True
+    await handle.signal("delete", {"uid": world.uid, "generation": world.generation, "resource_version": "99",
+                                   "deleting": True})
+    await handle.result()
+
+
+async def basemodel_hf(rec: Recording) -> None:
+    """An hf:// ClusterBaseModel: imported by the shared import steps (the weight already in the
+    registry), spec fields filled (generation 2, echoed by the bridge and ignored), annotated,
+    In_Transit while a node pulls (a node-report signal, then fast polls), Ready; a spec edit that
+    keeps the storage (observedGeneration only); deleted: the artifact leaves the registry and the
+    finalizer goes."""
+    world = FakeBaseModelWorld(uid=str(uuid.uuid4()), in_registry={sha256("model.safetensors")})
+    manifest = f"sha256:{sha256('manifest')}"
+    async with basemodel_served(rec, world) as handle:
+        await until(rec.env, lambda: "servingops.io/artifact" in world.annotations, step=1, what="annotated")
+        await handle.signal("object-changed", {"uid": world.uid, "generation": world.generation,
+                                               "resource_version": "5"})
+        world.reports = [{"node": "kwok-node-0", "status": "Updating", "digest": manifest, "message": "pulling"}]
+        await handle.signal("node-report")
+        await until(rec.env, lambda: world.state == "In_Transit", step=1, what="In_Transit")
+        world.reports = [{"node": "kwok-node-0", "status": "Ready", "digest": manifest, "message": ""}]
+        await until(rec.env, lambda: world.state == "Ready", step=5, what="Ready")
+        world.set_spec(displayName="Tiny Llama")  # a user's edit that leaves the storage alone
+        await handle.signal("object-changed", {"uid": world.uid, "generation": world.generation,
+                                               "resource_version": "7"})
+        await until(rec.env, lambda: world.statuses[-1].get("observedGeneration") == world.generation, step=1,
+                    what="observedGeneration 3")
+        await basemodel_delete(handle, world)
+
+
+async def basemodel_refused_then_modelpack(rec: Recording) -> None:
+    """An s3:// ClusterBaseModel: Failed, UnsupportedStorage; the storage edited to a modelpack:// tag:
+    resolved to a digest, annotated, Ready from a node's report; deleted, the user's artifact kept."""
+    world = FakeBaseModelWorld(uid=str(uuid.uuid4()), storage_uri="s3://bucket/llama",
+                               tags={"v1": f"sha256:{sha256('manifest')}"})
+    async with basemodel_served(rec, world) as handle:
+        await until(rec.env, lambda: world.state == "Failed", step=1, what="Failed")
+        world.set_spec(storage={"storageUri": "modelpack://registry.test:5000/models/llama:v1"})
+        world.reports = [{"node": "kwok-node-0", "status": "Ready", "digest": f"sha256:{sha256('manifest')}",
+                          "message": ""}]
+        await handle.signal("object-changed", {"uid": world.uid, "generation": world.generation,
+                                               "resource_version": "6"})
+        await until(rec.env, lambda: world.state == "Ready", step=1, what="Ready")
+        await rec.env.sleep(180)  # settled: slow polls
+        await basemodel_delete(handle, world)
+
+
+async def basemodel_continue_as_new(rec: Recording) -> None:
+    """An hf:// ClusterBaseModel Ready on one node, then settled past the run's poll budget (400
+    slow polls): it continues as new with what it delivered and owns, and the next run deletes the
+    imported artifact and the finalizer on delete."""
+    manifest = f"sha256:{sha256('manifest')}"
+    world = FakeBaseModelWorld(uid=str(uuid.uuid4()),
+                               reports=[{"node": "kwok-node-0", "status": "Ready", "digest": manifest, "message": ""}])
+    async with basemodel_served(rec, world) as handle:
+        await until(rec.env, lambda: world.state == "Ready", step=1, what="Ready")
+        first = (await handle.describe()).run_id
+        latest = rec.env.client.get_workflow_handle(handle.id)
+        for _ in range(200):
+            await rec.env.sleep(1800)
+            if (await latest.describe()).run_id != first:
+                break
+        await basemodel_delete(latest, world)
+
+
 # -- the catalogue ----------------------------------------------------------------------------------
 
 Scenario = Callable[[Recording], Awaitable[None]]
@@ -711,6 +883,10 @@ SCENARIOS: dict[str, Scenario] = {
     "upload": model_upload,
     "delete": model_delete,
     "delete-mid-import": model_delete_mid_import,
+    "runtime-inheritance": runtime_inheritance,
+    "basemodel-hf": basemodel_hf,
+    "basemodel-refused-then-modelpack": basemodel_refused_then_modelpack,
+    "basemodel-continue-as-new": basemodel_continue_as_new,
     "canary-promote": canary_promote,
     "annotation-cleanup": annotation_cleanup,
     "canary-rollback": canary_rollback,
@@ -720,6 +896,9 @@ SCENARIOS: dict[str, Scenario] = {
     "rolling": rolling,
     "service-continue-as-new": service_continue_as_new,
     "rollout-continue-as-new": rollout_continue_as_new,
+    "reports-in-flight": reports_in_flight,
+    "reports-in-flight-continue-as-new": reports_in_flight_continue_as_new,
+    "zero-drain-delay": zero_drain_delay,
     "policy-ref": policy_ref,
     "policy-lifecycle": policy_lifecycle,
     "policy-continue-as-new": policy_continue_as_new,
@@ -728,6 +907,8 @@ LEGACY: dict[str, Scenario] = {
     # Only meaningful when run from commit 1482aaa (see the module docstring): not in the default set.
     "before-operator-config": before_operator_config,
     "before-refresh-now": before_refresh_now,
+    # Only meaningful before the patch no-timer-for-zero-delay (recorded with that tree).
+    "zero-drain-delay-before": zero_drain_delay_before,
 }
 
 
