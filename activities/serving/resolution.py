@@ -31,7 +31,6 @@ from servingops.activities.serving.runtime_inheritance import RuntimeObject, res
 from servingops.activities.serving.runtime_merge import (
     ModelMount,
     attach_model,
-    main_container,
     merge_component,
     wire_container,
     wire_pod,
@@ -318,33 +317,30 @@ def _fine_tuned(reader: Reader, name: str) -> ModelMount:
     return ModelMount(volume_name=_volume_name(f"ftw-{name}"), path=path, node_label=key.label_key)
 
 
+def _mount_read_only(container: dict[str, Any], volume: str, mount_path: str) -> dict[str, Any]:
+    """A copy of `container` with `volume` read-only at `mount_path` (unless something is there)."""
+    result = copy.deepcopy(container)
+    mounts = result.setdefault("volumeMounts", [])
+    if not any(m.get("mountPath") == mount_path for m in mounts):
+        mounts.append({"name": volume, "mountPath": mount_path, "readOnly": True})
+    result.setdefault("env", [])
+    return result
+
+
 def _wire_weight(component: dict[str, Any], weight: ModelMount) -> dict[str, Any]:
     """The weight's copy read-only at its path in the runner (or main container), listed in
     FINE_TUNED_WEIGHT_PATHS, and its node label required like the model's."""
-    wired = wire_pod(component, weight)
 
     def add(container: dict[str, Any]) -> dict[str, Any]:
-        result = copy.deepcopy(container)
-        mounts = result.setdefault("volumeMounts", [])
-        if not any(m.get("mountPath") == weight.path for m in mounts):
-            mounts.append({"name": weight.volume_name, "mountPath": weight.path, "readOnly": True})
-        env = result.setdefault("env", [])
-        listed = next((e for e in env if e.get("name") == FINE_TUNED_WEIGHT_PATHS), None)
+        result = _mount_read_only(container, weight.volume_name, weight.path)
+        listed = next((e for e in result["env"] if e.get("name") == FINE_TUNED_WEIGHT_PATHS), None)
         if listed is None:
-            env.append({"name": FINE_TUNED_WEIGHT_PATHS, "value": weight.path})
+            result["env"].append({"name": FINE_TUNED_WEIGHT_PATHS, "value": weight.path})
         elif weight.path not in str(listed.get("value", "")).split(","):
             listed["value"] = f"{listed['value']},{weight.path}"
         return result
 
-    runner = wired.get("runner")
-    if isinstance(runner, dict):
-        wired["runner"] = add(runner)
-    else:
-        target = main_container(wired)
-        if target is not None:
-            wired["containers"] = [add(c) if c.get("name") == target.get("name") else c
-                                   for c in wired.get("containers") or []]
-    return wired
+    return _on_main_container(wire_pod(component, weight), add)
 
 
 def _accelerator_tuning(isvc: dict[str, Any], runtime: RuntimeCandidate,
@@ -419,19 +415,14 @@ def _wire_overlay(component: dict[str, Any], overlay: Overlay) -> dict[str, Any]
     node with a Ready copy required (a hostPath must exist where the pod runs)."""
     volume = ModelMount(volume_name=_volume_name(f"overlay-{overlay.name}"), path=overlay.copy.path,
                         node_label=overlay.copy.node_label)
-    wired = wire_pod(component, volume)
 
     def add(container: dict[str, Any]) -> dict[str, Any]:
-        result = copy.deepcopy(container)
-        mounts = result.setdefault("volumeMounts", [])
-        if not any(m.get("mountPath") == overlay.mount_path for m in mounts):
-            mounts.append({"name": volume.volume_name, "mountPath": overlay.mount_path, "readOnly": True})
-        env = result.setdefault("env", [])
-        if not any(e.get("name") == overlay.env_var for e in env):
-            env.append({"name": overlay.env_var, "value": overlay.mount_path})
+        result = _mount_read_only(container, volume.volume_name, overlay.mount_path)
+        if not any(e.get("name") == overlay.env_var for e in result["env"]):
+            result["env"].append({"name": overlay.env_var, "value": overlay.mount_path})
         return result
 
-    return _on_main_container(wired, add)
+    return _on_main_container(wire_pod(component, volume), add)
 
 
 def _volume_name(model: str) -> str:

@@ -3,19 +3,16 @@ chain names, resolved (activities/serving/runtime_inheritance.py holds the rules
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel
 from temporalio import activity
 
+from servingops.activities.serving.resolution import KubeReader
 from servingops.activities.serving.runtime_inheritance import RuntimeObject, resolve
-from servingops.api_models.ome.constants import GROUP, VERSION
+from servingops.api_models.ome.constants import GROUP
 from servingops.api_models.refs import ObjectRef
-
-_TIMEOUT = 30
-PLURALS = {"ServingRuntime": "servingruntimes", "ClusterServingRuntime": "clusterservingruntimes"}
 
 
 class RuntimeResolution(BaseModel):
@@ -30,22 +27,10 @@ class RuntimeResolution(BaseModel):
 
 class RuntimeActivities:
     def __init__(self, api_client: client.ApiClient) -> None:
-        self.custom = client.CustomObjectsApi(api_client)
+        self._reader = KubeReader(client.CustomObjectsApi(api_client))
 
     def _get(self, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
-        try:
-            obj: object
-            if namespace:
-                obj = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURALS[kind], name,
-                                                               _request_timeout=_TIMEOUT)
-            else:
-                obj = self.custom.get_cluster_custom_object(GROUP, VERSION, PLURALS[kind], name,
-                                                            _request_timeout=_TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return dict(cast(dict[str, Any], obj))
+        return self._reader.get(GROUP, kind, name, namespace)
 
     def _lookup(self, kind: str, name: str, namespace: str | None) -> RuntimeObject | None:
         body = self._get(kind, name, namespace)
