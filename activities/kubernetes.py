@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from servingops.api_models.conditions import merge_conditions
+from servingops.api_models.credential_headers import scrubbed
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION
 from servingops.api_models.refs import ConditionUpdate, ObjectRef
@@ -144,8 +145,11 @@ class KubernetesActivities:
 
     @activity.defn(name="kube.read_object")
     def read_object(self, ref: ObjectRef) -> dict[str, Any] | None:
-        """The live object, or None when it is gone (or its name belongs to another uid now)."""
-        return self._get(ref)
+        """The live object, or None when it is gone (or its name belongs to another uid now); any
+        credential an object stored before admission refused them still holds in a `prometheus`
+        block is left out (the answer is kept in workflow history)."""
+        obj = self._get(ref)
+        return scrubbed(obj) if obj is not None else None
 
     @activity.defn(name="kube.patch_status")
     def patch_status(self, patch: StatusPatch) -> bool:

@@ -22,6 +22,7 @@ information (`https://user:password@host`) is refused for the same reason.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 NAME_PATTERN = r"(?i)(auth|token|secret|passw|cookie|credential|session|signature|bearer|jwt|key)"
 """RE2 and Python agree on this pattern; the CEL rules use it verbatim."""
@@ -57,6 +58,36 @@ def without_credentials(headers: dict[str, str] | None) -> dict[str, str]:
 
 def address_has_userinfo(address: str) -> bool:
     return bool(_USERINFO.match(address))
+
+
+def without_userinfo(address: str) -> str:
+    """`https://user:pw@host/x` -> `https://host/x`."""
+    match = _USERINFO.match(address)
+    if not match:
+        return address
+    scheme = address.split("://", 1)[0]
+    return f"{scheme}://{address[match.end():]}"
+
+
+def scrubbed(value: Any) -> Any:
+    """`value` (an object as the apiserver returns it) without credentials in any `prometheus` block:
+    credential headers dropped, user information taken out of serverAddress. Admission refuses both,
+    but an object stored before the rule can still hold them, and what an activity returns is kept in
+    workflow history: activities that return specs pass them through here."""
+    if isinstance(value, list):
+        return [scrubbed(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    result: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == "prometheus" and isinstance(item, dict):
+            item = dict(item)
+            if isinstance(item.get("headers"), dict):
+                item["headers"] = without_credentials(item["headers"])
+            if isinstance(item.get("serverAddress"), str):
+                item["serverAddress"] = without_userinfo(item["serverAddress"])
+        result[key] = scrubbed(item)
+    return result
 
 
 def _cel_string(pattern: str) -> str:

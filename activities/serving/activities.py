@@ -37,6 +37,7 @@ from servingops.activities.serving.types import (
     revision_name,
     route_name,
 )
+from servingops.api_models.credential_headers import scrubbed
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.components import EngineSpec
 from servingops.api_models.ome.enums import ComponentType
@@ -245,7 +246,7 @@ class ServingActivities:
             resource_version=meta["resourceVersion"],
             deleting=bool(meta.get("deletionTimestamp")),
             annotations={k: v for k, v in annotations.items() if k.startswith(_ROLLOUT_ANNOTATION_PREFIX)},
-            spec_rollout=dict(rollout) if rollout is not None else None,
+            spec_rollout=scrubbed(dict(rollout)) if rollout is not None else None,
             components=components,
             by_reference=bool((obj.get("spec") or {}).get("model")),
             mounted_overlays=list(resolved.overlays) if resolved is not None else [],
