@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from devstack import webhook as local_webhook
 from devstack.hub_server import HubServer
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
@@ -34,7 +35,7 @@ from tests.test_rollout_e2e import _route_weights, _wait, worker_and_bridge
 
 pytestmark = pytest.mark.timeout(600)
 GROUP, VERSION = "ome.io", "v1beta1"
-KINDS = "BaseModel,ClusterBaseModel,FineTunedWeight,InferenceService,ServingRuntime,ClusterServingRuntime"
+KINDS = "Model,BaseModel,ClusterBaseModel,FineTunedWeight,InferenceService,ServingRuntime,ClusterServingRuntime"
 
 
 @pytest.fixture(scope="module")
@@ -147,3 +148,69 @@ def test_hf_model_to_selected_runtime_to_pods_on_its_node_to_a_canary(
             agent.stop()
         for node in nodes.values():
             delete_node(kube_api, node)
+
+
+def test_an_imported_deckhouse_model_is_served_by_reference_and_mounted_by_the_webhook(
+        kube_api: client.ApiClient, kube_cluster: LocalKubeCluster, serving_stack: tuple[str, ManagedProcess],
+        hub_repos: HubRepos, chart_identities: Identities, oci_registry: OciRegistry, tmp_path: Path) -> None:
+    """The same stack plus the model webhook as a process: a Deckhouse Model imported for real (the
+    import workflow, the Hub stand-in, the registry) serves an InferenceService by reference with its
+    artifact as an image volume, and an annotated Deployment gets the same artifact from the webhook."""
+    ns, worker = serving_stack
+    custom, apps = client.CustomObjectsApi(kube_api), client.AppsV1Api(kube_api)
+    assert chart_identities.webhook is not None
+    label = {"servingops.io/acceptance": unique("ns")}
+    client.CoreV1Api(kube_api).patch_namespace(ns, {"metadata": {"labels": label}})
+    repo = hub_repos.safetensors("acc-dh")
+    runtime = unique("srt-dh")
+    custom.create_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models", {
+        "apiVersion": "ai.deckhouse.io/v1alpha1", "kind": "Model", "metadata": {"name": "tiny"},
+        "spec": {"source": {"url": f"https://huggingface.co/{repo.repo_id}"}}})
+    with local_webhook.running(kube_api, chart_identities.webhook, tmp_path / "webhook", kube_cluster.log_dir,
+                               registry=oci_registry.address, name=f"acceptance-{label['servingops.io/acceptance']}",
+                               namespace_selector={"matchLabels": label}):
+        try:
+            model = _wait("the Deckhouse Model imported", lambda: (m := custom.get_namespaced_custom_object(
+                "ai.deckhouse.io", "v1alpha1", ns, "models", "tiny")).get("status", {}).get("phase") == "Ready"
+                and m, worker, timeout=240)
+            digest = model["status"]["artifact"]["digest"]
+            resolved = model["status"]["resolved"]
+            artifact = f"{oci_registry.address}/servingops/models@{digest}"
+            custom.create_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes", {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterServingRuntime", "metadata": {"name": runtime},
+                "spec": {"supportedModelFormats": [{
+                    "modelFormat": {"name": "safetensors"}, "modelFramework": {"name": "transformers"},
+                    "modelArchitecture": resolved["architecture"], "autoSelect": True}],
+                    "engineConfig": {"runner": {"name": "ome-container", "image": "vllm/vllm-openai:v0.10",
+                                                "ports": [{"containerPort": 8000}]}}}})
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": "dh"},
+                "spec": {"model": {"name": "tiny", "kind": "Model", "apiGroup": "ai.deckhouse.io"},
+                         "engine": {"minReplicas": 1, "maxReplicas": 1}}})
+            served = _wait("served by reference", lambda: (w := _route_weights(kube_api, ns, "dh-engine")) and
+                           list(w.values()) == [100] and w, worker, timeout=180)
+            [revision] = served
+            pod = apps.read_namespaced_deployment(revision, ns).spec.template.spec
+            assert [v.image.reference for v in pod.volumes if v.image is not None] == [artifact]
+            assert pod.containers[0].image == "vllm/vllm-openai:v0.10"  # the runtime selected for it
+
+            labels = {"app": "annotated"}
+            apps.create_namespaced_deployment(ns, {
+                "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "annotated"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+                    "metadata": {"labels": labels, "annotations": {"ai.deckhouse.io/model": "tiny"}},
+                    "spec": {"containers": [{"name": "app", "image": "app:1"}]}}}})
+            template = apps.read_namespaced_deployment("annotated", ns).spec.template.spec
+            assert [v.image.reference for v in template.volumes if v.image is not None] == [artifact]
+            assert {(e.name, e.value) for e in template.containers[0].env} >= {("MODEL_PATH", "/models/tiny")}
+        finally:
+            for delete in (
+                lambda: custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "dh"),
+                lambda: custom.delete_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes", runtime),
+                lambda: apps.delete_namespaced_deployment("annotated", ns),
+                lambda: custom.delete_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models", "tiny"),
+            ):
+                try:
+                    delete()
+                except client.exceptions.ApiException:
+                    pass

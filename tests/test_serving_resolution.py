@@ -335,7 +335,7 @@ def deckhouse_model(phase: str = "Ready") -> dict[str, Any]:
             "status": {"phase": phase,
                        "artifact": {"digest": "sha256:" + "ab" * 32, "kind": "OCI"},
                        "resolved": {"format": "Safetensors", "architecture": "LlamaForCausalLM",
-                                    "parameterCount": 1_235_814_400}}}
+                                    "parameterCount": 1_235_814_400, "quantization": "BF16"}}}
 
 
 def test_a_deckhouse_model_is_selected_by_its_resolved_metadata_and_served_from_its_artifact() -> None:

@@ -250,6 +250,11 @@ _FORMAT_NAMES = {"Safetensors": ("safetensors", "transformers"), "GGUF": ("gguf"
 """Deckhouse's resolved format -> the (modelFormat, modelFramework) names upstream runtimes declare."""
 
 
+_PLAIN_DTYPES = {"bf16", "fp16", "fp32", "f16", "f32", "bfloat16", "float16", "float32"}
+"""Deckhouse reports the weights' dtype as quantization; upstream's quantization names a scheme
+(fp8, int4, ...): an unquantized dtype is no quantization, or no runtime would fit it."""
+
+
 def parameter_size(count: int | None) -> str | None:
     """1_235_814_400 -> "1.24B" (the form BaseModelSpec.modelParameterSize takes)."""
     if not count:
@@ -286,8 +291,9 @@ def _deckhouse_model(reader: Reader, namespace: str, kind: str, name: str, artif
         body["modelFramework"] = {"name": framework}
     if resolved.get("architecture"):
         body["modelArchitecture"] = resolved["architecture"]
-    if resolved.get("quantization"):
-        body["quantization"] = str(resolved["quantization"]).lower()
+    quantization = str(resolved.get("quantization") or "").lower()
+    if quantization and quantization not in _PLAIN_DTYPES:
+        body["quantization"] = quantization
     if size := parameter_size(resolved.get("parameterCount")):
         body["modelParameterSize"] = size
     # The same path and volume the model webhook gives an annotated workload (api_models/deckhouse/workload.py).
