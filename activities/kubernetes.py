@@ -14,14 +14,12 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel
 from temporalio import activity
 
+from servingops.activities.custom_objects import CustomObjects
 from servingops.api_models.conditions import merge_conditions
 from servingops.api_models.credential_headers import scrubbed
-from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION
 from servingops.api_models.refs import ConditionUpdate, ObjectRef
 from servingops.runtime.kube import record_event
-
-_CONFLICT_RETRIES = 10
 
 
 class EventNote(BaseModel):
@@ -91,55 +89,7 @@ class KubernetesActivities:
     def __init__(self, api_client: client.ApiClient) -> None:
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
-
-    # -- helpers ------------------------------------------------------------------------------
-
-    def _get(self, ref: ObjectRef) -> dict[str, Any] | None:
-        try:
-            if ref.namespace:
-                obj = cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-                    ref.group, ref.version, ref.namespace, ref.plural, ref.name))
-            else:
-                obj = cast(dict[str, Any], self.custom.get_cluster_custom_object(
-                    ref.group, ref.version, ref.plural, ref.name))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        if ref.uid and obj["metadata"].get("uid") != ref.uid:
-            return None
-        return dict(obj)
-
-    def _replace(self, ref: ObjectRef, body: dict[str, Any], *, status: bool) -> dict[str, Any]:
-        if ref.namespace:
-            call = (self.custom.replace_namespaced_custom_object_status if status
-                    else self.custom.replace_namespaced_custom_object)
-            return dict(cast(dict[str, Any], call(ref.group, ref.version, ref.namespace, ref.plural, ref.name, body)))
-        cluster_call = (self.custom.replace_cluster_custom_object_status if status
-                        else self.custom.replace_cluster_custom_object)
-        return dict(cast(dict[str, Any], cluster_call(ref.group, ref.version, ref.plural, ref.name, body)))
-
-    def _update_with_retry(self, ref: ObjectRef, mutate: Any, *, status: bool) -> dict[str, Any] | None:
-        """Read, mutate, write with the read resourceVersion; on 409 start over."""
-        for _ in range(_CONFLICT_RETRIES):
-            obj = self._get(ref)
-            if obj is None:
-                return None
-            if not mutate(obj):
-                return obj
-            try:
-                return self._replace(ref, obj, status=status)
-            except ApiException as exc:
-                if exc.status == 409:
-                    continue
-                if exc.status == 404:
-                    return None
-                if exc.status == 422:
-                    # The apiserver rejected what we wrote: retrying cannot help.
-                    raise application_error(ErrorType.INVALID_OBJECT, f"{ref.describe()}: {exc.body}") from exc
-                raise
-        raise application_error(ErrorType.CONFLICT,
-                                f"{ref.describe()}: still conflicting after {_CONFLICT_RETRIES} tries")
+        self._objects = CustomObjects(self.custom)
 
     # -- activities ---------------------------------------------------------------------------
 
@@ -148,7 +98,7 @@ class KubernetesActivities:
         """The live object, or None when it is gone (or its name belongs to another uid now); any
         credential an object stored before admission refused them still holds in a `prometheus`
         block is left out (the answer is kept in workflow history)."""
-        obj = self._get(ref)
+        obj = self._objects.get(ref)
         return scrubbed(obj) if obj is not None else None
 
     @activity.defn(name="kube.patch_status")
@@ -174,7 +124,7 @@ class KubernetesActivities:
             obj["status"] = status
             return status != before
 
-        if self._update_with_retry(patch.ref, mutate, status=True) is None:
+        if self._objects.update(patch.ref, mutate, status=True) is None:
             return False
         for note in patch.events:
             self._record(patch.ref, note.type, note.reason, note.message)
@@ -203,7 +153,7 @@ class KubernetesActivities:
             meta["finalizers"] = [*finalizers, change.finalizer]
             return True
 
-        return self._update_with_retry(change.ref, mutate, status=False) is not None
+        return self._objects.update(change.ref, mutate, status=False) is not None
 
     @activity.defn(name="kube.remove_finalizer")
     def remove_finalizer(self, change: FinalizerChange) -> bool:
@@ -216,7 +166,7 @@ class KubernetesActivities:
             obj["metadata"]["finalizers"] = [f for f in finalizers if f != change.finalizer]
             return True
 
-        self._update_with_retry(change.ref, mutate, status=False)
+        self._objects.update(change.ref, mutate, status=False)
         return True
 
     @activity.defn(name="kube.remove_annotation")
@@ -235,7 +185,7 @@ class KubernetesActivities:
                 obj["metadata"]["annotations"] = annotations
             return removed
 
-        if self._update_with_retry(removal.ref, mutate, status=False) is None:
+        if self._objects.update(removal.ref, mutate, status=False) is None:
             return False
         return removed
 

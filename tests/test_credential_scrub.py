@@ -32,10 +32,11 @@ def test_credentials_leave_every_prometheus_block_and_nothing_else_changes() -> 
 def test_read_object_returns_the_scrubbed_object() -> None:
     activities = KubernetesActivities.__new__(KubernetesActivities)
 
-    def get(ref: ObjectRef) -> dict[str, Any]:
-        return LEGACY
+    class Stored:
+        def get(self, ref: ObjectRef) -> dict[str, Any]:
+            return LEGACY
 
-    activities._get = get  # type: ignore[method-assign]
+    activities._objects = Stored()  # type: ignore[assignment]
     ref = ObjectRef(group="ome.io", version="v1beta1", plural="rolloutpolicies", kind="RolloutPolicy", name="old",
                     namespace="team", uid="u")
     answer = activities.read_object(ref)

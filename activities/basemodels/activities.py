@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -30,13 +30,13 @@ from servingops.activities.basemodels.types import (
     PvcInput,
     ResolveTagInput,
 )
+from servingops.activities.custom_objects import CustomObjects
 from servingops.activities.oci.activities import CredentialsResolver
 from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION, STATUS_CONFIGMAP_LABEL, ModelKey, ModelKind
 from servingops.api_models.refs import ObjectRef
 
-_CONFLICT_RETRIES = 10
 _METADATA_KINDS = frozenset({"BaseModel", "ClusterBaseModel"})
 
 
@@ -44,6 +44,7 @@ class BaseModelActivities:
     def __init__(self, api_client: client.ApiClient, controller_namespace: str,
                  credentials: CredentialsResolver | None = None, *, reports_namespace: str | None = None) -> None:
         self.custom = client.CustomObjectsApi(api_client)
+        self._objects = CustomObjects(self.custom)
         self.core = client.CoreV1Api(api_client)
         self.controller_namespace = controller_namespace
         self.reports_namespace = reports_namespace or controller_namespace
@@ -54,54 +55,10 @@ class BaseModelActivities:
 
     # -- objects --------------------------------------------------------------------------------
 
-    def _get(self, ref: ObjectRef) -> dict[str, Any] | None:
-        try:
-            if ref.namespace:
-                obj = self.custom.get_namespaced_custom_object(ref.group, ref.version, ref.namespace, ref.plural,
-                                                               ref.name)
-            else:
-                obj = self.custom.get_cluster_custom_object(ref.group, ref.version, ref.plural, ref.name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        obj = cast(dict[str, Any], obj)
-        if ref.uid and obj["metadata"].get("uid") != ref.uid:
-            return None  # the name belongs to a newer object now
-        return obj
-
-    def _replace(self, ref: ObjectRef, body: dict[str, Any]) -> dict[str, Any]:
-        if ref.namespace:
-            return cast(dict[str, Any], self.custom.replace_namespaced_custom_object(
-                ref.group, ref.version, ref.namespace, ref.plural, ref.name, body))
-        return cast(dict[str, Any], self.custom.replace_cluster_custom_object(
-            ref.group, ref.version, ref.plural, ref.name, body))
-
-    def _update(self, ref: ObjectRef, mutate: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
-        """Read, mutate, replace under the read resourceVersion; on 409 start over. None: gone."""
-        for _ in range(_CONFLICT_RETRIES):
-            obj = self._get(ref)
-            if obj is None:
-                return None
-            if not mutate(obj):
-                return obj
-            try:
-                return self._replace(ref, obj)
-            except ApiException as exc:
-                if exc.status == 409:
-                    continue
-                if exc.status == 404:
-                    return None
-                if exc.status == 422:
-                    raise application_error(ErrorType.INVALID_OBJECT, f"{ref.describe()}: {exc.body}") from exc
-                raise
-        raise application_error(ErrorType.CONFLICT,
-                                f"{ref.describe()}: still conflicting after {_CONFLICT_RETRIES} tries")
-
     @activity.defn(name="basemodel.read")
     def read(self, ref: ObjectRef) -> BaseModelView | None:
         """The object's generation, deletion, storage and artifact annotation; None when it is gone."""
-        obj = self._get(ref)
+        obj = self._objects.get(ref)
         if obj is None:
             return None
         meta = obj["metadata"]
@@ -127,7 +84,7 @@ class BaseModelActivities:
             spec.update(changes)
             return bool(changes)
 
-        obj = self._update(req.ref, mutate)
+        obj = self._objects.update(req.ref, mutate)
         if obj is None:
             return FillSpecResult(generation=None)
         return FillSpecResult(generation=int(obj["metadata"].get("generation", 0)), filled=filled)
@@ -147,7 +104,7 @@ class BaseModelActivities:
             obj["metadata"]["annotations"] = annotations
             return True
 
-        return self._update(req.ref, mutate) is not None
+        return self._objects.update(req.ref, mutate) is not None
 
     # -- node reports ---------------------------------------------------------------------------
 
