@@ -148,11 +148,8 @@ class BaseModelWorkflow(EntitySignals[BaseModelState]):
         ref = self.ref = start.ref
         self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
         if start.carried is not None:
-            carried = start.carried
-            carried.deleting = carried.deleting or self.state.deleting
-            carried.generation = max(carried.generation, self.state.generation)
-            carried.polls = 0
-            self.state = carried
+            self.adopt(start.carried)
+            self.state.polls = 0
         self.steps = ImportSteps(ref, self.state, self._write_progress)
         self.visibility.publish(self.state.phase)
         if start.carried is None:

@@ -27,6 +27,14 @@ class EntitySignals(Generic[S]):
 
     state: S
 
+    def adopt(self, carried: S) -> None:
+        """Take the state a continued run was started with. Signals that reached this run before
+        run() began landed on the fresh state of __init__: a delete or a newer generation among them
+        is kept."""
+        carried.deleting = carried.deleting or self.state.deleting
+        carried.generation = max(carried.generation, self.state.generation)
+        self.state = carried
+
     @workflow.signal(name=Signal.OBJECT_CHANGED)
     def object_changed(self, event: ObjectEvent) -> None:
         if event.deleting:

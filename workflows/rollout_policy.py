@@ -106,11 +106,8 @@ class RolloutPolicyWorkflow(EntitySignals[PolicyState]):
         ref = self.ref = start.ref
         self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
         if start.carried is not None:
-            carried = start.carried
-            carried.deleting = carried.deleting or self.state.deleting
-            carried.generation = max(carried.generation, self.state.generation)
-            carried.refreshes = 0
-            self.state = carried
+            self.adopt(start.carried)
+            self.state.refreshes = 0
         self.visibility.publish(self.state.phase)
         if start.carried is None or self.state.generation > self.state.acted_generation:
             if not await self._reconcile():
