@@ -10,11 +10,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import signal
 import threading
 import time
 from collections.abc import Iterator
-from types import FrameType
 
 from servingops.agents.agent import Agent, AgentConfig
 from servingops.agents.registry import AgentRegistry
@@ -23,6 +21,7 @@ from servingops.agents.settings import AgentSettings, add_arguments, from_argume
 from servingops.agents.watch import KindWatcher, NodeWatcher
 from servingops.api_models.ome.model_keys import ModelKind
 from servingops.runtime.kube import load_api_client
+from servingops.runtime.process import start_logging, stop_on_signals
 
 log = logging.getLogger("servingops.agent")
 
@@ -82,16 +81,9 @@ def run(settings: AgentSettings, stop: threading.Event | None = None) -> Agent:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="servingops agent", description=__doc__)
     add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    start_logging()
     settings = from_arguments(parser.parse_args(argv))
-    stop = threading.Event()
-
-    def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    run(settings, stop)
+    run(settings, stop_on_signals())
 
 
 if __name__ == "__main__":

@@ -19,14 +19,12 @@ import http.server
 import json
 import logging
 import os
-import signal
 import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from kubernetes import client
@@ -48,6 +46,7 @@ from servingops.ingress.model_mount import (
     spec_patch,
 )
 from servingops.runtime.kube import load_api_client
+from servingops.runtime.process import start_logging, stop_on_signals
 
 log = logging.getLogger("servingops.webhook")
 
@@ -328,16 +327,9 @@ def run(settings: WebhookSettings, stop: threading.Event) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="servingops webhook", description=__doc__)
     add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    start_logging()
     settings = from_arguments(parser.parse_args(argv))
-    stop = threading.Event()
-
-    def on_signal(_signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    run(settings, stop)
+    run(settings, stop_on_signals())
 
 
 if __name__ == "__main__":
