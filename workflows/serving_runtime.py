@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 from servingops.workflows import options
 from servingops.workflows.entity import EntitySignals, EntityState
@@ -22,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
     from servingops.activities.serving.runtimes import RuntimeActivities, RuntimeResolution
     from servingops.api_models.contract import AnnotationEvent, Signal, StartObject, WorkflowType
+    from servingops.api_models.errors import error_message, error_type_of
     from servingops.api_models.ome.runtimes import ServingRuntimeStatus
     from servingops.api_models.refs import ConditionUpdate, ObjectRef
     from servingops.workflows.visibility import Visibility
@@ -96,9 +98,19 @@ class ServingRuntimeWorkflow(EntitySignals[RuntimeState]):
         """Walk the chain; write status when it changed. False when the runtime is gone or going."""
         assert self.ref is not None and self.visibility is not None
         self._recheck = False
-        found: RuntimeResolution | None = await workflow.execute_activity_method(
-            RuntimeActivities.resolve_runtime, self.ref, **options.KUBE
-        )
+        try:
+            found: RuntimeResolution | None = await workflow.execute_activity_method(
+                RuntimeActivities.resolve_runtime, self.ref, **options.KUBE
+            )
+        except ActivityError as exc:
+            # A permanent refusal (a role without a rule: Forbidden) would otherwise fail the
+            # workflow with nothing on the object; it becomes the condition, and the next resync
+            # or change tries again.
+            error = error_type_of(exc)
+            if error is None or not error.permanent:
+                raise
+            found = RuntimeResolution(generation=self.state.generation, chain=self.state.chain or [self.ref.name],
+                                      ready=False, reason=error.value, message=error_message(exc))
         if found is None:
             return False
         self.state.generation = max(self.state.generation, found.generation)
