@@ -452,9 +452,10 @@ def _lookup(reader: Reader) -> Callable[[str, str, str | None], RuntimeObject | 
     return lookup
 
 
-def _effective(reader: Reader, runtime: RuntimeObject) -> tuple[RuntimeCandidate | None, str]:
+def _effective(lookup: Callable[[str, str, str | None], RuntimeObject | None],
+               runtime: RuntimeObject) -> tuple[RuntimeCandidate | None, str]:
     """The runtime with its inheritance chain applied, or (None, why not)."""
-    resolution = resolve(runtime, _lookup(reader))
+    resolution = resolve(runtime, lookup)
     if not resolution.ready or resolution.spec is None:
         return None, resolution.message
     kind = RuntimeKind(runtime.kind)
@@ -488,7 +489,7 @@ def _choose_runtime(
         where = f"{kind} {named['name']}"
         if obj is None:
             raise Unresolvable(UnresolvableReason.RUNTIME_NOT_FOUND, f"{where} does not exist")
-        candidate, problem = _effective(reader, _runtime_object(obj, kind))
+        candidate, problem = _effective(_lookup(reader), _runtime_object(obj, kind))
         if candidate is None:
             raise Unresolvable(UnresolvableReason.RUNTIME_INHERITANCE, f"{where}: {problem}")
         verdict = check_runtime(candidate, model.spec, classes, versionless=model.versionless)
@@ -499,14 +500,23 @@ def _choose_runtime(
     candidates: list[RuntimeCandidate] = []
     bodies: dict[tuple[str, str], dict[str, Any]] = {}
     skipped: list[str] = []
-    for kind, scoped in ((RuntimeKind.NAMESPACED.value, namespace), (RuntimeKind.CLUSTER.value, None)):
-        for obj in reader.list(OME_GROUP, kind, scoped):
-            candidate, problem = _effective(reader, _runtime_object(obj, kind))
-            if candidate is None:
-                skipped.append(f"{kind} {obj['metadata']['name']}: {problem}")
-                continue
-            candidates.append(candidate)
-            bodies[(kind, candidate.name)] = obj
+    # Every parent a candidate's ome.io/inherit-from can name is in these two lists: chains are
+    # walked over them, with no read per parent.
+    listed = [_runtime_object(obj, kind)
+              for kind, scoped in ((RuntimeKind.NAMESPACED.value, namespace), (RuntimeKind.CLUSTER.value, None))
+              for obj in reader.list(OME_GROUP, kind, scoped)]
+    by_key = {(r.kind, r.name, r.namespace): r for r in listed}
+
+    def lookup(kind: str, name: str, scope: str | None) -> RuntimeObject | None:
+        return by_key.get((kind, name, scope))
+
+    for runtime in listed:
+        candidate, problem = _effective(lookup, runtime)
+        if candidate is None:
+            skipped.append(f"{runtime.kind} {runtime.name}: {problem}")
+            continue
+        candidates.append(candidate)
+        bodies[(runtime.kind, candidate.name)] = runtime.body
     selection = select_runtime(model.spec, candidates, classes, versionless=model.versionless)
     if selection.chosen is None:
         compared = "; ".join([selection.explain(), *skipped]) if candidates or skipped else selection.explain()
