@@ -263,10 +263,11 @@ async def test_visibility_gauges_count_this_installation_s_runs_and_imports(
         for handle in handles:
             await handle.signal("finish")
         await other.terminate("not this installation's")
-        for _ in range(100):
+        for _ in range(100):  # eventually consistent again: wait for both counts, not the first to settle
             await observe_visibility(temporal, queue, metrics)
             samples = scrape(bound)
-            if value(samples, "servingops_imports_in_flight") == 0:
+            if (value(samples, "servingops_imports_in_flight"),
+                    value(samples, "servingops_rollout_runs", phase="Paused")) == (0, 0):
                 break
             await asyncio.sleep(0.2)
         assert value(samples, "servingops_imports_in_flight") == 0
