@@ -1,0 +1,1 @@
+"""The InferenceReplica engine's cluster side: Instance pods, ControllerRevisions, the headless Service."""
