@@ -11,6 +11,11 @@ told otherwise), one YAML document per block:
                                  # the ome.io/rollout-ready-timeout annotation sets one
         stallTimeout: 10m        # how long analysis may stay inconclusive
         scaleDownDelaySeconds: 30
+      lifecycle: |               # OMENative (InferenceReplica) defaults
+        instanceReadyTimeout: 15m
+        revisionHistoryLimit: 10
+        maxUnavailable: 1        # strategies other than SurgeThenDrain
+        maxSurge: 1              # SurgeThenDrain
       canaryAnalysis: |
         bundledPrometheusAddress: http://prometheus.monitoring.svc:9090
       metricProviders: |
@@ -38,7 +43,7 @@ from servingops.api_models.durations import parse_duration
 from servingops.api_models.refs import ObjectRef
 
 DEFAULT_CONFIGMAP = "servingops-config"
-BLOCKS = ("rollout", "canaryAnalysis", "metricProviders")
+BLOCKS = ("rollout", "canaryAnalysis", "metricProviders", "lifecycle")
 
 
 class PrometheusSource(BaseModel):
@@ -68,6 +73,23 @@ class RolloutDefaults(_Block):
     scale_down_delay_seconds: int = Field(default=30, ge=0)
 
     _check_durations = field_validator("ready_timeout", "stall_timeout")(_duration)
+
+
+class LifecycleDefaults(_Block):
+    """The OMENative lifecycle defaults the seed names "the operator's lifecycle.*" config: what an
+    InferenceReplica uses when neither its spec nor (for a projected replica) its runtime sets one."""
+
+    instance_ready_timeout: str | None = None
+    """Upper bound for an Instance to become Ready in an operation; unset: operations open with no deadline."""
+    revision_history_limit: int | None = Field(default=None, ge=1)
+    """Non-live ControllerRevisions kept per replica; unset: none are pruned."""
+    max_unavailable: int | str | None = None
+    """The cluster default of rollingUpdate.maxUnavailable for strategies other than SurgeThenDrain."""
+    max_surge: int | str | None = None
+    """The cluster default of rollingUpdate.maxSurge for SurgeThenDrain."""
+
+    _check_durations = field_validator("instance_ready_timeout")(
+        lambda value: value if value is None else _duration(value))
 
 
 class CanaryAnalysisDefaults(_Block):
@@ -116,6 +138,7 @@ class OperatorConfig(_Block):
     rollout: RolloutDefaults = RolloutDefaults()
     canary_analysis: CanaryAnalysisDefaults = CanaryAnalysisDefaults()
     metric_providers: dict[str, MetricProvider] = {}
+    lifecycle: LifecycleDefaults = LifecycleDefaults()
 
 
 class OperatorConfigError(ValueError):
@@ -148,6 +171,7 @@ class OperatorDefaults(BaseModel):
     scale_down_delay_seconds: int = 30
     default_source: PrometheusSource | None = None
     metric_providers: dict[str, PrometheusSource] = {}
+    lifecycle: LifecycleDefaults = LifecycleDefaults()
     source: str = ""
     """Which ConfigMap this came from (`<namespace>/<name>`), or "" for the built-in defaults."""
     error: str | None = None
@@ -168,4 +192,4 @@ def resolve(config: OperatorConfig, namespace: str, source: str = "") -> Operato
         ready_timeout=config.rollout.ready_timeout, stall_timeout=config.rollout.stall_timeout,
         scale_down_delay_seconds=config.rollout.scale_down_delay_seconds,
         default_source=PrometheusSource(address=address) if address else None,
-        metric_providers=providers, source=source)
+        metric_providers=providers, lifecycle=config.lifecycle, source=source)

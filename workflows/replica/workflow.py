@@ -1,0 +1,407 @@
+"""InferenceReplicaWorkflow: one per InferenceReplica (id replica/<ns>/<name>/<uid>), standalone or
+projected by an InferenceService. The sole writer of the replica's status.
+
+A pass: observe the replica, its pods and revisions (one activity) -> mint the spec's
+ControllerRevision when the generation moved -> plan (workflows/replica/planner.py, pure) -> write
+status, which records every operation opened or advanced, -> run the pass's commands (create, delete,
+patch pods, set the ome.io/serving gate) -> wait. It wakes on `object-changed` (spec edits, /scale),
+on `pods-changed` (the bridge watches the replica's pods), at the earliest deadline the plan names
+(instanceReadyTimeout, a RetryBlock's nextRetryAt, minReadySeconds), and every POLL while an
+operation is in flight (a backstop for a lost pod event).
+
+Restart safety: the workflow's own state is durable, and on a fresh start (a new workflow for an
+existing replica, after a reset) it resumes the operations recorded in status; every step's commands
+are idempotent, pods are named per Instance, slot and incarnation, so no pod is duplicated.
+
+Deletion: the pods, the headless Service and the ControllerRevisions carry the replica as controller
+owner, so the garbage collector removes them; the workflow only ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+from servingops.workflows import options
+from servingops.workflows.entity import EntitySignals, EntityState
+
+with workflow.unsafe.imports_passed_through():
+    from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
+    from servingops.activities.operator_config import OperatorConfigActivities
+    from servingops.activities.replica.activities import ReplicaActivities
+    from servingops.activities.replica.types import (
+        CreatePodsInput,
+        CreatePodsResult,
+        DeletePodsInput,
+        EnsureRevisionInput,
+        InPlaceInput,
+        InPlaceResult,
+        PruneRevisionsInput,
+        ReplicaObservation,
+        ReplicaRef,
+        RevisionResult,
+        SetServingInput,
+    )
+    from servingops.api_models.contract import Signal, StartObject, WorkflowType
+    from servingops.api_models.errors import error_message, error_type_of
+    from servingops.api_models.ome.enums import OMENativeInstancePhase, RetryBlockState, UpdateStrategyType
+    from servingops.api_models.ome.instance_columns import status_rows
+    from servingops.api_models.ome.instance_keys import label_selector
+    from servingops.api_models.ome.instance_status import OMENativeInstanceStatus, RetryBlock
+    from servingops.api_models.ome.lifecycle import RolloutHold
+    from servingops.api_models.operator_config import LifecycleDefaults
+    from servingops.api_models.refs import ConditionUpdate, ObjectRef
+    from servingops.workflows.replica import planner
+    from servingops.workflows.replica import status as status_rules
+    from servingops.workflows.replica.commands import Command, CreatePods, DeletePods, PatchInPlace, SetServing
+    from servingops.workflows.replica.instances import group_pods
+    from servingops.workflows.replica.operations import to_recreate
+    from servingops.workflows.replica.settings import Lifecycle, lifecycle
+    from servingops.workflows.visibility import Visibility
+
+POLL = timedelta(seconds=2)
+"""While an operation is in flight: re-read even without a pod event."""
+RESYNC = timedelta(minutes=5)
+"""At rest: re-read this often anyway (a controller's resync)."""
+MAX_PASSES_PER_RUN = 400
+
+
+class ReplicaState(EntityState):
+    phase: str = "Pending"
+    """For the Temporal UI: Pending, Progressing, Available, Degraded, Paused, Invalid, Deleted."""
+    acted_generation: int = 0
+    rows: list[OMENativeInstanceStatus] = []
+    blocks: list[RetryBlock] = []
+    update_revision: str = ""
+    current_revision: str = ""
+    collision_count: int = 0
+    runner_sizes: dict[str, int] = {}
+    pairing_protocol: str | None = None
+    hold: RolloutHold | None = None
+    resumed: bool = False
+    """The rows were taken from the stored status once (a fresh workflow for an existing replica)."""
+    refused: str | None = None
+    invalid: tuple[str, str] | None = None
+    in_place_held: dict[str, str] = {}
+    """Revision -> why it cannot be applied in place (InPlaceOnly holds the rollout on it)."""
+    announced: list[str] = []
+    """Once-only Warnings already recorded (a foreign rollbackToRevision)."""
+    written: str = ""
+    """Digest of the last status write, so an unchanged pass writes nothing."""
+    pruned_for: str = ""
+    passes: int = 0
+    lifecycle_defaults: LifecycleDefaults | None = None
+
+
+class ReplicaRun(StartObject):
+    carried: ReplicaState | None = None
+
+
+@workflow.defn(name=WorkflowType.INFERENCE_REPLICA)
+class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
+    def __init__(self) -> None:
+        self.state = ReplicaState()
+        self.ref: ObjectRef | None = None
+        self.visibility: Visibility | None = None
+        self._pods_changed = False
+        self._notes: list[EventNote] = []
+
+    @workflow.signal(name=Signal.PODS_CHANGED)
+    def pods_changed(self) -> None:
+        self._pods_changed = True
+
+    @workflow.run
+    async def run(self, start: ReplicaRun) -> ReplicaState:
+        ref = self.ref = start.ref
+        self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
+        if start.carried is not None:
+            self.adopt(start.carried)
+            self.state.passes = 0
+        self.visibility.publish(self.state.phase)
+        if self.state.lifecycle_defaults is None:
+            defaults = await workflow.execute_activity_method(OperatorConfigActivities.read, **options.KUBE)
+            self.state.lifecycle_defaults = defaults.lifecycle
+        while not self.state.deleting:
+            self._pods_changed = False
+            wait = await self._pass()
+            if wait is None:
+                break
+            if workflow.info().is_continue_as_new_suggested() or self.state.passes >= MAX_PASSES_PER_RUN:
+                workflow.continue_as_new(ReplicaRun(ref=ref, carried=self.state))
+            if wait > timedelta(0):
+                try:
+                    await workflow.wait_condition(
+                        lambda: self.state.deleting or self._pods_changed
+                        or self.state.generation > self.state.acted_generation,
+                        timeout=wait)
+                except TimeoutError:
+                    pass
+        return self._gone()
+
+    def _gone(self) -> ReplicaState:
+        assert self.visibility is not None
+        self.state.deleting = True
+        self.state.phase = "Deleted"
+        self.visibility.publish(self.state.phase)
+        return self.state
+
+    async def _pass(self) -> timedelta | None:
+        """One observe-plan-write-act pass; how long to wait before the next, None when the replica is gone."""
+        assert self.ref is not None and self.visibility is not None
+        self.state.passes += 1
+        seen: ReplicaObservation | None = await workflow.execute_activity_method(
+            ReplicaActivities.observe, self.ref, **options.KUBE)
+        if seen is None or seen.deleting:
+            return None
+        state = self.state
+        state.generation = max(state.generation, seen.generation)
+        if not state.resumed:
+            self._resume(seen)
+        replica = ReplicaRef(ref=self.ref, base=seen.base)
+        if seen.generation > state.acted_generation or not state.update_revision:
+            if not await self._mint_revision(replica, seen):
+                state.acted_generation = seen.generation
+                return RESYNC
+        state.acted_generation = max(state.acted_generation, seen.generation)
+        assert state.lifecycle_defaults is not None
+        life = lifecycle(seen.spec, state.runner_sizes, state.lifecycle_defaults)
+        target = self._target(seen)
+        views = group_pods(seen.pods)
+        rows = {row.index or 0: row for row in state.rows}
+        blocks = {block.target_revision or "": block for block in state.blocks}
+        decided = planner.plan(planner.Inputs(
+            rows=rows, views=views, life=life, target=target, blocks=blocks, now=seen.now,
+            op_prefix=f"g{seen.generation}p{workflow.info().run_id[:8]}.{state.passes}",
+            in_place_held=state.in_place_held.get(target)))
+        state.rows = [decided.rows[i] for i in sorted(decided.rows)]
+        state.blocks = [decided.blocks[name] for name in sorted(decided.blocks)]
+        self._notes.extend(EventNote(type="Warning" if n.type == "Warning" else "Normal", reason=n.reason,
+                                     message=n.message) for n in decided.notes)
+        await self._write(seen, life, target, decided, views)
+        if decided.commands:
+            await self._run(replica, decided.commands, seen.now)
+        await self._prune(replica, life, target)
+        self.visibility.publish(state.phase)
+        if decided.commands:
+            return timedelta(seconds=0.5) if decided.opened else POLL
+        if any(row.operation is not None for row in state.rows):
+            wait = POLL
+        else:
+            wait = RESYNC
+        if decided.wake_at is not None:
+            wait = min(wait, max(timedelta(seconds=0.2), decided.wake_at - seen.now))
+        return wait
+
+    def _resume(self, seen: ReplicaObservation) -> None:
+        """A fresh workflow takes the stored record: rows with their operations, retry blocks,
+        revisions and the collision count (seed: "lets a crashed controller resume work")."""
+        state = self.state
+        state.resumed = True
+        if state.rows or seen.status is None:
+            return
+        state.rows = status_rows(seen.status)
+        state.blocks = list(seen.status.retry_blocks or [])
+        state.collision_count = seen.status.collision_count or 0
+        state.current_revision = seen.status.current_revision or ""
+        state.hold = seen.status.rollout_hold
+
+    async def _mint_revision(self, replica: ReplicaRef, seen: ReplicaObservation) -> bool:
+        state = self.state
+        try:
+            minted: RevisionResult = await workflow.execute_activity_method(
+                ReplicaActivities.ensure_revision,
+                EnsureRevisionInput(replica=replica, collision_count=state.collision_count), **options.KUBE)
+        except ActivityError as exc:
+            error = error_type_of(exc)
+            if error is None or not error.permanent:
+                raise
+            state.invalid = (error.value, error_message(exc))
+            state.phase = "Invalid"
+            await self._write_invalid(seen)
+            return False
+        if state.update_revision and minted.name != state.update_revision:
+            self._notes.append(EventNote(reason="RevisionCreated", message=(
+                f"revision {minted.name} (generation {minted.generation}) is the new update target")))
+        state.invalid = None
+        state.update_revision = minted.name
+        state.collision_count = minted.collision_count
+        state.runner_sizes = minted.runner_sizes
+        state.pairing_protocol = minted.pairing_protocol
+        if not state.current_revision:
+            state.current_revision = minted.name
+        await workflow.execute_activity_method(ReplicaActivities.ensure_service, replica, **options.KUBE)
+        return True
+
+    def _target(self, seen: ReplicaObservation) -> str:
+        """The rollback target's revision when it is one of ours, else the spec's (seed)."""
+        wanted = seen.rollback_target
+        if wanted is None:
+            return self.state.update_revision
+        if wanted.exists and wanted.owned:
+            return wanted.name
+        if wanted.exists:
+            key = f"ForeignRollbackRevision@{wanted.name}"
+            if key not in self.state.announced:
+                self.state.announced.append(key)
+                self._notes.append(EventNote(type="Warning", reason="ForeignRollbackRevision", message=(
+                    f"pacing.rollbackToRevision names {wanted.name}, a ControllerRevision this replica does not "
+                    "control: ignored")))
+        return self.state.update_revision
+
+    async def _write(self, seen: ReplicaObservation, life: Lifecycle, target: str, decided: planner.Pass,
+                     views: dict[int, Any]) -> None:
+        assert self.ref is not None
+        state = self.state
+        rows = {row.index or 0: row for row in state.rows}
+        revisions = status_rules.Revisions(update=state.update_revision, target=target,
+                                           current=state.current_revision, collision_count=state.collision_count,
+                                           pairing_protocol=state.pairing_protocol)
+        listed = status_rules.counted_rows(rows, views, life, seen.now)
+        current = status_rules.current_revision(listed, revisions, state.current_revision)
+        if current != state.current_revision:
+            if state.current_revision:
+                self._notes.append(EventNote(reason="RolloutComplete", message=(
+                    f"every Instance runs {current} (was {state.current_revision})")))
+            state.current_revision = current
+            revisions = status_rules.Revisions(update=revisions.update, target=target, current=current,
+                                               collision_count=revisions.collision_count,
+                                               pairing_protocol=revisions.pairing_protocol)
+        body, conditions, held = status_rules.build(
+            rows, views, life, generation=seen.generation, revisions=revisions,
+            label_selector=label_selector(self.ref.name, seen.spec.component.value),
+            blocks={b.target_revision or "": b for b in state.blocks}, hold=decided.hold,
+            previous_hold=state.hold, problems=status_rules.Problems(refused=state.refused), now=seen.now)
+        state.hold = held
+        available = next(c for c in conditions if c.type == "Available").status == "True"
+        state.phase = ("Paused" if life.paused else "Progressing" if any(r.operation for r in state.rows)
+                       else "Available" if available else "Degraded")
+        await self._patch(body, conditions, seen.generation)
+
+    async def _write_invalid(self, seen: ReplicaObservation) -> None:
+        assert self.state.invalid is not None
+        reason, message = self.state.invalid
+        self._notes.append(EventNote(type="Warning", reason=reason, message=message))
+        await self._patch({"observedGeneration": seen.generation},
+                          [ConditionUpdate(type="Progressing", status="False", reason=reason, message=message)],
+                          seen.generation)
+
+    async def _patch(self, body: dict[str, Any], conditions: list[Any], generation: int) -> None:
+        assert self.ref is not None
+        digest = hashlib.sha256(json.dumps(
+            [body, [c.model_dump() for c in conditions]], sort_keys=True, default=str).encode()).hexdigest()
+        if digest == self.state.written and not self._notes:
+            return
+        notes, self._notes = self._notes, []
+        await workflow.execute_activity_method(
+            KubernetesActivities.patch_status,
+            StatusPatch(ref=self.ref, status=body, conditions=conditions, observed_generation=generation,
+                        events=notes),
+            **options.KUBE)
+        self.state.written = digest
+
+    async def _run(self, replica: ReplicaRef, commands: list[Command], now: datetime) -> None:
+        """Run the pass's commands side by side; fold what they answer back into the rows."""
+        namespace = replica.ref.namespace or ""
+
+        async def one(command: Command) -> tuple[Command, Any]:
+            if isinstance(command, CreatePods):
+                return command, await workflow.execute_activity_method(
+                    ReplicaActivities.create_pods,
+                    CreatePodsInput(replica=replica, index=command.index, revision=command.revision,
+                                    incarnation=command.incarnation, slot=command.slot,
+                                    preferred_nodes=list(command.preferred_nodes), avoid_node=command.avoid_node),
+                    **options.KUBE)
+            if isinstance(command, DeletePods):
+                return command, await workflow.execute_activity_method(
+                    ReplicaActivities.delete_pods,
+                    DeletePodsInput(namespace=namespace, pods=list(command.pods), uids=command.uids), **options.KUBE)
+            if isinstance(command, SetServing):
+                return command, await workflow.execute_activity_method(
+                    ReplicaActivities.set_serving,
+                    SetServingInput(namespace=namespace, pods=list(command.pods), serving=command.serving,
+                                    reason=command.reason), **options.KUBE)
+            assert isinstance(command, PatchInPlace)
+            return command, await workflow.execute_activity_method(
+                ReplicaActivities.update_in_place,
+                InPlaceInput(replica=replica, pod=command.pod, revision=command.revision), **options.KUBE)
+
+        answers = await asyncio.gather(*(one(command) for command in commands))
+        rows = {row.index or 0: row for row in self.state.rows}
+        refused = None
+        created_any = False
+        for command, answer in answers:
+            if isinstance(command, CreatePods):
+                self._after_create(rows, command, answer, now)
+                created_any = created_any or not answer.refused
+                refused = refused or answer.refused
+            elif isinstance(command, PatchInPlace):
+                self._after_in_place(rows, command, answer, now)
+        if refused is not None:
+            if refused != self.state.refused:
+                self._notes.append(EventNote(type="Warning", reason="FailedCreate", message=refused))
+            self.state.refused = refused
+        elif created_any:
+            self.state.refused = None
+        self.state.rows = [rows[i] for i in sorted(rows)]
+
+    def _after_create(self, rows: dict[int, OMENativeInstanceStatus], command: CreatePods, answer: CreatePodsResult,
+                      now: datetime) -> None:
+        row = rows.get(command.index)
+        if row is None or row.operation is None:
+            return
+        if answer.refused:
+            row.operation = row.operation.model_copy(update={
+                "waiting": answer.refused_reason or "QuotaExceeded", "capacity_refused_at": now, "deadline": None})
+        elif row.operation.capacity_refused_at is not None:
+            row.operation = row.operation.model_copy(update={"waiting": None, "capacity_refused_at": None})
+
+    def _after_in_place(self, rows: dict[int, OMENativeInstanceStatus], command: PatchInPlace, answer: InPlaceResult,
+                        now: datetime) -> None:
+        row = rows.get(command.index)
+        if answer.applied or row is None or row.operation is None:
+            return
+        op = row.operation
+        if op.strategy == UpdateStrategyType.IN_PLACE_ONLY:
+            # InPlaceOnly cannot apply this revision: the attempt ends, the pods go back in rotation
+            # at the revision they run, and the rollout is held on it until the spec changes.
+            row.operation = None
+            row.phase = OMENativeInstancePhase.READY
+            row.target_revision = row.running_revision
+            target = op.target_revision or ""
+            self.state.in_place_held[target] = f"InPlaceOnly cannot apply {target}: {answer.reason}"
+            blocks = {b.target_revision or "": b for b in self.state.blocks}
+            blocks[target] = RetryBlock(target_revision=target, state=RetryBlockState.HELD,
+                                        attempts_started=(blocks[target].attempts_started or 0) + 1
+                                        if target in blocks else 1,
+                                        first_failure_at=now, last_failure_at=now,
+                                        reason=self.state.in_place_held[target][:512])
+            self.state.blocks = [blocks[name] for name in sorted(blocks)]
+            self._notes.append(EventNote(type="Warning", reason="InPlaceUpdateImpossible",
+                                         message=self.state.in_place_held[target]))
+        else:
+            row.operation = to_recreate(op, now, answer.reason)
+
+    async def _prune(self, replica: ReplicaRef, life: Lifecycle, target: str) -> None:
+        """Once per rollout end: drop non-live revisions beyond revisionHistoryLimit."""
+        state = self.state
+        if life.history_limit is None or any(r.operation for r in state.rows):
+            return
+        live = sorted(({state.update_revision, state.current_revision, target}
+                       | {r.running_revision or "" for r in state.rows}
+                       | {r.target_revision or "" for r in state.rows}) - {""})
+        key = ",".join(live) + f"/{life.history_limit}"
+        if key == state.pruned_for:
+            return
+        await workflow.execute_activity_method(
+            ReplicaActivities.prune_revisions,
+            PruneRevisionsInput(replica=replica, live=live, limit=life.history_limit), **options.KUBE)
+        state.pruned_for = key
+
+
+__all__ = ["InferenceReplicaWorkflow", "ReplicaRun", "ReplicaState"]
