@@ -16,9 +16,14 @@ import threading
 import uuid
 from collections.abc import Callable
 
+from kubernetes.client import ApiClient
+from temporalio.client import Client
+
 from servingops.crd_bridge.dispatcher import Dispatcher
 from servingops.crd_bridge.leader import start_election
 from servingops.crd_bridge.metrics import BridgeMetrics
+from servingops.crd_bridge.pod_signals import PodSignaller, temporal_sender
+from servingops.crd_bridge.pod_watch import PodWatcher
 from servingops.crd_bridge.queue import CoalescingQueue
 from servingops.crd_bridge.routes import DEFAULT_KINDS, ROUTES
 from servingops.crd_bridge.watcher import KindWatcher, Observed
@@ -37,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task-queue", default=defaults.task_queue, help="env SERVINGOPS_TASK_QUEUE")
     parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="env KUBECONFIG")
     parser.add_argument("--kinds", default=env("SERVINGOPS_BRIDGE_KINDS", ",".join(DEFAULT_KINDS)),
-                        help="comma-separated kinds to follow (default: every kind whose workflow the worker "
+                        help="comma-separated kinds to follow; InferenceReplica brings the pods of replicas "
+                             "with it (default: every kind whose workflow the worker "
                              f"serves: {', '.join(DEFAULT_KINDS)})")
     parser.add_argument("--leader-elect", action=argparse.BooleanOptionalAction,
                         default=env("SERVINGOPS_LEADER_ELECT", "true") == "true")
@@ -94,12 +100,24 @@ async def run(args: argparse.Namespace) -> None:
         watcher.start()
     dispatcher = Dispatcher(temporal, settings.task_queue, queue, api_client, metrics, args.concurrency)
     dispatching = asyncio.ensure_future(dispatcher.run())
+    # Owns(&Pod{}): the replica engine learns of its pods' changes at once, in a lane of its own.
+    signalling = asyncio.ensure_future(_follow_pods(api_client, temporal, metrics, stopping)) \
+        if "InferenceReplica" in kinds else None
     log.info("bridge %s following %s", args.identity, ", ".join(kinds))
     await stop.wait()
     stopping.set()
     dispatching.cancel()
+    if signalling is not None:
+        signalling.cancel()
     server.shutdown()
     log.info("bridge stopped")
+
+
+async def _follow_pods(api_client: ApiClient, temporal: Client, metrics: BridgeMetrics,
+                       stopping: threading.Event) -> None:
+    pods = PodSignaller(temporal_sender(temporal), metrics, asyncio.get_running_loop())
+    PodWatcher(api_client, pods.mark, stopping, on_event=_counter(metrics, "Pod")).start()
+    await pods.run()
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None:

@@ -21,6 +21,8 @@ class BridgeMetrics:
         self.workflows_started: Counter[str] = Counter()
         self.dispatch_errors: Counter[str] = Counter()
         self.warnings: Counter[str] = Counter()
+        self.pod_signals_coalesced = 0
+        self.pod_signals_dropped = 0
         self.lag_counts = [0] * (len(LAG_BUCKETS) + 1)
         self.lag_sum = 0.0
         self.queue_depth = 0
@@ -49,6 +51,16 @@ class BridgeMetrics:
         with self._lock:
             self.warnings[reason] += 1
 
+    def pod_signal_coalesced(self) -> None:
+        """A pod change that joined a pods-changed signal already pending for its replica."""
+        with self._lock:
+            self.pod_signals_coalesced += 1
+
+    def pod_signal_dropped(self) -> None:
+        """A pods-changed signal not sent: the replica has no running workflow."""
+        with self._lock:
+            self.pod_signals_dropped += 1
+
     def render(self) -> str:
         """The text exposition format; label values are escaped (kinds and reasons are ours, but
         an error label carries whatever exception class a dispatch raised)."""
@@ -74,6 +86,13 @@ class BridgeMetrics:
                             "Warning Events the bridge recorded on objects, by reason.",
                             [sample("servingops_bridge_warning_events_total", n, {"reason": r})
                              for r, n in sorted(self.warnings.items())])
+            lines += family("servingops_bridge_pod_signals_coalesced_total", "counter",
+                            "Pod changes merged into a pods-changed signal already pending for their replica "
+                            "(the signals sent are in servingops_bridge_signals_sent_total).",
+                            [sample("servingops_bridge_pod_signals_coalesced_total", self.pod_signals_coalesced)])
+            lines += family("servingops_bridge_pod_signals_dropped_total", "counter",
+                            "Pods-changed signals dropped because the replica has no running workflow.",
+                            [sample("servingops_bridge_pod_signals_dropped_total", self.pod_signals_dropped)])
             buckets = []
             cumulative = 0
             for bound, count in zip((*LAG_BUCKETS, float("inf")), self.lag_counts, strict=True):

@@ -68,7 +68,26 @@ POD_UNREADY_ANNOTATION = "devstack.servingops.io/unready"
 ready), as a pod whose readiness probe fails; in a component's `annotations` it holds every pod of
 the revision, on one pod it holds that pod alone. Removing it lets the pod turn Ready."""
 
+POD_FAIL_ANNOTATION = "devstack.servingops.io/fail"
+"""A pod annotated with this set to "true" fails: phase Failed, every container terminated with
+exit code 1 (reason Error), as a container that crashed under restartPolicy Never. Set at create
+it never turns Ready; set on a running pod it fails that pod."""
+POD_RESTART_ANNOTATION = "devstack.servingops.io/restart"
+"""A pod annotated with this set to "<n>" reports that its first container restarted n times, the
+last time killed for memory (lastState.terminated: exit code 137, reason OOMKilled), and runs on,
+Ready. Raising n later reports the further restarts."""
+
 _NOT_HELD = {"key": f'.metadata.annotations["{POD_UNREADY_ANNOTATION}"]', "operator": "NotIn", "values": ["true"]}
+_NOT_FAILING = {"key": f'.metadata.annotations["{POD_FAIL_ANNOTATION}"]', "operator": "NotIn", "values": ["true"]}
+_FAILING = {"key": f'.metadata.annotations["{POD_FAIL_ANNOTATION}"]', "operator": "In", "values": ["true"]}
+# Whether every readiness gate of the pod has its condition True (true when it has none).
+_GATES_OPEN = (". as $pod | all(($pod.spec.readinessGates // [])[]; .conditionType as $gate | "
+               'any(($pod.status.conditions // [])[]; .type == $gate and .status == "True"))')
+# The restart count the annotation asks for is not yet the one the first container reports.
+_RESTARTS_BEHIND = {
+    "key": (f'(.metadata.annotations["{POD_RESTART_ANNOTATION}"] // "0") == '
+            '(((.status.containerStatuses // [])[0].restartCount // 0) | tostring)'),
+    "operator": "In", "values": ["false"]}
 _HELD = {"key": f'.metadata.annotations["{POD_UNREADY_ANNOTATION}"]', "operator": "In", "values": ["true"]}
 _ALIVE = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
 _NOT_A_JOB = {"key": ".metadata.ownerReferences.[].kind", "operator": "NotIn", "values": ["Job"]}
@@ -90,9 +109,10 @@ _KWOK_OWN_STAGES: list[dict[str, Any]] = [
      "spec": {
          "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
          "selector": {"matchExpressions": [
-             _ALIVE, _NOT_A_JOB, _NOT_HELD,
+             _ALIVE, _NOT_A_JOB, _NOT_HELD, _NOT_FAILING,
              {"key": ".status.phase", "operator": "In", "values": ["Running"]},
              {"key": _condition("Ready"), "operator": "NotIn", "values": ["True"]},
+             {"key": _GATES_OPEN, "operator": "In", "values": ["true"]},
          ]},
          "delay": {"durationMilliseconds": 1000},
          "next": {"statusTemplate": (
@@ -121,15 +141,112 @@ _KWOK_OWN_STAGES: list[dict[str, Any]] = [
              "phase: Running\n"
              "startTime: {{ $now | Quote }}\n")},
      }},
+    # A kubelet reports a pod Ready only when its containers are and every readiness gate's
+    # condition is True (ReadinessGatesNotReady otherwise); kwok's pod-ready says Ready at once,
+    # so a pod whose gate is not (or no longer) True is set back here, and pod-ready-again makes it
+    # Ready when the gate opens. Ready's lastTransitionTime then moves as a kubelet's would.
+    {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-gates-not-ready"},
+     "spec": {
+         "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+         "selector": {"matchExpressions": [
+             _ALIVE,
+             {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+             {"key": _condition("Ready"), "operator": "In", "values": ["True"]},
+             {"key": _GATES_OPEN, "operator": "In", "values": ["false"]},
+         ]},
+         "next": {"statusTemplate": (
+             "{{ $now := Now }}\n"
+             "conditions:\n"
+             "- lastTransitionTime: {{ $now | Quote }}\n  status: \"False\"\n  type: Ready\n"
+             "  reason: ReadinessGatesNotReady\n"
+             "  message: the status of pod readiness gates is not \"True\"\n")},
+     }},
+    # A failing pod: its containers exit 1 and, restartPolicy aside, the pod ends Failed.
+    {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-fail"},
+     "spec": {
+         "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+         "selector": {"matchExpressions": [
+             _ALIVE, _FAILING,
+             {"key": ".spec.nodeName", "operator": "Exists"},
+             {"key": ".status.phase", "operator": "NotIn", "values": ["Failed"]},
+         ]},
+         "next": {"statusTemplate": (
+             "{{ $now := Now }}\n"
+             "conditions:\n"
+             "- lastTransitionTime: {{ $now | Quote }}\n  status: \"False\"\n  type: Ready\n  reason: PodFailed\n"
+             "- lastTransitionTime: {{ $now | Quote }}\n  status: \"False\"\n  type: ContainersReady\n"
+             "  reason: PodFailed\n"
+             "containerStatuses:\n"
+             "{{ range .spec.containers }}\n"
+             "- image: {{ .image | Quote }}\n"
+             "  name: {{ .name | Quote }}\n"
+             "  ready: false\n"
+             "  started: false\n"
+             "  restartCount: 0\n"
+             "  state:\n"
+             "    terminated:\n"
+             "      exitCode: 1\n"
+             "      reason: Error\n"
+             "      startedAt: {{ $now | Quote }}\n"
+             "      finishedAt: {{ $now | Quote }}\n"
+             "{{ end }}\n"
+             "phase: Failed\n"
+             "{{ if not .status.startTime }}startTime: {{ $now | Quote }}{{ end }}\n")},
+     }},
+    # A restarting pod: its first container was OOM-killed n times and runs again, Ready; only a
+    # pod that is already Running (pod-ready went first) and reports fewer restarts than asked.
+    {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-restarted"},
+     "spec": {
+         "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+         "selector": {"matchExpressions": [
+             _ALIVE, _NOT_FAILING, _RESTARTS_BEHIND,
+             {"key": f'.metadata.annotations["{POD_RESTART_ANNOTATION}"]', "operator": "Exists"},
+             {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+         ]},
+         "next": {"statusTemplate": (
+             "{{ $now := Now }}\n"
+             f'{{{{ $restarts := index .metadata.annotations "{POD_RESTART_ANNOTATION}" }}}}\n'
+             "containerStatuses:\n"
+             "{{ range $i, $c := .spec.containers }}\n"
+             "- image: {{ $c.image | Quote }}\n"
+             "  name: {{ $c.name | Quote }}\n"
+             "  ready: true\n"
+             "  started: true\n"
+             "{{ if eq $i 0 }}\n"
+             "  restartCount: {{ $restarts }}\n"
+             "  lastState:\n"
+             "    terminated:\n"
+             "      exitCode: 137\n"
+             "      reason: OOMKilled\n"
+             "      startedAt: {{ $now | Quote }}\n"
+             "      finishedAt: {{ $now | Quote }}\n"
+             "{{ else }}\n"
+             "  restartCount: 0\n"
+             "{{ end }}\n"
+             "  state:\n"
+             "    running:\n"
+             "      startedAt: {{ $now | Quote }}\n"
+             "{{ end }}\n")},
+     }},
 ]
+
+# kwok's pod-ready sets every readiness gate's condition True along with Ready. A kubelet never
+# writes a readiness gate: its owner does (the replica engine owns ome.io/serving, and reads a
+# gate nobody set as "not decided yet"), so that part of the template is cut out.
+_READINESS_GATES_BLOCK = re.compile(r"\{\{ range \.spec\.readinessGates \}\}.*?\{\{ end \}\}\n", re.DOTALL)
 
 
 def kwok_stages(module_root: Path) -> list[dict[str, Any]]:
-    """kwok's default stages (pod-ready leaving held pods alone) and ours."""
+    """kwok's default stages (pod-ready leaving held and failing pods alone, and readiness gates
+    to their owners) and ours."""
     stages = [doc for rel in KWOK_STAGE_FILES for doc in yaml.safe_load_all((module_root / rel).read_text()) if doc]
     for stage in stages:
         if stage["metadata"]["name"] == "pod-ready":
-            stage["spec"]["selector"]["matchExpressions"].append(_NOT_HELD)
+            stage["spec"]["selector"]["matchExpressions"].extend([_NOT_HELD, _NOT_FAILING])
+            template, cut = _READINESS_GATES_BLOCK.subn("", stage["spec"]["next"]["statusTemplate"])
+            if cut != 1:  # a kwok upgrade changed the template: look again rather than run it as is
+                raise RuntimeError("kwok's pod-ready stage no longer has the readiness-gates block we cut")
+            stage["spec"]["next"]["statusTemplate"] = template
     return [*stages, *_KWOK_OWN_STAGES]
 
 # name in the cache -> (Go module, pin in build-binaries.sh, folder in the module, glob)
@@ -324,6 +441,7 @@ class LocalKubeCluster:
         api_port: int | None = None,
         install_upstream_crds: bool = True,
         node_monitor_grace_period: str | None = None,
+        feature_gates: str | None = None,
     ) -> None:
         self.workdir = Path(workdir)
         self.log_dir = Path(log_dir)
@@ -333,6 +451,9 @@ class LocalKubeCluster:
         self.node_monitor_grace_period = node_monitor_grace_period
         """How long kube-controller-manager waits for a node's lease before marking it (and its
         pods) NotReady; None keeps its default (tests of an outage shorten it)."""
+        self.feature_gates = feature_gates
+        """--feature-gates of kube-apiserver and kube-controller-manager (e.g.
+        "MaxUnavailableStatefulSet=true" for bench/replica_scale.py); None sets none."""
         self.pki = self.workdir / "pki"
         self.kubeconfig_path = self.workdir / "kubeconfig"
         self._processes: list[ManagedProcess] = []
@@ -433,6 +554,7 @@ class LocalKubeCluster:
             # validation rejects (loopback); nothing here dials the apiserver through it.
             "--endpoint-reconciler-type=none",
             "--profiling=false",
+            *([f"--feature-gates={self.feature_gates}"] if self.feature_gates else []),
         ])
         apiserver.wait_ready(lambda: http_ok(f"{self.api_url}/readyz", ssl_context=self._ssl_context()), timeout)
 
@@ -454,6 +576,7 @@ class LocalKubeCluster:
             "--cluster-name=servingops-local",
             *([f"--node-monitor-grace-period={self.node_monitor_grace_period}"]
               if self.node_monitor_grace_period else []),
+            *([f"--feature-gates={self.feature_gates}"] if self.feature_gates else []),
         ])
         self._spawn("kube-scheduler", [
             binaries["kube-scheduler"],

@@ -208,6 +208,7 @@ def test_the_bridge_follows_by_default_exactly_what_the_worker_serves() -> None:
 
     registered = {getattr(cls, "__temporal_workflow_definition").name for cls in workflows()}
     assert registered == {t.value for t in IMPLEMENTED_WORKFLOWS}
-    assert set(DEFAULT_KINDS) == {"Model", "ClusterModel", "InferenceService", "RolloutPolicy", "ServingRuntime",
+    assert set(DEFAULT_KINDS) == {"Model", "ClusterModel", "InferenceService", "InferenceReplica", "RolloutPolicy",
+                                  "ServingRuntime",
                                   "ClusterServingRuntime", "BaseModel", "ClusterBaseModel", "FineTunedWeight"}
     assert all(ROUTES[kind].workflow_type.value in registered for kind in DEFAULT_KINDS)

@@ -177,14 +177,14 @@ def test_the_worker_reads_secrets_only_by_name(apis: dict[str, client.ApiClient]
     _refused(lambda: core.list_secret_for_all_namespaces())
     _refused(lambda: core.list_namespaced_secret(ns, watch=True, timeout_seconds=1))
     _refused(lambda: core.patch_namespaced_secret("someone-elses", ns, {"metadata": {"labels": {"x": "y"}}}))
-    # Only its own operator ConfigMap, only read; no namespaces, no pods, no cluster RBAC.
+    # Only its own operator ConfigMap, only read; no namespaces, no pod logs, no cluster RBAC.
     _refused(lambda: core.read_namespaced_config_map("kube-root-ca.crt", ns))
     # ConfigMaps of its own namespace (upload-session records): read, create and delete, never change one.
     _refused(lambda: core.patch_namespaced_config_map(f"{identities.RELEASE}-config", identities.NAMESPACE,
                                                       {"metadata": {"labels": {"x": "y"}}}))
     _refused(lambda: core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="w-ns"))))
-    _refused(lambda: core.create_namespaced_pod(ns, client.V1Pod(metadata=client.V1ObjectMeta(name="p"),
-                                                                  spec=client.V1PodSpec(containers=[]))))
+    # Pods: the replica engine creates, patches and deletes them, and never reads what they log.
+    _refused(lambda: core.read_namespaced_pod_log("p", ns))
     rbac = client.RbacAuthorizationV1Api(apis["worker"])
     _refused(lambda: rbac.create_cluster_role_binding(client.V1ClusterRoleBinding(
         metadata=client.V1ObjectMeta(name="w-crb"),

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from devstack.kube import POD_UNREADY_ANNOTATION
+from devstack.kube import POD_FAIL_ANNOTATION, POD_RESTART_ANNOTATION, POD_UNREADY_ANNOTATION
 from tests.crd_helpers import new_namespace
 
 DEADLINE = 60.0
@@ -86,3 +86,93 @@ def test_an_unready_annotation_holds_pods_until_it_goes(kube_api: client.ApiClie
     _wait("the released pod Ready", lambda: _ready(kube_api, ns, app) == 1)
     time.sleep(2)
     assert _ready(kube_api, ns, app) == 1, "the other pod is still held"
+
+
+def _bare_pod(api: client.ApiClient, ns: str, annotations: dict[str, str] | None = None,
+              containers: int = 1) -> str:
+    name = f"p-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(api).create_namespaced_pod(ns, {
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {"restartPolicy": "Never", "containers": [
+            {"name": f"c{i}", "image": "registry.invalid/app:v1"} for i in range(containers)]}})
+    return name
+
+
+def _read(api: client.ApiClient, ns: str, name: str) -> client.V1Pod:
+    return client.CoreV1Api(api).read_namespaced_pod(name, ns)
+
+
+def test_a_pod_annotated_to_fail_ends_failed_with_its_containers_terminated(kube_api: client.ApiClient,
+                                                                           ns: str) -> None:
+    name = _bare_pod(kube_api, ns, {POD_FAIL_ANNOTATION: "true"}, containers=2)
+    pod = _wait("the annotated pod Failed", lambda: (p := _read(kube_api, ns, name)).status.phase == "Failed" and p)
+    assert _condition(pod, "Ready") == "False" and _condition(pod, "ContainersReady") == "False"
+    terminated = [(s.name, s.state.terminated.exit_code, s.state.terminated.reason)
+                  for s in pod.status.container_statuses]
+    assert sorted(terminated) == [("c0", 1, "Error"), ("c1", 1, "Error")]
+    time.sleep(2)
+    assert _read(kube_api, ns, name).status.phase == "Failed", "no other stage brings it back"
+
+    # On a running pod: Ready first, then failed by the annotation.
+    running = _bare_pod(kube_api, ns)
+    _wait("the plain pod Ready", lambda: _condition(_read(kube_api, ns, running), "Ready") == "True")
+    client.CoreV1Api(kube_api).patch_namespaced_pod(
+        running, ns, {"metadata": {"annotations": {POD_FAIL_ANNOTATION: "true"}}})
+    _wait("the running pod Failed", lambda: _read(kube_api, ns, running).status.phase == "Failed")
+
+
+def test_a_pod_annotated_with_restarts_reports_them_and_stays_ready(kube_api: client.ApiClient, ns: str) -> None:
+    name = _bare_pod(kube_api, ns, {POD_RESTART_ANNOTATION: "2"}, containers=2)
+
+    def restarted(count: int) -> client.V1Pod | None:
+        pod = _read(kube_api, ns, name)
+        statuses = pod.status.container_statuses or []
+        return pod if statuses and statuses[0].restart_count == count else None
+
+    pod = _wait("two restarts reported", lambda: restarted(2))
+    first, second = pod.status.container_statuses
+    assert (first.last_state.terminated.exit_code, first.last_state.terminated.reason) == (137, "OOMKilled")
+    assert first.state.running is not None and first.ready
+    assert second.restart_count == 0 and second.last_state.terminated is None
+    assert pod.status.phase == "Running" and _condition(pod, "Ready") == "True"
+    time.sleep(2)
+    steady = _read(kube_api, ns, name)
+    assert steady.status.container_statuses[0].restart_count == 2, "reported once, not counted up"
+    assert _condition(steady, "Ready") == "True"
+
+    client.CoreV1Api(kube_api).patch_namespaced_pod(
+        name, ns, {"metadata": {"annotations": {POD_RESTART_ANNOTATION: "5"}}})
+    _wait("five restarts reported", lambda: restarted(5))
+    assert _condition(_read(kube_api, ns, name), "Ready") == "True"
+
+
+def test_a_readiness_gate_is_left_to_its_owner_and_holds_ready_as_a_kubelet_would(kube_api: client.ApiClient,
+                                                                                   ns: str) -> None:
+    """kwok's own pod-ready stage would set every readiness gate True; a kubelet never writes a
+    gate, and reports the pod Ready only while every gate is True."""
+    core = client.CoreV1Api(kube_api)
+    name = f"p-{uuid.uuid4().hex[:6]}"
+    core.create_namespaced_pod(ns, {
+        "metadata": {"name": name},
+        "spec": {"readinessGates": [{"conditionType": "example.com/gate"}],
+                 "containers": [{"name": "main", "image": "registry.invalid/app:v1"}]}})
+
+    def ready_is(status: str) -> client.V1Pod | None:
+        pod = _read(kube_api, ns, name)
+        return pod if pod.status.phase == "Running" and _condition(pod, "Ready") == status else None
+
+    pod = _wait("the pod running, not Ready", lambda: ready_is("False"))
+    assert _condition(pod, "ContainersReady") == "True" and _condition(pod, "example.com/gate") is None
+    assert next(c.reason for c in pod.status.conditions if c.type == "Ready") == "ReadinessGatesNotReady"
+    time.sleep(2)
+    assert ready_is("False") is not None, "held while the gate is not set"
+
+    def gate(status: str) -> None:
+        core.patch_namespaced_pod_status(name, ns, {"status": {"conditions": [
+            {"type": "example.com/gate", "status": status}]}})
+
+    gate("True")
+    _wait("Ready once the gate opens", lambda: ready_is("True"))
+    gate("False")
+    _wait("not Ready once it closes", lambda: ready_is("False"))
+    assert _condition(_read(kube_api, ns, name), "ContainersReady") == "True"

@@ -20,6 +20,7 @@ from servingops.activities.oci.activities import (
 )
 from servingops.activities.operator_config import OperatorConfigActivities
 from servingops.activities.prometheus import PrometheusActivities
+from servingops.activities.replica.activities import ReplicaActivities
 from servingops.activities.serving.activities import ServingActivities
 from servingops.activities.serving.runtimes import RuntimeActivities
 from servingops.activities.sources.activities import SourceActivities
@@ -27,13 +28,15 @@ from servingops.activities.uploads.sessions import UploadActivities
 from servingops.workers.settings import WorkerSettings
 from servingops.workflows.basemodel import BaseModelWorkflow
 from servingops.workflows.model_import import ModelWorkflow
+from servingops.workflows.replica.workflow import InferenceReplicaWorkflow
 from servingops.workflows.rollout import WORKFLOWS as ROLLOUT_WORKFLOWS
 from servingops.workflows.rollout_policy import RolloutPolicyWorkflow
 from servingops.workflows.serving_runtime import ServingRuntimeWorkflow
 
 
 def workflows() -> Sequence[type]:
-    return [ModelWorkflow, *ROLLOUT_WORKFLOWS, RolloutPolicyWorkflow, ServingRuntimeWorkflow, BaseModelWorkflow]
+    return [ModelWorkflow, *ROLLOUT_WORKFLOWS, RolloutPolicyWorkflow, ServingRuntimeWorkflow, BaseModelWorkflow,
+            InferenceReplicaWorkflow]
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:
@@ -56,6 +59,7 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *ServingActivities(api_client, controller_namespace=settings.controller_namespace,
                            artifacts=f"{settings.registry}/{settings.registry_repository}").all(),
         *RuntimeActivities(api_client).all(),
+        *ReplicaActivities(api_client).all(),
         *BaseModelActivities(api_client, settings.controller_namespace, kubernetes_secret_credentials(core)).all(),
         *PrometheusActivities(api_client).all(),
         *OperatorConfigActivities(api_client, settings.controller_namespace, settings.operator_config).all(),

@@ -39,7 +39,7 @@ class WorkflowType(StrEnum):
 
 IMPLEMENTED_WORKFLOWS = frozenset({WorkflowType.MODEL, WorkflowType.INFERENCE_SERVICE, WorkflowType.ROLLOUT,
                                    WorkflowType.ROLLOUT_POLICY, WorkflowType.SERVING_RUNTIME,
-                                   WorkflowType.BASE_MODEL})
+                                   WorkflowType.BASE_MODEL, WorkflowType.INFERENCE_REPLICA})
 """The workflow types this release's worker registers (a test holds the worker to it). The bridge
 checks every dispatch against it: an event whose workflow type is not here (a migration request,
 today) starts nothing, since nothing would ever run it, and becomes a Warning Event on the object.

@@ -873,6 +873,54 @@ async def basemodel_continue_as_new(rec: Recording) -> None:
         await basemodel_delete(latest, world)
 
 
+# -- InferenceReplicaWorkflow ----------------------------------------------------------------------
+
+
+async def replica_lifecycle(rec: Recording) -> None:
+    """An InferenceReplica of 2 Instances created, rolled SurgeThenDrain to a new image, a pod failure
+    repaired (Restart), scaled to 1, then deleted (tests/replica_fakes.py answers as the cluster)."""
+    from tests.replica_fakes import FakeReplicaCluster, runner
+
+    cluster = FakeReplicaCluster(rec.env)
+    cluster.spec.update(replicas=2)
+    ref = cluster.ref.model_dump()
+    queue = f"replica-{uuid.uuid4().hex[:8]}"
+
+    def settled(replicas: int) -> bool:
+        rows = cluster.status.get("instanceStatuses") or []
+        return (cluster.status.get("observedGeneration") == cluster.generation and len(rows) == replicas
+                and cluster.status.get("availableReplicas") == replicas and all("operation" not in r for r in rows))
+
+    async def changed() -> None:
+        await handle.signal("object-changed", {"uid": cluster.uid, "generation": cluster.generation,
+                                               "resource_version": str(cluster.generation)})
+
+    async with Worker(rec.env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=cluster.activities()):
+        handle = await rec.env.client.start_workflow(
+            "InferenceReplicaWorkflow", {"ref": ref}, id=f"replica/team-a/{cluster.ref.name}/{cluster.uid}",
+            task_queue=queue)
+        await rec.root(handle)
+        await until(rec.env, lambda: settled(2), step=1, what="two Instances")
+        cluster.edit(runners=[runner(image="vllm:2")])
+        await changed()
+        await until(rec.env, lambda: settled(2) and cluster.status.get("currentRevision")
+                    == cluster.status.get("updateRevision"), step=1, what="rolled")
+        failing = sorted(p.name for p in cluster.live())[0]
+        cluster.fail_pod(failing)
+        await handle.signal("pods-changed")
+        await until(rec.env, lambda: settled(2) and any(r.get("incarnation") for r in
+                                                        cluster.status.get("instanceStatuses") or []),
+                    step=1, what="repaired")
+        cluster.edit(replicas=1)
+        await changed()
+        await until(rec.env, lambda: settled(1), step=1, what="scaled down")
+        await handle.signal("delete", {"uid": cluster.uid, "generation": cluster.generation,
+                                       "resource_version": "99", "deleting": True})
+        await handle.result()
+        await rec.save()
+
+
 # -- the catalogue ----------------------------------------------------------------------------------
 
 Scenario = Callable[[Recording], Awaitable[None]]
@@ -884,6 +932,7 @@ SCENARIOS: dict[str, Scenario] = {
     "delete": model_delete,
     "delete-mid-import": model_delete_mid_import,
     "runtime-inheritance": runtime_inheritance,
+    "replica-lifecycle": replica_lifecycle,
     "basemodel-hf": basemodel_hf,
     "basemodel-refused-then-modelpack": basemodel_refused_then_modelpack,
     "basemodel-continue-as-new": basemodel_continue_as_new,

@@ -250,6 +250,11 @@ def plan(inputs: Inputs) -> Pass:
                 row.ready_since = max(since) if since else now
             if row.phase is OMENativeInstancePhase.PENDING:
                 row.ready_since = None
+    # A block scopes a revision some Instance still aims at or runs; once none does (the spec moved
+    # on), it is history, and the Events and the failed rows' lastFailure keep the trace.
+    live = {inputs.target} | {r.running_revision or "" for r in out.rows.values()} | {
+        r.target_revision or "" for r in out.rows.values()}
+    out.blocks = {name: block for name, block in out.blocks.items() if name in live}
     _gate(out, inputs, draining)
     for seen in inputs.views.values():
         for pod in seen.live:

@@ -1,0 +1,365 @@
+"""The InferenceReplica engine end to end: worker and bridge as processes under the chart's
+identities, the local cluster with kwok playing the kubelets (its stages make pods fail, restart or
+stay unready: devstack/kube.py). Every behaviour the time-skipping tests prove on the fake
+(tests/test_replica_workflow.py) is shown here once on the real apiserver.
+
+While a rollout runs, a sampler thread reads the pods every 100 ms and counts the Instances whose
+every pod is Ready and in rotation (ome.io/serving True): the budget is checked against every
+sample, not only the end state."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from devstack.hub_server import HubServer
+from devstack.identities import Identities
+from devstack.kube import POD_UNREADY_ANNOTATION, LocalKubeCluster
+from devstack.process import ManagedProcess
+from devstack.services import OciRegistry, TemporalDevServer
+from servingops.api_models.ome.instance_keys import INCARNATION_LABEL, INSTANCE_LABEL, REPLICA_LABEL, SERVING_GATE
+from tests.test_rollout_e2e import _wait, worker_and_bridge
+
+GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "inferencereplicas"
+
+
+@pytest.fixture(scope="module")
+def replica_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_server: TemporalDevServer,
+                  oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path, chart_identities: Identities,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, ManagedProcess]]:
+    with worker_and_bridge(kube_cluster, kube_api, temporal_server, oci_registry, hub_server, stack_logs,
+                           tmp_path_factory.mktemp("spool"), "replica", "InferenceReplica",
+                           identities=chart_identities) as stack:
+        yield stack
+
+
+def runner(name: str = "default", size: int = 1, image: str = "vllm/vllm-openai:v0.9",
+           annotations: dict[str, str] | None = None, env: str = "a") -> dict[str, Any]:
+    metadata: dict[str, Any] = {"labels": {"ome.io/runner": name}}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"name": name, "size": size, "template": {"metadata": metadata, "spec": {"containers": [
+        {"name": "main", "image": image, "env": [{"name": "MODE", "value": env}],
+         "ports": [{"containerPort": 8000}]}]}}}
+
+
+class Replica:
+    def __init__(self, api: client.ApiClient, ns: str, worker: ManagedProcess, name: str) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.ns, self.worker, self.name = ns, worker, name
+
+    def create(self, **spec: Any) -> None:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceReplica", "metadata": {"name": self.name},
+                "spec": {"component": "engine", "runners": [runner()], **spec}}
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, body)
+
+    def patch(self, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, self.name, {"spec": spec})
+
+    def get(self) -> dict[str, Any]:
+        return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, self.name))
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.get().get("status") or {}
+
+    def rows(self) -> list[dict[str, Any]]:
+        return list(self.status.get("instanceStatuses") or [])
+
+    def pods(self) -> list[client.V1Pod]:
+        return [p for p in self.core.list_namespaced_pod(self.ns, label_selector=f"{REPLICA_LABEL}={self.name}").items
+                if p.metadata.deletion_timestamp is None]
+
+    def settled(self, replicas: int, revision: str | None = None) -> bool:
+        obj = self.get()
+        status = obj.get("status") or {}
+        rows = status.get("instanceStatuses") or []
+        return (status.get("observedGeneration") == obj["metadata"]["generation"]
+                and status.get("availableReplicas") == replicas and len(rows) == replicas
+                and all("operation" not in r and r.get("phase") == "Ready" for r in rows)
+                and (revision is None or status.get("currentRevision") == revision == status.get("updateRevision")))
+
+    def wait(self, what: str, probe: Any, timeout: float = 120) -> Any:
+        return _wait(f"{self.name}: {what}", probe, self.worker, timeout)
+
+    def settle(self, replicas: int, what: str = "", timeout: float = 120) -> dict[str, Any]:
+        self.wait(what or f"{replicas} Instances settled", lambda: self.settled(replicas), timeout)
+        return self.status
+
+
+def serving_instances(pods: list[client.V1Pod], per_instance: int = 1) -> int:
+    by_index: dict[str, int] = {}
+    for pod in pods:
+        conditions = {c.type: c.status for c in pod.status.conditions or []}
+        if conditions.get("ContainersReady") == "True" and conditions.get(SERVING_GATE) == "True":
+            index = pod.metadata.labels[INSTANCE_LABEL]
+            by_index[index] = by_index.get(index, 0) + 1
+    return sum(1 for count in by_index.values() if count >= per_instance)
+
+
+class Sampler:
+    """Counts serving Instances every 100 ms on a thread while a rollout runs."""
+
+    def __init__(self, replica: Replica, per_instance: int = 1) -> None:
+        self.replica, self.per = replica, per_instance
+        self.samples: list[int] = []
+        self.pod_peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pods = self.replica.pods()
+            self.samples.append(serving_instances(pods, self.per))
+            self.pod_peak = max(self.pod_peak, len(pods))
+            time.sleep(0.1)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def new(api: client.ApiClient, stack: tuple[str, ManagedProcess], prefix: str) -> Replica:
+    ns, worker = stack
+    return Replica(api, ns, worker, f"{prefix}-{uuid.uuid4().hex[:5]}")
+
+
+def test_instances_scale_and_status(kube_api: client.ApiClient, replica_stack: tuple[str, ManagedProcess]) -> None:
+    r = new(kube_api, replica_stack, "ir")
+    r.create(replicas=3)
+    status = r.settle(3)
+    names = sorted(p.metadata.name for p in r.pods())
+    assert names == [f"{r.name}-{i}" for i in range(3)]
+    pod = r.core.read_namespaced_pod(f"{r.name}-1", r.ns)
+    assert pod.metadata.labels[INSTANCE_LABEL] == "1" and pod.metadata.labels[INCARNATION_LABEL] == "0"
+    assert pod.metadata.labels["controller-revision-hash"] == status["updateRevision"]
+    assert [g.condition_type for g in pod.spec.readiness_gates] == [SERVING_GATE]
+    assert pod.spec.subdomain == r.name and pod.spec.hostname == pod.metadata.name
+    assert {e.name: e.value for e in pod.spec.containers[0].env}["OME_RUNNER"] == "default"
+    assert pod.metadata.owner_references[0].kind == "InferenceReplica"
+    headless = r.core.read_namespaced_service(r.name, r.ns)
+    assert headless.spec.cluster_ip == "None"
+    assert status["labelSelector"] == f"ome.io/component=engine,{REPLICA_LABEL}={r.name}"
+    assert status["readyReplicas"] == status["servingReplicas"] == status["updatedReadyReplicas"] == 3
+    revision = client.AppsV1Api(kube_api).read_namespaced_controller_revision(status["updateRevision"], r.ns)
+    assert revision.metadata.owner_references[0].name == r.name
+
+    # The scale subresource, as kubectl scale and an HPA use it.
+    scale = r.custom.get_namespaced_custom_object_scale(GROUP, VERSION, r.ns, PLURAL, r.name)
+    assert scale["status"]["replicas"] == 3 and scale["status"]["selector"] == status["labelSelector"]
+    r.custom.patch_namespaced_custom_object_scale(GROUP, VERSION, r.ns, PLURAL, r.name, {"spec": {"replicas": 5}})
+    r.settle(5, "scaled up through /scale")
+    r.custom.patch_namespaced_custom_object_scale(GROUP, VERSION, r.ns, PLURAL, r.name, {"spec": {"replicas": 2}})
+    r.settle(2, "scaled down through /scale")
+    assert sorted(row["index"] for row in r.rows()) == [0, 1], "the highest indexes go first"
+    assert sorted(p.metadata.name for p in r.pods()) == [f"{r.name}-0", f"{r.name}-1"]
+
+
+def test_surge_then_drain_never_leaves_rotation(kube_api: client.ApiClient,
+                                                replica_stack: tuple[str, ManagedProcess]) -> None:
+    r = new(kube_api, replica_stack, "surge")
+    r.create(replicas=3, lifecycle={"updateStrategy": {"rollingUpdate": {"maxSurge": 1}}})
+    first = r.settle(3)["updateRevision"]
+    with Sampler(r) as sampler:
+        r.patch({"runners": [runner(image="vllm/vllm-openai:v0.10")]})
+        r.wait("rolled", lambda: r.status.get("updateRevision") != first and r.settled(3, r.status["updateRevision"]))
+    assert min(sampler.samples) == 3, f"a sample saw fewer than 3 serving Instances: {min(sampler.samples)}"
+    assert sampler.pod_peak <= 4
+    assert sorted(p.metadata.name for p in r.pods()) == [f"{r.name}-{i}-s1" for i in range(3)]
+
+
+def test_recreate_update_holds_max_unavailable(kube_api: client.ApiClient,
+                                               replica_stack: tuple[str, ManagedProcess]) -> None:
+    r = new(kube_api, replica_stack, "recreate")
+    r.create(replicas=4, lifecycle={"updateStrategy": {"type": "RecreatePod", "rollingUpdate": {"maxUnavailable": 1}}})
+    first = r.settle(4)["updateRevision"]
+    with Sampler(r) as sampler:
+        r.patch({"runners": [runner(env="b")]})
+        r.wait("recreated",
+               lambda: r.status.get("updateRevision") != first and r.settled(4, r.status["updateRevision"]))
+    assert min(sampler.samples) >= 3, f"more than maxUnavailable=1 out of rotation: {min(sampler.samples)}"
+    assert all(row["incarnation"] == 1 for row in r.rows())
+
+
+def test_pod_failure_and_gang_loss_recreate(kube_api: client.ApiClient,
+                                            replica_stack: tuple[str, ManagedProcess]) -> None:
+    from devstack.kube import POD_FAIL_ANNOTATION
+
+    r = new(kube_api, replica_stack, "repair")
+    r.create(replicas=2)
+    r.settle(2)
+    r.core.patch_namespaced_pod(f"{r.name}-1", r.ns, {"metadata": {"annotations": {POD_FAIL_ANNOTATION: "true"}}})
+    r.wait("recreated after the failure", lambda: any(row["index"] == 1 and row.get("incarnation") == 1
+                                                      for row in r.rows()) and r.settled(2))
+    row = next(row for row in r.rows() if row["index"] == 1)
+    assert row["lastFailure"]["podName"] == f"{r.name}-1"
+
+    g = new(kube_api, replica_stack, "gang")
+    g.create(replicas=1, runners=[runner("leader"), runner("worker", size=2)], topologyKey="kubernetes.io/hostname")
+    g.settle(1)
+    assert len(g.pods()) == 3
+    worker = g.core.read_namespaced_pod(f"{g.name}-0-w1", g.ns)
+    env = {e.name: e.value for e in worker.spec.containers[0].env}
+    assert env["OME_RUNNER"] == "worker" and env["OME_LEADER_ADDRESS"] == f"{g.name}-0.{g.name}"
+    assert worker.spec.affinity.pod_affinity.required_during_scheduling_ignored_during_execution
+    g.core.delete_namespaced_pod(f"{g.name}-0-w2", g.ns, grace_period_seconds=0)
+    g.wait("the gang recreated whole", lambda: g.rows() and g.rows()[0].get("incarnation") == 1 and g.settled(1))
+    assert {p.metadata.labels[INCARNATION_LABEL] for p in g.pods()} == {"1"}
+
+
+def test_partition_and_rollback(kube_api: client.ApiClient, replica_stack: tuple[str, ManagedProcess]) -> None:
+    r = new(kube_api, replica_stack, "canary")
+    r.create(replicas=4)
+    first = r.settle(4)["updateRevision"]
+    r.patch({"runners": [runner(image="vllm/vllm-openai:v0.10")], "pacing": {"partition": 3}})
+    r.wait("one Instance updated", lambda: r.status.get("updatedReplicas") == 1
+           and not any("operation" in row for row in r.rows()))
+    second = r.status["updateRevision"]
+    assert {row["index"]: row["runningRevision"] for row in r.rows()} == {0: first, 1: first, 2: first, 3: second}
+    assert r.status["rolloutHold"]["gate"] == "Held"
+    r.patch({"pacing": {"partition": 0, "rollbackToRevision": first}})
+    r.wait("rolled back", lambda: all(row["runningRevision"] == first for row in r.rows())
+           and not any("operation" in row for row in r.rows()) and len(r.rows()) == 4)
+    assert r.status["updateRevision"] == second and r.status["currentRevision"] == first
+
+
+def test_failing_revision_backoff_survives_a_worker_restart(
+        kube_api: client.ApiClient, replica_stack: tuple[str, ManagedProcess]) -> None:
+    r = new(kube_api, replica_stack, "backoff")
+    r.create(replicas=2, lifecycle={"updateStrategy": {"type": "RecreatePod", "rollingUpdate": {"maxUnavailable": 1}},
+                                    "instanceReadyTimeout": "5s"})
+    r.settle(2)
+    r.patch({"runners": [runner(annotations={POD_UNREADY_ANNOTATION: "true"})]})
+    block = r.wait("a RetryBlock", lambda: (r.status.get("retryBlocks") or [None])[0])
+    assert block["state"] == "Backoff" and block["nextRetryAt"]
+    conditions = {c["type"]: c for c in r.status["conditions"]}
+    assert conditions["FailedUpdate"]["status"] == "True"
+    assert r.status["rolloutHold"]["gate"] == "RetryBlock"
+    assert r.status["servingReplicas"] >= 1
+    # The worker dies and comes back: the backoff's nextRetryAt is persisted, not recomputed.
+    _, worker = replica_stack
+    worker.kill()
+    time.sleep(1)
+    worker.start()
+    worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
+    r.wait("a second attempt", lambda: ((r.status.get("retryBlocks") or [{}])[0].get("attemptsStarted") or 0) >= 2,
+           timeout=90)
+    assert (r.status.get("retryBlocks") or [{}])[0].get("firstFailureAt") == block.get("firstFailureAt")
+    r.patch({"runners": [runner(image="vllm/vllm-openai:v0.11")]})
+    r.wait("a fixed spec rolls out", lambda: r.settled(2, r.status.get("updateRevision")))
+    assert not r.status.get("retryBlocks")
+
+
+def test_freeze_does_not_repair_and_recover_does(kube_api: client.ApiClient,
+                                                 replica_stack: tuple[str, ManagedProcess]) -> None:
+    r = new(kube_api, replica_stack, "pause")
+    r.create(replicas=2)
+    first = r.settle(2)["updateRevision"]
+    r.patch({"paused": True, "runners": [runner(image="vllm/vllm-openai:v0.10")]})
+    r.wait("paused", lambda: {c["type"]: c for c in r.status.get("conditions") or []}
+           .get("Progressing", {}).get("reason") == "Paused")
+    r.core.delete_namespaced_pod(f"{r.name}-0", r.ns, grace_period_seconds=0)
+    r.wait("repaired under Recover", lambda: r.settled(2))
+    assert all(row["runningRevision"] == first for row in r.rows())
+    r.patch({"pauseMode": "Freeze"})
+    r.wait("frozen", lambda: r.get()["status"].get("observedGeneration") == r.get()["metadata"]["generation"])
+    r.core.delete_namespaced_pod(f"{r.name}-1", r.ns, grace_period_seconds=0)
+    r.wait("demoted to Pending", lambda: any(row["index"] == 1 and row["phase"] == "Pending" for row in r.rows()))
+    time.sleep(3)
+    assert f"{r.name}-1" not in {p.metadata.name for p in r.pods()}
+    r.patch({"paused": False, "pauseMode": None})
+    r.wait("unfrozen: repaired and rolled", lambda: r.settled(2, r.status.get("updateRevision"))
+           and r.status.get("updateRevision") != first)
+
+
+def test_worker_killed_during_operations_duplicates_nothing(
+        kube_api: client.ApiClient, replica_stack: tuple[str, ManagedProcess]) -> None:
+    r = new(kube_api, replica_stack, "crash")
+    r.create(replicas=3, lifecycle={"updateStrategy": {"type": "RecreatePod", "rollingUpdate": {"maxUnavailable": 1}}})
+    r.settle(3)
+    ns, worker = replica_stack
+    seen: dict[str, set[str]] = {}
+    stop = threading.Event()
+
+    def record() -> None:
+        while not stop.is_set():
+            for pod in r.core.list_namespaced_pod(ns, label_selector=f"{REPLICA_LABEL}={r.name}").items:
+                seen.setdefault(pod.metadata.name, set()).add(pod.metadata.uid)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=record, daemon=True)
+    watcher.start()
+    try:
+        r.patch({"runners": [runner(env="crash")]})
+        for _ in range(4):  # kill the worker at whatever step the operations are in
+            time.sleep(1.5)
+            worker.kill()
+            worker.start()
+            worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
+        r.wait("rolled despite the kills", lambda: r.settled(3, r.status.get("updateRevision")), timeout=180)
+    finally:
+        stop.set()
+        watcher.join(timeout=5)
+    # Each Instance was recreated once (incarnation 1): each name carried at most 2 pods (old, new).
+    assert all(row["incarnation"] == 1 for row in r.rows()), r.rows()
+    assert all(len(uids) <= 2 for uids in seen.values()), {n: len(u) for n, u in seen.items()}
+    assert len(r.pods()) == 3
+
+
+
+def test_quota_refusal_parks_the_operation(kube_api: client.ApiClient,
+                                           replica_stack: tuple[str, ManagedProcess]) -> None:
+    """A real ResourceQuota refuses the third pod: the Create waits (QuotaExceeded, deadline parked),
+    FailedScale is True with the apiserver's message in a Warning; more quota lets it finish."""
+    _, worker = replica_stack
+    core = client.CoreV1Api(kube_api)
+    ns = f"quota-{uuid.uuid4().hex[:5]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    core.create_namespaced_resource_quota(ns, client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="pods"), spec=client.V1ResourceQuotaSpec(hard={"pods": "2"})))
+    r = Replica(kube_api, ns, worker, f"quota-{uuid.uuid4().hex[:5]}")
+    r.create(replicas=3, lifecycle={"instanceReadyTimeout": "10s"})
+    r.wait("refused by the quota", lambda: {c["type"]: c for c in r.status.get("conditions") or []}
+           .get("FailedScale", {}).get("status") == "True")
+    waiting = r.wait("the Create waits", lambda: next((row for row in r.rows() if (row.get("operation") or {})
+                                                       .get("waiting") == "QuotaExceeded"), None))
+    assert waiting["operation"].get("capacityRefusedAt") and "deadline" not in waiting["operation"]
+    events = core.list_namespaced_event(ns, field_selector=f"involvedObject.name={r.name}").items
+    assert any(e.reason == "FailedCreate" and "exceeded quota" in e.message for e in events)
+    time.sleep(12)  # past instanceReadyTimeout: a parked clock does not fail the Instance
+    assert not r.status.get("retryBlocks")
+    core.patch_namespaced_resource_quota("pods", ns, {"spec": {"hard": {"pods": "3"}}})
+    r.settle(3, "created once the quota allows")
+    conditions = {c["type"]: c for c in r.status["conditions"]}
+    assert conditions["FailedScale"]["status"] == "False"
+
+
+def test_revision_history_limit_keeps_live_revisions(kube_api: client.ApiClient,
+                                                     replica_stack: tuple[str, ManagedProcess]) -> None:
+    r = new(kube_api, replica_stack, "history")
+    r.create(replicas=1, revisionHistoryLimit=1)
+    revisions = [r.settle(1)["updateRevision"]]
+    for tag in ("v0.10", "v0.11", "v0.12"):
+        r.patch({"runners": [runner(image=f"vllm/vllm-openai:{tag}")]})
+        r.wait(f"rolled to {tag}", lambda: r.status.get("updateRevision") not in revisions
+               and r.settled(1, r.status.get("updateRevision")))
+        revisions.append(r.status["updateRevision"])
+    apps = client.AppsV1Api(kube_api)
+
+    def kept() -> list[str]:
+        return sorted(cr.metadata.name for cr in apps.list_namespaced_controller_revision(r.ns).items
+                      if cr.metadata.name.startswith(r.name))
+
+    r.wait("pruned to the live one and one more", lambda: kept() == sorted(revisions[-2:]))
