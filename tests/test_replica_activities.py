@@ -280,12 +280,33 @@ def test_a_revision_is_minted_once_per_spec_and_walks_past_collisions(cluster: R
     assert _revision(acts, replica).name == first.name
 
 
-def test_a_replica_rendered_from_refs_is_refused_for_now(cluster: ReplicaCluster, ns: str,
-                                                         acts: ReplicaActivities) -> None:
-    replica = _replica(cluster, ns, {"component": "engine", "modelRef": {"name": "llama"}})
-    error = _refused(acts.ensure_revision, EnsureRevisionInput(replica=replica))
+def test_a_replica_renders_from_a_runtime_ref_and_waits_for_a_missing_model(
+        cluster: ReplicaCluster, ns: str, acts: ReplicaActivities, kube_api: client.ApiClient) -> None:
+    runtime = f"srt-{uuid.uuid4().hex[:6]}"
+    custom = client.CustomObjectsApi(kube_api)
+    custom.create_cluster_custom_object("ome.io", "v1beta1", "clusterservingruntimes", {
+        "apiVersion": "ome.io/v1beta1", "kind": "ClusterServingRuntime", "metadata": {"name": runtime},
+        "spec": {"engineConfig": {"runner": {"name": "ome-container", "image": "lmsysorg/sglang:v0.4.6",
+                                             "ports": [{"containerPort": 30000}]}}}})
+    try:
+        replica = _replica(cluster, ns, {"component": "engine", "runtimeRef": {"name": runtime}})
+        minted = _revision(acts, replica)
+        assert minted.runner_sizes == {"default": 1}
+        stored = cluster.revision(ns, minted.name)
+        assert stored is not None
+        (runner,) = stored["data"]["runners"]
+        assert runner["name"] == "default"
+        assert runner["template"]["spec"]["containers"][0]["image"] == "lmsysorg/sglang:v0.4.6"
+        assert runner["template"]["metadata"]["labels"]["ome.io/runner"] == "default"
+        pods_of = _run(acts.create_pods, CreatePodsInput(replica=replica, index=0, revision=minted.name))
+        assert pods_of.created == [f"{replica.base}-0"]
+    finally:
+        custom.delete_cluster_custom_object("ome.io", "v1beta1", "clusterservingruntimes", runtime)
+
+    missing = _replica(cluster, ns, {"component": "engine", "modelRef": {"name": "no-such-model"}})
+    error = _refused(acts.ensure_revision, EnsureRevisionInput(replica=missing))
     assert error.type == ErrorType.INVALID_SPEC.value and error.non_retryable
-    assert "spec.runners only in this release" in error.message
+    assert "ModelNotFound" in error.message and "no-such-model" in error.message
 
 
 # -- the Service and the pods -------------------------------------------------------------------------

@@ -363,3 +363,30 @@ def test_revision_history_limit_keeps_live_revisions(kube_api: client.ApiClient,
                       if cr.metadata.name.startswith(r.name))
 
     r.wait("pruned to the live one and one more", lambda: kept() == sorted(revisions[-2:]))
+
+
+def test_a_replica_rendered_from_a_runtime(kube_api: client.ApiClient,
+                                          replica_stack: tuple[str, ManagedProcess]) -> None:
+    """No runners: the runtime's engine piece renders the pods; a model that does not exist holds the
+    replica with Progressing False and the reason, and the replica serves once the refs render."""
+    runtime = f"srt-{uuid.uuid4().hex[:6]}"
+    custom = client.CustomObjectsApi(kube_api)
+    custom.create_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterServingRuntime", "metadata": {"name": runtime},
+        "spec": {"engineConfig": {"runner": {"name": "ome-container", "image": "lmsysorg/sglang:v0.4.6"}}}})
+    try:
+        r = new(kube_api, replica_stack, "byref")
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceReplica", "metadata": {"name": r.name},
+                "spec": {"component": "engine", "replicas": 2, "modelRef": {"name": f"missing-{r.name}"}}}
+        r.custom.create_namespaced_custom_object(GROUP, VERSION, r.ns, PLURAL, body)
+        held = r.wait("held on the missing model", lambda: next(
+            (c for c in r.status.get("conditions") or [] if c["type"] == "Progressing" and c["status"] == "False"),
+            None))
+        assert held["reason"] == "InvalidSpec" and "ModelNotFound" in held["message"]
+        r.custom.patch_namespaced_custom_object(GROUP, VERSION, r.ns, PLURAL, r.name,
+                                                {"spec": {"modelRef": None, "runtimeRef": {"name": runtime}}})
+        r.settle(2, "rendered from the runtime")
+        images = {p.spec.containers[0].image for p in r.pods()}
+        assert images == {"lmsysorg/sglang:v0.4.6"}
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes", runtime)

@@ -375,3 +375,20 @@ async def test_an_empty_spec_is_refused_with_a_condition(env: WorkflowEnvironmen
         assert any(e.type == "Warning" and e.reason == "InvalidSpec" for e in r.cluster.events)
         await r.edit(runners=[runner()])
         await r.settle(1, what="a fixed spec serves")
+
+
+async def test_a_later_spec_that_does_not_render_keeps_the_running_revision(env: WorkflowEnvironment) -> None:
+    async with replica(env, replicas=2) as r:
+        await r.settle(2)
+        first = r.revision
+        await r.edit(runners=[])
+        await r.until(lambda: r.cluster.condition("Progressing") == "False", what="says why")
+        assert r.cluster.conditions["Progressing"]["reason"] == "InvalidSpec"
+        r.cluster.lose_pod("engine-set-0")
+        await r.pods_changed()
+        await r.until(lambda: len(r.cluster.live()) == 2 and all(p.revision == first for p in r.cluster.live())
+                      and r.cluster.status.get("availableReplicas") == 2, what="still repaired at the old revision")
+        assert r.cluster.condition("Progressing") == "False"
+        await r.edit(runners=[runner(image="vllm:2")])
+        await r.settle(2, what="a valid spec rolls out")
+        assert r.cluster.condition("Progressing") == "True" and r.revision != first

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from temporalio import activity
 
 from servingops.activities.replica import in_place, pods
+from servingops.activities.replica.from_refs import NotRenderable, render_runners
 from servingops.activities.replica.observe import pod_view
 from servingops.activities.replica.revisions import (
     TIMEOUT,
@@ -53,9 +54,10 @@ from servingops.activities.replica.types import (
     SetServingInput,
     SetServingResult,
 )
+from servingops.activities.serving.resolution import KubeReader, Unresolvable
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome import instance_keys as keys
-from servingops.api_models.ome.replica import InferenceReplicaSpec, InferenceReplicaStatus
+from servingops.api_models.ome.replica import InferenceReplicaSpec, InferenceReplicaStatus, Runner
 from servingops.api_models.refs import ObjectRef
 
 _GROUP, _VERSION, _PLURAL = "ome.io", "v1beta1", "inferencereplicas"
@@ -121,8 +123,11 @@ def _pod_order(view: PodView) -> tuple[int, int, int, int]:
 
 
 class ReplicaActivities:
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, artifacts: str | None = None) -> None:
         self._api_client = api_client
+        self._artifacts = artifacts
+        """`<registry>/<repository>` where a Deckhouse model's artifact is (rendering from a modelRef)."""
+        self._reader = KubeReader(client.CustomObjectsApi(api_client))
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.revisions = RevisionStore(client.AppsV1Api(api_client))
@@ -218,11 +223,7 @@ class ReplicaActivities:
         object under the name is a collision, which raises the count and tries the next name."""
         ref = request.replica.ref
         replica = self._live(ref)
-        runners = replica.spec.runners
-        if not runners:
-            raise application_error(ErrorType.INVALID_SPEC,
-                                    f"{ref.describe()}: spec.modelRef/runtimeRef: an InferenceReplica renders "
-                                    f"from spec.runners only in this release")
+        runners = replica.spec.runners or self._runners_from_refs(ref, replica)
         try:
             sizes = pods.runner_sizes(runners)
         except pods.RenderError as exc:
@@ -247,6 +248,23 @@ class ReplicaActivities:
             count += 1
         raise application_error(ErrorType.CONFLICT, f"{ref.describe()}: {MAX_COLLISIONS} revision name collisions "
                                                     f"in a row (collision count now {count})")
+
+    def _runners_from_refs(self, ref: ObjectRef, replica: _Replica) -> list[Runner]:
+        """Runners rendered from spec.modelRef / runtimeRef (activities/replica/from_refs.py). A model
+        or runtime that is missing or not ready yet is ModelNotReady-like: refused as InvalidSpec with
+        the reason in the message, and the workflow tries again on its next pass."""
+        spec = replica.spec
+        if spec.model_ref is None and spec.runtime_ref is None:
+            raise application_error(ErrorType.INVALID_SPEC, f"{ref.describe()}: spec needs runners, or a modelRef "
+                                                            "and/or runtimeRef to render them from")
+        try:
+            return render_runners(self._reader, spec, name=replica.base, namespace=replica.owner.namespace,
+                                  artifacts=self._artifacts)
+        except Unresolvable as exc:
+            raise application_error(ErrorType.INVALID_SPEC, f"{ref.describe()}: {exc.reason.value}: "
+                                                            f"{exc.message}") from exc
+        except NotRenderable as exc:
+            raise application_error(ErrorType.INVALID_SPEC, f"{ref.describe()}: {exc}") from exc
 
     @staticmethod
     def _revision_result(name: str, number: int, count: int, replica: _Replica,

@@ -555,6 +555,24 @@ def _runtime_component(spec: ServingRuntimeSpec, component: str) -> dict[str, An
     return None
 
 
+def runtime_piece(reader: Reader, kind: str, name: str, namespace: str | None, component: str) -> dict[str, Any]:
+    """A runtime's piece for one component, its inheritance chain applied, as it renders without a
+    model (an InferenceReplica naming only a runtimeRef). Raises Unresolvable when the runtime is
+    missing, its chain does not resolve, or it declares no such piece."""
+    scoped = namespace if kind == "ServingRuntime" else None
+    obj = reader.get(OME_GROUP, kind, name, scoped)
+    where = f"{kind} {scoped}/{name}" if scoped else f"{kind} {name}"
+    if obj is None:
+        raise Unresolvable(UnresolvableReason.RUNTIME_NOT_FOUND, f"{where} does not exist")
+    candidate, why = _effective(_lookup(reader), _runtime_object(obj, kind))
+    if candidate is None:
+        raise Unresolvable(UnresolvableReason.RUNTIME_INHERITANCE, f"{where}: {why}")
+    piece = _runtime_component(candidate.spec, component)
+    if piece is None:
+        raise Unresolvable(UnresolvableReason.RUNTIME_NOT_COMPATIBLE, f"{where} declares no {component} piece")
+    return piece
+
+
 def resolve_service(reader: Reader, isvc: dict[str, Any], artifacts: str | None = None) -> ResolvedService:
     """The concrete spec of `isvc` (the object as the apiserver returns it). `artifacts`:
     `<registry>/<repository>` of the in-cluster registry, where a Deckhouse model's artifact is."""

@@ -69,6 +69,8 @@ POLL = timedelta(seconds=2)
 """While an operation is in flight: re-read even without a pod event."""
 RESYNC = timedelta(minutes=5)
 """At rest: re-read this often anyway (a controller's resync)."""
+INVALID_RETRY = timedelta(seconds=30)
+"""A spec that does not render (a model not Ready yet, a runtime missing) is tried again this often."""
 MAX_PASSES_PER_RUN = 400
 
 
@@ -164,10 +166,11 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
         if not state.resumed:
             self._resume(seen)
         replica = ReplicaRef(ref=self.ref, base=seen.base)
-        if seen.generation > state.acted_generation or not state.update_revision:
-            if not await self._mint_revision(replica, seen):
-                state.acted_generation = seen.generation
-                return RESYNC
+        if seen.generation > state.acted_generation or not state.update_revision or state.invalid is not None:
+            minted = await self._mint_revision(replica, seen)
+            state.acted_generation = max(state.acted_generation, seen.generation)
+            if not minted and not state.update_revision:
+                return INVALID_RETRY
         state.acted_generation = max(state.acted_generation, seen.generation)
         assert state.lifecycle_defaults is not None
         life = lifecycle(seen.spec, state.runner_sizes, state.lifecycle_defaults)
@@ -221,9 +224,13 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
             error = error_type_of(exc)
             if error is None or not error.permanent:
                 raise
-            state.invalid = (error.value, error_message(exc))
+            invalid = (error.value, error_message(exc))
+            if invalid != state.invalid:
+                self._notes.append(EventNote(type="Warning", reason=invalid[0], message=invalid[1]))
+            state.invalid = invalid
             state.phase = "Invalid"
-            await self._write_invalid(seen)
+            if not state.update_revision:
+                await self._write_invalid(seen)
             return False
         if state.update_revision and minted.name != state.update_revision:
             self._notes.append(EventNote(reason="RevisionCreated", message=(
@@ -276,17 +283,23 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
             rows, views, life, generation=seen.generation, revisions=revisions,
             label_selector=label_selector(self.ref.name, seen.spec.component.value),
             blocks={b.target_revision or "": b for b in state.blocks}, hold=decided.hold,
-            previous_hold=state.hold, problems=status_rules.Problems(refused=state.refused), now=seen.now)
+            previous_hold=state.hold, problems=status_rules.Problems(refused=state.refused, invalid=state.invalid),
+            now=seen.now)
         state.hold = held
         available = next(c for c in conditions if c.type == "Available").status == "True"
-        state.phase = ("Paused" if life.paused else "Progressing" if any(r.operation for r in state.rows)
-                       else "Available" if available else "Degraded")
+        if state.invalid:
+            state.phase = "Invalid"
+        elif life.paused:
+            state.phase = "Paused"
+        elif any(r.operation for r in state.rows):
+            state.phase = "Progressing"
+        else:
+            state.phase = "Available" if available else "Degraded"
         await self._patch(body, conditions, seen.generation)
 
     async def _write_invalid(self, seen: ReplicaObservation) -> None:
         assert self.state.invalid is not None
         reason, message = self.state.invalid
-        self._notes.append(EventNote(type="Warning", reason=reason, message=message))
         await self._patch({"observedGeneration": seen.generation},
                           [ConditionUpdate(type="Progressing", status="False", reason=reason, message=message)],
                           seen.generation)

@@ -1,0 +1,75 @@
+"""The runners of an InferenceReplica that names a model and/or a runtime instead of spec.runners
+(seed: "the controller renders the runners from the refs and never stores them"): rendered the way an
+InferenceService component is (activities/serving/resolution.py: the model's mount, the selected or
+named runtime's piece, fine-tuned weights, overlays, accelerator tuning; render.py: the pod template),
+stored only in the replica's ControllerRevision.
+
+A runtimeRef's pin (autoSync false, revision) is not honoured: the live runtime renders (seed; the
+validating webhook rejects a pinned reference). A component with a leader/worker shape renders as a
+gang (runners leader + worker); otherwise one "default" runner.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from servingops.activities.serving import render
+from servingops.activities.serving.resolution import Reader, Unresolvable, resolve_service, runtime_piece
+from servingops.activities.serving.runtime_merge import merge_component
+from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.ome.inference_service import InferenceServiceSpec
+from servingops.api_models.ome.replica import InferenceReplicaSpec, Runner
+
+
+class NotRenderable(ValueError):
+    """The refs name something that renders no pod (the message says what)."""
+
+
+def render_runners(reader: Reader, spec: InferenceReplicaSpec, *, name: str, namespace: str,
+                   artifacts: str | None) -> list[Runner]:
+    """Raises Unresolvable (a model or runtime not there or not ready: worth trying again) or
+    NotRenderable (the refs can never render)."""
+    component = spec.component.value
+    body: dict[str, Any] = {component: {}}
+    if spec.runtime_ref is not None:
+        body["runtime"] = {"name": spec.runtime_ref.name, "kind": spec.runtime_ref.kind,
+                           "apiGroup": spec.runtime_ref.api_group}
+    if spec.model_ref is not None:
+        body["model"] = spec.model_ref.model_dump(by_alias=True, exclude_none=True, mode="json")
+        isvc = {"metadata": {"name": name, "namespace": namespace, "annotations": {}}, "spec": body}
+        rendered_spec = resolve_service(reader, isvc, artifacts).spec
+    else:
+        assert spec.runtime_ref is not None
+        piece = runtime_piece(reader, spec.runtime_ref.kind, spec.runtime_ref.name, namespace, component)
+        rendered_spec = {component: merge_component(piece, {})}
+    try:
+        service = InferenceServiceSpec.model_validate(rendered_spec)
+    except ValidationError as exc:
+        raise NotRenderable(f"the rendered {component} is not a valid component: {exc}") from exc
+    cspec = render.component_spec(service, ComponentType(component))
+    if cspec is None:
+        raise NotRenderable(f"the refs render no {component}")
+    try:
+        render.check_servable(service, ComponentType(component), cspec)
+    except render.Unservable as exc:
+        raise NotRenderable(str(exc)) from exc
+    template = render.render_revision(name, ComponentType(component), cspec).template
+    leader = getattr(cspec, "leader", None)
+    worker = getattr(cspec, "worker", None)
+    if leader is None and worker is None:
+        return [Runner(name="default", size=1, template=_with_runner(template, "default"))]
+    raise NotRenderable(f"the {component} of the refs is multi-node (leader/worker): a replica renders it from "
+                        "spec.runners in this release")
+
+
+def _with_runner(template: dict[str, Any], runner: str) -> dict[str, Any]:
+    labeled = dict(template)
+    metadata = dict(labeled.get("metadata") or {})
+    metadata["labels"] = {**(metadata.get("labels") or {}), "ome.io/runner": runner}
+    labeled["metadata"] = metadata
+    return labeled
+
+
+__all__ = ["NotRenderable", "Unresolvable", "render_runners"]
