@@ -15,11 +15,14 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.client import WorkflowHandle
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from servingops.activities.kubernetes import StatusPatch
 from servingops.api_models import contract
 from servingops.api_models.contract import ObjectEvent
 from servingops.api_models.operator_config import LifecycleDefaults
@@ -392,3 +395,75 @@ async def test_a_later_spec_that_does_not_render_keeps_the_running_revision(env:
         await r.edit(runners=[runner(image="vllm:2")])
         await r.settle(2, what="a valid spec rolls out")
         assert r.cluster.condition("Progressing") == "True" and r.revision != first
+
+
+def _freezing(cluster: FakeReplicaCluster, step: tuple[str, str]) -> tuple[list[Any], list[bool]]:
+    """The fake's activities, with kube.patch_status refusing (retryably) every write after the first
+    one that records an operation of `step` = (type, step): the workflow is stuck right after
+    recording that step, as a worker killed there would leave it."""
+    activities = cluster.activities()
+    original = next(a for a in activities if getattr(a, "__temporal_activity_definition").name == "kube.patch_status")
+    frozen = [False]
+
+    @activity.defn(name="kube.patch_status")
+    async def patch_status(patch: StatusPatch) -> bool:
+        if frozen[0]:
+            raise ApplicationError("the worker is gone")
+        done = await original(patch)
+        rows = patch.status.get("instanceStatuses") or []
+        if any((row.get("operation") or {}).get("type") == step[0] and row["operation"].get("step") == step[1]
+               for row in rows):
+            frozen[0] = True
+        return bool(done)
+
+    return [patch_status if a is original else a for a in activities], frozen
+
+
+STEPS = [("Update", s) for s in ("Surge", "WaitReady", "Drain", "DeletePods", "WaitZero")]
+RECREATE_STEPS = [("Update", s) for s in ("Drain", "DeletePods", "WaitZero", "Recreate", "WaitReady")]
+
+
+@pytest.mark.parametrize(("strategy", "step"), [("SurgeThenDrain", s) for s in STEPS]
+                         + [("RecreatePod", s) for s in RECREATE_STEPS])
+async def test_a_fresh_workflow_resumes_at_every_recorded_step(env: WorkflowEnvironment, strategy: str,
+                                                               step: tuple[str, str]) -> None:
+    """The workflow dies right after recording each step of an update; a fresh one (no history, only
+    the stored status) finishes it with no pod created twice and every Instance on the new revision."""
+    cluster = FakeReplicaCluster(env, delete_delay=6.0)  # pods terminate slowly enough for WaitZero to be seen
+    cluster.spec.update(replicas=2, lifecycle={"updateStrategy": {"type": strategy,
+                                                                  "rollingUpdate": {"maxUnavailable": 1}}})
+    activities, frozen = _freezing(cluster, step)
+    queue = f"replica-{uuid.uuid4().hex[:8]}"
+    workflow_id = contract.replica_workflow_id(NAMESPACE, cluster.ref.name, cluster.uid)
+    async with Worker(env.client, task_queue=queue, workflows=[InferenceReplicaWorkflow], activities=activities):
+        handle = await env.client.start_workflow(InferenceReplicaWorkflow.run, ReplicaRun(ref=cluster.ref),
+                                                 id=workflow_id, task_queue=queue)
+        r = Replica(env=env, cluster=cluster, handle=handle)
+        await r.settle(2)
+        first = r.revision
+        await r.edit(runners=[runner(image="vllm:2")])
+        await r.until(lambda: frozen[0], what=f"{step} recorded")
+        await handle.terminate()
+    recorded = [row["operation"] for row in cluster.rows() if "operation" in row]
+    assert any((op["type"], op["step"]) == step for op in recorded), recorded
+    cluster.ready_delay = 2
+    async with Worker(env.client, task_queue=queue, workflows=[InferenceReplicaWorkflow],
+                      activities=cluster.activities()):
+        handle = await env.client.start_workflow(InferenceReplicaWorkflow.run, ReplicaRun(ref=cluster.ref),
+                                                 id=workflow_id + "-fresh", task_queue=queue)
+        r.handle = handle
+        try:
+            await r.until(lambda: r.revision != first and r.settled(2, r.revision), what="finished by a fresh run")
+        finally:
+            await handle.terminate()
+    live = [p.name for p in cluster.live()]
+    assert len(live) == 2 and len(set(live)) == 2
+    incarnations = {p.index: p.incarnation for p in cluster.live()}
+    assert set(incarnations) == {0, 1}
+    if strategy == "RecreatePod":
+        assert all(n == 1 for n in incarnations.values()), incarnations  # recreated once, never twice
+    per_name: dict[str, int] = {}
+    for name in cluster.created_names:
+        per_name[name] = per_name.get(name, 0) + 1
+    assert max(per_name.values()) <= 2, per_name  # a name is reused at most by one recreate
+    assert not cluster.violations
