@@ -196,6 +196,29 @@ def _finish_on(row: OMENativeInstanceStatus, revision: str, pods: list[PodView],
     row.phase = OMENativeInstancePhase.READY
 
 
+def _take_down(out: Outcome, op: InstanceOperation, victims: list[PodView], now: datetime, *,
+               drain_steps: tuple[str, ...]) -> InstanceOperation | None:
+    """Drain (ome.io/serving False) -> DeletePods for `victims`. The operation once it has reached
+    WaitZero; None while this pass's command still has to land (the next pass goes on)."""
+    row = out.row
+    out.draining = {pod.name for pod in victims}
+    if op.step in drain_steps:
+        still = [pod for pod in victims if pod.serving is True]
+        if still:
+            out.commands.append(SetServing(pods=tuple(sorted(pod.name for pod in still)), serving=False,
+                                           reason="Draining"))
+            return None
+        _step(row, op, "DeletePods", now)
+        op = row.operation  # type: ignore[assignment]
+    if op.step == "DeletePods":
+        if victims:
+            out.commands.append(_delete(row, victims))
+            return None
+        _step(row, op, "WaitZero", now)
+        op = row.operation  # type: ignore[assignment]
+    return op
+
+
 def _advance_teardown(out: Outcome, op: InstanceOperation, view: InstanceView, life: Lifecycle, now: datetime, *,
                       recreate: bool) -> None:
     """Drain -> DeletePods -> WaitZero, then (recreate) Recreate -> WaitReady at the target."""
@@ -203,25 +226,10 @@ def _advance_teardown(out: Outcome, op: InstanceOperation, view: InstanceView, l
     if op.step in ("Recreate", "WaitReady"):
         _advance_create(out, op, view, life, now)
         return
-    everything = view.live
-    if op.step in ("Drain", "Patch", "Surge"):
-        out.draining = {pod.name for pod in everything}
-        still = [pod for pod in everything if pod.serving is True]
-        if still:
-            out.commands.append(SetServing(pods=tuple(sorted(pod.name for pod in still)), serving=False,
-                                           reason="Draining"))
-            return
-        _step(row, op, "DeletePods", now)
-        op = row.operation  # type: ignore[assignment]
-    assert op is not None
-    if op.step == "DeletePods":
-        out.draining = {pod.name for pod in everything}
-        if everything:
-            out.commands.append(_delete(row, everything))
-            return
-        _step(row, op, "WaitZero", now)
-        op = row.operation  # type: ignore[assignment]
-    assert op is not None
+    taken = _take_down(out, op, view.live, now, drain_steps=("Drain", "Patch", "Surge"))
+    if taken is None:
+        return
+    op = taken
     if op.step == "WaitZero":
         if view.pods:  # still terminating
             return
@@ -275,24 +283,10 @@ def _advance_surge(out: Outcome, op: InstanceOperation, view: InstanceView, life
         _step(row, op, "Drain", now)
         op = row.operation  # type: ignore[assignment]
     assert op is not None
-    if op.step == "Drain":
-        out.draining = {pod.name for pod in old}
-        still = [pod for pod in old if pod.serving is True]
-        if still:
-            out.commands.append(SetServing(pods=tuple(sorted(pod.name for pod in still)), serving=False,
-                                           reason="Draining"))
-            return
-        _step(row, op, "DeletePods", now)
-        op = row.operation  # type: ignore[assignment]
-    assert op is not None
-    if op.step == "DeletePods":
-        out.draining = {pod.name for pod in old}
-        if old:
-            out.commands.append(_delete(row, old))
-            return
-        _step(row, op, "WaitZero", now)
-        op = row.operation  # type: ignore[assignment]
-    assert op is not None
+    taken = _take_down(out, op, old, now, drain_steps=("Drain",))
+    if taken is None:
+        return
+    op = taken
     if op.step == "WaitZero":
         if any(pod.slot == active for pod in view.pods):
             return
