@@ -95,6 +95,14 @@ class _Replica:
         return keys.selector_labels(self.owner.name, self.component)
 
 
+def _parent_uid(obj: dict[str, Any]) -> str | None:
+    """The uid of the InferenceService controlling this replica (a projected one), if any."""
+    for owner in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("controller") and owner.get("kind") == "InferenceService":
+            return str(owner.get("uid"))
+    return None
+
+
 def _namespace(ref: ObjectRef) -> str:
     if not ref.namespace:
         raise application_error(ErrorType.INVALID_INPUT, f"{ref.describe()}: an InferenceReplica is namespaced")
@@ -213,7 +221,7 @@ class ReplicaActivities:
         return ReplicaObservation(
             uid=replica.owner.uid, generation=replica.generation, deleting=replica.deleting, spec=replica.spec,
             status=status, base=replica.base, pods=sorted(views, key=_pod_order), revisions=revisions,
-            rollback_target=lookup, now=dt.datetime.now(dt.UTC),
+            rollback_target=lookup, now=dt.datetime.now(dt.UTC), parent_uid=_parent_uid(replica.obj),
         )
 
     @activity.defn(name="replica.ensure_revision")

@@ -87,6 +87,9 @@ class ReplicaObservation(BaseModel):
     rollback_target: RevisionLookup | None = None
     now: datetime
     """The activity's clock when it read the pods (readiness ages are measured against it)."""
+    parent_uid: str | None = None
+    """A projected replica: the uid of the InferenceService that controls it (its workflow is told
+    when the replica's status moves, so status.components[c].lifecycle follows)."""
 
 
 class ReplicaRef(BaseModel):

@@ -23,7 +23,8 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio import activity
 
-from servingops.activities.serving import render
+from servingops.activities.serving import omenative, render
+from servingops.activities.serving.omenative import OMENATIVE, ProjectedReplicas, deployment_mode
 from servingops.activities.serving.resolution import KubeReader, ResolvedService, Unresolvable, resolve_service
 from servingops.activities.serving.types import (
     ComponentObservation,
@@ -111,6 +112,8 @@ class ServingActivities:
         self._artifacts = artifacts
         """`<registry>/<repository>` where Deckhouse models' artifacts are (served by reference)."""
         self.gateway = gateway
+        self.projected = ProjectedReplicas(api_client)
+        """OMENative components: their projected InferenceReplicas (activities/serving/omenative.py)."""
         self._readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="serving-read")
 
     def _read(self, call: Any, *args: Any) -> Future[Any]:
@@ -222,15 +225,19 @@ class ServingActivities:
         except Unresolvable as exc:
             return self._observation(obj, [], held=ServingHold(reason=exc.reason.value, message=exc.message))
         components = []
+        annotations = obj["metadata"].get("annotations") or {}
         for component, cspec in render.set_components(spec):
             route = self._route(owner.name, owner.namespace, component)
+            native = deployment_mode(spec, cspec, annotations) == OMENATIVE
             components.append(ComponentObservation(
                 component=component,
                 desired_revision=render.render_revision(owner.name, component, cspec).revision,
                 desired_replicas=render.desired_replicas(cspec),
-                revisions=self._revisions(owner, component),
+                revisions=self.projected.revisions(owner, component) if native else self._revisions(owner, component),
                 traffic=render.route_weights(route, owner.name, component) if route else [],
                 url=render.component_url(owner, component) if route else None,
+                replica=omenative.replica_name(owner.name, component) if native else None,
+                lifecycle=self.projected.lifecycle(owner, component) if native else None,
             ))
         return self._observation(obj, components, resolved=resolved)
 
@@ -270,6 +277,9 @@ class ServingActivities:
         deployment = self._read(self._deployment, name, namespace)
         service = self._read(self._service_exists, name, namespace)
         owner, spec = live.result()
+        cspec = render.component_spec(spec, key.component)
+        if cspec is not None and self._native(key.isvc, spec, cspec):
+            return self._ensure_native(owner, key, spec, cspec, inp.replicas)
         existing = deployment.result()
         if existing is not None and existing.metadata and existing.metadata.deletion_timestamp:
             # Being deleted: creating under the same name only works once it is gone; a retry will.
@@ -294,6 +304,30 @@ class ServingActivities:
         dep = self.apps.patch_namespaced_deployment(name, namespace, {"spec": {"replicas": inp.replicas}},
                                                     field_manager=FIELD_MANAGER, _request_timeout=_TIMEOUT)
         return _revision_observation(key.revision, dep)
+
+    def _native(self, ref: ObjectRef, spec: InferenceServiceSpec, cspec: render.ComponentSpec) -> bool:
+        obj = self._isvc(ref) if spec.deployment_mode is None else None
+        annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+        return deployment_mode(spec, cspec, annotations) == OMENATIVE
+
+    def _ensure_native(self, owner: render.Owner, key: RevisionKey, spec: InferenceServiceSpec,
+                       cspec: render.ComponentSpec, replicas: int) -> RevisionObservation:
+        """An OMENative component: the revision's Service selects the projected replica's pods of
+        that revision, and its capacity moves through the replica's pacing (omenative.py)."""
+        desired = render.render_revision(owner.name, key.component, cspec)
+        if key.revision == desired.revision:
+            try:
+                render.check_servable(spec, key.component, cspec)
+            except render.Unservable as exc:
+                raise application_error(ErrorType.INVALID_SPEC, f"{key.isvc.describe()}: {exc}") from exc
+            self._create_service(owner, desired, cspec)
+        elif not self._service_exists(revision_name(owner.name, key.component.value, key.revision), owner.namespace):
+            raise application_error(
+                ErrorType.REVISION_SUPERSEDED,
+                f"revision {key.revision} of {key.component.value} does not exist and the spec now renders "
+                f"{desired.revision}")
+        return self.projected.ensure(owner, key.component, spec, cspec, desired, revision=key.revision,
+                                     capacity=replicas)
 
     def _create_revision(self, owner: render.Owner, key: RevisionKey, spec: InferenceServiceSpec,
                          replicas: int) -> RevisionObservation:
@@ -394,7 +428,13 @@ class ServingActivities:
     def revision_status(self, key: RevisionKey) -> RevisionObservation:
         """Replicas of the revision's Deployment; 0/0 when it does not exist."""
         name = revision_name(key.isvc.name, key.component.value, key.revision)
-        return _revision_observation(key.revision, self._deployment(name, _namespace(key.isvc)))
+        namespace = _namespace(key.isvc)
+        deployment = self._deployment(name, namespace)
+        if deployment is None and self.projected.get(namespace, omenative.replica_name(key.isvc.name, key.component)):
+            owner = render.Owner(name=key.isvc.name, namespace=namespace, uid=key.isvc.uid or "")
+            return next((r for r in self.projected.revisions(owner, key.component) if r.revision == key.revision),
+                        RevisionObservation(revision=key.revision, replicas=0, ready_replicas=0))
+        return _revision_observation(key.revision, deployment)
 
     def all(self) -> list[Any]:
         return [self.observe, self.ensure_revision, self.set_traffic, self.delete_revision, self.revision_status]

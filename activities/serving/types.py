@@ -54,6 +54,11 @@ class ComponentObservation(BaseModel):
     traffic: list[TrafficWeight]
     """The HTTPRoute's current split (empty before the first set_traffic)."""
     url: str | None = None
+    replica: str | None = None
+    """OMENative: the projected InferenceReplica serving the component (its /scale is the scale target)."""
+    lifecycle: dict[str, object] | None = None
+    """OMENative: the replica's status in the LifecycleStatus shape, projected verbatim onto
+    status.components[c].lifecycle (a new field: older histories decode it as None)."""
 
 
 class ServingHold(BaseModel):

@@ -83,6 +83,9 @@ class Signal(StrEnum):
     NODE_REPORT = "node-report"
     """-> BaseModelWorkflow: a node agent's report of the model changed; read the reports now (no
     payload). Optional: the workflow also re-reads them on its own timer."""
+    REPLICA_CHANGED = "replica-changed"
+    """InferenceReplicaWorkflow -> InferenceServiceWorkflow: the status of a replica the service
+    projects moved; observe again (no payload)."""
     PODS_CHANGED = "pods-changed"
     """Bridge -> InferenceReplicaWorkflow: a pod of the replica changed (no payload; the workflow
     re-reads its pods). Sent only to a running workflow, never a start; coalesced per replica."""

@@ -128,6 +128,10 @@ class ComponentView(BaseModel):
     rollout_phase: str | None = None
     serving_ready: bool = False
     desired: str | None = None
+    replica: str | None = None
+    """OMENative: the projected InferenceReplica (status.components[c].scaleTargetRef)."""
+    lifecycle: dict[str, object] | None = None
+    """OMENative: the replica's status, projected onto status.components[c].lifecycle."""
 
 
 class ActiveRun(BaseModel):

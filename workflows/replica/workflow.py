@@ -48,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
         RevisionResult,
         SetServingInput,
     )
-    from servingops.api_models.contract import Signal, StartObject, WorkflowType
+    from servingops.api_models.contract import Signal, StartObject, WorkflowType, inference_service_workflow_id
     from servingops.api_models.errors import error_message, error_type_of
     from servingops.api_models.ome.enums import OMENativeInstancePhase, RetryBlockState, UpdateStrategyType
     from servingops.api_models.ome.instance_columns import status_rows
@@ -72,6 +72,9 @@ RESYNC = timedelta(minutes=5)
 INVALID_RETRY = timedelta(seconds=30)
 """A spec that does not render (a model not Ready yet, a runtime missing) is tried again this often."""
 MAX_PASSES_PER_RUN = 400
+PARENT_NUDGE = timedelta(seconds=2)
+_MIRRORED = ("observedGeneration", "currentRevision", "updateRevision", "replicas", "readyReplicas",
+             "servingReplicas", "availableReplicas", "updatedReplicas", "updatedReadyReplicas", "rolloutHold")
 
 
 class ReplicaState(EntityState):
@@ -99,6 +102,9 @@ class ReplicaState(EntityState):
     pruned_for: str = ""
     passes: int = 0
     lifecycle_defaults: LifecycleDefaults | None = None
+    parent_told: str = ""
+    """Digest of the mirrored status the parent InferenceService's workflow was last told about."""
+    parent_told_at: datetime | None = None
 
 
 class ReplicaRun(StartObject):
@@ -112,6 +118,7 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
         self.ref: ObjectRef | None = None
         self.visibility: Visibility | None = None
         self._pods_changed = False
+        self._nudge_pending = False
         self._notes: list[EventNote] = []
 
     @workflow.signal(name=Signal.PODS_CHANGED)
@@ -199,6 +206,8 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
             wait = RESYNC
         if decided.wake_at is not None:
             wait = min(wait, max(timedelta(seconds=0.2), decided.wake_at - seen.now))
+        if self._nudge_pending:
+            wait = min(wait, PARENT_NUDGE)
         return wait
 
     def _resume(self, seen: ReplicaObservation) -> None:
@@ -296,6 +305,28 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
         else:
             state.phase = "Available" if available else "Degraded"
         await self._patch(body, conditions, seen.generation)
+        await self._tell_parent(seen, body)
+
+    async def _tell_parent(self, seen: ReplicaObservation, body: dict[str, Any]) -> None:
+        """A projected replica nudges its InferenceService's workflow when the part of its status the
+        service mirrors (status.components[c].lifecycle) moved, at most every PARENT_NUDGE."""
+        if seen.parent_uid is None or seen.spec.parent_ref is None or self.ref is None:
+            return
+        mirrored = {k: v for k, v in body.items() if k in _MIRRORED}
+        digest = hashlib.sha256(json.dumps(mirrored, sort_keys=True, default=str).encode()).hexdigest()
+        state = self.state
+        if digest == state.parent_told:
+            return
+        if state.parent_told_at is not None and workflow.now() - state.parent_told_at < PARENT_NUDGE:
+            self._nudge_pending = True  # the next pass (within PARENT_NUDGE) tells it
+            return
+        self._nudge_pending = False
+        target = inference_service_workflow_id(self.ref.namespace or "", seen.spec.parent_ref.name, seen.parent_uid)
+        try:
+            await workflow.get_external_workflow_handle(target).signal(Signal.REPLICA_CHANGED)
+        except Exception:  # the service's workflow is gone or not started yet: nothing to tell
+            workflow.logger.debug("no InferenceService workflow %s to tell", target)
+        state.parent_told, state.parent_told_at = digest, workflow.now()
 
     async def _write_invalid(self, seen: ReplicaObservation) -> None:
         assert self.state.invalid is not None

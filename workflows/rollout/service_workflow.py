@@ -173,6 +173,11 @@ class InferenceServiceWorkflow:
     def state(self) -> ServiceView:
         return ServiceView.model_validate({**self._state.model_dump(), "phase": self._phase})
 
+    @workflow.signal(name=Signal.REPLICA_CHANGED)
+    def replica_changed(self) -> None:
+        """A projected InferenceReplica's status moved: observe again (its lifecycle is mirrored)."""
+        self._changed = True
+
     def _same_object(self, uid: str) -> bool:
         # Before run() the ref is unknown; the uid in the workflow id already scopes the object.
         return self._ref is None or not self._ref.uid or uid == self._ref.uid
@@ -340,6 +345,7 @@ class InferenceServiceWorkflow:
         view = self._state.components.setdefault(seen.component, ComponentView())
         view.url = seen.url
         view.desired = seen.desired_revision
+        view.replica, view.lifecycle = seen.replica, seen.lifecycle
         if view.stable is None and seen.traffic:
             view.stable = max(seen.traffic, key=lambda w: w.weight).revision
             view.traffic = list(seen.traffic)

@@ -113,6 +113,10 @@ def component_status(isvc: str, component: ComponentType, view: ComponentView) -
     )
     body = spec.to_api()
     body["traffic"] = traffic_targets(isvc, component, view.traffic, view.stable)
+    if view.replica is not None:
+        body["scaleTargetRef"] = {"apiVersion": "ome.io/v1beta1", "kind": "InferenceReplica", "name": view.replica}
+    if view.lifecycle is not None:
+        body["lifecycle"] = dict(view.lifecycle)
     return body
 
 

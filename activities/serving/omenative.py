@@ -1,0 +1,223 @@
+"""OMENative components: an InferenceService component whose deployment mode resolves to OMENative
+is served by a projected InferenceReplica named `<isvc>-<component>` (seed 004), not by Deployments.
+
+The rollout contract stays the one every other component has (workflows/rollout/): a revision is
+the hash of the rendered pod template, its capacity is how many Instances run it, its traffic is its
+HTTPRoute weight to the per-revision Service `<isvc>-<component>-rev-<hash>`. What differs is how
+capacity is moved: the replica's pods carry the template's labels (the revision label included),
+so a per-revision Service selects the replica's pods of that revision, and
+
+- the replica's runners are the template of the revision the service's spec renders now;
+- that revision's capacity k is `pacing.partition = replicas - k` (the seed's partition holds the
+  lowest-indexed Instances on the revision they run, so k Instances move), the replica engine
+  moving them by its own strategy (SurgeThenDrain by default) within its budgets;
+- capacity given back to an older revision after the new one had some (a rollback) is
+  `pacing.rollbackToRevision`: the replica's ControllerRevision of that template.
+
+The mode: a per-component `ome.io/deploymentMode` annotation wins, then spec.deploymentMode, then the
+InferenceService's own `ome.io/deploymentMode` annotation; anything else is RawDeployment.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from servingops.activities.serving import render
+from servingops.activities.serving.types import RevisionObservation
+from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.ome.inference_service import InferenceServiceSpec
+from servingops.api_models.ome.instance_keys import REPLICA_LABEL, SERVING_GATE
+from servingops.api_models.ome.lifecycle import LifecycleStatus
+
+OMENATIVE = "OMENative"
+MODE_ANNOTATION = "ome.io/deploymentMode"
+GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "inferencereplicas"
+CAPACITY_ANNOTATION = "servingops.io/revision-capacity"
+"""On a projected replica: `<revision>=<capacity>` of the revision last given capacity, so a later call
+for another revision knows whether capacity is moving back (a rollback)."""
+_TIMEOUT = 30
+_PAIRED = (ComponentType.ENGINE, ComponentType.DECODER)
+_LIFECYCLE_FIELDS = frozenset(
+    field.alias or name for name, field in LifecycleStatus.model_fields.items())
+
+
+def deployment_mode(spec: InferenceServiceSpec, cspec: render.ComponentSpec, annotations: dict[str, str]) -> str:
+    per_component = (cspec.annotations or {}).get(MODE_ANNOTATION)
+    return per_component or spec.deployment_mode or annotations.get(MODE_ANNOTATION) or "RawDeployment"
+
+
+def replica_name(isvc: str, component: ComponentType) -> str:
+    return f"{isvc}-{component.value}"
+
+
+def replica_spec(spec: InferenceServiceSpec, component: ComponentType, cspec: render.ComponentSpec,
+                 rendered: render.RenderedRevision, *, isvc: str, replicas: int) -> dict[str, Any]:
+    """The fields of the replica the InferenceService controller writes (seed: user fields, and the
+    parentRef at create); pacing is set per capacity call."""
+    template = copy.deepcopy(rendered.template)
+    template["metadata"]["labels"] = {**render.upstream_pod_labels(isvc, component), **template["metadata"]["labels"],
+                                      "ome.io/runner": "default"}
+    body: dict[str, Any] = {
+        "component": component.value,
+        "parentRef": {"name": isvc},
+        "runners": [{"name": "default", "size": 1, "template": template}],
+        "replicas": max(1, replicas),
+    }
+    lifecycle = getattr(cspec, "lifecycle", None)
+    if lifecycle is not None:
+        life = lifecycle.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if "minReadySeconds" in life:
+            body["minReadySeconds"] = life.pop("minReadySeconds")
+        if life:
+            body["lifecycle"] = life
+    for field in ("topology_key", "topology_spread", "topology_spread_key"):
+        value = getattr(cspec, field, None)
+        if value is not None:
+            body[_camel(field)] = value.value if hasattr(value, "value") else value
+    pairing = spec.rollout.pairing_protocol if spec.rollout is not None else None
+    if pairing and component in _PAIRED:
+        body["pairingProtocol"] = pairing
+    return body
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+class ProjectedReplicas:
+    """Reads and writes of projected InferenceReplicas, for ServingActivities."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api_client)
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return cast(dict[str, Any], self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=_TIMEOUT))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def ensure(self, owner: render.Owner, component: ComponentType, spec: InferenceServiceSpec,
+               cspec: render.ComponentSpec, desired: render.RenderedRevision, *, revision: str,
+               capacity: int) -> RevisionObservation:
+        """Give `revision` `capacity` Instances: the desired revision through the partition; an older
+        one asked for more Instances than run it (capacity moving back: a rollback) through
+        rollbackToRevision. Answers the revision as observe would."""
+        name = replica_name(owner.name, component)
+        body = replica_spec(spec, component, cspec, desired, isvc=owner.name, replicas=render.desired_replicas(cspec))
+        live = self.get(owner.namespace, name)
+        asked = self._asked(live)
+        asked[revision] = capacity
+        pacing = dict(((live or {}).get("spec") or {}).get("pacing") or {})
+        if revision == desired.revision:
+            pacing = {"partition": max(0, body["replicas"] - capacity), "rollbackToRevision": None}
+        elif capacity > 0:
+            running = next((r.replicas for r in self._counted(owner, component) if r.revision == revision), 0)
+            back = self._revision_of(owner.namespace, name, revision) if capacity > running else None
+            if back is not None:
+                pacing = {"partition": 0, "rollbackToRevision": back}
+        body["pacing"] = pacing or None
+        annotations = {CAPACITY_ANNOTATION: json.dumps(asked, sort_keys=True)}
+        if live is None:
+            manifest = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceReplica",
+                        "metadata": {"name": name, "namespace": owner.namespace, "annotations": annotations,
+                                     "labels": render.selector_labels(owner.name, component),
+                                     "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}",
+                                                          "kind": "InferenceService", "name": owner.name,
+                                                          "uid": owner.uid, "controller": True,
+                                                          "blockOwnerDeletion": True}]},
+                        "spec": body}
+            try:
+                self.custom.create_namespaced_custom_object(GROUP, VERSION, owner.namespace, PLURAL, manifest,
+                                                            _request_timeout=_TIMEOUT)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                live = self.get(owner.namespace, name)
+        if live is not None:
+            body.pop("parentRef", None)  # immutable after create
+            self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, owner.namespace, PLURAL, name,
+                {"metadata": {"annotations": annotations}, "spec": body}, _request_timeout=_TIMEOUT)
+        return next((r for r in self.revisions(owner, component, asked) if r.revision == revision),
+                    RevisionObservation(revision=revision, replicas=capacity, ready_replicas=0))
+
+    @staticmethod
+    def _asked(live: dict[str, Any] | None) -> dict[str, int]:
+        text = (((live or {}).get("metadata") or {}).get("annotations") or {}).get(CAPACITY_ANNOTATION) or "{}"
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return {}
+        return {str(k): int(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+    def lifecycle(self, owner: render.Owner, component: ComponentType) -> dict[str, object] | None:
+        """The projected replica's status, the fields of the LifecycleStatus shape (seed: the
+        component's status is the verbatim projection of the replica's)."""
+        live = self.get(owner.namespace, replica_name(owner.name, component))
+        status = (live or {}).get("status")
+        if not status:
+            return None
+        return {key: value for key, value in status.items() if key in _LIFECYCLE_FIELDS}
+
+    def _revision_of(self, namespace: str, replica: str, revision: str) -> str | None:
+        """The replica's ControllerRevision whose runners carry the template of `revision`."""
+        listed = self.apps.list_namespaced_controller_revision(
+            namespace, label_selector=f"{REPLICA_LABEL}={replica}", _request_timeout=_TIMEOUT)
+        for item in listed.items:
+            data = item.data or {}
+            for runner in data.get("runners") or []:
+                labels = ((runner.get("template") or {}).get("metadata") or {}).get("labels") or {}
+                if labels.get(render.LABEL_REVISION) == revision and item.metadata is not None:
+                    return str(item.metadata.name)
+        return None
+
+    def revisions(self, owner: render.Owner, component: ComponentType,
+                  asked: dict[str, int] | None = None) -> list[RevisionObservation]:
+        """Per template revision, as a Deployment would report it: replicas = the capacity last asked
+        for it (the pods running it when never asked), ready = its pods Ready and in rotation."""
+        if asked is None:
+            asked = self._asked(self.get(owner.namespace, replica_name(owner.name, component)))
+        counted = {r.revision: r for r in self._counted(owner, component)}
+        out = []
+        for revision in sorted(set(counted) | set(asked)):
+            seen = counted.get(revision)
+            ready = seen.ready_replicas if seen else 0
+            replicas = asked.get(revision, seen.replicas if seen else 0)
+            out.append(RevisionObservation(revision=revision, replicas=replicas, ready_replicas=min(ready, replicas)
+                                           if revision in asked else ready, updated_replicas=replicas))
+        return out
+
+    def _counted(self, owner: render.Owner, component: ComponentType) -> list[RevisionObservation]:
+        """Pods per template revision (a single-pod Instance per pod) and those Ready and in rotation."""
+        pods = self.core.list_namespaced_pod(
+            owner.namespace, label_selector=f"{REPLICA_LABEL}={replica_name(owner.name, component)}",
+            _request_timeout=_TIMEOUT).items
+        counts: dict[str, list[int]] = {}
+        for pod in pods:
+            meta = pod.metadata
+            if meta is None or meta.deletion_timestamp is not None:
+                continue
+            revision = (meta.labels or {}).get(render.LABEL_REVISION)
+            if not revision:
+                continue
+            conditions = {c.type: c.status for c in (pod.status.conditions or [])} if pod.status else {}
+            entry = counts.setdefault(revision, [0, 0])
+            entry[0] += 1
+            if conditions.get("ContainersReady") == "True" and conditions.get(SERVING_GATE) == "True":
+                entry[1] += 1
+        return [RevisionObservation(revision=r, replicas=n, ready_replicas=ready)
+                for r, (n, ready) in sorted(counts.items())]
+
+
+__all__ = ["MODE_ANNOTATION", "OMENATIVE", "ProjectedReplicas", "deployment_mode", "replica_name", "replica_spec"]
