@@ -2,32 +2,39 @@
 under the real names (replica.*, kube.patch_status, operator.config), for time-skipping tests of
 the replica engine (tests/test_replica_workflow.py).
 
-The fake kubelet works on the test server's clock: a pod turns Ready `ready_delay` seconds after it
-is created (never, when its first container's image is in `broken_images`), a deleted pod is gone
-`delete_delay` seconds later. Tests make pods fail, restart or vanish through `fail_pod`,
-`restart_pod`, `lose_pod`. `quota` caps the pod count as a ResourceQuota would (the create is
-refused, QuotaExceeded). After every call that changes pods, the serving Instance count is
-sampled into `serving_log`, so a test can prove a rollout never dipped below its budget.
+The fake kubelet works on the test server's clock: a pod's containers turn ready `ready_delay`
+seconds after it is created (never, when its first container's image is in `broken_images`), and
+the pod is Ready only while its ome.io/serving gate is True, as a kubelet (and kwok's stages)
+report it; a deleted pod is gone `delete_delay` seconds later, or once released when
+`hold_deletion` keeps it terminating (a finalizer would). Tests make pods fail, restart or vanish
+through `fail_pod`, `restart_pod`, `lose_pod`. `quota` caps the pod count as a ResourceQuota would
+(the create is refused, QuotaExceeded). After every call that changes pods, the serving Instance
+count is sampled into `serving_log`, so a test can prove a rollout never dipped below its budget.
 
 The fake answers as the real activities do (tests/test_replica_conformance.py runs the same cases
-against both); a call the real activity would refuse is answered with its error and recorded in
+against both): pods, names, labels and revision names come from the activities' own pure parts
+(activities/replica/pods.py, revisions.py, in_place.py), only the apiserver and the kubelet are
+simulated. A call the real activity would refuse is answered with its error and recorded in
 `violations`.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 
 from servingops.activities.kubernetes import EventNote, StatusPatch
+from servingops.activities.replica import in_place
+from servingops.activities.replica import pods as render
+from servingops.activities.replica.activities import MAX_COLLISIONS, QUOTA_EXCEEDED
+from servingops.activities.replica.revisions import revision_hash, same_data
 from servingops.activities.replica.types import (
     CreatePodsInput,
     CreatePodsResult,
@@ -47,7 +54,8 @@ from servingops.activities.replica.types import (
 )
 from servingops.api_models.conditions import merge_conditions
 from servingops.api_models.errors import ErrorType, application_error
-from servingops.api_models.ome.instance_keys import base_name, pod_name, revision_object_name
+from servingops.api_models.ome import instance_keys as keys
+from servingops.api_models.ome.instance_keys import base_name, revision_object_name
 from servingops.api_models.ome.instance_status import InstanceTermination
 from servingops.api_models.ome.replica import InferenceReplicaSpec, InferenceReplicaStatus
 from servingops.api_models.operator_config import LifecycleDefaults, OperatorDefaults
@@ -82,7 +90,15 @@ class FakePod:
     restarts: int = 0
     restarted_at: float | None = None
     ready_from: float | None = None
+    """When the containers turned ready (set by the simulated kubelet)."""
     gated: bool = False
+    manifest: dict[str, Any] = field(default_factory=dict)
+    """The pod as create_pods rendered it (what update_in_place diffs and patches)."""
+    serving_since: float | None = None
+    """When the ome.io/serving condition last turned True (None while it is not True)."""
+    failed_at: float | None = None
+    held: bool = False
+    """A finalizer holds the pod: once deleted it stays terminating until released."""
 
 
 @dataclass
@@ -156,6 +172,12 @@ class FakeReplicaCluster:
         pod.restarts += 1
         pod.restarted_at = await self.now()
 
+    def hold_deletion(self, name: str) -> None:
+        self.pods[name].held = True
+
+    def release_deletion(self, name: str) -> None:
+        self.pods[name].held = False
+
     def lose_pod(self, name: str) -> None:
         """The pod vanishes (a node gone, a kubectl delete --force)."""
         del self.pods[name]
@@ -180,34 +202,43 @@ class FakeReplicaCluster:
     # -- the simulated kubelet -----------------------------------------------------------------
 
     def _settle(self, now: float) -> None:
-        for name in [n for n, p in self.pods.items() if p.deleted is not None and now - p.deleted >= self.delete_delay]:
+        for name in [n for n, p in self.pods.items()
+                     if p.deleted is not None and not p.held and now - p.deleted >= self.delete_delay]:
             del self.pods[name]
         for pod in self.pods.values():
             if pod.ready_from is None and not pod.gated and not pod.failed and pod.image not in self.broken_images:
                 pod.ready_from = pod.created + self.ready_delay
+            if pod.failed and pod.failed_at is None:
+                pod.failed_at = now  # the kubelet's finishedAt: the same on every later read
 
-    def _ready(self, pod: FakePod, now: float) -> bool:
+    def _containers_ready(self, pod: FakePod, now: float) -> bool:
         return (pod.ready_from is not None and pod.ready_from <= now and not pod.failed and pod.deleted is None
                 and pod.image not in self.broken_images)
+
+    def _ready(self, pod: FakePod, now: float) -> bool:
+        """PodReady: the containers ready and every readiness gate (ome.io/serving) True."""
+        return self._containers_ready(pod, now) and pod.serving is True
 
     def _view(self, pod: FakePod, now: float) -> PodView:
         ready = self._ready(pod, now)
         since = None
         if ready:
-            start = max(pod.ready_from or now, pod.restarted_at or 0.0)
+            # When Ready last turned True: the containers (again, after a restart) or the gate, last.
+            start = max(pod.ready_from or now, pod.restarted_at or 0.0, pod.serving_since or 0.0)
             since = datetime.fromtimestamp(start, UTC)
         termination = None
         if pod.failed:
             termination = InstanceTermination(pod_name=pod.name, container_name="main", reason="Error", exit_code=1,
-                                              time=datetime.fromtimestamp(now, UTC))
+                                              time=datetime.fromtimestamp(pod.failed_at or now, UTC))
         elif pod.restarted_at is not None:
             termination = InstanceTermination(pod_name=pod.name, container_name="main", reason="OOMKilled",
                                               exit_code=137, time=datetime.fromtimestamp(pod.restarted_at, UTC))
         return PodView(name=pod.name, uid=pod.uid, index=pod.index, slot=pod.slot, runner=pod.runner,
-                       worker=pod.worker, incarnation=pod.incarnation, revision=pod.revision, node="node-1",
+                       worker=pod.worker, incarnation=pod.incarnation, revision=pod.revision,
+                       node=None if pod.gated else "node-1",
                        phase="Failed" if pod.failed else "Running" if not pod.gated else "Pending",
-                       scheduled=not pod.gated, gated=pod.gated, containers_ready=ready, ready=ready,
-                       ready_since=since, serving=pod.serving, deleting=pod.deleted is not None,
+                       scheduled=not pod.gated, gated=pod.gated, containers_ready=self._containers_ready(pod, now),
+                       ready=ready, ready_since=since, serving=pod.serving, deleting=pod.deleted is not None,
                        restart_count=pod.restarts, last_termination=termination,
                        created_at=datetime.fromtimestamp(pod.created, UTC))
 
@@ -215,7 +246,7 @@ class FakeReplicaCluster:
         per = sum(r["size"] for r in self._runners_of(self.spec))
         by_index: dict[int, int] = {}
         for pod in self.live():
-            if self._ready(pod, now) and pod.serving is True:
+            if self._ready(pod, now):
                 by_index[pod.index] = by_index.get(pod.index, 0) + 1
         self.serving_log.append(Sample(time=now, serving=sum(1 for n in by_index.values() if n >= per),
                                        pods=len(self.live())))
@@ -227,6 +258,44 @@ class FakeReplicaCluster:
     def _base(self) -> str:
         parent = (self.spec.get("parentRef") or {}).get("name")
         return base_name(NAME, parent, self.spec["component"])
+
+    def _owner(self) -> render.Owner:
+        return render.Owner(name=NAME, namespace=NAMESPACE, uid=self.uid)
+
+    def _live_spec(self, ref: ObjectRef) -> InferenceReplicaSpec:
+        """The spec as the real activities read it (ObjectGone, InvalidSpec as they raise them)."""
+        if self.gone or (ref.uid and ref.uid != self.uid):
+            raise application_error(ErrorType.OBJECT_GONE, f"{ref.describe()} is gone")
+        try:
+            return InferenceReplicaSpec.model_validate(self.spec)
+        except ValidationError as exc:
+            raise application_error(ErrorType.INVALID_SPEC, f"{ref.describe()}: the spec does not parse: {exc}") \
+                from exc
+
+    def _revision_data(self, name: str) -> render.RevisionData:
+        found = self.revisions.get(name)
+        if found is None or not found.owned:
+            self.violations.append(f"a pod from unknown revision {name}")
+            raise application_error(ErrorType.REVISION_NOT_FOUND,
+                                    f"ControllerRevision {NAMESPACE}/{name} of InferenceReplica {NAME} does not exist")
+        try:
+            return render.parse_revision(name, found.data)
+        except render.RenderError as exc:
+            raise application_error(ErrorType.INVALID_SPEC, str(exc)) from exc
+
+    def _add_pod(self, body: dict[str, Any], runner_template: dict[str, Any], now: float) -> FakePod:
+        meta = body["metadata"]
+        labels = meta["labels"]
+        pod = FakePod(
+            name=meta["name"], uid=str(uuid.uuid4()), index=int(labels[keys.INSTANCE_LABEL]),
+            slot=int(labels[keys.SLOT_LABEL]), runner=labels[keys.RUNNER_LABEL],
+            worker=int(labels.get(keys.WORKER_LABEL) or 0), incarnation=int(labels[keys.INCARNATION_LABEL]),
+            revision=labels[keys.REVISION_LABEL], image=body["spec"]["containers"][0]["image"],
+            template=copy.deepcopy(runner_template), created=now, gated=self.gate_new_pods or
+            bool(body["spec"].get("schedulingGates")), manifest=body)
+        self.pods[pod.name] = pod
+        self.created_names.append(pod.name)
+        return pod
 
     # -- the activities -------------------------------------------------------------------------
 
@@ -249,36 +318,45 @@ class FakeReplicaCluster:
             return ReplicaObservation(
                 uid=cluster.uid, generation=cluster.generation, deleting=False, spec=spec, status=status,
                 base=cluster._base(),
-                pods=[cluster._view(pod, now) for pod in sorted(cluster.pods.values(), key=lambda p: p.name)],
-                revisions=[RevisionView(name=r.name, revision=r.revision) for r in cluster.revisions.values()
-                           if r.owned],
+                pods=sorted((cluster._view(pod, now) for pod in cluster.pods.values()), key=_pod_order),
+                revisions=[RevisionView(name=r.name, revision=r.revision) for r in sorted(
+                    (r for r in cluster.revisions.values() if r.owned), key=lambda r: (r.revision, r.name))],
                 rollback_target=lookup, now=datetime.fromtimestamp(now, UTC))
 
         @activity.defn(name="replica.ensure_revision")
         async def ensure_revision(request: EnsureRevisionInput) -> RevisionResult:
-            runners = cluster._runners_of(cluster.spec)
+            spec = cluster._live_spec(request.replica.ref)
+            runners = spec.runners
             if not runners:
-                raise application_error(ErrorType.INVALID_SPEC, "spec.runners is empty: nothing to render")
-            data = {"runners": runners, "pairingProtocol": cluster.spec.get("pairingProtocol")}
-            count = request.collision_count
-            while True:
-                digest = hashlib.sha256(json.dumps([data, count], sort_keys=True).encode()).hexdigest()[:10]
-                name = revision_object_name(request.replica.base, digest)
+                # The real one renders runners from spec.modelRef / runtimeRef; the fake has no models
+                # or runtimes, so it answers as the real one does for a model that is not there.
+                raise application_error(ErrorType.INVALID_SPEC, f"{request.replica.ref.describe()}: spec needs "
+                                                                "runners, or a modelRef and/or runtimeRef to render "
+                                                                "them from (the fake renders from runners only)")
+            try:
+                sizes = render.runner_sizes(runners)
+            except render.RenderError as exc:
+                raise application_error(ErrorType.INVALID_SPEC, f"spec.runners: {exc}") from exc
+            data = render.revision_payload(runners, spec.pairing_protocol)
+            count = max(request.collision_count, 0)
+            for _ in range(MAX_COLLISIONS):
+                name = revision_object_name(request.replica.base, revision_hash(data, count))
                 if cluster.collide_next and name not in cluster.revisions:
                     cluster.collide_next = False
                     cluster.revisions[name] = FakeRevision(name=name, revision=0, data={"foreign": True}, owned=False)
                 existing = cluster.revisions.get(name)
                 if existing is None:
-                    number = max((r.revision for r in cluster.revisions.values()), default=0) + 1
-                    cluster.revisions[name] = FakeRevision(name=name, revision=number, data=copy.deepcopy(data))
-                    existing = cluster.revisions[name]
-                elif existing.data != data:
+                    # Numbered after the replica's own revisions only, as the real one lists them.
+                    number = max((r.revision for r in cluster.revisions.values() if r.owned), default=0) + 1
+                    existing = cluster.revisions[name] = FakeRevision(name=name, revision=number,
+                                                                      data=copy.deepcopy(data))
+                elif not (existing.owned and same_data(existing.data, data)):
                     count += 1
                     continue
-                sizes = {r["name"]: r["size"] for r in runners}
                 return RevisionResult(name=name, revision=existing.revision, collision_count=count,
                                       generation=cluster.generation, runner_sizes=sizes,
-                                      pairing_protocol=cluster.spec.get("pairingProtocol"))
+                                      pairing_protocol=spec.pairing_protocol)
+            raise application_error(ErrorType.CONFLICT, f"{MAX_COLLISIONS} revision name collisions in a row")
 
         @activity.defn(name="replica.ensure_service")
         async def ensure_service(replica: ReplicaRef) -> None:
@@ -288,34 +366,30 @@ class FakeReplicaCluster:
         async def create_pods(request: CreatePodsInput) -> CreatePodsResult:
             now = await cluster.now()
             cluster._settle(now)
-            revision = cluster.revisions.get(request.revision)
-            if revision is None:
-                cluster.violations.append(f"create_pods from unknown revision {request.revision}")
-                raise application_error(ErrorType.INVALID_REVISION, f"ControllerRevision {request.revision} not found")
+            spec = cluster._live_spec(request.replica.ref)
+            revision = cluster._revision_data(request.revision)
+            key = render.InstanceKey(index=request.index, incarnation=request.incarnation, slot=request.slot)
+            placement = render.InstancePlacement.of(spec, request.preferred_nodes, request.avoid_node)
+            try:
+                rendered = render.render_instance(cluster._owner(), spec.component.value, request.replica.base,
+                                                  revision, key, placement)
+            except render.RenderError as exc:
+                raise application_error(ErrorType.INVALID_SPEC, str(exc)) from exc
+            templates = {r.name.value: r.template for r in revision.runners}
             result = CreatePodsResult()
-            base = request.replica.base
-            for spec in revision.data["runners"]:
-                for k in range(spec["size"]):
-                    worker = k + 1 if spec["name"] == "worker" else 0
-                    name = pod_name(base, request.index, slot=request.slot if spec["name"] == "default" else 0,
-                                    worker=worker)
-                    if name in cluster.pods:
-                        result.existed.append(name)
-                        continue
-                    if cluster.quota is not None and len(cluster.pods) >= cluster.quota:
-                        result.refused = (f'pods "{name}" is forbidden: exceeded quota: pods, requested: pods=1, '
-                                          f"used: pods={len(cluster.pods)}, limited: pods={cluster.quota}")
-                        result.refused_reason = "QuotaExceeded"
-                        cluster._sample(now)
-                        return result
-                    container = spec["template"]["spec"]["containers"][0]
-                    cluster.pods[name] = FakePod(
-                        name=name, uid=str(uuid.uuid4()), index=request.index,
-                        slot=request.slot if spec["name"] == "default" else 0, runner=spec["name"], worker=worker,
-                        incarnation=request.incarnation, revision=request.revision, image=container["image"],
-                        template=copy.deepcopy(spec["template"]), created=now, gated=cluster.gate_new_pods)
-                    cluster.created_names.append(name)
-                    result.created.append(name)
+            for body in rendered:
+                name = body["metadata"]["name"]
+                if name in cluster.pods:  # terminating ones too: the name is still taken
+                    result.existed.append(name)
+                    continue
+                if cluster.quota is not None and len(cluster.pods) >= cluster.quota:
+                    result.refused = (f'pods "{name}" is forbidden: exceeded quota: pods, requested: pods=1, '
+                                      f"used: pods={len(cluster.pods)}, limited: pods={cluster.quota}")
+                    result.refused_reason = QUOTA_EXCEEDED
+                    cluster._sample(now)
+                    return result
+                cluster._add_pod(body, templates[body["metadata"]["labels"][keys.RUNNER_LABEL]], now)
+                result.created.append(name)
             cluster._sample(now)
             return result
 
@@ -327,10 +401,10 @@ class FakeReplicaCluster:
                 pod = cluster.pods.get(name)
                 if pod is None or (request.uids.get(name) and request.uids[name] != pod.uid):
                     continue
+                # A pod already terminating answers the delete as accepted: listed again.
                 if pod.deleted is None:
                     pod.deleted = now
-                    pod.serving = False if pod.serving is not None else None
-                    deleted.append(name)
+                deleted.append(name)
             cluster._sample(now)
             return deleted
 
@@ -344,6 +418,7 @@ class FakeReplicaCluster:
                     result.missing.append(name)
                 elif pod.serving is not request.serving:
                     pod.serving = request.serving
+                    pod.serving_since = now if request.serving else None
                     result.changed.append(name)
             cluster._sample(now)
             return result
@@ -351,26 +426,35 @@ class FakeReplicaCluster:
         @activity.defn(name="replica.update_in_place")
         async def update_in_place(request: InPlaceInput) -> InPlaceResult:
             now = await cluster.now()
+            cluster._settle(now)
+            spec = cluster._live_spec(request.replica.ref)
+            revision = cluster._revision_data(request.revision)
             pod = cluster.pods.get(request.pod)
-            revision = cluster.revisions.get(request.revision)
-            if pod is None or revision is None:
-                raise application_error(ErrorType.INVALID_REVISION, f"pod {request.pod} or revision {request.revision}")
-            wanted = next(r for r in revision.data["runners"] if r["name"] == pod.runner)["template"]
-            strip = copy.deepcopy(wanted)
-            mine = copy.deepcopy(pod.template)
-            for t in (strip, mine):
-                for c in t["spec"]["containers"]:
-                    c.pop("image", None)
-            if strip != mine:
-                return InPlaceResult(applied=False, reason="env of container main differs")
-            pod.image = wanted["spec"]["containers"][0]["image"]
-            pod.template = copy.deepcopy(wanted)
-            pod.revision = request.revision
+            if pod is None or pod.deleted is not None:
+                return InPlaceResult(applied=False, reason=f"pod {request.pod} is gone")
+            key = render.InstanceKey(index=pod.index, incarnation=pod.incarnation, slot=pod.slot)
+            try:
+                rendered = render.render_instance(cluster._owner(), spec.component.value, request.replica.base,
+                                                  revision, key, render.InstancePlacement.of(spec))
+            except render.RenderError:
+                rendered = []
+            desired = next((p for p in rendered if p["metadata"]["name"] == pod.name), None)
+            if desired is None:
+                return InPlaceResult(applied=False,
+                                     reason=f"pod {request.pod} has no place in revision {request.revision}")
+            change = in_place.diff(desired, pod.manifest)
+            if not change.possible:
+                return InPlaceResult(applied=False, reason=change.reason())
+            _apply(pod.manifest, change)
+            pod.image = pod.manifest["spec"]["containers"][0]["image"]
+            pod.revision = pod.manifest["metadata"]["labels"][keys.REVISION_LABEL]
+            pod.template = copy.deepcopy(next(r.template for r in revision.runners if r.name.value == pod.runner))
             cluster._sample(now)
             return InPlaceResult(applied=True)
 
         @activity.defn(name="replica.prune_revisions")
         async def prune_revisions(request: PruneRevisionsInput) -> list[str]:
+            cluster._live_spec(request.replica.ref)
             ours = sorted((r for r in cluster.revisions.values() if r.owned and r.name not in request.live),
                           key=lambda r: r.revision)
             doomed = ours[:max(0, len(ours) - request.limit)]
@@ -404,6 +488,23 @@ class FakeReplicaCluster:
 
         return [observe, ensure_revision, ensure_service, create_pods, delete_pods, set_serving, update_in_place,
                 prune_revisions, patch_status, operator_config]
+
+
+_RUNNER_ORDER = {"leader": 0, "default": 0, "worker": 1}
+
+
+def _pod_order(view: PodView) -> tuple[int, int, int, int]:
+    """The order the real observe lists pods in: by Instance, anchor first, then workers, slots."""
+    return view.index, _RUNNER_ORDER.get(view.runner, 2), view.worker, view.slot
+
+
+def _apply(manifest: dict[str, Any], change: in_place.InPlaceDiff) -> None:
+    """What the apiserver does with the diff's strategic merge patch: containers merge by name."""
+    for (kind, name), image in change.images.items():
+        for container in manifest["spec"].get(kind) or []:
+            if container.get("name") == name:
+                container["image"] = image
+    manifest["metadata"].setdefault("labels", {}).update(change.labels)
 
 
 def seconds(value: float) -> timedelta:

@@ -119,3 +119,32 @@ def test_an_omenative_service_is_served_by_its_projected_replica(kube_api: clien
     replica_status = (_replica(kube_api, ns, name) or {}).get("status") or {}
     assert engine["lifecycle"]["labelSelector"] == replica_status["labelSelector"]
     assert engine["lifecycle"]["currentRevision"] == replica_status["currentRevision"]
+
+
+def test_an_omenative_canary_rolls_back_through_rollback_to_revision(
+        kube_api: client.ApiClient, native_stack: tuple[str, ManagedProcess]) -> None:
+    ns, worker = native_stack
+    name = f"back-{uuid.uuid4().hex[:5]}"
+    spec = {"deploymentMode": "OMENative", "engine": _engine("vllm/vllm-openai:v0.9"),
+            "rollout": {"groups": [{"components": ["engine"], "canary": {
+                "steps": [{"capacity": "50%", "traffic": 50, "pause": {}}, {"capacity": "100%", "traffic": 100}],
+                "scaleDownDelaySeconds": 1}}]}}
+    create(kube_api, InferenceService, manifest(InferenceService, spec, name=name), ns)
+    first = _wait("the first revision serving 100%", lambda: (
+        (w := _route_weights(kube_api, ns, f"{name}-engine")) and list(w.values()) == [100] and w), worker, 180)
+    [stable] = first
+    _wait("two Instances", lambda: _images(kube_api, ns, name) == ["vllm/vllm-openai:v0.9"] * 2, worker)
+    client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", name, {
+        "spec": {"engine": _engine("vllm/vllm-openai:v0.10")}})
+    _wait("the canary at 50% with one Instance moved", lambda: (
+        _route_weights(kube_api, ns, f"{name}-engine").get(stable) == 50
+        and _images(kube_api, ns, name) == ["vllm/vllm-openai:v0.10", "vllm/vllm-openai:v0.9"]), worker, 180)
+    client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", name, {
+        "metadata": {"annotations": {"ome.io/rollout-rollback": "true"}}})
+    _wait("traffic back on the stable revision", lambda: _route_weights(kube_api, ns, f"{name}-engine")
+          == {stable: 100}, worker, 180)
+    _wait("every Instance back on the stable template", lambda: _images(kube_api, ns, name)
+          == ["vllm/vllm-openai:v0.9"] * 2, worker, 180)
+    replica = _replica(kube_api, ns, name) or {}
+    assert replica["spec"]["pacing"].get("rollbackToRevision"), replica["spec"]["pacing"]
+    assert replica["status"]["updateRevision"] != replica["status"]["currentRevision"]

@@ -54,7 +54,8 @@ class Replica:
         await self.handle.signal(contract.Signal.PODS_CHANGED)
 
     async def until(self, predicate: Any, *, step: float = 1.0, what: str = "") -> None:
-        await until(self.env, predicate, step=step, what=what)
+        # A generous real-time bound (not a timing): a loaded 2-core CI machine is slow to skip time.
+        await until(self.env, predicate, step=step, what=what, real_seconds=240)
 
     def rows(self) -> list[dict[str, Any]]:
         return self.cluster.rows()
