@@ -309,19 +309,24 @@ class FakeReplicaCluster:
             now = await cluster.now()
             cluster._settle(now)
             spec = InferenceReplicaSpec.model_validate(cluster.spec)
-            status = InferenceReplicaStatus.model_validate(cluster.status) if cluster.status else None
             rollback = (spec.pacing.rollback_to_revision if spec.pacing else None) or None
             lookup = None
             if rollback:
                 found = cluster.revisions.get(rollback)
                 lookup = RevisionLookup(name=rollback, exists=found is not None, owned=bool(found and found.owned))
             return ReplicaObservation(
-                uid=cluster.uid, generation=cluster.generation, deleting=False, spec=spec, status=status,
+                uid=cluster.uid, generation=cluster.generation, deleting=False, spec=spec,
                 base=cluster._base(),
                 pods=sorted((cluster._view(pod, now) for pod in cluster.pods.values()), key=_pod_order),
                 revisions=[RevisionView(name=r.name, revision=r.revision) for r in sorted(
                     (r for r in cluster.revisions.values() if r.owned), key=lambda r: (r.revision, r.name))],
                 rollback_target=lookup, now=datetime.fromtimestamp(now, UTC))
+
+        @activity.defn(name="replica.read_record")
+        async def read_record(ref: ObjectRef) -> InferenceReplicaStatus | None:
+            if cluster.gone or ref.uid != cluster.uid or not cluster.status:
+                return None
+            return InferenceReplicaStatus.model_validate(cluster.status)
 
         @activity.defn(name="replica.ensure_revision")
         async def ensure_revision(request: EnsureRevisionInput) -> RevisionResult:
@@ -486,8 +491,8 @@ class FakeReplicaCluster:
         async def operator_config() -> OperatorDefaults:
             return OperatorDefaults(lifecycle=cluster.lifecycle)
 
-        return [observe, ensure_revision, ensure_service, create_pods, delete_pods, set_serving, update_in_place,
-                prune_revisions, patch_status, operator_config]
+        return [observe, read_record, ensure_revision, ensure_service, create_pods, delete_pods, set_serving,
+                update_in_place, prune_revisions, patch_status, operator_config]
 
 
 _RUNNER_ORDER = {"leader": 0, "default": 0, "worker": 1}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -62,6 +63,8 @@ from servingops.api_models.refs import ObjectRef
 
 _GROUP, _VERSION, _PLURAL = "ome.io", "v1beta1", "inferencereplicas"
 _STRATEGIC = "application/strategic-merge-patch+json"
+FAN_OUT = 8
+"""Pods one set_serving call reads and patches side by side."""
 QUOTA_EXCEEDED = "QuotaExceeded"
 """CreatePodsResult.refused_reason when a ResourceQuota refused a pod."""
 _QUOTA_MESSAGE = "exceeded quota"
@@ -136,6 +139,7 @@ class ReplicaActivities:
         self._artifacts = artifacts
         """`<registry>/<repository>` where a Deckhouse model's artifact is (rendering from a modelRef)."""
         self._reader = KubeReader(client.CustomObjectsApi(api_client))
+        self._fan_out = ThreadPoolExecutor(max_workers=FAN_OUT, thread_name_prefix="replica-pods")
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.revisions = RevisionStore(client.AppsV1Api(api_client))
@@ -205,9 +209,6 @@ class ReplicaActivities:
         replica = self._replica(ref)
         if replica is None:
             return None
-        raw_status = replica.obj.get("status")
-        # Our own writes: a status that does not parse is a bug, raised (and retried) as such.
-        status = InferenceReplicaStatus.model_validate(raw_status) if raw_status else None
         views = [v for v in (pod_view(p) for p in self._pods(replica)) if v is not None]
         namespace = replica.owner.namespace
         revisions = [RevisionView(name=r["metadata"]["name"], revision=int(r.get("revision") or 0))
@@ -220,9 +221,19 @@ class ReplicaActivities:
                                     owned=found is not None and controlled_by(found, replica.owner.uid))
         return ReplicaObservation(
             uid=replica.owner.uid, generation=replica.generation, deleting=replica.deleting, spec=replica.spec,
-            status=status, base=replica.base, pods=sorted(views, key=_pod_order), revisions=revisions,
+            base=replica.base, pods=sorted(views, key=_pod_order), revisions=revisions,
             rollback_target=lookup, now=dt.datetime.now(dt.UTC), parent_uid=_parent_uid(replica.obj),
         )
+
+    @activity.defn(name="replica.read_record")
+    def read_record(self, ref: ObjectRef) -> InferenceReplicaStatus | None:
+        """The stored status (the operations recorded in it), read once by a fresh workflow to resume;
+        None when the replica is gone or has no status yet. Kept out of observe: at 200 Instances
+        the status is half of what every observe would put in the workflow's history."""
+        replica = self._replica(ref)
+        raw = replica.obj.get("status") if replica is not None else None
+        # Our own writes: a status that does not parse is a bug, raised (and retried) as such.
+        return InferenceReplicaStatus.model_validate(raw) if raw else None
 
     @activity.defn(name="replica.ensure_revision")
     def ensure_revision(self, request: EnsureRevisionInput) -> RevisionResult:
@@ -368,36 +379,43 @@ class ReplicaActivities:
         """The ome.io/serving condition of each pod (pods/status, a strategic merge keyed by
         condition type, so the kubelet's conditions stay); a pod already at that status is left as
         it is, lastTransitionTime included."""
-        wanted = "True" if request.serving else "False"
         result = SetServingResult()
-        for name in request.pods:
-            pod = self._pod(request.namespace, name)
-            if pod is None:
+        # One read and one patch per pod, the pods side by side (a pass may put 200 in rotation).
+        for name, outcome in zip(request.pods, self._fan_out.map(lambda n: self._set_one(request, n), request.pods),
+                                 strict=True):
+            if outcome == "missing":
                 result.missing.append(name)
-                continue
-            current = next((c for c in (pod.get("status") or {}).get("conditions") or []
-                            if c.get("type") == keys.SERVING_GATE), None)
-            if current is not None and current.get("status") == wanted:
-                continue
-            now = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-            patch = {
-                # The pod the decision was made on: a pod recreated under the name is not touched.
-                "metadata": {"uid": pod["metadata"]["uid"]},
-                "status": {"conditions": [{"type": keys.SERVING_GATE, "status": wanted, "reason": request.reason,
-                                           "message": request.message, "lastTransitionTime": now}]},
-            }
-            try:
-                self.core.patch_namespaced_pod_status(name, request.namespace, patch, _content_type=_STRATEGIC,
-                                                      _request_timeout=TIMEOUT)
-            except ApiException as exc:
-                # 404: gone since the read. 422 on metadata.uid: the name holds another pod now
-                # (a uid in a patch answers "field is immutable", seen on kube-apiserver 1.35).
-                if exc.status == 404 or (exc.status == 422 and "metadata.uid" in str(exc.body or "")):
-                    result.missing.append(name)
-                    continue
-                raise
-            result.changed.append(name)
+            elif outcome == "changed":
+                result.changed.append(name)
         return result
+
+    def _set_one(self, request: SetServingInput, name: str) -> str:
+        """"changed", "unchanged" or "missing" for one pod."""
+        wanted = "True" if request.serving else "False"
+        pod = self._pod(request.namespace, name)
+        if pod is None:
+            return "missing"
+        current = next((c for c in (pod.get("status") or {}).get("conditions") or []
+                        if c.get("type") == keys.SERVING_GATE), None)
+        if current is not None and current.get("status") == wanted:
+            return "unchanged"
+        now = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        patch = {
+            # The pod the decision was made on: a pod recreated under the name is not touched.
+            "metadata": {"uid": pod["metadata"]["uid"]},
+            "status": {"conditions": [{"type": keys.SERVING_GATE, "status": wanted, "reason": request.reason,
+                                       "message": request.message, "lastTransitionTime": now}]},
+        }
+        try:
+            self.core.patch_namespaced_pod_status(name, request.namespace, patch, _content_type=_STRATEGIC,
+                                                  _request_timeout=TIMEOUT)
+        except ApiException as exc:
+            # 404: gone since the read. 422 on metadata.uid: the name holds another pod now
+            # (a uid in a patch answers "field is immutable", seen on kube-apiserver 1.35).
+            if exc.status == 404 or (exc.status == 422 and "metadata.uid" in str(exc.body or "")):
+                return "missing"
+            raise
+        return "changed"
 
     @activity.defn(name="replica.update_in_place")
     def update_in_place(self, request: InPlaceInput) -> InPlaceResult:
@@ -470,8 +488,8 @@ class ReplicaActivities:
         return deleted
 
     def all(self) -> list[Any]:
-        return [self.observe, self.ensure_revision, self.ensure_service, self.create_pods, self.delete_pods,
-                self.set_serving, self.update_in_place, self.prune_revisions]
+        return [self.observe, self.read_record, self.ensure_revision, self.ensure_service, self.create_pods,
+                self.delete_pods, self.set_serving, self.update_in_place, self.prune_revisions]
 
 
 def _service(replica: _Replica, base: str) -> dict[str, Any]:

@@ -79,7 +79,7 @@ class ReplicaObservation(BaseModel):
     deleting: bool
     spec: InferenceReplicaSpec
     status: InferenceReplicaStatus | None = None
-    """The stored status: on a fresh start the engine resumes the recorded operations from it."""
+    """Not filled by replica.observe (replica.read_record reads the stored status once, to resume)."""
     base: str
     """What pods, the headless Service and revisions are named after (instance_keys.base_name)."""
     pods: list[PodView] = []

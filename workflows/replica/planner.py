@@ -256,6 +256,7 @@ def plan(inputs: Inputs) -> Pass:
         r.target_revision or "" for r in out.rows.values()}
     out.blocks = {name: block for name, block in out.blocks.items() if name in live}
     _gate(out, inputs, draining)
+    out.commands = _batched(out.commands)
     for seen in inputs.views.values():
         for pod in seen.live:
             out.wake_at = _earliest(out.wake_at, available_at(pod, life.min_ready))
@@ -410,3 +411,17 @@ def _gate(out: Pass, inputs: Inputs, draining: set[str]) -> None:
         out.commands.append(SetServing(pods=tuple(sorted(on)), serving=True, reason="Ready"))
     if off:
         out.commands.append(SetServing(pods=tuple(sorted(off)), serving=False, reason="Draining"))
+
+
+def _batched(commands: list[Command]) -> list[Command]:
+    """One set_serving call per (serving, reason) for the whole pass instead of one per Instance:
+    a rollout drains many Instances in the same pass."""
+    merged: dict[tuple[bool, str], list[str]] = {}
+    others: list[Command] = []
+    for command in commands:
+        if isinstance(command, SetServing):
+            merged.setdefault((command.serving, command.reason), []).extend(command.pods)
+        else:
+            others.append(command)
+    return others + [SetServing(pods=tuple(sorted(set(pods))), serving=serving, reason=reason)
+                     for (serving, reason), pods in sorted(merged.items())]

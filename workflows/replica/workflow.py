@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.ome.instance_keys import label_selector
     from servingops.api_models.ome.instance_status import OMENativeInstanceStatus, RetryBlock
     from servingops.api_models.ome.lifecycle import RolloutHold
+    from servingops.api_models.ome.replica import InferenceReplicaStatus
     from servingops.api_models.operator_config import LifecycleDefaults
     from servingops.api_models.refs import ConditionUpdate, ObjectRef
     from servingops.workflows.replica import planner
@@ -171,7 +172,7 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
         state = self.state
         state.generation = max(state.generation, seen.generation)
         if not state.resumed:
-            self._resume(seen)
+            await self._resume()
         replica = ReplicaRef(ref=self.ref, base=seen.base)
         if seen.generation > state.acted_generation or not state.update_revision or state.invalid is not None:
             minted = await self._mint_revision(replica, seen)
@@ -210,18 +211,21 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
             wait = min(wait, PARENT_NUDGE)
         return wait
 
-    def _resume(self, seen: ReplicaObservation) -> None:
+    async def _resume(self) -> None:
         """A fresh workflow takes the stored record: rows with their operations, retry blocks,
         revisions and the collision count (seed: "lets a crashed controller resume work")."""
+        assert self.ref is not None
         state = self.state
+        if not state.rows:
+            stored: InferenceReplicaStatus | None = await workflow.execute_activity_method(
+                ReplicaActivities.read_record, self.ref, **options.KUBE)
+            if stored is not None:
+                state.rows = status_rows(stored)
+                state.blocks = list(stored.retry_blocks or [])
+                state.collision_count = stored.collision_count or 0
+                state.current_revision = stored.current_revision or ""
+                state.hold = stored.rollout_hold
         state.resumed = True
-        if state.rows or seen.status is None:
-            return
-        state.rows = status_rows(seen.status)
-        state.blocks = list(seen.status.retry_blocks or [])
-        state.collision_count = seen.status.collision_count or 0
-        state.current_revision = seen.status.current_revision or ""
-        state.hold = seen.status.rollout_hold
 
     async def _mint_revision(self, replica: ReplicaRef, seen: ReplicaObservation) -> bool:
         state = self.state
