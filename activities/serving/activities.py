@@ -314,6 +314,10 @@ class ServingActivities:
                        cspec: render.ComponentSpec, replicas: int) -> RevisionObservation:
         """An OMENative component: the revision's Service selects the projected replica's pods of
         that revision, and its capacity moves through the replica's pacing (omenative.py)."""
+        if getattr(cspec, "leader", None) is not None or getattr(cspec, "worker", None) is not None:
+            raise application_error(ErrorType.INVALID_SPEC, (
+                f"{key.isvc.describe()}: {key.component.value} is multi-node (leader/worker): an OMENative "
+                "component projects single-pod Instances in this release"))
         desired = render.render_revision(owner.name, key.component, cspec)
         if key.revision == desired.revision:
             try:
