@@ -14,7 +14,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
 
-{{- define "servingops.image" -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
+{{/* The image by tag, pinned to a digest when one is given (what `./dev image` writes: the image it built). */}}
+{{- define "servingops.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
+{{- end -}}
 
 {{/* Environment both processes share: where Temporal is, and where traces go. */}}
 {{- define "servingops.commonEnv" -}}

@@ -1,0 +1,89 @@
+"""The image's Python layers: the pinned dependencies, then the servingops wheel and its console script.
+
+pip runs on the build machine but installs for the image's interpreter (CPython 3.11 of bookworm, x86_64
+glibc 2.36: binary wheels only), so nothing is compiled and no pip lands in the image. Bytecode is compiled by
+the image's own python3 inside a chroot of the base, with unchecked-hash pycs (no source mtime in them) and a
+fixed hash seed, one file after the other in sorted order: a pyc then depends only on its source.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+PYTHON_VERSION = "3.11"
+SITE = f"usr/local/lib/python{PYTHON_VERSION}/dist-packages"
+"""On the sys.path of Debian's python3, outside what dpkg owns."""
+BIN = "usr/local/bin"
+PLATFORMS = ("manylinux_2_36_x86_64", "manylinux_2_35_x86_64", "manylinux_2_34_x86_64", "manylinux_2_28_x86_64",
+             "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
+             "manylinux2010_x86_64", "manylinux_2_5_x86_64", "manylinux1_x86_64")
+"""Every manylinux tag glibc 2.36 (bookworm) can load: pip does not expand one tag into the older ones."""
+PRUNE = ("bin", "kubernetes/aio", "temporalio/bridge/sdk-core")
+"""Never imported at run time: scripts pip wrote for the build machine's interpreter, the kubernetes client's
+asyncio twin (41 MB; the product uses the threaded client), and the Rust sources temporalio ships (12 MB)."""
+
+
+def _pip(*args: str, pip_cache: Path) -> None:
+    env = {**os.environ, "PIP_CACHE_DIR": str(pip_cache), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    subprocess.run([sys.executable, "-m", "pip", *args], check=True, env=env)
+
+
+def install_dependencies(root: Path, requirements: list[str], constraints: Path, pip_cache: Path) -> None:
+    """The product's dependencies at the versions constraints.txt pins, into the image's site-packages."""
+    platform_args = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
+    _pip("install", "--quiet", "--no-compile", "--target", str(root / SITE), "--only-binary=:all:",
+         "--implementation", "cp", "--python-version", PYTHON_VERSION, "--abi", f"cp{PYTHON_VERSION.replace('.', '')}",
+         *platform_args, "-c", str(constraints), *requirements, pip_cache=pip_cache)
+    for name in PRUNE:
+        shutil.rmtree(root / SITE / name, ignore_errors=True)
+
+
+def build_wheel(source: Path, out_dir: Path, pip_cache: Path) -> Path:
+    """The servingops wheel, built by the pinned setuptools of the build's venv (no download, no isolation)."""
+    _pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "--no-index", "--wheel-dir", str(out_dir),
+         str(source), pip_cache=pip_cache)
+    [wheel] = out_dir.glob("servingops-*.whl")
+    return wheel
+
+
+def install_product(root: Path, wheel: Path, pip_cache: Path) -> str:
+    """The wheel into the image's site-packages and its console script into /usr/local/bin; returns the
+    console script's path in the image."""
+    site = root / SITE
+    _pip("install", "--quiet", "--no-compile", "--no-deps", "--no-index", "--target", str(site), str(wheel),
+         pip_cache=pip_cache)
+    shutil.rmtree(site / "bin", ignore_errors=True)
+    [dist_info] = site.glob("servingops-*.dist-info")
+    # direct_url.json names the wheel's path on the build machine: different on every build.
+    (dist_info / "direct_url.json").unlink(missing_ok=True)
+    record = dist_info / "RECORD"
+    record.write_text("".join(line for line in record.read_text().splitlines(keepends=True)
+                              if not line.startswith(f"{dist_info.name}/direct_url.json,")))
+    with zipfile.ZipFile(wheel) as archive:
+        entry_points = archive.read(f"{dist_info.name}/entry_points.txt").decode()
+    parser = configparser.ConfigParser()
+    parser.read_string(entry_points)
+    [(name, target)] = parser.items("console_scripts")
+    module, _, function = target.partition(":")
+    script = root / BIN / name
+    script.parent.mkdir(parents=True, exist_ok=True)
+    # What pip would write, with the image's interpreter on the shebang line; -s: no user site-packages.
+    script.write_text(f"#!/usr/bin/python3 -s\nimport sys\nfrom {module} import {function}\n\n"
+                      f"if __name__ == \"__main__\":\n    sys.exit({function}())\n")
+    script.chmod(0o755)
+    return f"/{BIN}/{name}"
+
+
+def compile_bytecode(root: Path, tree: str) -> None:
+    """Unchecked-hash pycs for every module under `tree`, by the image's python3 in a chroot of `root`."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "LC_ALL": "C.UTF-8"}
+    chroot = shutil.which("chroot") or "/usr/sbin/chroot"
+    subprocess.run([chroot, str(root), "/usr/bin/python3", "-m", "compileall", "-q", "-j", "1",
+                    "--invalidation-mode", "unchecked-hash", f"/{tree}"], check=True, env=env,
+                   stdout=subprocess.DEVNULL)

@@ -1,0 +1,228 @@
+"""The container image (deploy/image): built without a container engine, pushed to the session's registry
+with the real `oras` CLI, pulled back, unpacked, and run in a chroot of its rootfs as its own user, from its
+working directory (outside the source tree): `servingops --help`, the worker and the bridge against the
+session's Temporal and apiserver.
+
+The build is cached under ~/.cache/servingops/image (by what each layer depends on), so the first build of a
+session is fast when nothing changed; the reproducibility test rebuilds every layer (`--no-cache`, downloads
+kept) and must reach the same digest. It runs as root (mmdebstrap, chroot), as CI does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tarfile
+import tomllib
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devstack.identities import Identities
+from devstack.kube import REPO_ROOT, LocalKubeCluster
+from devstack.process import ManagedProcess, free_port
+from devstack.services import OciRegistry, TemporalDevServer
+
+BUILD = REPO_ROOT / "deploy" / "image" / "build.sh"
+REPOSITORY = "servingops/image-test"
+UID = 65532
+SITE = "usr/local/lib/python3.11/dist-packages"
+RUNTIME_DEVICES = {"null": (1, 3), "zero": (1, 5), "full": (1, 7), "random": (1, 8), "urandom": (1, 9), "tty": (5, 0)}
+COMPILERS = ("gcc", "cc", "c++", "g++", "x86_64-linux-gnu-gcc", "x86_64-linux-gnu-gcc-12", "clang", "tcc")
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO_ROOT, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@dataclass(frozen=True)
+class Commit:
+    revision: str
+    epoch: str
+
+
+@pytest.fixture(scope="module")
+def commit() -> Commit:
+    """HEAD when the module starts, its time as SOURCE_DATE_EPOCH: both builds name it even if HEAD moves
+    meanwhile (a shared working tree; CI's clone never moves)."""
+    dirty = "-dirty" if _git("status", "--porcelain", "--untracked-files=no") else ""
+    return Commit(_git("rev-parse", "HEAD") + dirty, _git("log", "-1", "--format=%ct"))
+
+
+def _build(registry: OciRegistry, layout: Path, commit: Commit, *extra: str) -> dict[str, Any]:
+    result = subprocess.run(["bash", str(BUILD), "--registry", registry.address, "--repository", REPOSITORY,
+                             "--layout", str(layout), "--json", "--revision", commit.revision, *extra],
+                            env={**os.environ, "SOURCE_DATE_EPOCH": commit.epoch},
+                            capture_output=True, text=True, timeout=1500)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    print(result.stderr.strip().splitlines()[-2:])  # the build's summary: sizes, packages, cache hits, time
+    return report
+
+
+@pytest.fixture(scope="module")
+def built(oci_registry: OciRegistry, tmp_path_factory: pytest.TempPathFactory, commit: Commit) -> dict[str, Any]:
+    return _build(oci_registry, tmp_path_factory.mktemp("image") / "layout", commit)
+
+
+@dataclass(frozen=True)
+class Pulled:
+    root: Path
+    """The unpacked rootfs."""
+    manifest: dict[str, Any]
+    config: dict[str, Any]
+
+
+def _blob(layout: Path, digest: str) -> Path:
+    return layout / "blobs" / "sha256" / digest.removeprefix("sha256:")
+
+
+@pytest.fixture(scope="module")
+def pulled(built: dict[str, Any], oci_registry: OciRegistry, tmp_path_factory: pytest.TempPathFactory) -> Pulled:
+    """The pushed image, fetched by its digest with `oras cp` into a fresh layout, its layers unpacked in order."""
+    oras = shutil.which("oras") or str(Path(os.environ.get("SERVINGOPS_CACHE", Path.home() / ".cache/servingops"))
+                                       / "bin" / "oras")
+    work = tmp_path_factory.mktemp("pulled")
+    layout, root = work / "layout", work / "rootfs"
+    subprocess.run([oras, "cp", "--no-tty", "--from-plain-http", "--to-oci-layout", built["reference"],
+                    f"{layout}:pulled"],
+                   check=True, capture_output=True, timeout=300)
+    [descriptor] = json.loads((layout / "index.json").read_text())["manifests"]
+    assert descriptor["digest"] == built["digest"]
+    manifest = json.loads(_blob(layout, descriptor["digest"]).read_bytes())
+    config = json.loads(_blob(layout, manifest["config"]["digest"]).read_bytes())
+    root.mkdir()
+    for layer in manifest["layers"]:
+        blob = _blob(layout, layer["digest"])
+        assert "sha256:" + hashlib.sha256(blob.read_bytes()).hexdigest() == layer["digest"]
+        with tarfile.open(blob) as tar:  # the build writes no whiteouts: an unpack needs none of their rules
+            assert not [name for name in tar.getnames() if Path(name).name.startswith(".wh.")]
+        subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-xpzf", str(blob)], check=True)
+    assert list((root / "dev").iterdir()) == [], "device nodes are the runtime's, not the image's"
+    for name, (major, minor) in RUNTIME_DEVICES.items():  # what a container runtime puts in /dev
+        os.mknod(root / "dev" / name, 0o666 | stat.S_IFCHR, os.makedev(major, minor))
+        (root / "dev" / name).chmod(0o666)
+    return Pulled(root, manifest, config)
+
+
+def _in_image(pulled: Pulled, *argv: str) -> list[str]:
+    """argv run in a chroot of the rootfs as the image's user, its env and working directory, with /proc
+    mounted as a container runtime does (temporalio's core reads the memory and cgroup limits there) in a
+    mount namespace of its own, gone with the process."""
+    spec = pulled.config["config"]
+    return ["unshare", f"--mount-proc={pulled.root / 'proc'}", "chroot", f"--userspec={spec['User']}",
+            str(pulled.root), "/usr/bin/env", "-i", "-C", spec["WorkingDir"], *spec["Env"],
+            f"HOME={spec['WorkingDir']}", *spec["Entrypoint"], *argv]
+
+
+def test_the_config_names_a_non_root_user_the_entrypoint_and_the_commit(built: dict[str, Any], pulled: Pulled,
+                                                                       commit: Commit) -> None:
+    spec = pulled.config["config"]
+    uid, _, gid = spec["User"].partition(":")
+    assert int(uid) != 0 and int(gid) != 0
+    passwd = {line.split(":")[2]: line.split(":")[0] for line in (pulled.root / "etc/passwd").read_text().splitlines()}
+    assert passwd[uid] == "servingops"
+    assert spec["Entrypoint"] == ["/usr/local/bin/servingops"]
+    assert (pulled.root / spec["WorkingDir"].lstrip("/")).stat().st_uid == int(uid)
+    labels = spec["Labels"]
+    assert labels["org.opencontainers.image.revision"] == commit.revision
+    assert pulled.config["created"] == datetime.fromtimestamp(int(commit.epoch), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    assert labels["org.opencontainers.image.version"] == project["version"]
+    assert labels["org.opencontainers.image.source"]
+    assert [layer["size"] for layer in pulled.manifest["layers"]] and built["packages"] > 0
+    assert built["size"] == sum(layer["size"] for layer in pulled.manifest["layers"])
+    assert built["size"] < 250e6
+
+
+def test_the_rootfs_holds_no_compiler_package_cache_or_machine_state(pulled: Pulled) -> None:
+    root = pulled.root
+    found = [f"{directory}/{name}" for directory in ("usr/bin", "usr/local/bin", "usr/sbin")
+             for name in COMPILERS if (root / directory / name).exists()]
+    assert found == []
+    assert not (root / "var/lib/apt/lists").exists() or not any((root / "var/lib/apt/lists").iterdir())
+    assert not (root / "var/cache/apt").exists() or not any((root / "var/cache/apt").rglob("*.deb"))
+    assert not any(path.name in ("pip", "pip3") for path in (root / "usr/bin").iterdir())
+    assert [path for path in root.glob("**/.cache") if path.is_dir()] == []  # no pip or any other user cache
+    machine_id = root / "etc/machine-id"
+    assert not machine_id.exists() or machine_id.read_text().strip() in ("", "uninitialized")
+    assert [path.name for path in (root / "var/log").rglob("*.log")] == []
+    # Bytecode that never names a source mtime: the pyc header's flags say "hash-based, not checked".
+    pycs = list((root / SITE).rglob("*.pyc"))
+    assert pycs
+    assert {int.from_bytes(path.read_bytes()[4:8], "little") for path in pycs} == {0b01}
+
+
+def test_help_runs_in_the_image(pulled: Pulled) -> None:
+    result = subprocess.run(_in_image(pulled, "--help"), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for command in ("worker", "bridge", "agent", "webhook"):
+        assert command in result.stdout
+
+
+def _copy_kubeconfig(pulled: Pulled, source: Path, name: str) -> str:
+    """A kubeconfig inside the rootfs, readable only by the image's user; its path as the image sees it."""
+    target = pulled.root / "etc" / "servingops" / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    os.chown(target, UID, UID)
+    target.chmod(0o600)
+    return f"/etc/servingops/{name}"
+
+
+def _metrics(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            return str(response.read().decode())
+    except OSError:
+        return ""
+
+
+@pytest.fixture
+def image_processes(pulled: Pulled, kube_cluster: LocalKubeCluster, temporal_server: TemporalDevServer,
+                    chart_identities: Identities, stack_logs: Path,
+                    tmp_path: Path) -> Iterator[tuple[ManagedProcess, ManagedProcess, int]]:
+    task_queue = f"image-{uuid.uuid4().hex[:6]}"
+    ids = chart_identities
+    common = ["--temporal-address", temporal_server.address, "--task-queue", task_queue]
+    worker = ManagedProcess(f"image-worker-{task_queue}", _in_image(
+        pulled, "worker", *common, "--kubeconfig", _copy_kubeconfig(pulled, ids.worker, "worker.kubeconfig"),
+        "--upload-kubeconfig", _copy_kubeconfig(pulled, ids.uploads, "uploads.kubeconfig"),
+        "--controller-namespace", ids.namespace, "--host-id", f"host-{task_queue}",
+        "--spool-dir", "/tmp/spool", "--upload-listen", "127.0.0.1:0"), stack_logs, cwd=tmp_path)
+    metrics = free_port()
+    bridge = ManagedProcess(f"image-bridge-{task_queue}", _in_image(
+        pulled, "bridge", *common, "--kubeconfig", _copy_kubeconfig(pulled, ids.bridge, "bridge.kubeconfig"),
+        "--lease-namespace", ids.namespace, "--kinds", "InferenceService",
+        "--metrics-address", f"127.0.0.1:{metrics}", "--lease-name", f"bridge-{task_queue}",
+        "--lease-seconds", "5"), stack_logs, cwd=tmp_path)
+    try:
+        yield worker, bridge, metrics
+    finally:
+        bridge.stop()
+        worker.stop()
+
+
+def test_worker_and_bridge_start_in_the_image(image_processes: tuple[ManagedProcess, ManagedProcess, int]) -> None:
+    worker, bridge, metrics = image_processes
+    # "ready on": the worker connected to Temporal and the apiserver (its operator ConfigMap read) and polls.
+    worker.start().wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=90)
+    bridge.start().wait_ready(lambda: "servingops_bridge_leader 1" in _metrics(metrics).splitlines(), timeout=90)
+    assert worker.alive and bridge.alive
+
+
+def test_a_rebuild_of_every_layer_gives_the_same_digest(built: dict[str, Any], oci_registry: OciRegistry,
+                                                        tmp_path: Path, commit: Commit) -> None:
+    again = _build(oci_registry, tmp_path / "layout", commit, "--no-cache")
+    assert again["cached"] == {"base": False, "dependencies": False, "servingops": False}
+    assert again["digest"] == built["digest"]
