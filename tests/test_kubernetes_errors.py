@@ -1,6 +1,6 @@
 """What the apiserver refuses for good reaches the workflow as a permanent error of the one
-enumeration, after one attempt; what may heal is retried. Real apiserver, real Temporal server,
-the worker's own interceptor."""
+enumeration (a 403 after FORBIDDEN_AFTER attempts, 400/422 at once); what may heal is retried. Real
+apiserver, real Temporal server, the worker's own interceptor."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from servingops.activities.kubernetes import KubernetesActivities
 from servingops.api_models.deckhouse import Model
 from servingops.api_models.errors import ErrorType
 from servingops.api_models.refs import ObjectRef
-from servingops.workers.kubernetes_errors import KubernetesErrors, classify
+from servingops.workers.kubernetes_errors import FORBIDDEN_AFTER, KubernetesErrors, classify
 from tests.kube_call_workflow import KubeCall, KubeCallOutcome
 
 
@@ -41,7 +41,7 @@ async def _attempts(temporal: Client, workflow_id: str) -> int:
     return max(e.activity_task_started_event_attributes.attempt for e in started)
 
 
-async def test_forbidden_is_permanent_after_one_attempt(nobody: client.ApiClient,
+async def test_forbidden_is_permanent_after_a_few_attempts(nobody: client.ApiClient,
                                                         temporal_server: TemporalDevServer) -> None:
     temporal = await Client.connect(temporal_server.address, data_converter=pydantic_data_converter)
     queue = f"kube-errors-{uuid.uuid4().hex[:6]}"
@@ -54,12 +54,16 @@ async def test_forbidden_is_permanent_after_one_attempt(nobody: client.ApiClient
                                                       result_type=KubeCallOutcome)
     assert outcome.error_type == ErrorType.FORBIDDEN, outcome
     assert outcome.message.startswith("403 Forbidden: ") and "nobody" in outcome.message
-    # The KUBE policy retries without bound, so one attempt proves the error was not retryable.
-    assert await _attempts(temporal, workflow_id) == 1
+    # The KUBE policy retries without bound: ending at exactly FORBIDDEN_AFTER attempts proves the 403
+    # became permanent there (the first ones are retried: a restarted apiserver denies until RBAC syncs).
+    assert await _attempts(temporal, workflow_id) == FORBIDDEN_AFTER
 
 
 def test_what_may_heal_is_left_to_retry() -> None:
     for status in (401, 404, 409, 429, 500, 503):
         assert classify(ApiException(status=status, reason="x")) is None
+    assert classify(ApiException(status=403, reason="Forbidden"), attempt=1) is None
+    forbidden = classify(ApiException(status=403, reason="Forbidden"), attempt=FORBIDDEN_AFTER)
+    assert forbidden is not None and forbidden.type == ErrorType.FORBIDDEN and forbidden.non_retryable
     invalid = classify(ApiException(status=422, reason="Unprocessable Entity"))
     assert invalid is not None and invalid.type == ErrorType.INVALID_OBJECT and invalid.non_retryable

@@ -38,6 +38,9 @@ def native_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, tem
                            tmp_path_factory.mktemp("spool"), "native", "InferenceService,InferenceReplica",
                            identities=chart_identities) as stack:
         yield stack
+        # Its replicas go with it: a later module's bridge (bridges follow every namespace) would
+        # otherwise start their workflows on its own worker.
+        client.CoreV1Api(kube_api).delete_namespace(stack[0])
 
 
 def _engine(image: str) -> dict[str, Any]:

@@ -77,12 +77,25 @@ class RealCluster:
         self.core = client.CoreV1Api(admin)
         self.apps = client.AppsV1Api(admin)
         self.custom = client.CustomObjectsApi(admin)
+        self.created: list[str] = []
 
     def activities(self) -> ReplicaActivities:
         return ReplicaActivities(self.worker)
 
     def namespace(self) -> str:
-        return new_namespace(self.admin, "replica")
+        name = new_namespace(self.admin, "replica")
+        self.created.append(name)
+        return name
+
+    def clean_up(self) -> None:
+        """Delete the namespaces this module made: their replicas must not be picked up by a later
+        module's bridge (bridges follow every namespace) and worked on by its worker."""
+        for name in self.created:
+            try:
+                self.core.delete_namespace(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
 
     def create_replica(self, namespace: str, spec: dict[str, Any]) -> ObjectRef:
         obj = create(self.admin, InferenceReplica, manifest(InferenceReplica, spec), namespace)
@@ -141,7 +154,9 @@ class RealCluster:
 @pytest.fixture(scope="module")
 def cluster(kube_api: client.ApiClient, chart_identities: Identities) -> Iterator[ReplicaCluster]:
     with api_as(chart_identities.worker) as worker:
-        yield RealCluster(kube_api, worker)
+        real = RealCluster(kube_api, worker)
+        yield real
+        real.clean_up()
 
 
 @pytest.fixture(scope="module")

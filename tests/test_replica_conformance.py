@@ -204,11 +204,14 @@ class RealBackend:
         self.custom = client.CustomObjectsApi(admin)
         self.activities: dict[str, Callable[..., Any]] = {fn.__name__: fn for fn in ReplicaActivities(worker).all()}
         self.restarts: dict[tuple[str, str], int] = {}
+        self.created: list[str] = [namespace]
+        """Namespaces to delete at the end: a later module's bridge would otherwise pick their replicas up."""
 
     async def create_replica(self, spec: dict[str, Any], *, pod_limit: int | None = None) -> ReplicaRef:
         namespace = self.namespace
         if pod_limit is not None:
             namespace = new_namespace(self.admin, "replica-quota")
+            self.created.append(namespace)
             await self._limit_pods(namespace, pod_limit)
         obj = create(self.admin, InferenceReplica, manifest(InferenceReplica, spec), namespace)
         ref = ObjectRef.of(InferenceReplica, obj["metadata"]["name"], namespace, obj["metadata"]["uid"])
@@ -271,7 +274,10 @@ class RealBackend:
 @pytest.fixture(scope="module")
 def real_backend(kube_api: client.ApiClient, chart_identities: Identities) -> Iterator[RealBackend]:
     with api_as(chart_identities.worker) as worker:
-        yield RealBackend(kube_api, worker, new_namespace(kube_api, "replica-conformance"))
+        backend = RealBackend(kube_api, worker, new_namespace(kube_api, "replica-conformance"))
+        yield backend
+        for name in backend.created:
+            client.CoreV1Api(kube_api).delete_namespace(name)
 
 
 @pytest.fixture(scope="module")

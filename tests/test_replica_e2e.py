@@ -38,6 +38,9 @@ def replica_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, te
                            tmp_path_factory.mktemp("spool"), "replica", "InferenceReplica",
                            identities=chart_identities) as stack:
         yield stack
+        # Its replicas go with it: a later module's bridge (bridges follow every namespace) would
+        # otherwise start their workflows on its own worker.
+        client.CoreV1Api(kube_api).delete_namespace(stack[0])
 
 
 def runner(name: str = "default", size: int = 1, image: str = "vllm/vllm-openai:v0.9",
@@ -129,6 +132,21 @@ class Sampler:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+def restart(worker: ManagedProcess) -> None:
+    """Kill the worker (a crash) and start it again; ready once its log says so again (the log is
+    appended to, and other workflows' retries may fill its tail meanwhile)."""
+    def readies() -> int:
+        try:
+            return worker.log_path.read_text(errors="replace").count("ready on")
+        except OSError:
+            return 0
+
+    before = readies()
+    worker.kill()
+    worker.start()
+    worker.wait_ready(lambda: readies() > before, timeout=90)
 
 
 def new(api: client.ApiClient, stack: tuple[str, ManagedProcess], prefix: str) -> Replica:
@@ -250,10 +268,7 @@ def test_failing_revision_backoff_survives_a_worker_restart(
     assert r.status["servingReplicas"] >= 1
     # The worker dies and comes back: the backoff's nextRetryAt is persisted, not recomputed.
     _, worker = replica_stack
-    worker.kill()
-    time.sleep(1)
-    worker.start()
-    worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
+    restart(worker)
     r.wait("a second attempt", lambda: ((r.status.get("retryBlocks") or [{}])[0].get("attemptsStarted") or 0) >= 2,
            timeout=90)
     assert (r.status.get("retryBlocks") or [{}])[0].get("firstFailureAt") == block.get("firstFailureAt")
@@ -305,9 +320,7 @@ def test_worker_killed_during_operations_duplicates_nothing(
         r.patch({"runners": [runner(env="crash")]})
         for _ in range(4):  # kill the worker at whatever step the operations are in
             time.sleep(1.5)
-            worker.kill()
-            worker.start()
-            worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
+            restart(worker)
         r.wait("rolled despite the kills", lambda: r.settled(3, r.status.get("updateRevision")), timeout=180)
     finally:
         stop.set()
