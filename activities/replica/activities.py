@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
@@ -64,6 +65,8 @@ from servingops.api_models.refs import ObjectRef
 _GROUP, _VERSION, _PLURAL = "ome.io", "v1beta1", "inferencereplicas"
 _STRATEGIC = "application/strategic-merge-patch+json"
 FAN_OUT = 8
+REVISION_CACHE = 256
+"""ControllerRevisions (namespace, name, replica uid) kept parsed: oldest out first."""
 """Pods one set_serving call reads and patches side by side."""
 QUOTA_EXCEEDED = "QuotaExceeded"
 """CreatePodsResult.refused_reason when a ResourceQuota refused a pod."""
@@ -140,6 +143,8 @@ class ReplicaActivities:
         """`<registry>/<repository>` where a Deckhouse model's artifact is (rendering from a modelRef)."""
         self._reader = KubeReader(client.CustomObjectsApi(api_client))
         self._fan_out = ThreadPoolExecutor(max_workers=FAN_OUT, thread_name_prefix="replica-pods")
+        self._revision_cache: dict[tuple[str, str, str], pods.RevisionData] = {}
+        self._cache_lock = threading.Lock()
         self.custom = client.CustomObjectsApi(api_client)
         self.core = client.CoreV1Api(api_client)
         self.revisions = RevisionStore(client.AppsV1Api(api_client))
@@ -190,15 +195,27 @@ class ReplicaActivities:
         return [p for p in raw_json(response).get("items") or [] if controlled_by(p, replica.owner.uid)]
 
     def _revision(self, replica: _Replica, name: str) -> pods.RevisionData:
+        """A ControllerRevision's runners. Its data never changes once written, so a revision read for
+        one Instance serves the next ones (a pass creates up to every Instance's pods at once)."""
+        key = (replica.owner.namespace, name, replica.owner.uid)
+        with self._cache_lock:
+            cached = self._revision_cache.get(key)
+        if cached is not None:
+            return cached
         obj = self.revisions.get(replica.owner.namespace, name)
         if obj is None or not controlled_by(obj, replica.owner.uid):
             raise application_error(ErrorType.REVISION_NOT_FOUND,
                                     f"ControllerRevision {replica.owner.namespace}/{name} of "
                                     f"InferenceReplica {replica.owner.name} does not exist")
         try:
-            return pods.parse_revision(name, obj.get("data"))
+            parsed = pods.parse_revision(name, obj.get("data"))
         except pods.RenderError as exc:
             raise application_error(ErrorType.INVALID_SPEC, str(exc)) from exc
+        with self._cache_lock:
+            if len(self._revision_cache) >= REVISION_CACHE:
+                self._revision_cache.pop(next(iter(self._revision_cache)))
+            self._revision_cache[key] = parsed
+        return parsed
 
     # -- activities ---------------------------------------------------------------------------
 
