@@ -468,22 +468,3 @@ async def test_a_fresh_workflow_resumes_at_every_recorded_step(env: WorkflowEnvi
         per_name[name] = per_name.get(name, 0) + 1
     assert max(per_name.values()) <= 2, per_name  # a name is reused at most by one recreate
     assert not cluster.violations
-
-
-async def test_admission_gated_pods_park_the_deadline(env: WorkflowEnvironment) -> None:
-    """Pods held by an admission scheduling gate (Kueue) park the operation's clock: no deadline, the
-    Waiting token AdmissionGated, no RetryBlock however long; released, the Instance comes up."""
-    async with replica(env, replicas=1, lifecycle={"instanceReadyTimeout": "30s"}) as r:
-        r.cluster.gate_new_pods = True
-        await r.until(lambda: any((row.get("operation") or {}).get("waiting") == "AdmissionGated"
-                                  for row in r.rows()), what="parked")
-        await r.env.sleep(120)
-        row = r.rows()[0]
-        assert row["operation"]["waiting"] == "AdmissionGated" and "deadline" not in row["operation"]
-        assert not r.cluster.status.get("retryBlocks") and row.get("admitted") is not True
-        r.cluster.gate_new_pods = False
-        for pod in r.cluster.live():
-            pod.gated = False
-        await r.pods_changed()
-        await r.settle(1, what="admitted and Ready")
-        assert r.rows()[0]["admitted"] is True
