@@ -135,11 +135,16 @@ class ServingActivities:
         return obj
 
     def _live_isvc(self, ref: ObjectRef) -> tuple[render.Owner, InferenceServiceSpec]:
+        owner, spec, _ = self._live_isvc_annotated(ref)
+        return owner, spec
+
+    def _live_isvc_annotated(self, ref: ObjectRef) -> tuple[render.Owner, InferenceServiceSpec, dict[str, str]]:
+        """The live service's owner, rendered spec and annotations (the deployment mode may be one)."""
         obj = self._isvc(ref)
         if obj is None:
             raise application_error(ErrorType.OBJECT_GONE, f"{ref.describe()} is gone")
         try:
-            return self._owner(obj), self._spec(ref, obj)
+            return self._owner(obj), self._spec(ref, obj), dict(obj["metadata"].get("annotations") or {})
         except Unresolvable as exc:
             # Observed servable a moment ago, not now (a model or runtime changed): the revision
             # asked for is no longer what the spec renders; the workflow observes again.
@@ -273,12 +278,12 @@ class ServingActivities:
         name = revision_name(key.isvc.name, key.component.value, key.revision)
         # The three reads are independent: issued together (the Service's answer is used only when
         # the Deployment exists). Errors surface from .result() in the order the code had them.
-        live = self._read(self._live_isvc, key.isvc)
+        live = self._read(self._live_isvc_annotated, key.isvc)
         deployment = self._read(self._deployment, name, namespace)
         service = self._read(self._service_exists, name, namespace)
-        owner, spec = live.result()
+        owner, spec, annotations = live.result()
         cspec = render.component_spec(spec, key.component)
-        if cspec is not None and self._native(key.isvc, spec, cspec):
+        if cspec is not None and deployment_mode(spec, cspec, annotations) == OMENATIVE:
             return self._ensure_native(owner, key, spec, cspec, inp.replicas)
         existing = deployment.result()
         if existing is not None and existing.metadata and existing.metadata.deletion_timestamp:
@@ -304,11 +309,6 @@ class ServingActivities:
         dep = self.apps.patch_namespaced_deployment(name, namespace, {"spec": {"replicas": inp.replicas}},
                                                     field_manager=FIELD_MANAGER, _request_timeout=_TIMEOUT)
         return _revision_observation(key.revision, dep)
-
-    def _native(self, ref: ObjectRef, spec: InferenceServiceSpec, cspec: render.ComponentSpec) -> bool:
-        obj = self._isvc(ref) if spec.deployment_mode is None else None
-        annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
-        return deployment_mode(spec, cspec, annotations) == OMENATIVE
 
     def _ensure_native(self, owner: render.Owner, key: RevisionKey, spec: InferenceServiceSpec,
                        cspec: render.ComponentSpec, replicas: int) -> RevisionObservation:

@@ -116,13 +116,14 @@ class ProjectedReplicas:
         name = replica_name(owner.name, component)
         body = replica_spec(spec, component, cspec, desired, isvc=owner.name, replicas=render.desired_replicas(cspec))
         live = self.get(owner.namespace, name)
+        counted = self._counted(owner, component)  # the pods move only once the engine acts: read once
         asked = self._asked(live)
         asked[revision] = capacity
         pacing = dict(((live or {}).get("spec") or {}).get("pacing") or {})
         if revision == desired.revision:
             pacing = {"partition": max(0, body["replicas"] - capacity), "rollbackToRevision": None}
         elif capacity > 0:
-            running = next((r.replicas for r in self._counted(owner, component) if r.revision == revision), 0)
+            running = next((r.replicas for r in counted if r.revision == revision), 0)
             back = self._revision_of(owner.namespace, name, revision) if capacity > running else None
             if back is not None:
                 pacing = {"partition": 0, "rollbackToRevision": back}
@@ -149,7 +150,7 @@ class ProjectedReplicas:
             self.custom.patch_namespaced_custom_object(
                 GROUP, VERSION, owner.namespace, PLURAL, name,
                 {"metadata": {"annotations": annotations}, "spec": body}, _request_timeout=_TIMEOUT)
-        return next((r for r in self.revisions(owner, component, asked) if r.revision == revision),
+        return next((r for r in self.revisions(owner, component, asked, counted) if r.revision == revision),
                     RevisionObservation(revision=revision, replicas=capacity, ready_replicas=0))
 
     @staticmethod
@@ -182,13 +183,14 @@ class ProjectedReplicas:
                     return str(item.metadata.name)
         return None
 
-    def revisions(self, owner: render.Owner, component: ComponentType,
-                  asked: dict[str, int] | None = None) -> list[RevisionObservation]:
+    def revisions(self, owner: render.Owner, component: ComponentType, asked: dict[str, int] | None = None,
+                  counted_pods: list[RevisionObservation] | None = None) -> list[RevisionObservation]:
         """Per template revision, as a Deployment would report it: replicas = the capacity last asked
         for it (the pods running it when never asked), ready = its pods Ready and in rotation."""
         if asked is None:
             asked = self._asked(self.get(owner.namespace, replica_name(owner.name, component)))
-        counted = {r.revision: r for r in self._counted(owner, component)}
+        pods = counted_pods if counted_pods is not None else self._counted(owner, component)
+        counted = {r.revision: r for r in pods}
         out = []
         for revision in sorted(set(counted) | set(asked)):
             seen = counted.get(revision)
