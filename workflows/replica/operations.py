@@ -93,7 +93,7 @@ class Outcome:
     """Pods the gate must keep out of rotation this pass."""
 
 
-def _pods_of_instance(row: OMENativeInstanceStatus, view: InstanceView, life: Lifecycle) -> list[PodView]:
+def canonical_pods(row: OMENativeInstanceStatus, view: InstanceView, life: Lifecycle) -> list[PodView]:
     """The Instance's canonical pods: its active slot (single pod) or its current incarnation (gang)."""
     if life.gang:
         return view.incarnation_pods(row.incarnation or 0)
@@ -167,7 +167,7 @@ def advance(row: OMENativeInstanceStatus, view: InstanceView, life: Lifecycle, n
 
 def _advance_create(out: Outcome, op: InstanceOperation, view: InstanceView, life: Lifecycle, now: datetime) -> None:
     row = out.row
-    pods = _pods_of_instance(row, view, life)
+    pods = canonical_pods(row, view, life)
     target = op.target_revision or ""
     if op.step in ("CreatePods", "Recreate"):
         if len(pods) >= life.pods_per_instance:
@@ -299,7 +299,7 @@ def _advance_in_place(out: Outcome, op: InstanceOperation, view: InstanceView, l
                       now: datetime) -> None:
     row = out.row
     target = op.target_revision or ""
-    pods = _pods_of_instance(row, view, life)
+    pods = canonical_pods(row, view, life)
     behind = [pod for pod in pods if pod.revision != target]
     if op.step == "Drain":
         out.draining = {pod.name for pod in pods}

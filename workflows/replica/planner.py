@@ -21,7 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from servingops.activities.replica.types import PodView
 from servingops.api_models.ome.enums import (
     InstanceOperationType,
     InstanceRestartPolicy,
@@ -38,6 +37,7 @@ from servingops.workflows.replica.operations import (
     SURGE,
     Failure,
     backoff,
+    canonical_pods,
     mechanism,
     open_operation,
 )
@@ -152,7 +152,7 @@ def plan(inputs: Inputs) -> Pass:
         row = out.rows[index]
         if row.operation is not None:
             continue
-        pods = _canonical(row, view(index), life)
+        pods = canonical_pods(row, view(index), life)
         problem = health(pods, life.pods_per_instance, row.ready_since,
                          repair_restarts=life.restart_policy is InstanceRestartPolicy.RECREATE_INSTANCE_ON_POD_RESTART)
         if row.phase is OMENativeInstancePhase.FAILED:
@@ -242,7 +242,7 @@ def plan(inputs: Inputs) -> Pass:
             if row.operation.type is InstanceOperationType.UPDATE:
                 out.wake_at = _earliest(out.wake_at, row.operation.deadline)
         elif row.phase is not OMENativeInstancePhase.FAILED:
-            pods = _canonical(row, view(index), life)
+            pods = canonical_pods(row, view(index), life)
             row.phase = OMENativeInstancePhase.READY if all_ready(pods, life.pods_per_instance) else (
                 OMENativeInstancePhase.PENDING)
             if row.phase is OMENativeInstancePhase.READY and row.ready_since is None:
@@ -263,12 +263,6 @@ def plan(inputs: Inputs) -> Pass:
     if out.wake_at is not None and out.wake_at <= now:
         out.wake_at = None
     return out
-
-
-def _canonical(row: OMENativeInstanceStatus, view: InstanceView, life: Lifecycle) -> list[PodView]:
-    if life.gang:
-        return view.incarnation_pods(row.incarnation or 0)
-    return view.slot_pods(row.active_ordinal or 0)
 
 
 def _held_draining(row: OMENativeInstanceStatus, view: InstanceView) -> set[str]:
