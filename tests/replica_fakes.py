@@ -133,6 +133,9 @@ class FakeReplicaCluster:
     events: list[EventNote] = field(default_factory=list)
     broken_images: set[str] = field(default_factory=set)
     quota: int | None = None
+    reject_creates: str | None = None
+    """While set, every pod create is refused for good (Invalid, this message), as the apiserver refuses a
+    pod it cannot admit (the worker's interceptor makes a 422 permanent)."""
     gate_new_pods: bool = False
     lifecycle: LifecycleDefaults = field(default_factory=LifecycleDefaults)
     violations: list[str] = field(default_factory=list)
@@ -371,6 +374,8 @@ class FakeReplicaCluster:
         async def create_pods(request: CreatePodsInput) -> CreatePodsResult:
             now = await cluster.now()
             cluster._settle(now)
+            if cluster.reject_creates:
+                raise application_error(ErrorType.INVALID_OBJECT, cluster.reject_creates)
             spec = cluster._live_spec(request.replica.ref)
             revision = cluster._revision_data(request.revision)
             key = render.InstanceKey(index=request.index, incarnation=request.incarnation, slot=request.slot)
@@ -432,6 +437,8 @@ class FakeReplicaCluster:
         async def update_in_place(request: InPlaceInput) -> InPlaceResult:
             now = await cluster.now()
             cluster._settle(now)
+            if cluster.reject_creates:
+                raise application_error(ErrorType.INVALID_OBJECT, cluster.reject_creates)
             spec = cluster._live_spec(request.replica.ref)
             revision = cluster._revision_data(request.revision)
             pod = cluster.pods.get(request.pod)

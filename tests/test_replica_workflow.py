@@ -468,3 +468,15 @@ async def test_a_fresh_workflow_resumes_at_every_recorded_step(env: WorkflowEnvi
         per_name[name] = per_name.get(name, 0) + 1
     assert max(per_name.values()) <= 2, per_name  # a name is reused at most by one recreate
     assert not cluster.violations
+
+
+async def test_a_pod_the_apiserver_refuses_is_a_condition_not_a_failed_workflow(env: WorkflowEnvironment) -> None:
+    async with replica(env, replicas=1) as r:
+        r.cluster.reject_creates = "422 Unprocessable Entity: Pod is invalid: spec.containers[0].image: Required value"
+        await r.until(lambda: r.cluster.condition("Progressing") == "False", what="refused, said on the object")
+        assert r.cluster.conditions["Progressing"]["reason"] == "Invalid"
+        assert "image: Required value" in r.cluster.conditions["Progressing"]["message"]
+        assert any(e.type == "Warning" and e.reason == "Invalid" for e in r.cluster.events)
+        r.cluster.reject_creates = None
+        await r.settle(1, what="created once the apiserver takes the pod")
+        assert r.cluster.condition("Progressing") == "True"

@@ -94,6 +94,8 @@ class ReplicaState(EntityState):
     """The rows were taken from the stored status once (a fresh workflow for an existing replica)."""
     refused: str | None = None
     invalid: tuple[str, str] | None = None
+    rejected: tuple[str, str] | None = None
+    """(reason, message) of a pod command the apiserver or an activity refused for good, until one passes."""
     in_place_held: dict[str, str] = {}
     """Revision -> why it cannot be applied in place (InPlaceOnly holds the rollout on it)."""
     announced: list[str] = []
@@ -195,10 +197,13 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
         self._notes.extend(EventNote(type="Warning" if n.type == "Warning" else "Normal", reason=n.reason,
                                      message=n.message) for n in decided.notes)
         await self._write(seen, life, target, decided, views)
+        rejected = False
         if decided.commands:
-            await self._run(replica, decided.commands, seen.now)
+            rejected = await self._run(replica, decided.commands, seen.now)
         await self._prune(replica, life, target)
         self.visibility.publish(state.phase)
+        if rejected:
+            return INVALID_RETRY  # the apiserver refused what the spec renders: not again at once
         if decided.commands:
             return timedelta(seconds=0.5) if decided.opened else POLL
         if any(row.operation is not None for row in state.rows):
@@ -296,7 +301,8 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
             rows, views, life, generation=seen.generation, revisions=revisions,
             label_selector=label_selector(self.ref.name, seen.spec.component.value),
             blocks={b.target_revision or "": b for b in state.blocks}, hold=decided.hold,
-            previous_hold=state.hold, problems=status_rules.Problems(refused=state.refused, invalid=state.invalid),
+            previous_hold=state.hold, problems=status_rules.Problems(refused=state.refused,
+                                                                            invalid=state.invalid or state.rejected),
             now=seen.now)
         state.hold = held
         available = next(c for c in conditions if c.type == "Available").status == "True"
@@ -353,33 +359,55 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
             **options.KUBE)
         self.state.written = digest
 
-    async def _run(self, replica: ReplicaRef, commands: list[Command], now: datetime) -> None:
-        """Run the pass's commands side by side; fold what they answer back into the rows."""
-        namespace = replica.ref.namespace or ""
-
+    async def _run(self, replica: ReplicaRef, commands: list[Command], now: datetime) -> bool:
+        """Run the pass's commands side by side; fold what they answer back into the rows. A command
+        refused for good (the revision renders a pod the apiserver rejects, InvalidSpec, ...) does not
+        fail the workflow: it becomes Progressing False with the reason and one Warning, and is tried
+        again after INVALID_RETRY. True when one was refused."""
         async def one(command: Command) -> tuple[Command, Any]:
-            if isinstance(command, CreatePods):
-                return command, await workflow.execute_activity_method(
-                    ReplicaActivities.create_pods,
-                    CreatePodsInput(replica=replica, index=command.index, revision=command.revision,
-                                    incarnation=command.incarnation, slot=command.slot,
-                                    preferred_nodes=list(command.preferred_nodes), avoid_node=command.avoid_node),
-                    **options.KUBE)
-            if isinstance(command, DeletePods):
-                return command, await workflow.execute_activity_method(
-                    ReplicaActivities.delete_pods,
-                    DeletePodsInput(namespace=namespace, pods=list(command.pods), uids=command.uids), **options.KUBE)
-            if isinstance(command, SetServing):
-                return command, await workflow.execute_activity_method(
-                    ReplicaActivities.set_serving,
-                    SetServingInput(namespace=namespace, pods=list(command.pods), serving=command.serving,
-                                    reason=command.reason), **options.KUBE)
-            assert isinstance(command, PatchInPlace)
-            return command, await workflow.execute_activity_method(
-                ReplicaActivities.update_in_place,
-                InPlaceInput(replica=replica, pod=command.pod, revision=command.revision), **options.KUBE)
+            try:
+                return await self._command(replica, command)
+            except ActivityError as exc:
+                error = error_type_of(exc)
+                if error is None or not error.permanent:
+                    raise
+                return command, (error.value, error_message(exc))
 
         answers = await asyncio.gather(*(one(command) for command in commands))
+        rejections = [answer for _, answer in answers if isinstance(answer, tuple)]
+        if rejections:
+            if rejections[0] != self.state.rejected:
+                self._notes.append(EventNote(type="Warning", reason=rejections[0][0], message=rejections[0][1]))
+            self.state.rejected = rejections[0]
+        else:
+            self.state.rejected = None
+        self._fold([(c, a) for c, a in answers if not isinstance(a, tuple)], now)
+        return bool(rejections)
+
+    async def _command(self, replica: ReplicaRef, command: Command) -> tuple[Command, Any]:
+        namespace = replica.ref.namespace or ""
+        if isinstance(command, CreatePods):
+            return command, await workflow.execute_activity_method(
+                ReplicaActivities.create_pods,
+                CreatePodsInput(replica=replica, index=command.index, revision=command.revision,
+                                incarnation=command.incarnation, slot=command.slot,
+                                preferred_nodes=list(command.preferred_nodes), avoid_node=command.avoid_node),
+                **options.KUBE)
+        if isinstance(command, DeletePods):
+            return command, await workflow.execute_activity_method(
+                ReplicaActivities.delete_pods,
+                DeletePodsInput(namespace=namespace, pods=list(command.pods), uids=command.uids), **options.KUBE)
+        if isinstance(command, SetServing):
+            return command, await workflow.execute_activity_method(
+                ReplicaActivities.set_serving,
+                SetServingInput(namespace=namespace, pods=list(command.pods), serving=command.serving,
+                                reason=command.reason), **options.KUBE)
+        assert isinstance(command, PatchInPlace)
+        return command, await workflow.execute_activity_method(
+            ReplicaActivities.update_in_place,
+            InPlaceInput(replica=replica, pod=command.pod, revision=command.revision), **options.KUBE)
+
+    def _fold(self, answers: list[tuple[Command, Any]], now: datetime) -> None:
         rows = {row.index or 0: row for row in self.state.rows}
         refused = None
         created_any = False
