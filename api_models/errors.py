@@ -116,6 +116,9 @@ class ErrorType(StrEnum):
     CONFLICT = "Conflict"
     """resourceVersion conflicts that outlasted the activity's own re-reads."""
     OBJECT_GONE = "ObjectGone"
+    NAME_IN_USE = "NameInUse"
+    """An object we must own exists under its name and belongs to another owner (a replica's headless
+    Service): retrying cannot free the name; the object says so."""
     FORBIDDEN = "Forbidden"
     """The apiserver refused the call (403): the process's role lacks a rule. Not retried: the
     object says so, and the next change of the object tries again."""

@@ -352,6 +352,16 @@ def test_the_headless_service_follows_the_runners_ports(cluster: ReplicaCluster,
     assert service is not None and not service["spec"].get("ports")
 
 
+def test_a_foreign_service_under_the_name_is_refused_for_good(
+        cluster: ReplicaCluster, ns: str, acts: ReplicaActivities, kube_api: client.ApiClient) -> None:
+    replica = _replica(cluster, ns, _single())
+    client.CoreV1Api(kube_api).create_namespaced_service(ns, {
+        "metadata": {"name": replica.base}, "spec": {"clusterIP": "None", "selector": {"app": "someone-else"}}})
+    error = _refused(acts.ensure_service, replica)
+    assert error.type == ErrorType.NAME_IN_USE.value and error.non_retryable
+    assert "not controlled by InferenceReplica" in error.message
+
+
 def test_a_single_pod_instance_is_created_placed_and_observed(cluster: ReplicaCluster, ns: str,
                                                               acts: ReplicaActivities) -> None:
     replica = _replica(cluster, ns, _single(topologySpread="Required", topologySpreadKey=HOSTNAME))

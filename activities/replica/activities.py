@@ -325,7 +325,7 @@ class ReplicaActivities:
                                                  _request_timeout=TIMEOUT)
         current = raw_json(live)
         if not controlled_by(current, replica.owner.uid):
-            raise application_error(ErrorType.CONFLICT, f"Service {namespace}/{replica_ref.base} exists and is not "
+            raise application_error(ErrorType.NAME_IN_USE, f"Service {namespace}/{replica_ref.base} exists and is not "
                                                         f"controlled by InferenceReplica {replica.owner.name}")
         wanted = {k: body["spec"][k] for k in ("selector", "ports")}
         have = {"selector": current["spec"].get("selector") or {},

@@ -238,6 +238,8 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
             minted: RevisionResult = await workflow.execute_activity_method(
                 ReplicaActivities.ensure_revision,
                 EnsureRevisionInput(replica=replica, collision_count=state.collision_count), **options.KUBE)
+            # The headless Service: a foreign one under its name (NameInUse) is said like a bad spec.
+            await workflow.execute_activity_method(ReplicaActivities.ensure_service, replica, **options.KUBE)
         except ActivityError as exc:
             error = error_type_of(exc)
             if error is None or not error.permanent:
@@ -260,7 +262,6 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
         state.pairing_protocol = minted.pairing_protocol
         if not state.current_revision:
             state.current_revision = minted.name
-        await workflow.execute_activity_method(ReplicaActivities.ensure_service, replica, **options.KUBE)
         return True
 
     def _target(self, seen: ReplicaObservation) -> str:
