@@ -288,8 +288,8 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
         revisions = status_rules.Revisions(update=state.update_revision, target=target,
                                            current=state.current_revision, collision_count=state.collision_count,
                                            pairing_protocol=state.pairing_protocol)
-        listed = status_rules.counted_rows(rows, views, life, seen.now)
-        current = status_rules.current_revision(listed, revisions, state.current_revision)
+        # Which revision is current needs only what each row runs (build() counts the pods).
+        current = status_rules.current_revision(state.rows, revisions, state.current_revision)
         if current != state.current_revision:
             if state.current_revision:
                 self._notes.append(EventNote(reason="RolloutComplete", message=(
