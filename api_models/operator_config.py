@@ -18,6 +18,10 @@ told otherwise), one YAML document per block:
         maxSurge: 1              # SurgeThenDrain
       canaryAnalysis: |
         bundledPrometheusAddress: http://prometheus.monitoring.svc:9090
+      workloadClusters: |
+        healthCheckInterval: 30s # how often each WorkloadCluster's connection is probed
+      placement: |
+        observationGrace: 2m     # a placed home unreadable (or its copy gone) this long: a new race
       metricProviders: |
         tenant-a:
           serverAddress: http://mimir.monitoring.svc/prometheus
@@ -43,7 +47,7 @@ from servingops.api_models.durations import parse_duration
 from servingops.api_models.refs import ObjectRef
 
 DEFAULT_CONFIGMAP = "servingops-config"
-BLOCKS = ("rollout", "canaryAnalysis", "metricProviders", "lifecycle")
+BLOCKS = ("rollout", "canaryAnalysis", "metricProviders", "lifecycle", "workloadClusters", "placement")
 
 
 class PrometheusSource(BaseModel):
@@ -87,9 +91,38 @@ class LifecycleDefaults(_Block):
     """The cluster default of rollingUpdate.maxUnavailable for strategies other than SurgeThenDrain."""
     max_surge: int | str | None = None
     """The cluster default of rollingUpdate.maxSurge for SurgeThenDrain."""
+    max_in_flight_migrations: int = Field(default=1, ge=1)
+    """Surge migrations executing at once per InferenceReplica; further Accepted ones queue."""
+    max_migrations_per_window: int = Field(default=10, ge=1)
+    """Migrations one InferenceReplica accepts per migrationWindow; beyond it a request is refused."""
+    migration_window: str = "1h"
+    """The migration-capacity rate window (terminal records older than it are pruned from status)."""
+    auto_migrate_max_attempts: int = Field(default=2, ge=0)
+    """autoMigrate.maxAttempts: relocations in a row of an Instance not Ready on its node by its
+    deadline (0: it fails in place, as without migration)."""
 
-    _check_durations = field_validator("instance_ready_timeout")(
+    _check_durations = field_validator("instance_ready_timeout", "migration_window")(
         lambda value: value if value is None else _duration(value))
+
+
+class WorkloadClusterDefaults(_Block):
+    """The WorkloadCluster health process (docs/placement.md)."""
+
+    health_check_interval: str = "30s"
+    """How often a member's connection is probed again without a change to its WorkloadCluster."""
+
+    _check_durations = field_validator("health_check_interval")(_duration)
+
+
+class PlacementDefaults(_Block):
+    """Multi-cluster placement (docs/placement.md)."""
+
+    observation_grace: str = "2m"
+    """How long a placed Single home may stay unreadable, or without its derived service, before it
+    counts as lost and a new race starts. While it lasts, the home keeps the counts of its last
+    successful read (CandidatePlacement.observationFailingSince). A durable timer in the workflow."""
+
+    _check_durations = field_validator("observation_grace")(_duration)
 
 
 class CanaryAnalysisDefaults(_Block):
@@ -139,6 +172,8 @@ class OperatorConfig(_Block):
     canary_analysis: CanaryAnalysisDefaults = CanaryAnalysisDefaults()
     metric_providers: dict[str, MetricProvider] = {}
     lifecycle: LifecycleDefaults = LifecycleDefaults()
+    workload_clusters: WorkloadClusterDefaults = WorkloadClusterDefaults()
+    placement: PlacementDefaults = PlacementDefaults()
 
 
 class OperatorConfigError(ValueError):
@@ -172,6 +207,8 @@ class OperatorDefaults(BaseModel):
     default_source: PrometheusSource | None = None
     metric_providers: dict[str, PrometheusSource] = {}
     lifecycle: LifecycleDefaults = LifecycleDefaults()
+    workload_clusters: WorkloadClusterDefaults = WorkloadClusterDefaults()
+    placement: PlacementDefaults = PlacementDefaults()
     source: str = ""
     """Which ConfigMap this came from (`<namespace>/<name>`), or "" for the built-in defaults."""
     error: str | None = None
@@ -192,4 +229,6 @@ def resolve(config: OperatorConfig, namespace: str, source: str = "") -> Operato
         ready_timeout=config.rollout.ready_timeout, stall_timeout=config.rollout.stall_timeout,
         scale_down_delay_seconds=config.rollout.scale_down_delay_seconds,
         default_source=PrometheusSource(address=address) if address else None,
-        metric_providers=providers, lifecycle=config.lifecycle, source=source)
+        metric_providers=providers, lifecycle=config.lifecycle, workload_clusters=config.workload_clusters,
+        placement=config.placement,
+        source=source)

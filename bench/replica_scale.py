@@ -51,12 +51,9 @@ from kubernetes import client
 from bench import workflow_history
 from bench.goals import Goals
 from bench.serving_watch import ServingWatch, conditions
-from bench.stack import admin_identities
+from bench.stack import admin_identities, start_servers
 from bench.watches import ObjectWatch
-from devstack.hub_server import HubServer
-from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
-from devstack.services import OciRegistry, TemporalDevServer
 from servingops.api_models import contract
 from servingops.api_models.ome.instance_columns import ENCODING_FIELD, json_size, status_rows
 from servingops.api_models.ome.instance_keys import INSTANCE_LABEL, REPLICA_LABEL, SERVING_GATE
@@ -244,7 +241,7 @@ def main() -> None:
     parser.add_argument("--no-ordered-ready", action="store_true", help="skip the OrderedReady StatefulSet create")
     parser.add_argument("--sts-max-unavailable", action="store_true",
                         help="start the cluster with MaxUnavailableStatefulSet=true, so the StatefulSet rolls "
-                             f"{STS_MAX_UNAVAILABLE} at a time")
+                             f"{STS_MAX_UNAVAILABLE.replace('%', '%%')} at a time")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (the processes' logs)")
     args = parser.parse_args()
     n: int = args.replicas
@@ -260,22 +257,13 @@ def main() -> None:
         else:
             cleanup.callback(shutil.rmtree, work, ignore_errors=True)
         began = time.monotonic()
-        temporal_server = TemporalDevServer(work / "temporal", logs, headless=True).start()
-        cleanup.callback(temporal_server.stop)
         # At most: ours with its surge and the Parallel StatefulSet, or ours, it and the OrderedReady one.
         peak = max(2 * n + surge, 3 * n) + 20
         nodes = max(3, -(-peak // PODS_PER_NODE))
-        cluster = LocalKubeCluster(work / "kube", logs, nodes=nodes, install_upstream_crds=True,
-                                   feature_gates="MaxUnavailableStatefulSet=true" if args.sts_max_unavailable
-                                   else None).start()
-        cleanup.callback(cluster.stop)
-        cluster.apply_crds(sorted((REPO_ROOT / "deploy" / "crds").glob("*.yaml")))
-        registry = OciRegistry(work / "registry", logs).start()
-        cleanup.callback(registry.stop)
-        hub = HubServer(work / "hub").start()
-        cleanup.callback(hub.stop)
-        api = cluster.api_client()
-        cleanup.callback(api.close)
+        servers = start_servers(cleanup, work, nodes=nodes,
+                                feature_gates="MaxUnavailableStatefulSet=true" if args.sts_max_unavailable else None)
+        temporal_server, cluster, registry, hub, api = (servers.temporal, servers.cluster, servers.registry,
+                                                        servers.hub, servers.api)
         core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
         ours_ns, sts_ns = "bench-replica", "bench-sts"
         for ns in (ours_ns, sts_ns):

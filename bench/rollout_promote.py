@@ -44,12 +44,9 @@ from kubernetes import client
 
 from bench import argo_rollouts, promote_timeline
 from bench.goals import Goals
-from bench.stack import admin_identities
+from bench.stack import admin_identities, start_servers
 from bench.watches import ObjectWatch
-from devstack.hub_server import HubServer
-from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess, free_port
-from devstack.services import OciRegistry, TemporalDevServer
 from servingops.api_models import contract
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.fixtures.bridge import BridgeLauncher
@@ -293,9 +290,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=20, help="manual-pause canary steps (promotes), at most 20")
     parser.add_argument("--concurrent", type=int, default=200, help="concurrent canaries (0 skips part b)")
-    parser.add_argument("--concurrent-promotes", type=int, default=2)
+    parser.add_argument("--concurrent-promotes", type=int, default=2,
+                        help="promotes each concurrent canary takes before it is left paused; fewer than --steps")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (the processes' logs)")
     args = parser.parse_args()
+    if args.concurrent and not 0 < args.concurrent_promotes < min(20, args.steps):
+        # The last step's promote completes the canary, so "all paused at step N" would never hold.
+        parser.error("--concurrent-promotes must be at least 1 and fewer than --steps")
     steps = max(1, min(20, args.steps))
     weights = step_weights(steps)
     goals = Goals("bench.rollout_promote")
@@ -313,20 +314,11 @@ def main() -> None:
         else:
             cleanup.callback(shutil.rmtree, work, ignore_errors=True)
         began = time.monotonic()
-        temporal_server = TemporalDevServer(work / "temporal", logs, headless=True).start()
-        cleanup.callback(temporal_server.stop)
         # kwok nodes hold 110 pods each: room for two revisions of every concurrent canary.
-        nodes = max(3, -(-(2 * args.concurrent + 40) // 100))
-        cluster = LocalKubeCluster(work / "kube", logs, nodes=nodes, install_upstream_crds=True).start()
-        cleanup.callback(cluster.stop)
-        cluster.apply_crds(sorted((REPO_ROOT / "deploy" / "crds").glob("*.yaml")))
-        cluster.apply_crds([argo_crds])
-        registry = OciRegistry(work / "registry", logs).start()
-        cleanup.callback(registry.stop)
-        hub = HubServer(work / "hub").start()
-        cleanup.callback(hub.stop)
-        api = cluster.api_client()
-        cleanup.callback(api.close)
+        servers = start_servers(cleanup, work, nodes=max(3, -(-(2 * args.concurrent + 40) // 100)),
+                                extra_crds=(argo_crds,))
+        temporal_server, cluster, registry, hub, api = (servers.temporal, servers.cluster, servers.registry,
+                                                        servers.hub, servers.api)
         task_queue = f"bench-{uuid.uuid4().hex[:6]}"
         namespace, argo_namespace = "bench", "bench-argo"
         for ns in (namespace, argo_namespace):

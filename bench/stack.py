@@ -2,11 +2,49 @@
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from devstack.hub_server import HubServer
 from devstack.identities import Identities
-from devstack.kube import LocalKubeCluster
+from devstack.kube import REPO_ROOT, LocalKubeCluster
+from devstack.services import OciRegistry, TemporalDevServer
+
+
+@dataclass(frozen=True)
+class Servers:
+    temporal: TemporalDevServer
+    cluster: LocalKubeCluster
+    registry: OciRegistry
+    hub: HubServer
+    api: client.ApiClient
+
+
+def start_servers(cleanup: contextlib.ExitStack, work: Path, *, nodes: int, feature_gates: str | None = None,
+                  extra_crds: tuple[Path, ...] = ()) -> Servers:
+    """The real servers a benchmark's worker and bridge talk to: the Temporal dev server, the local
+    cluster (`nodes` kwok nodes, upstream CRDs, ours and `extra_crds` applied), the registry and the
+    Hub stand-in; each stopped by `cleanup`, logs under `work/logs`."""
+    logs = work / "logs"
+    temporal = TemporalDevServer(work / "temporal", logs, headless=True).start()
+    cleanup.callback(temporal.stop)
+    cluster = LocalKubeCluster(work / "kube", logs, nodes=nodes, install_upstream_crds=True,
+                               feature_gates=feature_gates).start()
+    cleanup.callback(cluster.stop)
+    cluster.apply_crds(sorted((REPO_ROOT / "deploy" / "crds").glob("*.yaml")))
+    if extra_crds:
+        cluster.apply_crds(list(extra_crds))
+    registry = OciRegistry(work / "registry", logs).start()
+    cleanup.callback(registry.stop)
+    hub = HubServer(work / "hub").start()
+    cleanup.callback(hub.stop)
+    api = cluster.api_client()
+    cleanup.callback(api.close)
+    return Servers(temporal=temporal, cluster=cluster, registry=registry, hub=hub, api=api)
 
 
 def admin_identities(cluster: LocalKubeCluster, api: client.ApiClient) -> Identities:

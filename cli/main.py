@@ -1,4 +1,4 @@
-"""`servingops`: crds, worker, bridge, agent, webhook, rollout status / promote / rollback.
+"""`servingops`: crds, worker, bridge, agent, webhook, rollout status / promote / rollback, migrate.
 
 The local development stack is not part of the installed product: `./dev up | down | status` runs it from
 the checkout (`python -m devstack.cli`)."""
@@ -89,9 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
         proc.add_argument("rest", nargs=argparse.REMAINDER)
         proc.set_defaults(func=func)
 
+    from servingops.cli.migrate import add_parser as add_migrate
     from servingops.cli.rollout import add_parser as add_rollout
 
     add_rollout(sub)
+    add_migrate(sub)
     return parser
 
 

@@ -22,6 +22,7 @@ from servingops.api_models.contract import (
     StartObject,
     WorkflowType,
 )
+from servingops.api_models.contract.workload_cluster import RECHECK_ANNOTATION
 from servingops.api_models.refs import ObjectRef
 
 
@@ -36,6 +37,8 @@ class Route:
     workflow_id: Callable[[str | None, str, str], str]
     annotations: tuple[str, ...] = ()
     migration_requests: bool = False
+    placement: bool = False
+    """An object with spec.placement (or that had it) is also sent to its placement workflow."""
 
     def ref(self, obj: dict[str, Any]) -> ObjectRef:
         meta = obj["metadata"]
@@ -59,7 +62,7 @@ ROUTES: dict[str, Route] = {
               WorkflowType.CATALOG, lambda _ns_, name, uid: contract.catalog_workflow_id(name, uid)),
         Route("InferenceService", "ome.io", "v1beta1", "inferenceservices", True, WorkflowType.INFERENCE_SERVICE,
               lambda ns, name, uid: contract.inference_service_workflow_id(_ns(ns), name, uid),
-              annotations=contract.ROLLOUT_ANNOTATIONS, migration_requests=True),
+              annotations=contract.ROLLOUT_ANNOTATIONS, migration_requests=True, placement=True),
         Route("InferenceReplica", "ome.io", "v1beta1", "inferencereplicas", True, WorkflowType.INFERENCE_REPLICA,
               lambda ns, name, uid: contract.replica_workflow_id(_ns(ns), name, uid)),
         Route("RolloutPolicy", "ome.io", "v1beta1", "rolloutpolicies", True, WorkflowType.ROLLOUT_POLICY,
@@ -76,7 +79,8 @@ ROUTES: dict[str, Route] = {
         Route("FineTunedWeight", "ome.io", "v1beta1", "finetunedweights", False, WorkflowType.BASE_MODEL,
               contract.basemodel_workflow_id),
         Route("WorkloadCluster", "ome.io", "v1beta1", "workloadclusters", False, WorkflowType.WORKLOAD_CLUSTER,
-              lambda _ns_, name, uid: contract.workload_cluster_workflow_id(name, uid)),
+              lambda _ns_, name, uid: contract.workload_cluster_workflow_id(name, uid),
+              annotations=(RECHECK_ANNOTATION,)),
     )
 }
 
@@ -99,6 +103,8 @@ class Fingerprint:
     deleting: bool
     annotations: tuple[tuple[str, str], ...] = ()
     migrations: frozenset[str] = frozenset()
+    placed: bool = False
+    """spec.placement was set: its removal is news for the placement workflow too."""
 
 
 @dataclass(frozen=True)
@@ -149,12 +155,19 @@ def plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, *, gon
     ref = route.ref(obj)
     workflow_id = route.workflow_id(ref.namespace, ref.name, uid)
     start = StartObject(ref=ref)
-    result = Plan(fingerprint=Fingerprint(uid, generation, deleting, watched, frozenset(requests)))
+    placed = route.placement and bool((obj.get("spec") or {}).get("placement"))
+    result = Plan(fingerprint=Fingerprint(uid, generation, deleting, watched, frozenset(requests), placed))
 
     if previous is None or (previous.generation, previous.deleting) != (generation, deleting):
         event = ObjectEvent(uid=uid, generation=generation, resource_version=version, deleting=deleting)
-        result.dispatches.append(Dispatch(route.workflow_type, workflow_id, start,
-                                          Signal.DELETE if deleting else Signal.OBJECT_CHANGED, event))
+        signal = Signal.DELETE if deleting else Signal.OBJECT_CHANGED
+        result.dispatches.append(Dispatch(route.workflow_type, workflow_id, start, signal, event))
+        if placed or (previous is not None and previous.placed):
+            # The placement workflow writes the derived services in the members; it learns of a
+            # removed spec.placement (and of deletion) as it learned of the placement itself.
+            result.dispatches.append(Dispatch(
+                WorkflowType.PLACEMENT, contract.placement_workflow_id(ref.namespace or "", ref.name, uid),
+                start, signal, event))
 
     before = dict(previous.annotations) if previous else {}
     after = dict(watched)

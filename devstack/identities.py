@@ -25,8 +25,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from devstack.kube import BIN_DIR_ENV, BUILD_SCRIPT, REPO_ROOT, LocalKubeCluster
-from devstack.process import find_binary
+from devstack.kube import BIN_DIR_ENV, BUILD_SCRIPT, REPO_ROOT, LocalKubeCluster, apply_objects
+from devstack.process import built_binary
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +42,7 @@ TOKEN_SECONDS = 24 * 3600
 
 def helm_binary() -> str:
     """The pinned helm (deploy/local/kube/build-binaries.sh builds it when missing)."""
-    found = find_binary("helm", BIN_DIR_ENV)
-    if found is None:
-        log.info("building helm with %s", BUILD_SCRIPT)
-        subprocess.run(["bash", str(BUILD_SCRIPT)], check=True)
-        found = find_binary("helm", BIN_DIR_ENV)
-    if found is None:
-        raise RuntimeError(f"helm still missing after {BUILD_SCRIPT}")
-    return found
+    return built_binary("helm", BUILD_SCRIPT, BIN_DIR_ENV)
 
 
 def helm(*args: str, kubeconfig: Path | None = None, timeout: float = 300) -> str:
@@ -139,15 +132,6 @@ def install(cluster: LocalKubeCluster, values: Mapping[str, Any], *, release: st
                     kubeconfig=cluster.kubeconfig_path)
 
 
-def _apply(api: client.ApiClient, docs: Iterable[dict[str, Any]]) -> None:
-    dynamic = DynamicClient(api)  # type: ignore[no-untyped-call]
-    for doc in docs:
-        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        dynamic.server_side_apply(  # type: ignore[no-untyped-call]
-            resource, body=doc, namespace=doc["metadata"].get("namespace"), field_manager=FIELD_MANAGER,
-            force_conflicts=True)
-
-
 def apply_identities(api: client.ApiClient, release: str, namespace: str,
                      values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Only the ServiceAccounts and RBAC of the chart, rendered for `release` in `namespace` and
@@ -160,7 +144,7 @@ def apply_identities(api: client.ApiClient, release: str, namespace: str,
         if exc.status != 409:
             raise
     docs = [d for d in render(release, namespace, values or local_values()) if d["kind"] in IDENTITY_KINDS]
-    _apply(api, docs)
+    apply_objects(api, docs)
     return docs
 
 

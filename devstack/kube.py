@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
 
 from devstack.process import ManagedProcess, ProcessFailed, cache_dir, find_binary, free_port, http_ok
 
@@ -92,6 +93,27 @@ _HELD = {"key": f'.metadata.annotations["{POD_UNREADY_ANNOTATION}"]', "operator"
 _ALIVE = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
 _NOT_A_JOB = {"key": ".metadata.ownerReferences.[].kind", "operator": "NotIn", "values": ["Job"]}
 
+UNREADY_NODE_SUFFIX = "-unready"
+"""A node whose name ends with this runs the pods bound to it but none ever turns Ready, as a node
+with a broken device driver (LocalKubeCluster.add_unready_node). kwok's stages see only the pod,
+never its node's labels, so the mark is in the name the pod carries (spec.nodeName)."""
+UNREADY_NODE_TAINT = "devstack.servingops.io/unready"
+"""NoSchedule taint on such a node: only pods that tolerate it (a test's own) land there."""
+_ON_UNREADY_NODE = f'(.spec.nodeName // "") | endswith("{UNREADY_NODE_SUFFIX}")'
+_NOT_ON_UNREADY_NODE = {"key": _ON_UNREADY_NODE, "operator": "In", "values": ["false"]}
+
+_RUNNING_NOT_READY = (
+    "{{ $now := Now }}\n"
+    "conditions:\n"
+    "- lastTransitionTime: {{ $now | Quote }}\n  status: \"True\"\n  type: Initialized\n"
+    "- lastTransitionTime: {{ $now | Quote }}\n  status: \"False\"\n  type: Ready\n"
+    "  reason: ContainersNotReady\n"
+    "- lastTransitionTime: {{ $now | Quote }}\n  status: \"False\"\n  type: ContainersReady\n"
+    "  reason: ContainersNotReady\n"
+    "phase: Running\n"
+    "startTime: {{ $now | Quote }}\n")
+"""A running pod whose containers are not ready (the status a stage that holds a pod unready sets)."""
+
 
 def _condition(kind: str) -> str:
     return f'.status.conditions.[] | select( .type == "{kind}" ) | .status'
@@ -109,7 +131,7 @@ _KWOK_OWN_STAGES: list[dict[str, Any]] = [
      "spec": {
          "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
          "selector": {"matchExpressions": [
-             _ALIVE, _NOT_A_JOB, _NOT_HELD, _NOT_FAILING,
+             _ALIVE, _NOT_A_JOB, _NOT_HELD, _NOT_FAILING, _NOT_ON_UNREADY_NODE,
              {"key": ".status.phase", "operator": "In", "values": ["Running"]},
              {"key": _condition("Ready"), "operator": "NotIn", "values": ["True"]},
              {"key": _GATES_OPEN, "operator": "In", "values": ["true"]},
@@ -130,16 +152,18 @@ _KWOK_OWN_STAGES: list[dict[str, Any]] = [
              {"key": ".spec.nodeName", "operator": "Exists"},
              {"key": _condition("ContainersReady"), "operator": "NotIn", "values": ["False"]},
          ]},
-         "next": {"statusTemplate": (
-             "{{ $now := Now }}\n"
-             "conditions:\n"
-             "- lastTransitionTime: {{ $now | Quote }}\n  status: \"True\"\n  type: Initialized\n"
-             "- lastTransitionTime: {{ $now | Quote }}\n  status: \"False\"\n  type: Ready\n"
-             "  reason: ContainersNotReady\n"
-             "- lastTransitionTime: {{ $now | Quote }}\n  status: \"False\"\n  type: ContainersReady\n"
-             "  reason: ContainersNotReady\n"
-             "phase: Running\n"
-             "startTime: {{ $now | Quote }}\n")},
+         "next": {"statusTemplate": _RUNNING_NOT_READY},
+     }},
+    # A pod on an unready node (UNREADY_NODE_SUFFIX) runs with its containers not ready, for good.
+    {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-on-unready-node"},
+     "spec": {
+         "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
+         "selector": {"matchExpressions": [
+             _ALIVE,
+             {"key": _ON_UNREADY_NODE, "operator": "In", "values": ["true"]},
+             {"key": _condition("ContainersReady"), "operator": "NotIn", "values": ["False"]},
+         ]},
+         "next": {"statusTemplate": _RUNNING_NOT_READY},
      }},
     # A kubelet reports a pod Ready only when its containers are and every readiness gate's
     # condition is True (ReadinessGatesNotReady otherwise); kwok's pod-ready says Ready at once,
@@ -242,7 +266,7 @@ def kwok_stages(module_root: Path) -> list[dict[str, Any]]:
     stages = [doc for rel in KWOK_STAGE_FILES for doc in yaml.safe_load_all((module_root / rel).read_text()) if doc]
     for stage in stages:
         if stage["metadata"]["name"] == "pod-ready":
-            stage["spec"]["selector"]["matchExpressions"].extend([_NOT_HELD, _NOT_FAILING])
+            stage["spec"]["selector"]["matchExpressions"].extend([_NOT_HELD, _NOT_FAILING, _NOT_ON_UNREADY_NODE])
             template, cut = _READINESS_GATES_BLOCK.subn("", stage["spec"]["next"]["statusTemplate"])
             if cut != 1:  # a kwok upgrade changed the template: look again rather than run it as is
                 raise RuntimeError("kwok's pod-ready stage no longer has the readiness-gates block we cut")
@@ -253,6 +277,8 @@ def kwok_stages(module_root: Path) -> list[dict[str, Any]]:
 UPSTREAM_CRDS = {
     "gateway-api": ("sigs.k8s.io/gateway-api", "GATEWAY_API_VERSION", "config/crd/standard", "*.yaml"),
     "kueue": ("sigs.k8s.io/kueue", "KUEUE_VERSION", "config/components/crd/bases", "*.yaml"),
+    # So a rendered ScaledObject is validated against KEDA's own schema; KEDA itself does not run.
+    "keda": ("github.com/kedacore/keda/v2", "KEDA_VERSION", "config/crd/bases", "keda.sh_scaledobjects.yaml"),
 }
 
 
@@ -417,7 +443,73 @@ def write_pki(pki: Path) -> None:
         path.chmod(0o600)
 
 
+FRONT_PROXY_CLIENT = "front-proxy-client"
+
+
+def write_front_proxy_pki(pki: Path) -> None:
+    """The aggregation layer's front proxy: its own CA (what an aggregated apiserver such as
+    prometheus-adapter trusts for the X-Remote-User headers) and the client cert kube-apiserver
+    presents when it proxies to one. Kept when present; apart from write_pki so a dev cluster made
+    before the aggregation layer gets them too."""
+    if (pki / "front-proxy-client.key").is_file():
+        return
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = _issue(_name("servingops-front-proxy-ca"), ca_key, None)
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    proxy = _issue(_name(FRONT_PROXY_CLIENT), client_key, (ca, ca_key), usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    files = {
+        "front-proxy-ca.crt": ca.public_bytes(serialization.Encoding.PEM),
+        "front-proxy-client.crt": proxy.public_bytes(serialization.Encoding.PEM),
+        "front-proxy-client.key": _pem_key(client_key),  # last: its presence means "all done"
+    }
+    for filename, data in files.items():
+        path = pki / filename
+        path.write_bytes(data)
+        path.chmod(0o600)
+
+
+def issue_serving_cert(pki: Path, common_name: str, dns_names: list[str], ips: list[str]) -> tuple[bytes, bytes]:
+    """(cert, key) PEM of a serving certificate signed by the cluster CA, for an aggregated
+    apiserver whose APIService carries the CA as its caBundle."""
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    key = ec.generate_private_key(ec.SECP256R1())
+    sans: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    cert = _issue(_name(common_name), key, (ca, ca_key), usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans)
+    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
+
+
 # --- manifests ----------------------------------------------------------------------------
+
+
+def apply_objects(api: client.ApiClient, docs: Iterable[dict[str, Any]]) -> None:
+    """Server-side apply (FIELD_MANAGER, conflicts forced) of each object, namespaced or not: created
+    when missing, brought to what is given when present (an older pin's or an earlier run's), with
+    no read-modify-write race. Each doc carries apiVersion and kind."""
+    dynamic = DynamicClient(api)  # type: ignore[no-untyped-call]
+    for doc in docs:
+        resource = dynamic.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        dynamic.server_side_apply(  # type: ignore[no-untyped-call]
+            resource, body=doc, namespace=doc["metadata"].get("namespace"), field_manager=FIELD_MANAGER,
+            force_conflicts=True)
+
+
+def _kwok_node(name: str, taints: list[client.V1Taint] | None = None) -> client.V1Node:
+    """A node kwok plays the kubelet of (it manages nodes carrying KWOK_NODE_ANNOTATION)."""
+    return client.V1Node(
+        metadata=client.V1ObjectMeta(
+            name=name,
+            annotations={KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            labels={"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64"},
+        ),
+        spec=client.V1NodeSpec(taints=taints) if taints else None,
+        # Status is kept on create (it is how kubelets register); kwok's node stage keeps what is
+        # set here and only fills in conditions and addresses.
+        status=client.V1NodeStatus(capacity=NODE_CAPACITY, allocatable=NODE_CAPACITY),
+    )
 
 
 def _yaml_docs(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
@@ -482,6 +574,7 @@ class LocalKubeCluster:
         binaries = ensure_binaries()
         self.workdir.mkdir(parents=True, exist_ok=True)
         write_pki(self.pki)
+        write_front_proxy_pki(self.pki)
         self.api_port = self.api_port or free_port()
         self._write_kubeconfig()
         self._client = self.api_client()
@@ -553,6 +646,17 @@ class LocalKubeCluster:
             # The `kubernetes` Service's endpoints would be 127.0.0.1, which endpoint
             # validation rejects (loopback); nothing here dials the apiserver through it.
             "--endpoint-reconciler-type=none",
+            # The aggregation layer (custom.metrics.k8s.io and external.metrics.k8s.io served by
+            # prometheus-adapter, devstack/metrics_adapter.py). Nothing runs kube-proxy, so the
+            # apiserver dials an APIService's endpoint address itself instead of its ClusterIP.
+            f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+            "--enable-aggregator-routing=true",
             "--profiling=false",
             *([f"--feature-gates={self.feature_gates}"] if self.feature_gates else []),
         ])
@@ -574,6 +678,8 @@ class LocalKubeCluster:
             f"--cluster-signing-key-file={pki / 'ca.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--cluster-name=servingops-local",
+            # The HPA controller looks every 2 s (default 15 s), so tests of a real HPA are quick.
+            "--horizontal-pod-autoscaler-sync-period=2s",
             *([f"--node-monitor-grace-period={self.node_monitor_grace_period}"]
               if self.node_monitor_grace_period else []),
             *([f"--feature-gates={self.feature_gates}"] if self.feature_gates else []),
@@ -628,6 +734,25 @@ class LocalKubeCluster:
 
     def resume_kubelets(self) -> None:
         self._signal_kwok(signal.SIGCONT)
+
+    def add_unready_node(self, name: str) -> str:
+        """A kwok node, `<name>-unready`, Ready itself, on which no pod ever turns Ready (the
+        pod-on-unready-node stage), tainted UNREADY_NODE_TAINT so other tests' pods stay off it.
+        Not in node_names; remove it with remove_node."""
+        node = f"{name}{UNREADY_NODE_SUFFIX}"
+        client.CoreV1Api(self._api).create_node(_kwok_node(node, taints=[
+            client.V1Taint(key=UNREADY_NODE_TAINT, value="true", effect="NoSchedule")]))
+        self._wait(f"node {node} Ready", lambda: any(
+            n.metadata.name == node and condition_true(n.status.conditions, "Ready")
+            for n in client.CoreV1Api(self._api).list_node().items), 60)
+        return node
+
+    def remove_node(self, name: str) -> None:
+        try:
+            client.CoreV1Api(self._api).delete_node(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
 
     def _signal_kwok(self, signum: signal.Signals) -> None:
         kwok = self._process("kwok")
@@ -688,23 +813,8 @@ class LocalKubeCluster:
     def _create_nodes(self) -> None:
         core = client.CoreV1Api(self._api)
         for name in self.node_names:
-            node = client.V1Node(
-                metadata=client.V1ObjectMeta(
-                    name=name,
-                    annotations={KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                    labels={
-                        "type": "kwok",
-                        "kubernetes.io/hostname": name,
-                        "kubernetes.io/os": "linux",
-                        "kubernetes.io/arch": "amd64",
-                    },
-                ),
-                # Status is kept on create (it is how kubelets register); kwok's node stage
-                # keeps what is set here and only fills in conditions and addresses.
-                status=client.V1NodeStatus(capacity=NODE_CAPACITY, allocatable=NODE_CAPACITY),
-            )
             try:
-                core.create_node(node)
+                core.create_node(_kwok_node(name))
             except ApiException as exc:
                 if exc.status != 409:  # already there: a restarted dev cluster
                     raise

@@ -40,6 +40,18 @@ def find_binary(name: str, dir_env: str | None = None) -> str | None:
     return None
 
 
+def built_binary(name: str, build_script: Path, dir_env: str | None = None) -> str:
+    """find_binary, or run the pinned build script that puts `name` in the cache (minutes when cold)."""
+    found = find_binary(name, dir_env)
+    if found is None:
+        print(f"building {name} with {build_script} (minutes on a cold cache)", flush=True)
+        subprocess.run(["bash", str(build_script)], check=True)
+        found = find_binary(name, dir_env)
+    if found is None:
+        raise RuntimeError(f"{name} still missing after {build_script}")
+    return found
+
+
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from devstack import identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
+from devstack.members import MemberCluster
 from devstack.process import ManagedProcess, free_port, http_ok, tcp_open
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 from devstack.webhook import WebhookProcess, register
@@ -60,7 +61,7 @@ def _load_state(state_dir: Path) -> dict[str, Any] | None:
     return state
 
 
-def up(state_dir: Path) -> int:
+def up(state_dir: Path, members: int = 0) -> int:
     state = _load_state(state_dir)
     if state and any(_alive(pid) for pid in state["pids"]):
         print("the stack is already up (./dev down stops it)")
@@ -121,8 +122,18 @@ def up(state_dir: Path) -> int:
     webhook = WebhookProcess(ids.webhook, state_dir / "webhook", logs, registry=registry.address).start()
     register(api, webhook.configuration("servingops-webhook-local"))
 
+    # Member clusters for placement (devstack/members.py): each its own apiserver, kwok nodes, Kueue
+    # (4 cpus of quota) and servingops, registered here as WorkloadCluster member-<i>, labelled
+    # servingops.dev/member=member-<i>; the `default` namespace is prepared in each.
+    fleet = [MemberCluster(f"member-{i}", state_dir / "members" / f"member-{i}", logs,
+                           labels={"servingops.dev/member": f"member-{i}"}).start(temporal.address, env)
+             for i in range(1, members + 1)]
+    for member in fleet:
+        member.prepare_namespace("default")
+        member.register(api, ids.namespace)
+
     processes = [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge,
-                 *agents, webhook.process]
+                 *agents, webhook.process, *(p for m in fleet for p in m.processes())]
     state = {
         "pids": [p.pid for p in processes if p and p.pid],
         "temporal": temporal.address,
@@ -133,6 +144,7 @@ def up(state_dir: Path) -> int:
         "metrics": f"worker http://{worker_metrics}/metrics, bridge http://{bridge_metrics}/metrics",
         "hub": hub_url,
         "logs": str(logs),
+        "members": {m.name: str(m.cluster.kubeconfig_path) for m in fleet},
     }
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / "stack.json").write_text(json.dumps(state, indent=2))
@@ -143,6 +155,8 @@ def up(state_dir: Path) -> int:
     print(f"registry:        {registry.address}    Prometheus: {prometheus.url}    Hub: {hub_url}")
     print(f"metrics:         {state['metrics']} (scraped by Prometheus)")
     print(f"logs:            {logs}")
+    for member in fleet:
+        print(f"member cluster:  {member.name} (WorkloadCluster), KUBECONFIG={member.cluster.kubeconfig_path}")
     print(f"node disks:      {state_dir / 'nodes'} (one agent per kwok node)")
     report(api, applied, wait_seconds=READY_WAIT_SECONDS)
     return 0

@@ -9,4 +9,6 @@ pytest_plugins = [
     "tests.fixtures.services",
     "tests.fixtures.bridge",
     "tests.fixtures.secrets",
+    "tests.fixtures.metrics_adapter",
+    "tests.fixtures.kueue",
 ]

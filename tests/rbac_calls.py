@@ -38,8 +38,16 @@ ENTRY_POINTS = {
     "bridge": ("servingops.crd_bridge.main", "run"),
     "agent": ("servingops.agents.main", "run"),
     "webhook": ("servingops.ingress.model_webhook", "run"),
+    # Not a process: the identity the control plane's placement activities talk as in a member
+    # cluster (the chart's placementMember role), through a client built from the member's kubeconfig.
+    "placement-member": ("servingops.activities.placement.member", "MemberClient"),
 }
-"""Where each process's ApiClient goes: everything reachable from here talks as that identity."""
+"""Where each identity's ApiClient goes: everything reachable from here talks as that identity."""
+
+_OTHER_IDENTITY = {"servingops.activities.placement.member"}
+"""Modules whose calls go out under an identity of their own: a walk from another entry point
+does not count them (the worker builds a MemberClient, but the member's apiserver sees the
+placement-member identity)."""
 
 _FOLLOWED_LIBRARIES = ("kubernetes.leaderelection",)
 """Library code that makes apiserver calls on our behalf with a client we give it (LeaseLock)."""
@@ -149,6 +157,8 @@ def reachable(entry: tuple[str, str]) -> list[tuple[_Module, ast.AST]]:
         if (module_name, name) in seen:
             continue
         seen.add((module_name, name))
+        if module_name in _OTHER_IDENTITY and module_name != entry[0]:
+            continue
         module = _load(module_name)
         node = module.definitions.get(name)
         if node is None:

@@ -8,8 +8,10 @@ the pod is Ready only while its ome.io/serving gate is True, as a kubelet (and k
 report it; a deleted pod is gone `delete_delay` seconds later, or once released when
 `hold_deletion` keeps it terminating (a finalizer would). Tests make pods fail, restart or vanish
 through `fail_pod`, `restart_pod`, `lose_pod`. `quota` caps the pod count as a ResourceQuota would
-(the create is refused, QuotaExceeded). After every call that changes pods, the serving Instance
-count is sampled into `serving_log`, so a test can prove a rollout never dipped below its budget.
+(the create is refused, QuotaExceeded); `gate_new_pods` holds new pods at a scheduling gate until
+`ungate`; `kueue_capacity` plays Kueue (pods naming a queue wait at its gate until it admits them).
+After every call that changes pods, the serving Instance count is sampled into `serving_log`, so a
+test can prove a rollout never dipped below its budget.
 
 The fake answers as the real activities do (tests/test_replica_conformance.py runs the same cases
 against both): pods, names, labels and revision names come from the activities' own pure parts
@@ -30,8 +32,17 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 
-from servingops.activities.kubernetes import EventNote, StatusPatch
-from servingops.activities.replica import in_place
+from servingops.activities.kubernetes import EventNote, EventSpec, StatusPatch
+from servingops.activities.migration import ledger
+from servingops.activities.migration.types import (
+    EndpointQuery,
+    LedgerWrite,
+    LedgerWritten,
+    RequestRemoval,
+    Resolved,
+    ResolveInput,
+)
+from servingops.activities.replica import in_place, kueue
 from servingops.activities.replica import pods as render
 from servingops.activities.replica.activities import MAX_COLLISIONS, QUOTA_EXCEEDED
 from servingops.activities.replica.revisions import revision_hash, same_data
@@ -92,6 +103,14 @@ class FakePod:
     ready_from: float | None = None
     """When the containers turned ready (set by the simulated kubelet)."""
     gated: bool = False
+    queue: str | None = None
+    """The Kueue LocalQueue the pod names (kueue.x-k8s.io/queue-name)."""
+    group: str | None = None
+    """Its Kueue pod group (a gang), else None: the pod is a Workload of its own."""
+    group_total: int = 1
+    admission: str | None = None
+    """Why the simulated Kueue holds the gated pod (its Workload's QuotaReserved=False message)."""
+    ungated_at: float | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
     """The pod as create_pods rendered it (what update_in_place diffs and patches)."""
     serving_since: float | None = None
@@ -99,6 +118,10 @@ class FakePod:
     failed_at: float | None = None
     held: bool = False
     """A finalizer holds the pod: once deleted it stays terminating until released."""
+    node: str | None = "node-1"
+    """Where the fake scheduler put it (None: no node fits its required affinity)."""
+    unserved_at: float | None = None
+    """When the ome.io/serving condition last turned False."""
 
 
 @dataclass
@@ -137,6 +160,10 @@ class FakeReplicaCluster:
     """While set, every pod create is refused for good (Invalid, this message), as the apiserver refuses a
     pod it cannot admit (the worker's interceptor makes a 422 permanent)."""
     gate_new_pods: bool = False
+    kueue_capacity: int | None = None
+    """A simulated Kueue, None when there is none: pods naming a queue are created gated (its webhook),
+    and whole Workloads (one pod, or a gang's complete pod group) are admitted in creation order while
+    the admitted pods fit `kueue_capacity`; the others are told why, as Kueue says it."""
     lifecycle: LifecycleDefaults = field(default_factory=LifecycleDefaults)
     violations: list[str] = field(default_factory=list)
     serving_log: list[Sample] = field(default_factory=list)
@@ -144,6 +171,29 @@ class FakeReplicaCluster:
     """Every pod name created, in order (a duplicate create of a live name would be a bug)."""
     collide_next: bool = False
     """The next revision name minted collides with a foreign object (a collision test)."""
+    nodes: list[str] = field(default_factory=lambda: ["node-1"])
+    """The fake scheduler's nodes: a pod goes to a node its required affinity allows, preferring its
+    preferred nodes, else the one with the fewest live pods (first by name on a tie)."""
+    sick_nodes: set[str] = field(default_factory=set)
+    """Nodes whose pods never become ready (a node that cannot run the workload)."""
+    endpoint_lag: float = 0.0
+    """Seconds an EndpointSlice keeps a pod's endpoint Ready after its ome.io/serving gate turned
+    False (the endpoint controller's delay), as migration.ready_endpoints reports it."""
+    isvc_annotations: dict[str, str] = field(default_factory=dict)
+    """The parent InferenceService's annotations (migration requests), for migration.remove_request."""
+    isvc_events: list[tuple[str, str, str]] = field(default_factory=list)
+    """(type, reason, message) of every kube.emit_event (the migration workflow's Events)."""
+    omenative: bool = True
+    """migration.resolve: the component is served by this replica (False: it is not OMENative)."""
+    endpoint_log: list[tuple[float, str]] = field(default_factory=list)
+    """(time, pod) of every pod deleted while the fake EndpointSlices still listed it Ready."""
+    ledger: dict[str, str] = field(default_factory=dict)
+    """The audit ledger ConfigMap's data (migration.archive, merged by the real ledger.merge)."""
+    ledger_writes: int = 0
+    """migration.archive calls that changed the ledger."""
+    ledger_dropped: int = 0
+    ledger_broken: bool = False
+    """migration.archive fails (a ledger the worker cannot write)."""
 
     @property
     def ref(self) -> ObjectRef:
@@ -204,13 +254,44 @@ class FakeReplicaCluster:
 
     # -- the simulated kubelet -----------------------------------------------------------------
 
+    def ungate(self, now: float) -> None:
+        """Every gate lifted (an admission controller released the pods)."""
+        self.gate_new_pods = False
+        for pod in self.live():
+            if pod.gated:
+                pod.gated, pod.ungated_at, pod.admission = False, now, None
+
+    def _kueue(self, now: float) -> None:
+        if self.kueue_capacity is None:
+            return
+        used = sum(1 for pod in self.live() if pod.queue and not pod.gated)
+        workloads: dict[str, list[FakePod]] = {}
+        for pod in sorted(self.live(), key=lambda p: p.created):
+            if pod.queue and pod.gated:
+                workloads.setdefault(pod.group or pod.name, []).append(pod)
+        for members in workloads.values():
+            if len(members) < members[0].group_total:
+                continue  # Kueue makes a group's Workload once every pod of the group exists
+            if used + len(members) <= self.kueue_capacity:
+                used += len(members)
+                for pod in members:
+                    pod.gated, pod.ungated_at, pod.admission = False, now, None
+                continue
+            for pod in members:
+                pod.admission = (f"Workload {members[0].group or 'pod-' + pod.name}: couldn't assign flavors to "
+                                 f"pod set main: insufficient quota for pods in flavor default, request > maximum "
+                                 f"capacity ({len(members)} > {self.kueue_capacity - used})")
+
     def _settle(self, now: float) -> None:
         for name in [n for n, p in self.pods.items()
                      if p.deleted is not None and not p.held and now - p.deleted >= self.delete_delay]:
             del self.pods[name]
+        self._kueue(now)
         for pod in self.pods.values():
-            if pod.ready_from is None and not pod.gated and not pod.failed and pod.image not in self.broken_images:
-                pod.ready_from = pod.created + self.ready_delay
+            if pod.ready_from is None and not pod.gated and pod.node is not None and not pod.failed and (
+                    pod.image not in self.broken_images) and pod.node not in self.sick_nodes:
+                # The kubelet starts the containers once the pod is scheduled: after its gates lifted.
+                pod.ready_from = max(pod.created, pod.ungated_at or 0.0) + self.ready_delay
             if pod.failed and pod.failed_at is None:
                 pod.failed_at = now  # the kubelet's finishedAt: the same on every later read
 
@@ -238,9 +319,11 @@ class FakeReplicaCluster:
                                               exit_code=137, time=datetime.fromtimestamp(pod.restarted_at, UTC))
         return PodView(name=pod.name, uid=pod.uid, index=pod.index, slot=pod.slot, runner=pod.runner,
                        worker=pod.worker, incarnation=pod.incarnation, revision=pod.revision,
-                       node=None if pod.gated else "node-1",
+                       node=None if pod.gated else pod.node,
                        phase="Failed" if pod.failed else "Running" if not pod.gated else "Pending",
-                       scheduled=not pod.gated, gated=pod.gated, containers_ready=self._containers_ready(pod, now),
+                       scheduled=not pod.gated, gated=pod.gated, queue=pod.queue,
+                       admission=pod.admission if pod.gated else None,
+                       containers_ready=self._containers_ready(pod, now),
                        ready=ready, ready_since=since, serving=pod.serving, deleting=pod.deleted is not None,
                        restart_count=pod.restarts, last_termination=termination,
                        created_at=datetime.fromtimestamp(pod.created, UTC))
@@ -289,16 +372,55 @@ class FakeReplicaCluster:
     def _add_pod(self, body: dict[str, Any], runner_template: dict[str, Any], now: float) -> FakePod:
         meta = body["metadata"]
         labels = meta["labels"]
+        queue = labels.get(kueue.QUEUE_LABEL)
         pod = FakePod(
             name=meta["name"], uid=str(uuid.uuid4()), index=int(labels[keys.INSTANCE_LABEL]),
             slot=int(labels[keys.SLOT_LABEL]), runner=labels[keys.RUNNER_LABEL],
             worker=int(labels.get(keys.WORKER_LABEL) or 0), incarnation=int(labels[keys.INCARNATION_LABEL]),
             revision=labels[keys.REVISION_LABEL], image=body["spec"]["containers"][0]["image"],
             template=copy.deepcopy(runner_template), created=now, gated=self.gate_new_pods or
-            bool(body["spec"].get("schedulingGates")), manifest=body)
+            bool(body["spec"].get("schedulingGates")) or (queue is not None and self.kueue_capacity is not None),
+            queue=queue, group=labels.get(kueue.GROUP_NAME_LABEL),
+            group_total=int(meta["annotations"].get(kueue.GROUP_TOTAL_ANNOTATION) or 1), manifest=body)
+        pod.node = self._schedule(body)
         self.pods[pod.name] = pod
         self.created_names.append(pod.name)
         return pod
+
+    def _schedule(self, body: dict[str, Any]) -> str | None:
+        """Required nodeAffinity (NotIn / In on kubernetes.io/hostname) filters, preferred terms rank."""
+        affinity = (body["spec"].get("affinity") or {}).get("nodeAffinity") or {}
+        allowed = list(self.nodes)
+        required = (affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+        for term in required or []:
+            for expression in term.get("matchExpressions") or []:
+                if expression.get("key") != "kubernetes.io/hostname":
+                    continue
+                values = set(expression.get("values") or [])
+                if expression.get("operator") == "NotIn":
+                    allowed = [n for n in allowed if n not in values]
+                elif expression.get("operator") == "In":
+                    allowed = [n for n in allowed if n in values]
+        if not allowed:
+            return None
+        preferred: list[str] = []
+        for term in affinity.get("preferredDuringSchedulingIgnoredDuringExecution") or []:
+            for expression in (term.get("preference") or {}).get("matchExpressions") or []:
+                if expression.get("key") == "kubernetes.io/hostname" and expression.get("operator") == "In":
+                    preferred.extend(expression.get("values") or [])
+        for name in preferred:
+            if name in allowed:
+                return name
+        load = {n: sum(1 for p in self.live() if p.node == n) for n in allowed}
+        return min(allowed, key=lambda n: (load[n], n))
+
+    def endpoint_ready(self, pod: FakePod, now: float) -> bool:
+        """The endpoint controller's view: Ready, or its gate turned False less than endpoint_lag ago."""
+        if pod.deleted is not None:
+            return False
+        if self._ready(pod, now):
+            return True
+        return pod.unserved_at is not None and now - pod.unserved_at < self.endpoint_lag
 
     # -- the activities -------------------------------------------------------------------------
 
@@ -413,6 +535,8 @@ class FakeReplicaCluster:
                     continue
                 # A pod already terminating answers the delete as accepted: listed again.
                 if pod.deleted is None:
+                    if cluster.endpoint_ready(pod, now):
+                        cluster.endpoint_log.append((now, name))
                     pod.deleted = now
                 deleted.append(name)
             cluster._sample(now)
@@ -429,6 +553,7 @@ class FakeReplicaCluster:
                 elif pod.serving is not request.serving:
                     pod.serving = request.serving
                     pod.serving_since = now if request.serving else None
+                    pod.unserved_at = None if request.serving else now
                     result.changed.append(name)
             cluster._sample(now)
             return result
@@ -498,8 +623,54 @@ class FakeReplicaCluster:
         async def operator_config() -> OperatorDefaults:
             return OperatorDefaults(lifecycle=cluster.lifecycle)
 
+        @activity.defn(name="migration.archive")
+        async def archive(write: LedgerWrite) -> LedgerWritten:
+            if cluster.ledger_broken:
+                raise RuntimeError("the ledger ConfigMap cannot be written")
+            merged, dropped = ledger.merge(cluster.ledger, ledger.entries(
+                write.replica.namespace or "", write.replica.name, write.records))
+            if merged == cluster.ledger:
+                return LedgerWritten(changed=False)
+            cluster.ledger, cluster.ledger_writes = merged, cluster.ledger_writes + 1
+            cluster.ledger_dropped += dropped
+            return LedgerWritten(changed=True, dropped=dropped)
+
         return [observe, read_record, ensure_revision, ensure_service, create_pods, delete_pods, set_serving,
-                update_in_place, prune_revisions, patch_status, operator_config]
+                update_in_place, prune_revisions, patch_status, operator_config, archive]
+
+    def migration_activities(self) -> list[Any]:
+        """migration.* and kube.emit_event as the migration workflow and the replica's drain call them;
+        the InferenceService is `svc` in NAMESPACE, its component served by this replica unless
+        `omenative` is False."""
+        cluster = self
+
+        @activity.defn(name="migration.resolve")
+        async def resolve(request: ResolveInput) -> Resolved:
+            if request.component != cluster.spec["component"]:
+                return Resolved(refused="ComponentNotFound",
+                                message=f"InferenceService {NAMESPACE}/svc has no component {request.component!r}")
+            if not cluster.omenative:
+                return Resolved(refused="NotOMENative", message=(
+                    f"component {request.component} of InferenceService {NAMESPACE}/svc is not OMENative (no "
+                    f"InferenceReplica {NAME} serves it): only OMENative Instances can be migrated"))
+            return Resolved(replica=NAME, replica_uid=cluster.uid)
+
+        @activity.defn(name="migration.ready_endpoints")
+        async def ready_endpoints(query: EndpointQuery) -> list[str]:
+            now = await cluster.now()
+            cluster._settle(now)
+            return sorted(name for name in query.pods
+                          if name in cluster.pods and cluster.endpoint_ready(cluster.pods[name], now))
+
+        @activity.defn(name="migration.remove_request")
+        async def remove_request(removal: RequestRemoval) -> bool:
+            return cluster.isvc_annotations.pop(removal.annotation, None) is not None
+
+        @activity.defn(name="kube.emit_event")
+        async def emit_event(spec: EventSpec) -> None:
+            cluster.isvc_events.append((spec.type, spec.reason, spec.message))
+
+        return [resolve, ready_endpoints, remove_request, emit_event]
 
 
 _RUNNER_ORDER = {"leader": 0, "default": 0, "worker": 1}

@@ -318,10 +318,10 @@ async def test_rollout_annotations_reach_the_service_workflow(
     assert all("_tracer-data" in e.workflow_execution_signaled_event_attributes.header.fields for e in signaled)
 
 
-async def test_an_unserved_migration_request_warns_and_starts_nothing(
+async def test_a_migration_request_starts_its_workflow_and_bad_ones_warn(
         kube_api: client.ApiClient, bridges: BridgeLauncher, temporal: Client) -> None:
-    """No worker of this release registers MigrationWorkflow: a valid request gets a Warning
-    Event saying so instead of a workflow that would wait forever; bad requests get theirs."""
+    """A valid request starts its MigrationWorkflow (served since issue 13); bad requests get a
+    Warning Event each and start nothing."""
     from servingops.api_models.ome import InferenceService
 
     ns = new_namespace(kube_api, "migrations")
@@ -338,26 +338,21 @@ async def test_an_unserved_migration_request_warns_and_starts_nothing(
     migration_id = f"migration/{ns}/svc-engine/{REQUEST_UUID}"
     deadline = time.monotonic() + EVENTUALLY
     events: list[Any] = []
-    while time.monotonic() < deadline and len(events) < 3:
+    while time.monotonic() < deadline and len(events) < 2:
         events = client.CoreV1Api(kube_api).list_namespaced_event(
             ns, field_selector="involvedObject.name=svc,type=Warning").items
         await asyncio.sleep(0.3)
     by_reason: dict[str, list[str]] = {}
     for event in events:
         by_reason.setdefault(event.reason, []).append(event.message)
-    assert sorted(by_reason) == ["InvalidMigrationRequest", "WorkflowNotServed"], by_reason
+    assert sorted(by_reason) == ["InvalidMigrationRequest"], by_reason
     invalid = " | ".join(by_reason["InvalidMigrationRequest"])
     assert len(by_reason["InvalidMigrationRequest"]) == 2
     assert 'schemaVersion must be "v1"' in invalid and "value is not JSON" in invalid
-    [not_served] = by_reason["WorkflowNotServed"]
-    assert "MigrationWorkflow" in not_served and REQUEST_UUID in not_served and "not started" in not_served
-    assert [e.involved_object.uid for e in events] == [obj["metadata"]["uid"]] * 3
+    assert [e.involved_object.uid for e in events] == [obj["metadata"]["uid"]] * 2
 
-    # The Events are recorded after the dispatches, so a start would already be visible: there is
-    # none, while the InferenceService's own (served) workflow runs as usual.
-    with pytest.raises(RPCError):
-        await temporal.get_workflow_handle(migration_id).describe()
-    query = f'WorkflowType = "MigrationWorkflow" AND ServingopsNamespace = "{ns}"'
-    assert (await temporal.count_workflows(query)).count == 0
+    # The Events are recorded after the dispatches, so the valid request's start is visible.
+    started = await temporal.get_workflow_handle(migration_id).describe()
+    assert started.workflow_type == "MigrationWorkflow"
     service = await temporal.get_workflow_handle(f"isvc/{ns}/svc/{obj['metadata']['uid']}").describe()
     assert service.workflow_type == "InferenceServiceWorkflow"

@@ -67,6 +67,26 @@ def test_new_generation_and_deletion_are_signalled() -> None:
     assert gone.dispatches == []  # already told
 
 
+def test_a_placed_service_is_also_sent_to_its_placement_workflow_until_placement_is_removed() -> None:
+    placed = {**obj(name="chat"), "spec": {"placement": {"policy": "ClusterAffinity", "mode": "Single"}}}
+    first = plan(ISVC, placed, None)
+    assert [(d.workflow_type, d.workflow_id, d.signal) for d in first.dispatches] == [
+        (WorkflowType.INFERENCE_SERVICE, "isvc/ns/chat/u1", Signal.OBJECT_CHANGED),
+        (WorkflowType.PLACEMENT, "placement/ns/chat/u1", Signal.OBJECT_CHANGED)]
+    # spec.placement removed: the placement workflow hears it (it withdraws the member copies) ...
+    unplaced = {**obj(name="chat", generation=2, rv="11"), "spec": {}}
+    second = plan(ISVC, unplaced, first.fingerprint)
+    assert [d.workflow_type for d in second.dispatches] == [WorkflowType.INFERENCE_SERVICE, WorkflowType.PLACEMENT]
+    # ... and, no longer placed, it hears nothing more.
+    third = plan(ISVC, {**obj(name="chat", generation=3, rv="12"), "spec": {}}, second.fingerprint)
+    assert [d.workflow_type for d in third.dispatches] == [WorkflowType.INFERENCE_SERVICE]
+    never = plan(ISVC, {**obj(name="plain"), "spec": {}}, None)
+    assert [d.workflow_type for d in never.dispatches] == [WorkflowType.INFERENCE_SERVICE]
+    deleted = plan(ISVC, {**obj(name="chat", rv="13", deleting=True), "spec": placed["spec"]}, first.fingerprint)
+    assert [(d.workflow_type, d.signal) for d in deleted.dispatches] == [
+        (WorkflowType.INFERENCE_SERVICE, Signal.DELETE), (WorkflowType.PLACEMENT, Signal.DELETE)]
+
+
 def test_a_reused_name_is_a_new_workflow() -> None:
     first = plan(MODEL, obj(uid="u1"), None)
     second = plan(MODEL, obj(uid="u2"), first.fingerprint)
@@ -113,12 +133,14 @@ class RecordingTemporal:
 
 async def test_a_dispatch_no_worker_serves_becomes_a_warning_and_starts_nothing() -> None:
     """Decided per dispatch: the same object's served signals go out, its migration request
-    (MigrationWorkflow is not registered) becomes a WorkflowNotServed Warning, once."""
+    (a worker that does not register MigrationWorkflow: `served` without it) becomes a
+    WorkflowNotServed Warning, once."""
     from kubernetes import client
 
     temporal = RecordingTemporal()
     dispatcher = Dispatcher(temporal, "q", CoalescingQueue(asyncio.get_running_loop()),  # type: ignore[arg-type]
-                            client.ApiClient(), BridgeMetrics())
+                            client.ApiClient(), BridgeMetrics(),
+                            served=IMPLEMENTED_WORKFLOWS - {WorkflowType.MIGRATION})
     warned: list[tuple[str, str]] = []
     dispatcher._warn = lambda _observed, reason, message: warned.append((reason, message))  # type: ignore[method-assign]
     value = json.dumps({"schemaVersion": "v1", "component": "engine", "instance": 0, "from_node": "node-a"})
@@ -210,5 +232,6 @@ def test_the_bridge_follows_by_default_exactly_what_the_worker_serves() -> None:
     assert registered == {t.value for t in IMPLEMENTED_WORKFLOWS}
     assert set(DEFAULT_KINDS) == {"Model", "ClusterModel", "InferenceService", "InferenceReplica", "RolloutPolicy",
                                   "ServingRuntime",
-                                  "ClusterServingRuntime", "BaseModel", "ClusterBaseModel", "FineTunedWeight"}
+                                  "ClusterServingRuntime", "BaseModel", "ClusterBaseModel", "FineTunedWeight",
+                                  "WorkloadCluster"}
     assert all(ROUTES[kind].workflow_type.value in registered for kind in DEFAULT_KINDS)

@@ -352,6 +352,40 @@ ISVC_REJECTIONS: list[tuple[str, Spec, str]] = [
      "componentAffinity needs an entry for each declared engine and decoder, and none for undeclared ones"),
     ("undeclared-router-affinity", {"engine": {}, "placement": _affinity(engine=[TERM], router=[TERM])},
      "componentAffinity.router requires a declared router"),
+    # placement: the affinity inputs matching relies on (workflows/placement/matching.py)
+    ("exists-with-a-value", _placement(clusterAffinity=[_term(_req("Exists", "x"))]),
+     "values must be nonempty for In/NotIn, empty for Exists/DoesNotExist, and a single integer for Gt/Lt"),
+    ("notin-without-values", _placement(clusterAffinity=[_term(_req("NotIn"))]),
+     "values must be nonempty for In/NotIn, empty for Exists/DoesNotExist, and a single integer for Gt/Lt"),
+    ("gt-without-value", _placement(clusterAffinity=[_term(_req("Gt"))]),
+     "values must be nonempty for In/NotIn, empty for Exists/DoesNotExist, and a single integer for Gt/Lt"),
+    ("lt-decimal", _placement(clusterAffinity=[_term(_req("Lt", "1.5"))]),
+     "values must be nonempty for In/NotIn, empty for Exists/DoesNotExist, and a single integer for Gt/Lt"),
+    ("component-in-without-values", {"engine": {}, "placement": _affinity(engine=[_term(_req("In"))])},
+     "values must be nonempty for In/NotIn, empty for Exists/DoesNotExist, and a single integer for Gt/Lt"),
+    ("component-empty-term", {"engine": {}, "placement": _affinity(engine=[{}])},
+     "a cluster affinity term must contain a requirement"),
+    ("match-fields-namespace", _placement(clusterAffinity=[{"matchFields": [_req("In", "a",
+                                                                                 key="metadata.namespace")]}]),
+     "matchFields selects only metadata.name, with In or NotIn"),
+    ("match-fields-gt-on-name", _placement(clusterAffinity=[{"matchFields": [_req("Gt", "1", key="metadata.name")]}]),
+     "matchFields selects only metadata.name, with In or NotIn"),
+    ("weight-in-single", _placement(clusterAffinity=[_term(_req("Exists"), weight=1)]),
+     "an affinity term weight is permitted only in Split mode"),
+    ("weight-in-all", _placement(mode="All", clusterAffinity=[TERM, _term(_req("Exists"), weight=3)]),
+     "an affinity term weight is permitted only in Split mode"),
+    ("decoder-weight-outside-split", {"engine": {}, "decoder": {}, "placement": {
+        **_affinity(engine=[TERM], decoder=[{**TERM, "weight": 2}]), "mode": "All"}},
+     "an affinity term weight is permitted only in Split mode"),
+    ("router-weight-outside-split", {"engine": {}, "router": {}, "placement": _affinity(
+        engine=[TERM], router=[{**TERM, "weight": 2}])},
+     "an affinity term weight is permitted only in Split mode"),
+    ("replacement-timeout-in-split", _placement(mode="Split", replacementTimeout="1m"),
+     "replacementTimeout requires Single placement"),
+    ("replacement-timeout-zero-minutes", _placement(replacementTimeout="0m"),
+     "replacementTimeout must be a positive duration"),
+    ("split-in-single-mode", _placement(split={"replicas": 2}),
+     "split is valid only in Split and SplitByCapacity modes"),
     # replicaRefs
     ("replica-refs-with-engine", {"engine": {}, "replicaRefs": {"engine": ["ir"]}},
      "replicaRefs excludes engine, decoder, router, model and runtime"),
@@ -488,6 +522,25 @@ def test_invalid_inference_services_are_rejected(kube_api: client.ApiClient, ns:
                                                  complaint: str) -> None:
     body = manifest(InferenceService, _drop_none(spec))
     assert complaint in rejection(lambda: create(kube_api, InferenceService, body, ns))
+
+
+# The shapes matching and allocation read, beside the rejections above: they must stay admissible.
+PLACEMENT_ACCEPTED: list[tuple[str, Spec]] = [
+    ("split-weights-overlap-fields-gt", _placement(
+        mode="Split", split={"replicas": 4, "maxReplicasPerCluster": 0},
+        clusterAffinity=[_term(_req("Gt", "-1"), weight=3), _term(_req("Exists")),
+                         {"matchFields": [_req("NotIn", "a", "b", key="metadata.name")]}])),
+    ("component-split-weights", {"engine": {}, "decoder": {}, "router": {}, "placement": {
+        **_affinity(engine=[TERM], decoder=[{**TERM, "weight": 2}], router=[TERM]), "mode": "Split"}}),
+    ("all-matches-everything", _placement(mode="All")),
+    ("single-replacement-timeout", _placement(
+        replacementTimeout="1m30s", clusterAffinity=[_term(_req("Lt", "10"), _req("DoesNotExist", key="x"))])),
+]
+
+
+@pytest.mark.parametrize("spec", [s for _, s in PLACEMENT_ACCEPTED], ids=[i for i, _ in PLACEMENT_ACCEPTED])
+def test_valid_placements(kube_api: client.ApiClient, ns: str, spec: Spec) -> None:
+    assert create(kube_api, InferenceService, manifest(InferenceService, spec), ns)["spec"] == spec
 
 
 def _drop_none(node: Any) -> Any:

@@ -1,4 +1,4 @@
-"""`./dev up` / `status` / `down` (devstack/cli.py), the README's first command, run for real."""
+"""`./dev up --members 1` / `status` / `down` (devstack/cli.py), the README's first command, run for real."""
 
 from __future__ import annotations
 
@@ -9,9 +9,13 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
+from kubernetes import client
+
 from devstack.kube import REPO_ROOT
+from servingops.runtime.kube import load_api_client
 
 
 def _cli(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
@@ -32,9 +36,28 @@ def _eventually_one(prometheus: str, promql: str, seconds: float = 60) -> bool:
     return False
 
 
+def _eventually(probe: Callable[[], bool], seconds: float) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if probe():
+            return True
+        time.sleep(1)
+    return False
+
+
+def _member_ready(kubeconfig: Path, name: str) -> bool:
+    api = load_api_client(str(kubeconfig))
+    try:
+        obj = client.CustomObjectsApi(api).get_cluster_custom_object("ome.io", "v1beta1", "workloadclusters", name)
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
 def test_dev_up_makes_the_examples_ready_and_down_stops_everything(tmp_path: Path) -> None:
     state = tmp_path / "stack"
-    up = _cli("up", state=state)
+    up = _cli("up", "--members", "1", state=state)
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "Temporal UI:" in up.stdout
@@ -43,6 +66,10 @@ def test_dev_up_makes_the_examples_ready_and_down_stops_everything(tmp_path: Pat
         assert _cli("status", state=state).returncode == 0
         stack = json.loads((state / "stack.json").read_text())
         pids = stack["pids"]
+        # --members 1: a member cluster, registered as a WorkloadCluster that the health workflow
+        # finds connected (its own apiserver, Kueue, worker and bridge are among the pids `down` stops).
+        assert "member cluster:  member-1" in up.stdout and set(stack["members"]) == {"member-1"}
+        assert _eventually(lambda: _member_ready(Path(stack["kubeconfig"]), "member-1"), 90), "member-1 not Ready"
         # One node agent per kwok node was started (a log each); `down` must stop them with the rest.
         agent_logs = sorted(p.name for p in Path(stack["logs"]).glob("agent-*"))
         assert agent_logs and all(name.startswith("agent-kwok-node-") for name in agent_logs), agent_logs

@@ -45,8 +45,10 @@ from tests import rbac_calls
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
 
-PROCESSES = ("worker", "uploads", "bridge", "agent", "webhook")
-RENDERINGS = {"defaults": None, "secret-namespaces": {"rbac": {"secretNamespaces": ["team-a"]}}}
+PROCESSES = ("worker", "uploads", "bridge", "agent", "webhook", "placement-member")
+MEMBER = {"placementMember": {"enabled": True}}
+"""Rendered in both: the placement-member identity exists only where a cluster is a member."""
+RENDERINGS = {"defaults": MEMBER, "secret-namespaces": {"rbac": {"secretNamespaces": ["team-a"]}, **MEMBER}}
 
 
 # -- the rules against the code ----------------------------------------------------------------------
@@ -64,7 +66,9 @@ def test_each_identity_is_granted_exactly_what_its_code_calls(process: str, rend
 
 def test_the_call_reader_tells_the_processes_apart() -> None:
     """A control for the test above: the reader attributes each call to the identity that makes it."""
-    worker, uploads, bridge, agent, webhook = (rbac_calls.used(p) for p in PROCESSES)
+    worker, uploads, bridge, agent, webhook, member = (rbac_calls.used(p) for p in PROCESSES)
+    assert ("ome.io", "inferenceservices", "delete") in member and ("ome.io", "inferenceservices", "delete") \
+        not in worker, "a member's derived service is deleted as the placement-member identity, never the worker"
     assert webhook == {("ai.deckhouse.io", "models", "get"), ("ai.deckhouse.io", "clustermodels", "get")}
     assert ("", "nodes", "patch") in agent and ("", "nodes", "patch") not in worker
     assert ("ome.io", "clusterbasemodels", "watch") in agent and not any(r == "secrets" for _, r, _ in agent)

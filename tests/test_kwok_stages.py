@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from devstack.kube import POD_FAIL_ANNOTATION, POD_RESTART_ANNOTATION, POD_UNREADY_ANNOTATION
+from devstack.kube import (
+    POD_FAIL_ANNOTATION,
+    POD_RESTART_ANNOTATION,
+    POD_UNREADY_ANNOTATION,
+    UNREADY_NODE_TAINT,
+    LocalKubeCluster,
+)
 from tests.crd_helpers import new_namespace
 
 DEADLINE = 60.0
@@ -176,3 +182,26 @@ def test_a_readiness_gate_is_left_to_its_owner_and_holds_ready_as_a_kubelet_woul
     gate("False")
     _wait("not Ready once it closes", lambda: ready_is("False"))
     assert _condition(_read(kube_api, ns, name), "ContainersReady") == "True"
+
+
+def test_pods_on_an_unready_node_run_but_never_turn_ready(kube_api: client.ApiClient,
+                                                          kube_cluster: LocalKubeCluster, ns: str) -> None:
+    node = kube_cluster.add_unready_node(f"stage-{uuid.uuid4().hex[:4]}")
+    try:
+        name = f"p-{uuid.uuid4().hex[:6]}"
+        core = client.CoreV1Api(kube_api)
+        core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"key": UNREADY_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "main", "image": "registry.invalid/app:v1"}]}})
+        _wait("the pod running on the unready node",
+              lambda: core.read_namespaced_pod(name, ns).status.phase == "Running")
+        app = _deployment(kube_api, ns, 1)  # the same moment on a healthy node: Ready
+        _wait("the healthy node's pod Ready", lambda: _ready(kube_api, ns, app) == 1)
+        time.sleep(3)  # kwok's stages have had many rounds
+        pod = core.read_namespaced_pod(name, ns)
+        assert pod.spec.node_name == node
+        assert _condition(pod, "Ready") == "False" and _condition(pod, "ContainersReady") == "False"
+        assert all(p.spec.node_name != node for p in _pods(kube_api, ns, app)), "untolerating pods stay off it"
+    finally:
+        kube_cluster.remove_node(node)

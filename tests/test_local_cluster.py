@@ -106,6 +106,7 @@ def test_service_gets_a_cluster_ip(kube_api: client.ApiClient, namespace: str) -
         "gateways.gateway.networking.k8s.io",
         "clusterqueues.kueue.x-k8s.io",
         "workloads.kueue.x-k8s.io",
+        "scaledobjects.keda.sh",
     ],
 )
 def test_upstream_crd_established(kube_api: client.ApiClient, crd: str) -> None:

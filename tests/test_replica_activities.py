@@ -324,6 +324,30 @@ def test_a_replica_renders_from_a_runtime_ref_and_waits_for_a_missing_model(
     assert "ModelNotFound" in error.message and "no-such-model" in error.message
 
 
+def test_a_runtime_with_leader_and_worker_renders_a_gang(cluster: ReplicaCluster, ns: str, acts: ReplicaActivities,
+                                                         kube_api: client.ApiClient) -> None:
+    """activities/serving/multinode.py through from_refs: the runtime's engineConfig leader/worker."""
+    runtime = f"srt-{uuid.uuid4().hex[:6]}"
+    custom = client.CustomObjectsApi(kube_api)
+    custom.create_cluster_custom_object("ome.io", "v1beta1", "clusterservingruntimes", {
+        "apiVersion": "ome.io/v1beta1", "kind": "ClusterServingRuntime", "metadata": {"name": runtime},
+        "spec": {"engineConfig": {
+            "leader": {"runner": {"name": "ome-container", "image": "lmsysorg/sglang:v0.4.6",
+                                  "ports": [{"containerPort": 30000}]}},
+            "worker": {"size": 2, "runner": {"name": "ome-container", "image": "lmsysorg/sglang:v0.4.6-w"}}}}})
+    try:
+        replica = _replica(cluster, ns, {"component": "engine", "runtimeRef": {"name": runtime}})
+        minted = _revision(acts, replica)
+        assert minted.runner_sizes == {"leader": 1, "worker": 2}
+        pods_of = _run(acts.create_pods, CreatePodsInput(replica=replica, index=0, revision=minted.name))
+        assert pods_of.created == [f"{replica.base}-0", f"{replica.base}-0-w1", f"{replica.base}-0-w2"]
+        worker = client.CoreV1Api(kube_api).read_namespaced_pod(f"{replica.base}-0-w2", ns)
+        assert worker.spec.containers[0].image == "lmsysorg/sglang:v0.4.6-w"
+        assert worker.metadata.labels[keys.RUNNER_LABEL] == "worker"
+    finally:
+        custom.delete_cluster_custom_object("ome.io", "v1beta1", "clusterservingruntimes", runtime)
+
+
 # -- the Service and the pods -------------------------------------------------------------------------
 
 
@@ -444,7 +468,9 @@ def test_a_gang_is_created_leader_first_and_workers_land_beside_it(cluster: Repl
     assert (labels[keys.RUNNER_LABEL], labels[keys.WORKER_LABEL], labels[keys.PAIRING_LABEL]) == (
         "worker", "2", "nixl-v1")
     assert _env(worker) == {"MODE": "serve", keys.RUNNER_ENV: "worker",
-                            keys.LEADER_ADDRESS_ENV: f"{leader}.{replica.base}"}
+                            keys.LEADER_ADDRESS_ENV: f"{leader}.{replica.base}",
+                            keys.LWS_LEADER_ADDRESS_ENV: f"{leader}.{replica.base}", keys.LWS_GROUP_SIZE_ENV: "3",
+                            keys.LWS_WORKER_INDEX_ENV: "2"}
     assert worker["spec"]["containers"][0]["image"] == "registry.invalid/worker:v1"
     assert worker["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == [{
         "topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {

@@ -44,6 +44,7 @@ Left as they are (not asserted here):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import time
 import uuid
@@ -56,6 +57,7 @@ from kubernetes import client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 
+from devstack import kueue as kueue_devstack
 from devstack.identities import Identities
 from devstack.kube import POD_FAIL_ANNOTATION, POD_RESTART_ANNOTATION
 from servingops.activities.replica import pods as render
@@ -90,6 +92,7 @@ DEADLINE = 90.0
 SETTLE = 3.0
 """Seconds (real or the fake's) for the kubelets to have acted on a pod, and undone what they undo."""
 HOLD = "test.servingops.io/hold"
+KUEUE_QUEUE = "serving"
 
 
 class Backend(Protocol):
@@ -131,6 +134,14 @@ class Backend(Protocol):
 
     async def put_foreign_revision(self, replica: ReplicaRef, number: int) -> str:
         """A ControllerRevision with the replica's labels and that number, not controlled by it."""
+        ...
+
+    async def create_queued_replica(self, spec: dict[str, Any], *, capacity: int) -> ReplicaRef:
+        """A new InferenceReplica where Kueue runs: its LocalQueue KUEUE_QUEUE admits `capacity` pods."""
+        ...
+
+    async def set_capacity(self, replica: ReplicaRef, capacity: int) -> None:
+        """The replica's ClusterQueue now admits `capacity` pods."""
         ...
 
 
@@ -192,6 +203,14 @@ class FakeBackend:
                                                               owned=False)
         return name
 
+    async def create_queued_replica(self, spec: dict[str, Any], *, capacity: int) -> ReplicaRef:
+        replica = await self.create_replica(spec)
+        self._cluster(replica).kueue_capacity = capacity
+        return replica
+
+    async def set_capacity(self, replica: ReplicaRef, capacity: int) -> None:
+        self._cluster(replica).kueue_capacity = capacity
+
 
 # -- the local cluster --------------------------------------------------------------------------------
 
@@ -206,6 +225,8 @@ class RealBackend:
         self.restarts: dict[tuple[str, str], int] = {}
         self.created: list[str] = [namespace]
         """Namespaces to delete at the end: a later module's bridge would otherwise pick their replicas up."""
+        self.kueue_objects: list[tuple[str, str]] = []
+        """Cluster-scoped Kueue objects (plural, name) to delete at the end."""
 
     async def create_replica(self, spec: dict[str, Any], *, pod_limit: int | None = None) -> ReplicaRef:
         namespace = self.namespace
@@ -270,6 +291,35 @@ class RealBackend:
         self.apps.create_namespaced_controller_revision(_ns(replica), body)
         return name
 
+    async def create_queued_replica(self, spec: dict[str, Any], *, capacity: int) -> ReplicaRef:
+        """A namespace Kueue manages, a ResourceFlavor and a ClusterQueue of `capacity` pods for it alone,
+        and the LocalQueue KUEUE_QUEUE (Kueue itself: the `kueue` fixture, which the case asks for)."""
+        namespace = new_namespace(self.admin, "replica-kueue")
+        self.created.append(namespace)
+        kueue_devstack.label_namespace(self.admin, namespace)
+        group, version = "kueue.x-k8s.io", "v1beta2"
+        self.custom.create_cluster_custom_object(group, version, "resourceflavors", {
+            "apiVersion": f"{group}/{version}", "kind": "ResourceFlavor", "metadata": {"name": namespace}})
+        self.custom.create_cluster_custom_object(group, version, "clusterqueues", {
+            "apiVersion": f"{group}/{version}", "kind": "ClusterQueue", "metadata": {"name": namespace},
+            "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                     "resourceGroups": [{"coveredResources": ["pods"], "flavors": [
+                         {"name": namespace, "resources": [{"name": "pods", "nominalQuota": capacity}]}]}]}})
+        self.kueue_objects += [("clusterqueues", namespace), ("resourceflavors", namespace)]
+        self.custom.create_namespaced_custom_object(group, version, namespace, "localqueues", {
+            "apiVersion": f"{group}/{version}", "kind": "LocalQueue", "metadata": {"name": KUEUE_QUEUE},
+            "spec": {"clusterQueue": namespace}})
+        obj = create(self.admin, InferenceReplica, manifest(InferenceReplica, spec), namespace)
+        ref = ObjectRef.of(InferenceReplica, obj["metadata"]["name"], namespace, obj["metadata"]["uid"])
+        return ReplicaRef(ref=ref, base=ref.name)
+
+    async def set_capacity(self, replica: ReplicaRef, capacity: int) -> None:
+        queue = self.custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", _ns(replica))
+        groups = queue["spec"]["resourceGroups"]
+        groups[0]["flavors"][0]["resources"][0]["nominalQuota"] = capacity
+        self.custom.patch_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", _ns(replica),
+                                                {"spec": {"resourceGroups": groups}})
+
 
 @pytest.fixture(scope="module")
 def real_backend(kube_api: client.ApiClient, chart_identities: Identities) -> Iterator[RealBackend]:
@@ -278,6 +328,10 @@ def real_backend(kube_api: client.ApiClient, chart_identities: Identities) -> It
         yield backend
         for name in backend.created:
             client.CoreV1Api(kube_api).delete_namespace(name)
+        for plural, name in backend.kueue_objects:
+            with contextlib.suppress(client.exceptions.ApiException):
+                client.CustomObjectsApi(kube_api).delete_cluster_custom_object("kueue.x-k8s.io", "v1beta2", plural,
+                                                                               name)
 
 
 @pytest.fixture(scope="module")
@@ -599,3 +653,44 @@ async def test_the_fake_records_what_the_real_activities_refuse(skipping_env: Wo
     with pytest.raises(ApplicationError):
         await create_pods(fake, replica, "no-such-revision")
     assert fake._cluster(replica).violations == ["a pod from unknown revision no-such-revision"]
+
+
+async def test_kueue_gates_what_names_a_queue_and_admits_a_gang_whole(backend: Backend,
+                                                                     request: pytest.FixtureRequest) -> None:
+    """Pods whose runners name a LocalQueue wait at Kueue's gate until their Workload has quota, and
+    observe says why in Kueue's words; a gang is one pod group: its pods are admitted together."""
+    if isinstance(backend, RealBackend):
+        request.getfixturevalue("kueue")
+    spec = gang(1)
+    for runner in spec["runners"]:
+        runner["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = KUEUE_QUEUE
+    replica = await backend.create_queued_replica(spec, capacity=2)
+    revision = (await ensure(backend, replica)).name
+    first = [keys.pod_name(replica.base, 0), keys.pod_name(replica.base, 0, worker=1)]
+    second = [keys.pod_name(replica.base, 1), keys.pod_name(replica.base, 1, worker=1)]
+    await create_pods(backend, replica, revision, 0)
+
+    async def admitted(names: list[str]) -> bool:
+        seen = await views(backend, replica)
+        return all(name in seen and not seen[name].gated and seen[name].scheduled for name in names)
+
+    await backend.until(lambda: admitted(first), "the first gang admitted")
+    await create_pods(backend, replica, revision, 1)
+
+    async def held() -> bool:
+        seen = await views(backend, replica)
+        return all(name in seen and seen[name].gated and seen[name].admission for name in second)
+
+    await backend.until(held, "the second gang held, with Kueue's reason")
+    seen = await views(backend, replica)
+    for name in second:
+        assert seen[name].queue == KUEUE_QUEUE and not seen[name].scheduled
+        assert "couldn't assign flavors" in (seen[name].admission or "")
+        assert "insufficient" in (seen[name].admission or "")
+    assert all(seen[name].queue == KUEUE_QUEUE and seen[name].admission is None for name in first)
+    await backend.settle()
+    seen = await views(backend, replica)
+    assert all(seen[name].gated for name in second), "no pod of a gang is admitted on its own"
+
+    await backend.set_capacity(replica, 4)
+    await backend.until(lambda: admitted(second), "the second gang admitted once there is room")

@@ -68,7 +68,11 @@ def test_a_gang_renders_leader_first_and_workers_follow_it() -> None:
     assert keys.WORKER_LABEL not in leader["metadata"]["labels"]
     assert worker["metadata"]["labels"][keys.WORKER_LABEL] == "2"
     assert _env(leader)[keys.RUNNER_ENV] == "leader" and keys.LEADER_ADDRESS_ENV not in _env(leader)
-    assert _env(worker) == {"A": "1", keys.RUNNER_ENV: "worker", keys.LEADER_ADDRESS_ENV: "chat-engine-0.chat-engine"}
+    lws = {keys.LWS_LEADER_ADDRESS_ENV: "chat-engine-0.chat-engine", keys.LWS_GROUP_SIZE_ENV: "3"}
+    assert _env(worker) == {"A": "1", keys.RUNNER_ENV: "worker", keys.LEADER_ADDRESS_ENV: "chat-engine-0.chat-engine",
+                            **lws, keys.LWS_WORKER_INDEX_ENV: "2"}
+    assert {k: _env(leader)[k] for k in [*lws, keys.LWS_WORKER_INDEX_ENV]} == {**lws, keys.LWS_WORKER_INDEX_ENV: "0"}
+    assert _env(rendered[1])[keys.LWS_WORKER_INDEX_ENV] == "1"
     [term] = worker["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term == {"topologyKey": "rack", "labelSelector": {"matchLabels": {
         keys.REPLICA_LABEL: "chat-engine", keys.INSTANCE_LABEL: "0", keys.RUNNER_LABEL: "leader",

@@ -29,14 +29,15 @@ from tests.test_model_import_e2e import start_worker
 def worker_and_bridge(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient,
                       temporal_server: TemporalDevServer, oci_registry: OciRegistry, hub_server: HubServer,
                       stack_logs: Path, spool: Path, prefix: str, kinds: str,
-                      *, identities: Identities) -> Iterator[tuple[str, ManagedProcess]]:
+                      *, identities: Identities,
+                      extra_env: dict[str, str] | None = None) -> Iterator[tuple[str, ManagedProcess]]:
     """A fresh namespace, a worker process and a bridge process on their own task queue, both
-    talking to the apiserver as `identities` (the chart's)."""
+    talking to the apiserver as `identities` (the chart's); `extra_env` for the worker."""
     task_queue = f"{prefix}-{uuid.uuid4().hex[:6]}"
     namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
     client.CoreV1Api(kube_api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
     worker = start_worker(kube_cluster, temporal_server, oci_registry, hub_server, task_queue, spool, stack_logs,
-                          host_id=f"host-{task_queue}", identities=identities)
+                          host_id=f"host-{task_queue}", identities=identities, extra_env=extra_env)
     launcher = BridgeLauncher(identities, temporal_server.address, stack_logs)
     try:
         launcher.start(task_queue=task_queue, kinds=kinds)

@@ -11,6 +11,7 @@ from kubernetes import client
 from servingops.activities.basemodels.activities import BaseModelActivities
 from servingops.activities.host import HostActivities
 from servingops.activities.kubernetes import KubernetesActivities
+from servingops.activities.migration.activities import MigrationActivities
 from servingops.activities.model_files.activity import inspect as inspect_model
 from servingops.activities.oci.activities import (
     OciActivities,
@@ -19,24 +20,30 @@ from servingops.activities.oci.activities import (
     kubernetes_secret_credentials,
 )
 from servingops.activities.operator_config import OperatorConfigActivities
+from servingops.activities.placement.activities import PlacementActivities
 from servingops.activities.prometheus import PrometheusActivities
 from servingops.activities.replica.activities import ReplicaActivities
 from servingops.activities.serving.activities import ServingActivities
+from servingops.activities.serving.autoscaler import AutoscalerActivities
 from servingops.activities.serving.runtimes import RuntimeActivities
 from servingops.activities.sources.activities import SourceActivities
 from servingops.activities.uploads.sessions import UploadActivities
+from servingops.activities.workload_cluster.activities import WorkloadClusterActivities
 from servingops.workers.settings import WorkerSettings
 from servingops.workflows.basemodel import BaseModelWorkflow
+from servingops.workflows.migration.workflow import MigrationWorkflow
 from servingops.workflows.model_import import ModelWorkflow
+from servingops.workflows.placement.workflow import PlacementWorkflow
 from servingops.workflows.replica.workflow import InferenceReplicaWorkflow
 from servingops.workflows.rollout import WORKFLOWS as ROLLOUT_WORKFLOWS
 from servingops.workflows.rollout_policy import RolloutPolicyWorkflow
 from servingops.workflows.serving_runtime import ServingRuntimeWorkflow
+from servingops.workflows.workload_cluster import WorkloadClusterWorkflow
 
 
 def workflows() -> Sequence[type]:
     return [ModelWorkflow, *ROLLOUT_WORKFLOWS, RolloutPolicyWorkflow, ServingRuntimeWorkflow, BaseModelWorkflow,
-            InferenceReplicaWorkflow]
+            InferenceReplicaWorkflow, MigrationWorkflow, WorkloadClusterWorkflow, PlacementWorkflow]
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:
@@ -59,8 +66,12 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *ServingActivities(api_client, controller_namespace=settings.controller_namespace,
                            artifacts=f"{settings.registry}/{settings.registry_repository}").all(),
         *RuntimeActivities(api_client).all(),
+        *AutoscalerActivities(api_client).all(),
         *ReplicaActivities(api_client, artifacts=f"{settings.registry}/{settings.registry_repository}").all(),
+        *MigrationActivities(api_client, settings.controller_namespace).all(),
         *BaseModelActivities(api_client, settings.controller_namespace, kubernetes_secret_credentials(core)).all(),
         *PrometheusActivities(api_client).all(),
         *OperatorConfigActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
+        *WorkloadClusterActivities(api_client, settings.controller_namespace).all(),
+        *PlacementActivities(api_client, settings.controller_namespace).all(),
     ]

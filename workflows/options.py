@@ -107,3 +107,17 @@ SAMPLE: ActivityOptions = {
     ),
 }
 """One metrics sample (Prometheus)."""
+
+MEMBER: ActivityOptions = {
+    "start_to_close_timeout": timedelta(seconds=90),
+    "retry_policy": _policy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=30),
+        # Unbounded, as KUBE: a member that cannot be reached is an answer the activity returns
+        # (MemberWrite / MemberObservation), so what is retried here is the control plane's own
+        # apiserver (the registration and its Secret), which an outage makes wait, not fail.
+        maximum_attempts=0,
+    ),
+}
+"""A read or write in a member cluster (placement): a few requests of at most 15 s each."""

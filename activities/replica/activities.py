@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio import activity
 
-from servingops.activities.replica import in_place, pods
+from servingops.activities.replica import in_place, kueue, pods
 from servingops.activities.replica.from_refs import NotRenderable, render_runners
 from servingops.activities.replica.observe import pod_view
 from servingops.activities.replica.revisions import (
@@ -63,12 +63,14 @@ from servingops.api_models.ome.replica import InferenceReplicaSpec, InferenceRep
 from servingops.api_models.refs import ObjectRef
 
 _GROUP, _VERSION, _PLURAL = "ome.io", "v1beta1", "inferencereplicas"
+_KUEUE_GROUP, _KUEUE_VERSION, _WORKLOADS = "kueue.x-k8s.io", "v1beta2", "workloads"
+"""Kueue's Workloads, read while a pod of ours waits at Kueue's admission gate (activities/replica/kueue.py)."""
 _STRATEGIC = "application/strategic-merge-patch+json"
 FAN_OUT = 8
+"""Pods one set_serving call reads and patches side by side."""
 REVISION_CACHE = 256
 """ControllerRevisions (namespace, name, replica uid) kept parsed: oldest out first."""
-"""Pods one set_serving call reads and patches side by side."""
-QUOTA_EXCEEDED = "QuotaExceeded"
+QUOTA_EXCEEDED = keys.QUOTA_EXCEEDED
 """CreatePodsResult.refused_reason when a ResourceQuota refused a pod."""
 _QUOTA_MESSAGE = "exceeded quota"
 """What the ResourceQuota admission plugin's 403 says (`pods "x" is forbidden: exceeded quota: ...`)."""
@@ -228,6 +230,10 @@ class ReplicaActivities:
             return None
         views = [v for v in (pod_view(p) for p in self._pods(replica)) if v is not None]
         namespace = replica.owner.namespace
+        if any(v.gated and v.queue for v in views):
+            holds = self._kueue_holds(namespace)
+            views = [v.model_copy(update={"admission": holds.get(v.uid)}) if v.gated and v.queue else v
+                     for v in views]
         revisions = [RevisionView(name=r["metadata"]["name"], revision=int(r.get("revision") or 0))
                      for r in self.revisions.owned(namespace, replica.selector, replica.owner.uid)]
         target = replica.spec.pacing.rollback_to_revision if replica.spec.pacing else None
@@ -241,6 +247,23 @@ class ReplicaActivities:
             base=replica.base, pods=sorted(views, key=_pod_order), revisions=revisions,
             rollback_target=lookup, now=dt.datetime.now(dt.UTC), parent_uid=_parent_uid(replica.obj),
         )
+
+    def _kueue_holds(self, namespace: str) -> dict[str, str]:
+        """Pod uid -> why Kueue holds it, from the namespace's Workloads (read only while some pod of
+        ours waits at Kueue's gate). A cluster without Kueue's API answers nothing; so does a worker not
+        allowed to list Workloads (an older chart): the engine still parks and says KueuePending, only
+        without Kueue's words, rather than fail every observe of the replica."""
+        try:
+            listed = cast(dict[str, Any], self.custom.list_namespaced_custom_object(
+                _KUEUE_GROUP, _KUEUE_VERSION, namespace, _WORKLOADS, _request_timeout=TIMEOUT))
+        except ApiException as exc:
+            if exc.status == 403:
+                activity.logger.warning("may not list Kueue Workloads in %s: %s", namespace, exc.reason)
+                return {}
+            if exc.status == 404:
+                return {}
+            raise
+        return kueue.holds_by_pod(list(listed.get("items") or []))
 
     @activity.defn(name="replica.read_record")
     def read_record(self, ref: ObjectRef) -> InferenceReplicaStatus | None:

@@ -5,8 +5,10 @@ named runtime's piece, fine-tuned weights, overlays, accelerator tuning; render.
 stored only in the replica's ControllerRevision.
 
 A runtimeRef's pin (autoSync false, revision) is not honoured: the live runtime renders (seed; the
-validating webhook rejects a pinned reference). A component with a leader/worker shape renders as a
-gang (runners leader + worker); otherwise one "default" runner.
+validating webhook rejects a pinned reference). A component with a leader/worker shape (the runtime's
+`engineConfig` / `decoderConfig` leader and worker, merged with nothing or with the model's wiring)
+renders as a gang, runners `leader` (size 1) and `worker` (the worker count), the way an OMENative
+service's component does (activities/serving/multinode.py); otherwise one "default" runner.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servingops.activities.serving import render
+from servingops.activities.serving import multinode, render
 from servingops.activities.serving.resolution import Reader, Unresolvable, resolve_service, runtime_piece
 from servingops.activities.serving.runtime_merge import merge_component
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
+from servingops.api_models.ome.instance_keys import RUNNER_LABEL
 from servingops.api_models.ome.replica import InferenceReplicaSpec, Runner
 
 
@@ -52,22 +55,17 @@ def render_runners(reader: Reader, spec: InferenceReplicaSpec, *, name: str, nam
     if cspec is None:
         raise NotRenderable(f"the refs render no {component}")
     try:
-        render.check_servable(service, ComponentType(component), cspec)
+        multinode.check_servable(service, ComponentType(component), cspec)
     except render.Unservable as exc:
         raise NotRenderable(str(exc)) from exc
-    template = render.render_revision(name, ComponentType(component), cspec).template
-    leader = getattr(cspec, "leader", None)
-    worker = getattr(cspec, "worker", None)
-    if leader is None and worker is None:
-        return [Runner(name="default", size=1, template=_with_runner(template, "default"))]
-    raise NotRenderable(f"the {component} of the refs is multi-node (leader/worker): a replica renders it from "
-                        "spec.runners in this release")
+    return [Runner(name=runner, size=size, template=_with_runner(template, runner))
+            for runner, size, template in multinode.runner_templates(name, ComponentType(component), cspec)]
 
 
 def _with_runner(template: dict[str, Any], runner: str) -> dict[str, Any]:
     labeled = dict(template)
     metadata = dict(labeled.get("metadata") or {})
-    metadata["labels"] = {**(metadata.get("labels") or {}), "ome.io/runner": runner}
+    metadata["labels"] = {**(metadata.get("labels") or {}), RUNNER_LABEL: runner}
     labeled["metadata"] = metadata
     return labeled
 

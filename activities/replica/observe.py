@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from servingops.activities.replica import kueue
 from servingops.activities.replica.types import PodView
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.instance_status import InstanceTermination
@@ -57,6 +58,7 @@ def pod_view(pod: dict[str, Any]) -> PodView | None:
         unschedulable=(scheduled is not None and scheduled.get("status") == "False"
                        and scheduled.get("reason") == "Unschedulable"),
         gated=bool(spec.get("schedulingGates")),
+        queue=labels.get(kueue.QUEUE_LABEL) or None,
         containers_ready=_true(conditions.get("ContainersReady")),
         ready=_true(ready),
         ready_since=parse_time(ready.get("lastTransitionTime")) if _true(ready) and ready else None,

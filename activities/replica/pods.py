@@ -12,6 +12,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from servingops.activities.replica import kueue
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.constants import API_VERSION
 from servingops.api_models.ome.enums import RunnerName, TopologySpreadPolicy
@@ -127,9 +128,40 @@ def render_instance(owner: Owner, component: str, base: str, revision: RevisionD
     if not is_gang(revision.runners):
         return [render_pod(owner, component, base, revision, key, by_name[RunnerName.DEFAULT], 0, placement)]
     leader, workers = by_name[RunnerName.LEADER], by_name[RunnerName.WORKER]
-    return [render_pod(owner, component, base, revision, key, leader, 0, placement),
-            *(render_pod(owner, component, base, revision, key, workers, k, placement)
-              for k in range(1, workers.size + 1))]
+    rendered = [render_pod(owner, component, base, revision, key, leader, 0, placement),
+                *(render_pod(owner, component, base, revision, key, workers, k, placement)
+                  for k in range(1, workers.size + 1))]
+    _add_group_env(rendered, keys.leader_address(base, key.index))
+    return _kueue_group(rendered, [leader.template, workers.template], key)
+
+
+def _add_group_env(rendered: list[dict[str, Any]], leader_address: str) -> None:
+    """The LeaderWorkerSet variables upstream OME's multi-node runtimes read in their commands
+    (`$(LWS_LEADER_ADDRESS)`, `$(LWS_GROUP_SIZE)`, `$(LWS_WORKER_INDEX)`): their manifests run
+    unchanged on a gang. Values as a LeaderWorkerSet gives them: the group counts the leader, and
+    the leader is worker index 0."""
+    size = str(len(rendered))
+    for index, pod in enumerate(rendered):
+        env = {keys.LWS_LEADER_ADDRESS_ENV: leader_address, keys.LWS_GROUP_SIZE_ENV: size,
+               keys.LWS_WORKER_INDEX_ENV: str(index)}
+        spec = pod["spec"]
+        for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+            _set_env(container, env)
+
+
+def _kueue_group(rendered: list[dict[str, Any]], templates: list[dict[str, Any]],
+                 key: InstanceKey) -> list[dict[str, Any]]:
+    """A gang whose runners name a Kueue queue is one Kueue pod group (activities/replica/kueue.py),
+    admitted all or nothing; without a queue label nothing is added."""
+    queue = kueue.queue_of(templates)
+    if queue is None:
+        return rendered
+    labels, annotations = kueue.group_metadata(queue, rendered[0]["metadata"]["name"], key.incarnation,
+                                               len(rendered))
+    for pod in rendered:
+        pod["metadata"]["labels"].update(labels)
+        pod["metadata"]["annotations"].update(annotations)
+    return rendered
 
 
 def render_pod(owner: Owner, component: str, base: str, revision: RevisionData, key: InstanceKey, runner: Runner,

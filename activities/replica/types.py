@@ -39,6 +39,12 @@ class PodView(BaseModel):
     """PodScheduled is False with reason Unschedulable (no node fits)."""
     gated: bool = False
     """The pod still has spec.schedulingGates (Kueue admission has not released it)."""
+    queue: str | None = None
+    """The Kueue LocalQueue the pod is submitted to (its kueue.x-k8s.io/queue-name label), if any."""
+    admission: str | None = None
+    """While Kueue holds the gated pod: why, in Kueue's words (its Workload's QuotaReserved=False
+    message, activities/replica/kueue.py). Volatile: it goes to an Event and a condition, never into
+    the Instance's row."""
     containers_ready: bool = False
     ready: bool = False
     """The PodReady condition is True."""

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio import activity
 
-from servingops.activities.serving import omenative, render
+from servingops.activities.serving import multinode, omenative, render, scaling
 from servingops.activities.serving.omenative import OMENATIVE, ProjectedReplicas, deployment_mode
 from servingops.activities.serving.resolution import KubeReader, ResolvedService, Unresolvable, resolve_service
 from servingops.activities.serving.types import (
@@ -225,6 +225,8 @@ class ServingActivities:
         obj = self._isvc(inp.isvc)
         if obj is None:
             return None
+        if (obj.get("spec") or {}).get("placement"):
+            return self._observation(obj, [], placed=True)  # served by members: workflows/placement/
         try:
             owner, (spec, resolved) = self._owner(obj), self._resolved(inp.isvc, obj)
         except Unresolvable as exc:
@@ -236,19 +238,21 @@ class ServingActivities:
             native = deployment_mode(spec, cspec, annotations) == OMENATIVE
             components.append(ComponentObservation(
                 component=component,
-                desired_revision=render.render_revision(owner.name, component, cspec).revision,
+                desired_revision=(multinode.render_component if native else render.render_revision)(
+                    owner.name, component, cspec).revision,
                 desired_replicas=render.desired_replicas(cspec),
                 revisions=self.projected.revisions(owner, component) if native else self._revisions(owner, component),
                 traffic=render.route_weights(route, owner.name, component) if route else [],
                 url=render.component_url(owner, component) if route else None,
                 replica=omenative.replica_name(owner.name, component) if native else None,
                 lifecycle=self.projected.lifecycle(owner, component) if native else None,
+                autoscaler_digest=scaling.scaler_digest(cspec) if native else None,
             ))
         return self._observation(obj, components, resolved=resolved)
 
     @staticmethod
-    def _observation(obj: dict[str, Any], components: list[ComponentObservation],
-                     held: ServingHold | None = None, resolved: ResolvedService | None = None) -> ServiceObservation:
+    def _observation(obj: dict[str, Any], components: list[ComponentObservation], held: ServingHold | None = None,
+                     resolved: ResolvedService | None = None, placed: bool = False) -> ServiceObservation:
         meta = obj["metadata"]
         annotations = meta.get("annotations") or {}
         rollout = (obj.get("spec") or {}).get("rollout")
@@ -266,6 +270,7 @@ class ServingActivities:
             pinned_revision=resolved.pinned_revision if resolved is not None else None,
             runtime_sync_token=resolved.sync_token if resolved is not None else None,
             held=held,
+            placed=placed,
         )
 
     @activity.defn(name="serving.ensure_revision")
@@ -314,17 +319,13 @@ class ServingActivities:
                        cspec: render.ComponentSpec, replicas: int) -> RevisionObservation:
         """An OMENative component: the revision's Service selects the projected replica's pods of
         that revision, and its capacity moves through the replica's pacing (omenative.py)."""
-        if getattr(cspec, "leader", None) is not None or getattr(cspec, "worker", None) is not None:
-            raise application_error(ErrorType.INVALID_SPEC, (
-                f"{key.isvc.describe()}: {key.component.value} is multi-node (leader/worker): an OMENative "
-                "component projects single-pod Instances in this release"))
-        desired = render.render_revision(owner.name, key.component, cspec)
+        desired = multinode.render_component(owner.name, key.component, cspec)  # a gang's: its leader's
         if key.revision == desired.revision:
             try:
-                render.check_servable(spec, key.component, cspec)
+                multinode.check_servable(spec, key.component, cspec)
             except render.Unservable as exc:
                 raise application_error(ErrorType.INVALID_SPEC, f"{key.isvc.describe()}: {exc}") from exc
-            self._create_service(owner, desired, cspec)
+            self._create_service(owner, desired, multinode.serving_spec(cspec))
         elif not self._service_exists(revision_name(owner.name, key.component.value, key.revision), owner.namespace):
             raise application_error(
                 ErrorType.REVISION_SUPERSEDED,

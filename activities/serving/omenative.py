@@ -14,6 +14,11 @@ so a per-revision Service selects the replica's pods of that revision, and
 - capacity given back to an older revision after the new one had some (a rollback) is
   `pacing.rollbackToRevision`: the replica's ControllerRevision of that template.
 
+A multi-node component (leader / worker) projects a gang per Instance: runners `leader` (size 1) and
+`worker` (its worker count), rendered by multinode.py; its revision is the gang's, its per-revision
+Service selects the leaders only, and an Instance counts as ready once its leader and every worker
+are Ready and in rotation.
+
 The mode: a per-component `ome.io/deploymentMode` annotation wins, then spec.deploymentMode, then the
 InferenceService's own `ome.io/deploymentMode` annotation; anything else is RawDeployment.
 """
@@ -27,11 +32,18 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from servingops.activities.serving import render
+from servingops.activities.serving import multinode, render
+from servingops.activities.serving.scaling import owns_replicas, projected_count, replacing
 from servingops.activities.serving.types import RevisionObservation
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
-from servingops.api_models.ome.instance_keys import REPLICA_LABEL, SERVING_GATE
+from servingops.api_models.ome.instance_keys import (
+    INCARNATION_LABEL,
+    INSTANCE_LABEL,
+    REPLICA_LABEL,
+    RUNNER_LABEL,
+    SERVING_GATE,
+)
 from servingops.api_models.ome.lifecycle import LifecycleStatus
 
 OMENATIVE = "OMENative"
@@ -58,14 +70,14 @@ def replica_name(isvc: str, component: ComponentType) -> str:
 def replica_spec(spec: InferenceServiceSpec, component: ComponentType, cspec: render.ComponentSpec,
                  rendered: render.RenderedRevision, *, isvc: str, replicas: int) -> dict[str, Any]:
     """The fields of the replica the InferenceService controller writes (seed: user fields, and the
-    parentRef at create); pacing is set per capacity call."""
-    template = copy.deepcopy(rendered.template)
-    template["metadata"]["labels"] = {**render.upstream_pod_labels(isvc, component), **template["metadata"]["labels"],
-                                      "ome.io/runner": "default"}
+    parentRef at create); pacing is set per capacity call. A gang's `rendered` is its leader's
+    (multinode.render_component); its runners are rendered here from the same spec."""
+    runners = [{"name": runner, "size": size, "template": _runner_template(isvc, component, template, runner)}
+               for runner, size, template in multinode.runner_templates(isvc, component, cspec, rendered)]
     body: dict[str, Any] = {
         "component": component.value,
         "parentRef": {"name": isvc},
-        "runners": [{"name": "default", "size": 1, "template": template}],
+        "runners": runners,
         "replicas": max(1, replicas),
     }
     lifecycle = getattr(cspec, "lifecycle", None)
@@ -82,7 +94,17 @@ def replica_spec(spec: InferenceServiceSpec, component: ComponentType, cspec: re
     pairing = spec.rollout.pairing_protocol if spec.rollout is not None else None
     if pairing and component in _PAIRED:
         body["pairingProtocol"] = pairing
+    autoscaler = getattr(cspec, "autoscaler", None)
+    if autoscaler is not None:  # seed: the resolved per-component autoscaler, the whole block
+        body["autoscaler"] = autoscaler.model_dump(by_alias=True, exclude_none=True, mode="json")
     return body
+
+
+def _runner_template(isvc: str, component: ComponentType, rendered: dict[str, Any], runner: str) -> dict[str, Any]:
+    template = copy.deepcopy(rendered)
+    template["metadata"]["labels"] = {**render.upstream_pod_labels(isvc, component), **template["metadata"]["labels"],
+                                      RUNNER_LABEL: runner}
+    return template
 
 
 def _camel(name: str) -> str:
@@ -119,9 +141,18 @@ class ProjectedReplicas:
         counted = self._counted(owner, component)  # the pods move only once the engine acts: read once
         asked = self._asked(live)
         asked[revision] = capacity
-        pacing = dict(((live or {}).get("spec") or {}).get("pacing") or {})
+        live_spec = (live or {}).get("spec") or {}
+        pacing = dict(live_spec.get("pacing") or {})
+        replicas, moved = body["replicas"], capacity
+        if owns_replicas(getattr(cspec, "autoscaler", None)):
+            # The scaler writes spec.replicas (seed): the count is written only while the stored one
+            # is nil or 0, and the partition is taken against the count the scaler chose.
+            replicas, moved = projected_count(live_spec.get("replicas"), body["replicas"], capacity)
+            if live_spec.get("replicas"):
+                del body["replicas"]
+        body["autoscaler"] = replacing(live_spec.get("autoscaler"), body.get("autoscaler"))
         if revision == desired.revision:
-            pacing = {"partition": max(0, body["replicas"] - capacity), "rollbackToRevision": None}
+            pacing = {"partition": max(0, replicas - moved), "rollbackToRevision": None}
         elif capacity > 0:
             running = next((r.replicas for r in counted if r.revision == revision), 0)
             back = self._revision_of(owner.namespace, name, revision) if capacity > running else None
@@ -201,25 +232,47 @@ class ProjectedReplicas:
         return out
 
     def _counted(self, owner: render.Owner, component: ComponentType) -> list[RevisionObservation]:
-        """Pods per template revision (a single-pod Instance per pod) and those Ready and in rotation."""
         pods = self.core.list_namespaced_pod(
             owner.namespace, label_selector=f"{REPLICA_LABEL}={replica_name(owner.name, component)}",
             _request_timeout=_TIMEOUT).items
-        counts: dict[str, list[int]] = {}
-        for pod in pods:
-            meta = pod.metadata
-            if meta is None or meta.deletion_timestamp is not None:
-                continue
-            revision = (meta.labels or {}).get(render.LABEL_REVISION)
-            if not revision:
-                continue
-            conditions = {c.type: c.status for c in (pod.status.conditions or [])} if pod.status else {}
-            entry = counts.setdefault(revision, [0, 0])
-            entry[0] += 1
-            if conditions.get("ContainersReady") == "True" and conditions.get(SERVING_GATE) == "True":
-                entry[1] += 1
-        return [RevisionObservation(revision=r, replicas=n, ready_replicas=ready)
-                for r, (n, ready) in sorted(counts.items())]
+        return count_instances(pods)
 
 
-__all__ = ["MODE_ANNOTATION", "OMENATIVE", "ProjectedReplicas", "deployment_mode", "replica_name", "replica_spec"]
+def count_instances(pods: list[client.V1Pod]) -> list[RevisionObservation]:
+    """Instances per template revision and those Ready and in rotation. A pod carrying the revision
+    label is one Instance (a single pod, or a gang's leader: workers carry no revision label); a
+    gang is ready once its leader and as many workers of the same incarnation as the leader's
+    template names are ContainersReady and in rotation."""
+    live = [(p, p.metadata) for p in pods if p.metadata is not None and p.metadata.deletion_timestamp is None]
+    ready_workers: dict[tuple[str, str], int] = {}
+    for pod, meta in live:
+        labels = meta.labels or {}
+        if labels.get(RUNNER_LABEL) == "worker" and _in_rotation(pod):
+            key = (labels.get(INSTANCE_LABEL, ""), labels.get(INCARNATION_LABEL, ""))
+            ready_workers[key] = ready_workers.get(key, 0) + 1
+    counts: dict[str, list[int]] = {}
+    for pod, meta in live:
+        labels = meta.labels or {}
+        revision = labels.get(render.LABEL_REVISION)
+        if not revision:
+            continue
+        entry = counts.setdefault(revision, [0, 0])
+        entry[0] += 1
+        ready = _in_rotation(pod)
+        if ready and labels.get(RUNNER_LABEL) == "leader":
+            wanted = (meta.annotations or {}).get(multinode.WORKERS_ANNOTATION, "")
+            have = ready_workers.get((labels.get(INSTANCE_LABEL, ""), labels.get(INCARNATION_LABEL, "")), 0)
+            ready = have >= (int(wanted) if wanted.isdigit() else multinode.DEFAULT_WORKERS)
+        if ready:
+            entry[1] += 1
+    return [RevisionObservation(revision=r, replicas=n, ready_replicas=ready)
+            for r, (n, ready) in sorted(counts.items())]
+
+
+def _in_rotation(pod: client.V1Pod) -> bool:
+    conditions = {c.type: c.status for c in (pod.status.conditions or [])} if pod.status else {}
+    return conditions.get("ContainersReady") == "True" and conditions.get(SERVING_GATE) == "True"
+
+
+__all__ = ["MODE_ANNOTATION", "OMENATIVE", "ProjectedReplicas", "count_instances", "deployment_mode", "replica_name",
+           "replica_spec"]

@@ -600,13 +600,7 @@ def resolve_service(reader: Reader, isvc: dict[str, Any], artifacts: str | None 
         if merged is None:
             continue
         if component in MODEL_COMPONENTS:
-            if tuning is not None:
-                merged = _on_main_container(merged, lambda c: accelerator_overrides.apply(c, tuning))
-            merged = _wire_model(merged, model.mount)
-            for weight in weights:
-                merged = _wire_weight(merged, weight)
-            for overlay in overlays:
-                merged = _wire_overlay(merged, overlay)
+            merged = _each_part(merged, lambda part: _wire_part(part, model.mount, tuning, weights, overlays))
         spec[component] = merged
     mounted = [{"name": o.name, "envVar": o.env_var, "mountPath": o.mount_path, "distribution": "PerNode"}
                for o in overlays]
@@ -675,11 +669,34 @@ def _pinned(reader: Reader, isvc: dict[str, Any],
     return candidate, str(name), token
 
 
+def _each_part(component: dict[str, Any], wire: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:
+    """`wire` applied to the component and to its leader / worker pieces: a gang's pods render from
+    those (multinode.py), so the model, weights, overlays and tuning go into each (upstream wires
+    the leader's and the worker's runner alike)."""
+    wired = wire(component)
+    for role in ("leader", "worker"):
+        if isinstance(component.get(role), dict):
+            wired[role] = wire(component[role])
+    return wired
+
+
+def _wire_part(part: dict[str, Any], mount: ModelMount, tuning: AcceleratorModelConfig | None,
+               weights: list[ModelMount], overlays: list[Overlay]) -> dict[str, Any]:
+    if tuning is not None:
+        part = _on_main_container(part, lambda c: accelerator_overrides.apply(c, tuning))
+    part = _wire_model(part, mount)
+    for weight in weights:
+        part = _wire_weight(part, weight)
+    for overlay in overlays:
+        part = _wire_overlay(part, overlay)
+    return part
+
+
 def _wire_model(component: dict[str, Any], mount: ModelMount) -> dict[str, Any]:
-    """The model into the component's pod and main container; for a leader/worker gang, into each
-    role's pod too. With a runner, the runner is the main container and the renderer lays it over
-    the listed container of its name key by key: so the runner itself carries the wiring, built on
-    that container's env and mounts, or it would hide them."""
+    """The model into the component's (or a leader / worker piece's) pod and main container. With a
+    runner, the runner is the main container and the renderer lays it over the listed container of
+    its name key by key: so the runner itself carries the wiring, built on that container's env and
+    mounts, or it would hide them."""
     runner = component.get("runner")
     if isinstance(runner, dict):
         name = runner.get("name") or MAIN_CONTAINER
@@ -688,7 +705,4 @@ def _wire_model(component: dict[str, Any], mount: ModelMount) -> dict[str, Any]:
         wired["runner"] = wire_container({**listed, **runner, "name": name}, mount)
     else:
         wired = attach_model(component, mount)
-    for role in ("leader", "worker"):
-        if isinstance(component.get(role), dict):
-            wired[role] = attach_model(component[role], mount)
     return wired

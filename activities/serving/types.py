@@ -59,6 +59,8 @@ class ComponentObservation(BaseModel):
     lifecycle: dict[str, object] | None = None
     """OMENative: the replica's status in the LifecycleStatus shape, projected verbatim onto
     status.components[c].lifecycle (a new field: older histories decode it as None)."""
+    autoscaler_digest: str | None = None
+    """OMENative: scaling.scaler_digest of the component (its autoscaler block and bounds)."""
 
 
 class ServingHold(BaseModel):
@@ -97,6 +99,9 @@ class ServiceObservation(BaseModel):
     held: ServingHold | None = None
     """Set when the spec names a model / runtime that cannot serve it yet (components then empty:
     what serves now keeps serving). A new field: histories recorded before it decode it as None."""
+    placed: bool = False
+    """spec.placement is set: member clusters serve it (the placement workflow), nothing is rendered
+    here (components empty). A new field: histories recorded before it decode it as False."""
 
 
 

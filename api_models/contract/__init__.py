@@ -33,17 +33,20 @@ class WorkflowType(StrEnum):
     INFERENCE_REPLICA = "InferenceReplicaWorkflow"
     ROLLOUT_POLICY = "RolloutPolicyWorkflow"
     WORKLOAD_CLUSTER = "WorkloadClusterWorkflow"
+    PLACEMENT = "PlacementWorkflow"
     SERVING_RUNTIME = "ServingRuntimeWorkflow"
     BASE_MODEL = "BaseModelWorkflow"
 
 
 IMPLEMENTED_WORKFLOWS = frozenset({WorkflowType.MODEL, WorkflowType.INFERENCE_SERVICE, WorkflowType.ROLLOUT,
                                    WorkflowType.ROLLOUT_POLICY, WorkflowType.SERVING_RUNTIME,
-                                   WorkflowType.BASE_MODEL, WorkflowType.INFERENCE_REPLICA})
+                                   WorkflowType.BASE_MODEL, WorkflowType.INFERENCE_REPLICA,
+                                   WorkflowType.MIGRATION, WorkflowType.WORKLOAD_CLUSTER,
+                                   WorkflowType.PLACEMENT})
 """The workflow types this release's worker registers (a test holds the worker to it). The bridge
 checks every dispatch against it: an event whose workflow type is not here (a migration request,
-today) starts nothing, since nothing would ever run it, and becomes a Warning Event on the object.
-By default the bridge follows only the kinds routed to one of these types."""
+for a worker built without MigrationWorkflow) starts nothing, since nothing would ever run it, and
+becomes a Warning Event on the object. By default the bridge follows only the kinds routed to one of these types."""
 
 
 class Signal(StrEnum):
@@ -89,6 +92,18 @@ class Signal(StrEnum):
     PODS_CHANGED = "pods-changed"
     """Bridge -> InferenceReplicaWorkflow: a pod of the replica changed (no payload; the workflow
     re-reads its pods). Sent only to a running workflow, never a start; coalesced per replica."""
+    MIGRATION_REQUEST = "migration-request"
+    """MigrationWorkflow -> InferenceReplicaWorkflow: judge and record a migration request
+    (api_models.contract.migration.MigrationAsk). Idempotent per request UUID."""
+    MIGRATION_RECORD = "migration-record"
+    """InferenceReplicaWorkflow -> MigrationWorkflow: the request's record moved, once written to
+    status.migrations (api_models.ome.migration.MigrationStatus)."""
+    MIGRATION_OUTCOME = "migration-outcome"
+    """MigrationWorkflow -> InferenceServiceWorkflow: a migration of one of its Instances ended
+    (api_models.ome.migration.MigrationHistoryEntry); the service keeps status.migrationHistory."""
+    MIGRATION_CANCEL = "migration-cancel"
+    """SDK/CLI -> MigrationWorkflow (no payload), and MigrationWorkflow -> InferenceReplicaWorkflow
+    (the request UUID): stop a migration whose source is still in rotation."""
 
 
 class Query(StrEnum):
@@ -239,6 +254,11 @@ def rollout_policy_workflow_id(namespace: str, name: str, uid: str) -> str:
 def serving_runtime_workflow_id(namespace: str | None, name: str, uid: str) -> str:
     """ServingRuntime (namespaced) and ClusterServingRuntime (namespace None) alike."""
     return f"runtime/{_scope(namespace)}/{name}/{uid}"
+
+
+def placement_workflow_id(namespace: str, isvc: str, uid: str) -> str:
+    """One placement workflow per source InferenceService (uid: the source's)."""
+    return f"placement/{namespace}/{isvc}/{uid}"
 
 
 def workload_cluster_workflow_id(name: str, uid: str) -> str:

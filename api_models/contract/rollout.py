@@ -15,6 +15,7 @@ from enum import StrEnum
 from pydantic import BaseModel
 
 from servingops.api_models.ome.enums import ComponentType, RolloutPlanSource
+from servingops.api_models.ome.migration import MigrationHistoryEntry
 from servingops.api_models.ome.rollout import RolloutGroup, RolloutPolicyRef
 from servingops.api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationGroupStatus
 from servingops.api_models.serving import TrafficWeight
@@ -132,6 +133,10 @@ class ComponentView(BaseModel):
     """OMENative: the projected InferenceReplica (status.components[c].scaleTargetRef)."""
     lifecycle: dict[str, object] | None = None
     """OMENative: the replica's status, projected onto status.components[c].lifecycle."""
+    autoscaler: dict[str, object] | None = None
+    """OMENative: status.components[c].autoscaler (ComponentAutoscalerStatus, API form)."""
+    autoscaler_applied: str | None = None
+    """OMENative: the scaler digest serving.ensure_autoscaler last applied (not written to status)."""
 
 
 class ActiveRun(BaseModel):
@@ -166,6 +171,9 @@ class ServiceState(BaseModel):
     policy_attachments: dict[str, int] = {}
     """RolloutPolicy workflow id -> how many of this service's groups reference that policy, as
     last announced to it (a change is pushed so its status.attachedGroups moves at once)."""
+    migration_history: list[MigrationHistoryEntry] = []
+    """status.migrationHistory: the most recent migrations of this service's Instances, newest last
+    (workflows/migration/history.py)."""
 
 
 class ServiceView(ServiceState):

@@ -44,6 +44,18 @@ REPLICA_OWNER_ANNOTATION = "ome.io/inferencereplica-uid"
 
 RUNNER_ENV = "OME_RUNNER"
 LEADER_ADDRESS_ENV = "OME_LEADER_ADDRESS"
+# Set on every pod of a gang with a LeaderWorkerSet's meaning, for upstream OME's multi-node runtimes.
+LWS_LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
+LWS_GROUP_SIZE_ENV = "LWS_GROUP_SIZE"
+LWS_WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
+
+# InstanceOperation.waiting: why an operation's step clock is parked (its deadline null).
+QUOTA_EXCEEDED = "QuotaExceeded"
+"""A ResourceQuota refused a pod create (also the FailedScale reason)."""
+KUEUE_PENDING = "KueuePending"
+"""Kueue holds the Instance's pods at its admission gate (also the FailedScale reason and the Event)."""
+ADMISSION_GATED = "AdmissionGated"
+"""Another scheduling gate holds them."""
 
 SURGE_SLOT_SUFFIX = "-s1"
 WORKER_SUFFIX = "-w"

@@ -56,6 +56,8 @@ from servingops.api_models.ome.enums import ComponentType
 from servingops.workers.registry import workflows as registry_workflows
 from tests.histories.basemodel_fakes import FakeBaseModelWorld
 from tests.histories.model_fakes import FakeModelWorld
+from tests.histories.placement_scenarios import SCENARIOS as PLACEMENT_SCENARIOS
+from tests.histories.workload_cluster_scenarios import SCENARIOS as WORKLOAD_CLUSTER_SCENARIOS
 from tests.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
 
 HERE = Path(__file__).parent
@@ -951,6 +953,8 @@ SCENARIOS: dict[str, Scenario] = {
     "policy-ref": policy_ref,
     "policy-lifecycle": policy_lifecycle,
     "policy-continue-as-new": policy_continue_as_new,
+    **WORKLOAD_CLUSTER_SCENARIOS,
+    **PLACEMENT_SCENARIOS,
 }
 LEGACY: dict[str, Scenario] = {
     # Only meaningful when run from commit 1482aaa (see the module docstring): not in the default set.

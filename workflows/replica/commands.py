@@ -4,7 +4,10 @@ activity call. The workflow records every operation in status before it runs the
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from servingops.activities.replica.types import PodView
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,12 @@ class DeletePods:
     index: int
     pods: tuple[str, ...]
     uids: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, index: int, pods: Iterable[PodView]) -> DeletePods:
+        """Delete exactly these pods (uid preconditions: a same-named successor is never hit)."""
+        listed = list(pods)
+        return cls(index=index, pods=tuple(sorted(pod.name for pod in listed)), uids={p.name: p.uid for p in listed})
 
 
 @dataclass(frozen=True)

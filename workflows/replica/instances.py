@@ -33,6 +33,11 @@ class InstanceView:
         return any(pod.gated for pod in self.live)
 
     @property
+    def admission_message(self) -> str | None:
+        """Why Kueue holds the Instance, in Kueue's words (a gated pod's), once it has said."""
+        return next((pod.admission for pod in self.live if pod.gated and pod.admission), None)
+
+    @property
     def admitted(self) -> bool:
         """Seed: the Instance has pods and none are admission-gated."""
         return bool(self.live) and not self.gated

@@ -15,7 +15,8 @@ from the stored record, resumes at the recorded step with no duplicate pod.
     Delete            Drain -> DeletePods -> WaitZero                               (the row goes)
 
 WaitReady is the only step with a deadline (instanceReadyTimeout); its clock is parked (deadline
-null) while the Instance's pods are admission-gated or a create was refused for capacity.
+null, `waiting` KueuePending / AdmissionGated / QuotaExceeded) while the Instance's pods are
+admission-gated or a create was refused for capacity.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from datetime import datetime, timedelta
 
 from servingops.activities.replica.types import PodView
 from servingops.api_models.ome.enums import InstanceOperationType, OMENativeInstancePhase, UpdateStrategyType
+from servingops.api_models.ome.instance_keys import ADMISSION_GATED, KUEUE_PENDING, QUOTA_EXCEEDED
 from servingops.api_models.ome.instance_status import InstanceOperation, InstanceTermination, OMENativeInstanceStatus
 from servingops.workflows.replica.commands import Command, CreatePods, DeletePods, PatchInPlace, SetServing
 from servingops.workflows.replica.instances import InstanceView, all_ready, available
@@ -100,18 +102,42 @@ def canonical_pods(row: OMENativeInstanceStatus, view: InstanceView, life: Lifec
     return view.slot_pods(row.active_ordinal or 0)
 
 
+def admission_wait(view: InstanceView) -> str:
+    """The Waiting token for an Instance with gated pods: KueuePending when Kueue's gate holds them
+    (they name a queue), AdmissionGated for any other scheduling gate."""
+    return KUEUE_PENDING if any(pod.gated and pod.queue for pod in view.live) else ADMISSION_GATED
+
+
+def announce_admission(row: OMENativeInstanceStatus, view: InstanceView) -> str | None:
+    """Once per operation, the Warning to record when Kueue says why it holds the Instance's pods
+    (Kueue's message is volatile: the Event and the FailedScale condition carry it, the row only the
+    KueuePending token). Stamped in row.announced as `KueuePending@<operation id>` (seed: once-only
+    messages per episode), and stale stamps of earlier operations dropped."""
+    op = row.operation
+    episode = f"@{op.id}" if op is not None else None
+    mine = [e for e in row.announced or [] if e.startswith(f"{KUEUE_PENDING}@")]
+    waiting = op is not None and op.waiting == KUEUE_PENDING
+    if not mine and not waiting:
+        return None  # leaves the row as it is (a replayed pass of an older history writes the same)
+    kept = [e for e in row.announced or [] if e not in mine or (episode and e.endswith(episode))]
+    row.announced = kept or None
+    if op is None or op.waiting != KUEUE_PENDING or f"{KUEUE_PENDING}{episode}" in kept:
+        return None
+    said = view.admission_message
+    if said is None:
+        return None  # Kueue has not tried the Workload yet: wait for its reason
+    row.announced = [*kept, f"{KUEUE_PENDING}{episode}"]
+    return f"Instance {row.index} waits for Kueue admission: {said}"
+
+
 def _step(row: OMENativeInstanceStatus, op: InstanceOperation, step: str, now: datetime, *,
           deadline: datetime | None = None) -> None:
     row.operation = op.model_copy(update={"step": step, "last_progress_at": now, "deadline": deadline,
                                           "waiting": None})
 
 
-def _uids(pods: list[PodView]) -> dict[str, str]:
-    return {pod.name: pod.uid for pod in pods}
-
-
 def _delete(row: OMENativeInstanceStatus, pods: list[PodView]) -> DeletePods:
-    return DeletePods(index=row.index or 0, pods=tuple(sorted(pod.name for pod in pods)), uids=_uids(pods))
+    return DeletePods.of(row.index or 0, pods)
 
 
 def _deadline(now: datetime, life: Lifecycle) -> datetime | None:
@@ -126,8 +152,9 @@ def _wait_ready(out: Outcome, op: InstanceOperation, pods: list[PodView], view: 
     if ready:
         return True
     if view.gated or op.capacity_refused_at is not None:
-        # Parked: an admission gate or a quota refusal holds the pods; the step clock stops.
-        waiting = "AdmissionGated" if view.gated else (op.waiting or "QuotaExceeded")
+        # Parked: an admission gate (Kueue's, or another) or a quota refusal holds the pods; the step
+        # clock stops, however long the queue is.
+        waiting = admission_wait(view) if view.gated else (op.waiting or QUOTA_EXCEEDED)
         row.operation = op.model_copy(update={"deadline": None, "waiting": waiting})
         return False
     if op.deadline is None and life.ready_timeout is not None:

@@ -18,7 +18,7 @@ Order of a pass:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from servingops.api_models.ome.enums import (
@@ -29,13 +29,17 @@ from servingops.api_models.ome.enums import (
     RolloutHoldGate,
     UpdateStrategyType,
 )
+from servingops.api_models.ome.instance_keys import KUEUE_PENDING
 from servingops.api_models.ome.instance_status import OMENativeInstanceStatus, RetryBlock
-from servingops.workflows.replica.commands import Command, SetServing
+from servingops.api_models.ome.migration import MigrationStatus
+from servingops.workflows.replica import migrate
+from servingops.workflows.replica.commands import Command, CreatePods, SetServing
 from servingops.workflows.replica.instances import InstanceView, all_ready, available_at, health, serving
 from servingops.workflows.replica.operations import (
     PHASE_OF,
     SURGE,
     Failure,
+    announce_admission,
     backoff,
     canonical_pods,
     mechanism,
@@ -76,6 +80,10 @@ class Pass:
     """Operations opened this pass (the workflow writes status before running the commands)."""
     wake_at: datetime | None = None
     """The earliest moment something changes without a signal (a deadline, a backoff, minReadySeconds)."""
+    migrations: list[MigrationStatus] = field(default_factory=list)
+    """status.migrations after this pass (workflows/replica/migrate.py)."""
+    relocated: int = 0
+    """Instances relocated this pass (Trigger Auto) instead of failing."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,18 @@ class Inputs:
     """Operation ids are `<op_prefix>-<index>-<n>`: unique per replica and pass, stable on replay."""
     in_place_held: str | None = None
     """Why the target cannot be applied in place (InPlaceOnly), when known."""
+    migrations: tuple[MigrationStatus, ...] = ()
+    """status.migrations as recorded (requests already judged by migrate.accept)."""
+    caps: migrate.Caps = migrate.DEFAULT_CAPS
+    ready_endpoints: frozenset[str] | None = None
+    """Pods with a Ready endpoint, read while a migration drains (None: not read this pass)."""
+    cancel: frozenset[str] = frozenset()
+    """Request UUIDs asked to be cancelled."""
+    migration_never: bool = False
+    """lifecycle.migrationPolicy.mode is Never: no automatic relocation either."""
+    auto_relocate: bool = False
+    """An Instance not Ready on its node by its deadline is recreated away from it (migrate.relocation)
+    instead of failing; off for histories recorded before it (the workflow's patch)."""
 
 
 def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
@@ -102,6 +122,7 @@ def plan(inputs: Inputs) -> Pass:
     out = Pass(rows={i: row.model_copy(deep=True) for i, row in inputs.rows.items()},
                blocks={name: block.model_copy() for name, block in inputs.blocks.items()})
     draining: set[str] = set()
+    relocations: list[MigrationStatus] = []
     sequence = 0
 
     def op_id(index: int) -> str:
@@ -113,9 +134,11 @@ def plan(inputs: Inputs) -> Pass:
         return inputs.views.get(index) or InstanceView(index=index)
 
     # 0. adopt: pods whose Instance has no row (a status lost or written by another controller) get
-    # one, so they are counted, repaired or scaled away instead of duplicated
+    # one, so they are counted, repaired or scaled away instead of duplicated; a migration's surge
+    # pods are not an Instance of their own until the migration completes
+    surges = migrate.reserved(list(inputs.migrations), inputs.views)
     for index, seen in inputs.views.items():
-        if index in out.rows or not seen.live:
+        if index in out.rows or not seen.live or index in surges:
             continue
         first = seen.live[0]
         out.rows[index] = OMENativeInstanceStatus(
@@ -126,15 +149,32 @@ def plan(inputs: Inputs) -> Pass:
     for index in sorted(out.rows):
         row = out.rows[index]
         op = row.operation
-        if op is None or op.type is None:
-            continue
+        if op is None or op.type is None or op.type is InstanceOperationType.MIGRATE:
+            continue  # (Migrate: below, with its record)
         if life.paused and (op.type in GATED_WHEN_PAUSED or (life.frozen and op.type is InstanceOperationType.RESTART)):
             draining |= _held_draining(row, view(index))
             continue
         result = advance_operation(row, view(index), life, now)
         draining |= result.draining
         out.commands.extend(result.commands)
-        if result.failure is not None:
+        relocated = None
+        if result.failure is not None and inputs.auto_relocate and op.type in (
+                InstanceOperationType.CREATE, InstanceOperationType.RESTART):
+            relocated = migrate.relocation(result.row, view(index), life, [*inputs.migrations, *relocations],
+                                           inputs.caps, never=inputs.migration_never,
+                                           op_id=f"{inputs.op_prefix}-{index}", now=now)
+        if relocated is not None:
+            relocations.append(relocated)
+            result.row.operation = open_operation(InstanceOperationType.RESTART, op_id=op_id(index),
+                                                  target=result.failure.revision if result.failure else "", now=now,
+                                                  reason=migrate.RELOCATE, strategy=None, life=life)
+            result = advance_operation(result.row, view(index), life, now)
+            draining |= result.draining
+            out.commands.extend(result.commands)
+            out.opened += 1
+            out.relocated += 1
+            out.notes.append(Note("Warning", "InstanceRelocated", relocated.message or ""))
+        elif result.failure is not None:
             _fail(out, result.row, result.failure, now)
         if result.remove:
             del out.rows[index]
@@ -146,6 +186,21 @@ def plan(inputs: Inputs) -> Pass:
             block = out.blocks.get(op.target_revision or "")
             if block is not None:  # an attempt at the revision succeeded: its block lifts
                 del out.blocks[op.target_revision or ""]
+
+    # 1b. migrations (their own step machine; they also add and remove rows)
+    out.migrations = [*inputs.migrations, *relocations]
+    if inputs.migrations:
+        moved = migrate.run(migrate.Inputs(
+            rows=out.rows, views=inputs.views, life=life, records=list(inputs.migrations), now=now,
+            caps=inputs.caps, op_id=f"{inputs.op_prefix}-mig", ready_endpoints=inputs.ready_endpoints,
+            cancel=inputs.cancel))
+        out.migrations = [*moved.records, *relocations]
+        out.commands.extend(moved.commands)
+        out.notes.extend(Note(n.type, n.reason, n.message) for n in moved.notes)
+        draining |= moved.draining
+        surges |= moved.reserved
+        out.opened += moved.opened
+        out.wake_at = _earliest(out.wake_at, moved.wake_at)
 
     # 2. repair
     for index in sorted(out.rows):
@@ -214,7 +269,7 @@ def plan(inputs: Inputs) -> Pass:
         elif blocked is not None:
             out.hold = Hold(blocked[0], blocked[1], inputs.target)
         else:
-            taken = set(out.rows) | set(inputs.views)
+            taken = set(out.rows) | set(inputs.views) | surges
             candidate = 0
             for _ in range(missing):
                 while candidate in taken:
@@ -250,12 +305,18 @@ def plan(inputs: Inputs) -> Pass:
                 row.ready_since = max(since) if since else now
             if row.phase is OMENativeInstancePhase.PENDING:
                 row.ready_since = None
+        held = announce_admission(row, view(index))
+        if held is not None:
+            out.notes.append(Note("Warning", KUEUE_PENDING, held))
     # A block scopes a revision some Instance still aims at or runs; once none does (the spec moved
     # on), it is history, and the Events and the failed rows' lastFailure keep the trace.
     live = {inputs.target} | {r.running_revision or "" for r in out.rows.values()} | {
         r.target_revision or "" for r in out.rows.values()}
     out.blocks = {name: block for name, block in out.blocks.items() if name in live}
     _gate(out, inputs, draining)
+    if out.migrations:
+        migrate.stamp_relocations(out.migrations, out.rows)
+        out.commands = [_steered(c, out.rows, out.migrations) for c in out.commands]
     out.commands = _batched(out.commands)
     for seen in inputs.views.values():
         for pod in seen.live:
@@ -263,6 +324,15 @@ def plan(inputs: Inputs) -> Pass:
     if out.wake_at is not None and out.wake_at <= now:
         out.wake_at = None
     return out
+
+
+def _steered(command: Command, rows: dict[int, OMENativeInstanceStatus],
+             records: list[MigrationStatus]) -> Command:
+    """A relocating Instance's pods are created away from the node it could not become Ready on."""
+    if not isinstance(command, CreatePods) or command.index not in rows:
+        return command
+    node = migrate.avoided_node(rows[command.index], records)
+    return replace(command, avoid_node=node) if node else command
 
 
 def _held_draining(row: OMENativeInstanceStatus, view: InstanceView) -> set[str]:

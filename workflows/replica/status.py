@@ -13,6 +13,7 @@ from typing import Any
 
 from servingops.api_models.ome.enums import InstanceOperationType, OMENativeInstancePhase
 from servingops.api_models.ome.instance_columns import with_rows
+from servingops.api_models.ome.instance_keys import KUEUE_PENDING, QUOTA_EXCEEDED
 from servingops.api_models.ome.instance_status import OMENativeInstanceStatus, RetryBlock
 from servingops.api_models.ome.lifecycle import RolloutHold
 from servingops.api_models.refs import ConditionUpdate
@@ -149,14 +150,41 @@ def build(rows: dict[int, OMENativeInstanceStatus], views: dict[int, InstanceVie
                         reason="MinimumReplicasAvailable" if available_n >= floor else "MinimumReplicasUnavailable",
                         message=f"{available_n} of {life.desired} Instance(s) available (at least {floor} wanted)"),
         _progressing(listed, life, revisions, problems, complete=complete, in_flight=len(in_flight)),
-        ConditionUpdate(type="FailedScale", status="True" if problems.refused else "False",
-                        reason="QuotaExceeded" if problems.refused else "ScaleSucceeded",
-                        message=problems.refused or ""),
+        _failed_scale(problems, kueue_holds(listed, views)),
         _failed_update(blocks, revisions),
         _gang(views, life),
         _stuck(listed, life, now),
     ]
     return status, conditions, held
+
+
+def kueue_holds(rows: list[OMENativeInstanceStatus], views: dict[int, InstanceView]) -> dict[int, str]:
+    """Index -> why Kueue holds the Instance's pods (Kueue's own message when it gave one), for every
+    Instance whose operation waits on Kueue."""
+    out: dict[int, str] = {}
+    for row in rows:
+        if row.operation is None or row.operation.waiting != KUEUE_PENDING:
+            continue
+        view = views.get(row.index or 0)
+        said = view.admission_message if view else None
+        queues = sorted({pod.queue for pod in view.live if pod.queue}) if view else []
+        out[row.index or 0] = said or f"queued in LocalQueue {', '.join(queues) or '?'}, not admitted yet"
+    return out
+
+
+def _failed_scale(problems: Problems, holds: dict[int, str]) -> ConditionUpdate:
+    """A create refused by a ResourceQuota (QuotaExceeded), else pods Kueue has not admitted
+    (KueuePending: which Instances, and Kueue's reason for the first), so `kubectl describe` says why
+    an Instance is held."""
+    if problems.refused:
+        return ConditionUpdate(type="FailedScale", status="True", reason=QUOTA_EXCEEDED, message=problems.refused)
+    if holds:
+        first = min(holds)
+        indexes = ", ".join(map(str, sorted(holds)))
+        return ConditionUpdate(type="FailedScale", status="True", reason=KUEUE_PENDING,
+                               message=f"Instance(s) {indexes} wait for Kueue admission; "
+                                       f"Instance {first}: {holds[first]}"[:1024])
+    return ConditionUpdate(type="FailedScale", status="False", reason="ScaleSucceeded", message="")
 
 
 def _ready_count(view: InstanceView | None) -> int:

@@ -20,6 +20,7 @@ owner, so the garbage collector removes them; the workflow only ends.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 from datetime import datetime, timedelta
@@ -33,6 +34,8 @@ from servingops.workflows.entity import EntitySignals, EntityState
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
+    from servingops.activities.migration.activities import MigrationActivities
+    from servingops.activities.migration.types import EndpointQuery
     from servingops.activities.operator_config import OperatorConfigActivities
     from servingops.activities.replica.activities import ReplicaActivities
     from servingops.activities.replica.types import (
@@ -48,17 +51,33 @@ with workflow.unsafe.imports_passed_through():
         RevisionResult,
         SetServingInput,
     )
-    from servingops.api_models.contract import Signal, StartObject, WorkflowType, inference_service_workflow_id
+    from servingops.api_models.contract import (
+        Signal,
+        StartObject,
+        WorkflowType,
+        inference_service_workflow_id,
+        migration_workflow_id,
+    )
+    from servingops.api_models.contract.migration import MigrationAsk
+    from servingops.api_models.durations import parse_duration
     from servingops.api_models.errors import error_message, error_type_of
-    from servingops.api_models.ome.enums import OMENativeInstancePhase, RetryBlockState, UpdateStrategyType
+    from servingops.api_models.ome.enums import (
+        InstanceOperationType,
+        MigrationPolicyMode,
+        MigrationTrigger,
+        OMENativeInstancePhase,
+        RetryBlockState,
+        UpdateStrategyType,
+    )
     from servingops.api_models.ome.instance_columns import status_rows
-    from servingops.api_models.ome.instance_keys import label_selector
+    from servingops.api_models.ome.instance_keys import QUOTA_EXCEEDED, label_selector
     from servingops.api_models.ome.instance_status import OMENativeInstanceStatus, RetryBlock
     from servingops.api_models.ome.lifecycle import RolloutHold
+    from servingops.api_models.ome.migration import MigrationStatus
     from servingops.api_models.ome.replica import InferenceReplicaStatus
     from servingops.api_models.operator_config import LifecycleDefaults
     from servingops.api_models.refs import ConditionUpdate, ObjectRef
-    from servingops.workflows.replica import planner
+    from servingops.workflows.replica import ledger, migrate, planner
     from servingops.workflows.replica import status as status_rules
     from servingops.workflows.replica.commands import Command, CreatePods, DeletePods, PatchInPlace, SetServing
     from servingops.workflows.replica.instances import group_pods
@@ -108,6 +127,19 @@ class ReplicaState(EntityState):
     parent_told: str = ""
     """Digest of the mirrored status the parent InferenceService's workflow was last told about."""
     parent_told_at: datetime | None = None
+    migrations: list[MigrationStatus] = []
+    """status.migrations (workflows/replica/migrate.py); taken from the stored status on a resume."""
+    migration_asks: list[MigrationAsk] = []
+    """Requests signalled and not yet judged (judged at the next pass, recorded by its status write)."""
+    migration_cancels: list[str] = []
+    migration_told: dict[str, str] = {}
+    """Request UUID -> the phase its MigrationWorkflow was last told."""
+    migrations_written: bool = False
+    """status.migrations has been written once (then it is written on every pass, None once empty)."""
+    ledger_archived: dict[str, str] = {}
+    ledger_failing: bool = False
+    """The last ledger write failed (its Warning Event was recorded once)."""
+    """Request UUID -> digest of the terminal record last put in the audit ledger (replica/ledger.py)."""
 
 
 class ReplicaRun(StartObject):
@@ -127,6 +159,17 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
     @workflow.signal(name=Signal.PODS_CHANGED)
     def pods_changed(self) -> None:
         self._pods_changed = True
+
+    @workflow.signal(name=Signal.MIGRATION_REQUEST)
+    def migration_request(self, ask: MigrationAsk) -> None:
+        self.state.migration_asks.append(ask)
+        # A repeated ask is answered again (its workflow may have missed the reply).
+        self.state.migration_told.pop(ask.request_uuid, None)
+
+    @workflow.signal(name=Signal.MIGRATION_CANCEL)
+    def migration_cancel(self, request_uuid: str) -> None:
+        if request_uuid not in self.state.migration_cancels:
+            self.state.migration_cancels.append(request_uuid)
 
     @workflow.run
     async def run(self, start: ReplicaRun) -> ReplicaState:
@@ -150,7 +193,8 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
                 try:
                     await workflow.wait_condition(
                         lambda: self.state.deleting or self._pods_changed
-                        or self.state.generation > self.state.acted_generation,
+                        or self.state.generation > self.state.acted_generation
+                        or bool(self.state.migration_asks) or bool(self.state.migration_cancels),
                         timeout=wait)
                 except TimeoutError:
                     pass
@@ -188,15 +232,35 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
         views = group_pods(seen.pods)
         rows = {row.index or 0: row for row in state.rows}
         blocks = {block.target_revision or "": block for block in state.blocks}
-        decided = planner.plan(planner.Inputs(
+        policy = seen.spec.lifecycle.migration_policy if seen.spec.lifecycle else None
+        never, caps = policy is not None and policy.mode is MigrationPolicyMode.NEVER, self._caps()
+        self._judge_migrations(seen, rows, views, life, never=never, caps=caps)
+        endpoints = await self._ready_endpoints(rows, views, life)
+        inputs = planner.Inputs(
             rows=rows, views=views, life=life, target=target, blocks=blocks, now=seen.now,
             op_prefix=f"g{seen.generation}p{workflow.info().run_id[:8]}.{state.passes}",
-            in_place_held=state.in_place_held.get(target)))
+            in_place_held=state.in_place_held.get(target), migrations=tuple(state.migrations),
+            caps=caps, ready_endpoints=endpoints, cancel=frozenset(state.migration_cancels),
+            migration_never=never, auto_relocate=True)
+        decided = planner.plan(inputs)
+        if decided.relocated and not workflow.patched("auto-relocation"):
+            # A history from before automatic relocation failed the Instance in place: plan it so.
+            decided = planner.plan(dataclasses.replace(inputs, auto_relocate=False))
+        state.migration_cancels = []
+        state.migrations = decided.migrations
         state.rows = [decided.rows[i] for i in sorted(decided.rows)]
         state.blocks = [decided.blocks[name] for name in sorted(decided.blocks)]
         self._notes.extend(EventNote(type="Warning" if n.type == "Warning" else "Normal", reason=n.reason,
                                      message=n.message) for n in decided.notes)
         await self._write(seen, life, target, decided, views)
+        await self._tell_migrations()
+        state.ledger_archived, ledger_error = await ledger.archive(self.ref, state.migrations, state.ledger_archived)
+        if ledger_error is not None and not state.ledger_failing:
+            # Once per failing spell: the records stay on status.migrations and a later pass writes them.
+            self._notes.append(EventNote(type="Warning", reason="MigrationLedgerNotWritten", message=(
+                f"the migration audit ledger could not be written (tried again on later passes): {ledger_error}"
+            )[:1024]))
+        state.ledger_failing = ledger_error is not None
         rejected = False
         if decided.commands:
             rejected = await self._run(replica, decided.commands, seen.now)
@@ -230,6 +294,7 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
                 state.collision_count = stored.collision_count or 0
                 state.current_revision = stored.current_revision or ""
                 state.hold = stored.rollout_hold
+                state.migrations = list(stored.migrations or [])
         state.resumed = True
 
     async def _mint_revision(self, replica: ReplicaRef, seen: ReplicaObservation) -> bool:
@@ -306,6 +371,11 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
                                                                             invalid=state.invalid or state.rejected),
             now=seen.now)
         state.hold = held
+        if state.migrations or state.migrations_written:
+            # (only once a migration exists: a replica that never had one writes what it always did)
+            body["migrations"] = [m.model_dump(by_alias=True, exclude_none=True, mode="json")
+                                  for m in state.migrations] or None
+            state.migrations_written = True
         available = next(c for c in conditions if c.type == "Available").status == "True"
         if state.invalid:
             state.phase = "Invalid"
@@ -317,6 +387,70 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
             state.phase = "Available" if available else "Degraded"
         await self._patch(body, conditions, seen.generation)
         await self._tell_parent(seen, body)
+
+    def _caps(self) -> migrate.Caps:
+        defaults = self.state.lifecycle_defaults or LifecycleDefaults()
+        return migrate.Caps(max_in_flight=defaults.max_in_flight_migrations,
+                            per_window=defaults.max_migrations_per_window,
+                            window=parse_duration(defaults.migration_window),
+                            auto_max_attempts=defaults.auto_migrate_max_attempts)
+
+    def _judge_migrations(self, seen: ReplicaObservation, rows: dict[int, OMENativeInstanceStatus],
+                          views: dict[int, Any], life: Lifecycle, *, never: bool, caps: migrate.Caps) -> None:
+        """Record every migration request signalled since the last pass: Accepted or Failed
+        (migrate.accept); the pass's status write puts the records on the object."""
+        state = self.state
+        asks, state.migration_asks = state.migration_asks, []
+        for ask in asks:
+            judged = migrate.accept(ask, state.migrations, rows, views, life, never=never, caps=caps, now=seen.now)
+            state.migrations = judged.records
+            if judged.note is not None:
+                self._notes.append(EventNote(type="Warning" if judged.note.type == "Warning" else "Normal",
+                                             reason=judged.note.reason, message=judged.note.message))
+
+    async def _ready_endpoints(self, rows: dict[int, OMENativeInstanceStatus], views: dict[int, Any],
+                               life: Lifecycle) -> frozenset[str] | None:
+        """While a migration drains its source: which of the source's pods still have a Ready endpoint."""
+        if not migrate.needs_endpoints(rows) or self.ref is None:
+            return None
+        sources = [views[row.index or 0] for row in rows.values() if row.operation is not None
+                   and row.operation.type is InstanceOperationType.MIGRATE and (row.index or 0) in views]
+        pods = sorted(pod.name for view in sources for pod in view.live)
+        if not workflow.patched("migration-endpoints"):
+            return None
+        found: list[str] = await workflow.execute_activity_method(
+            MigrationActivities.ready_endpoints, EndpointQuery(namespace=self.ref.namespace or "", pods=pods),
+            **options.KUBE)
+        return frozenset(found)
+
+    async def _tell_migrations(self) -> None:
+        """Each Manual request's MigrationWorkflow hears its record once it is on the object, at
+        every phase change."""
+        if self.ref is None:
+            return
+        due = [r for r in self.state.migrations if r.trigger is MigrationTrigger.MANUAL
+               and self.state.migration_told.get(r.request_uuid or "") != str(r.phase)]
+        if due and not workflow.patched("migration-records"):
+            return
+        if due and workflow.patched("migration-records-together"):
+            # One workflow task for all of them: told one by one, 50 records held the pass's pod
+            # commands back by ~0.15 s each (bench/migration.py).
+            await asyncio.gather(*(self._tell_migration(record) for record in due))
+        else:
+            for record in due:
+                await self._tell_migration(record)
+        known = {r.request_uuid for r in self.state.migrations}
+        self.state.migration_told = {k: v for k, v in self.state.migration_told.items() if k in known}
+
+    async def _tell_migration(self, record: MigrationStatus) -> None:
+        assert self.ref is not None
+        uuid = record.request_uuid or ""
+        target = migration_workflow_id(self.ref.namespace or "", self.ref.name, uuid)
+        try:
+            await workflow.get_external_workflow_handle(target).signal(Signal.MIGRATION_RECORD, record)
+        except Exception:  # the request's workflow has ended (or never ran): the record is on the object
+            workflow.logger.debug("no migration workflow %s to tell", target)
+        self.state.migration_told[uuid] = str(record.phase)
 
     async def _tell_parent(self, seen: ReplicaObservation, body: dict[str, Any]) -> None:
         """A projected replica nudges its InferenceService's workflow when the part of its status the
@@ -434,7 +568,7 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
             return
         if answer.refused:
             row.operation = row.operation.model_copy(update={
-                "waiting": answer.refused_reason or "QuotaExceeded", "capacity_refused_at": now, "deadline": None})
+                "waiting": answer.refused_reason or QUOTA_EXCEEDED, "capacity_refused_at": now, "deadline": None})
         elif row.operation.capacity_refused_at is not None:
             row.operation = row.operation.model_copy(update={"waiting": None, "capacity_refused_at": None})
 

@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import AnnotationRemoval, EventNote, KubernetesActivities, StatusPatch
     from servingops.activities.operator_config import OperatorConfigActivities
     from servingops.activities.serving.activities import ServingActivities
+    from servingops.activities.serving.autoscaler import AutoscalerActivities, EnsureAutoscalerInput
     from servingops.activities.serving.types import (
         ComponentObservation,
         EnsureRevisionInput,
@@ -52,7 +53,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from servingops.api_models.durations import parse_duration
     from servingops.api_models.errors import ErrorType, error_message, error_type_of
-    from servingops.api_models.ome.enums import CanaryFailureReason, ComponentType, RolloutPlanSource, RolloutRunOutcome
+    from servingops.api_models.ome.enums import (
+        AutoscalerManagedBy,
+        CanaryFailureReason,
+        ComponentType,
+        RolloutPlanSource,
+        RolloutRunOutcome,
+    )
+    from servingops.api_models.ome.migration import MigrationHistoryEntry
     from servingops.api_models.ome.rollout import RolloutGroup, RolloutSpec
     from servingops.api_models.ome.rollout_status import (
         RolloutGroupResolution,
@@ -61,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.refs import ObjectRef
     from servingops.api_models.serving import TrafficWeight
     from servingops.workflows import options
+    from servingops.workflows.migration import history as migration_history
     from servingops.workflows.rollout import analysis, plan, policy_pinning, status
     from servingops.workflows.rollout.models import (
         AnnotationState,
@@ -84,6 +93,11 @@ _RETRY_REMOVAL = 60.0
 """How soon a consumed annotation whose removal failed is tried again (a pass re-reads it first)."""
 REMOVE_CONSUMED_ANNOTATIONS = "remove-consumed-annotations"
 """The patch that added the kube.remove_annotation calls (docs/durability.md)."""
+OMENATIVE_AUTOSCALER = "omenative-autoscaler"
+"""The patch that added serving.ensure_autoscaler for OMENative components (docs/replicas.md)."""
+AUTOSCALER_WHEN_NEEDED = "autoscaler-when-needed"
+"""The patch that calls serving.ensure_autoscaler only when the scaler's inputs moved or a scaler of
+ours is live (before it: every pass, four apiserver reads for a component with no scaler at all)."""
 
 
 class ServiceInput(StartObject):
@@ -177,6 +191,13 @@ class InferenceServiceWorkflow:
     def replica_changed(self) -> None:
         """A projected InferenceReplica's status moved: observe again (its lifecycle is mirrored)."""
         self._changed = True
+
+    @workflow.signal(name=Signal.MIGRATION_OUTCOME)
+    def migration_outcome(self, entry: MigrationHistoryEntry) -> None:
+        """A migration of one of this service's Instances ended: status.migrationHistory keeps it
+        (only histories that hold this signal write it, so older ones replay unchanged)."""
+        self._state.migration_history = migration_history.window(self._state.migration_history, entry)
+        self._changed = self._dirty = True
 
     def _same_object(self, uid: str) -> bool:
         # Before run() the ref is unknown; the uid in the workflow id already scopes the object.
@@ -329,6 +350,13 @@ class InferenceServiceWorkflow:
             self._dirty = True
         if observation.held is not None:
             return  # nothing to render: what serves keeps serving, the next poll looks again
+        if observation.placed:
+            # Member clusters serve it: the placement workflow writes the derived services there and
+            # status.placement here. Nothing is rendered in this cluster, no rollout runs here.
+            if state.components:
+                state.components.clear()
+                self._dirty = True
+            return
         for seen in observation.components:
             await self._serve(seen)
         served = [c.component for c in observation.components]
@@ -370,10 +398,24 @@ class InferenceServiceWorkflow:
                 EnsureRevisionInput(key=RevisionKey(isvc=ref, component=seen.component, revision=view.stable),
                                     replicas=seen.desired_replicas),
                 **options.KUBE)
+        if seen.replica is not None and workflow.patched(OMENATIVE_AUTOSCALER) and self._scaler_due(seen, view):
+            # The service owns the scaler of its projected replica (seed: only the InferenceService
+            # controller creates one): applied when its inputs move, mirrored while it is live.
+            scaler = await workflow.execute_activity_method(
+                AutoscalerActivities.ensure, EnsureAutoscalerInput(isvc=ref, component=seen.component),
+                **options.KUBE)
+            view.autoscaler = scaler.status
+            view.autoscaler_applied = seen.autoscaler_digest
         carrying = [w.revision for w in view.traffic if w.weight > 0] or [view.stable]
         view.serving_ready = any(revisions[r].ready_replicas > 0 for r in carrying if r in revisions)
         if view.latest_ready is None and stable is not None and stable.ready_replicas > 0:
             view.latest_ready = view.stable
+
+    @staticmethod
+    def _scaler_due(seen: ComponentObservation, view: ComponentView) -> bool:
+        live = (view.autoscaler or {}).get("managedBy") == AutoscalerManagedBy.OME.value
+        changed = seen.autoscaler_digest is None or seen.autoscaler_digest != view.autoscaler_applied
+        return live or changed or not workflow.patched(AUTOSCALER_WHEN_NEEDED)
 
     async def _plan(self, spec: RolloutSpec | None, observation: ServiceObservation) -> None:
         """Steer the runs that are open, then open the units plan.admit lets start."""
@@ -722,6 +764,9 @@ class InferenceServiceWorkflow:
         if self._pin != (None, None) or self._pin_dropped:
             body["pinnedRevisionName"], body["lastRuntimeSyncToken"] = self._pin
             self._pin_dropped = False
+        if self._state.migration_history:
+            body["migrationHistory"] = [e.model_dump(by_alias=True, exclude_none=True, mode="json")
+                                        for e in self._state.migration_history]
         notes, self._notes = self._notes, []
         patch = StatusPatch(ref=ref, status=body, conditions=conditions,
                             observed_generation=self._state.generation, events=notes)

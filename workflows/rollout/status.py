@@ -117,6 +117,8 @@ def component_status(isvc: str, component: ComponentType, view: ComponentView) -
         body["scaleTargetRef"] = {"apiVersion": "ome.io/v1beta1", "kind": "InferenceReplica", "name": view.replica}
     if view.lifecycle is not None:
         body["lifecycle"] = dict(view.lifecycle)
+    if view.autoscaler is not None:
+        body["autoscaler"] = dict(view.autoscaler)
     return body
 
 

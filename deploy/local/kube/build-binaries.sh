@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok, kubectl for the end-to-end tests, and helm, which lints, renders and
-# installs deploy/chart) from their upstream Go modules at the pinned versions below.
+# kube-scheduler, kwok, kubectl for the end-to-end tests, helm, which lints, renders and
+# installs deploy/chart, and the Kueue controller, started only by the admission tests) from
+# their upstream Go modules at the pinned versions below.
 #
 # A binary already in $SERVINGOPS_KUBE_BIN_DIR or on PATH is used as is; one in the cache
 # counts only when it was built at the pinned version (a stamp file records it), so bumping
@@ -13,10 +14,11 @@ KUBERNETES_VERSION=v1.35.4 # builds with go1.25+; its go.mod pins etcd client v3
 ETCD_VERSION=v3.6.8        # etcd 3.6 server, the line kubernetes 1.35 is tested against
 KWOK_VERSION=v0.8.0        # go 1.26.0, client-go v0.36 (one minor of skew is supported)
 HELM_VERSION=v3.22.0       # go 1.26.0; its go.mod has no replace directives
-# Not built: devstack/kube.py reads these pins to copy CRD manifests (and kwok's stages)
-# out of the module cache, so every version of the local cluster is pinned here.
-GATEWAY_API_VERSION=v1.4.1 # standard channel, incl. HTTPRoute
-KUEUE_VERSION=v0.17.0
+# devstack/kube.py reads these pins to copy CRD manifests (and kwok's stages) out of the
+# module cache, so every version of the local cluster is pinned here.
+GATEWAY_API_VERSION=v1.4.1 # standard channel, incl. HTTPRoute (not built)
+KUEUE_VERSION=v0.17.0      # CRDs copied; the controller (cmd/kueue) built for devstack/kueue.py
+KEDA_VERSION=v2.18.3       # only the ScaledObject CRD is copied (the KEDA operator is not run)
 
 CACHE="${SERVINGOPS_CACHE:-$HOME/.cache/servingops}"
 BIN_DIR="$CACHE/bin"
@@ -151,10 +153,20 @@ build_kwok() {
   build kwok "$KWOK_VERSION" "$dir" sigs.k8s.io/kwok/cmd/kwok
 }
 
+build_kueue() {
+  # Kueue's go.mod has no replace directives and needs Go 1.25; the version stamp is the one
+  # its Makefile sets, so the controller logs the release it is.
+  local dir="$WORK/kueue"
+  new_module "$dir"
+  resolve "$dir" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
+  build kueue "$KUEUE_VERSION" "$dir" sigs.k8s.io/kueue/cmd/kueue \
+    "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+}
+
 total_start="$(now)"
 for spec in "etcd $ETCD_VERSION" "kube-apiserver $KUBERNETES_VERSION" \
   "kube-controller-manager $KUBERNETES_VERSION" "kube-scheduler $KUBERNETES_VERSION" "kwok $KWOK_VERSION" \
-  "kubectl $KUBERNETES_VERSION" "helm $HELM_VERSION"; do
+  "kubectl $KUBERNETES_VERSION" "helm $HELM_VERSION" "kueue $KUEUE_VERSION"; do
   read -r name version <<<"$spec"
   if found="$(existing "$name" "$version")" && [[ -n "$found" ]]; then
     echo "== $name: using $found"
@@ -164,6 +176,7 @@ for spec in "etcd $ETCD_VERSION" "kube-apiserver $KUBERNETES_VERSION" \
     etcd) build_etcd ;;
     kwok) build_kwok ;;
     helm) build_helm ;;
+    kueue) build_kueue ;;
     *) build_kube "$name" ;;
   esac
 done

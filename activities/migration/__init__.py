@@ -1,0 +1,1 @@
+"""Activities of surge migration (docs/migration.md)."""

@@ -1,0 +1,284 @@
+"""What placement does in the world: read the source InferenceService and the WorkloadClusters in
+the control plane; write, read and delete the derived InferenceService in a member cluster.
+
+A member is reached through the kubeconfig Secret its WorkloadCluster names, read here and turned
+into a client in memory (activities/workload_cluster/kubeconfig.py: inline credentials only, never
+on disk). A member that cannot be reached is an answer (MemberWrite / MemberObservation with a
+reason), not an exception: the race goes on with the other candidates, and the workflow looks again.
+
+The derived InferenceService is the source's spec without `placement`, the same name and namespace,
+labelled `ome.io/placement-origin=<source uid>` and annotated `ome.io/placement-execution` with the
+plan's PlacementExecutionPolicy; each component's pods name the member's Kueue LocalQueue, so
+admission is Kueue's decision. A derived object is only ever changed or deleted while it carries
+this source's origin label: a same-named object someone else made is NameInUse, never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+from urllib3.exceptions import HTTPError
+
+from servingops.activities.custom_objects import CustomObjects
+from servingops.activities.placement.member import MemberClient
+from servingops.activities.placement.types import (
+    ApplyMemberInput,
+    ClusterRegistration,
+    ComponentAdmission,
+    MemberObservation,
+    MemberTarget,
+    MemberWrite,
+    PlacementSource,
+    SourceInput,
+)
+from servingops.activities.replica.kueue import ADMISSION_GATE, QUEUE_LABEL
+from servingops.activities.workload_cluster.kubeconfig import api_client
+from servingops.activities.workload_cluster.registration import RegistrationUnusable, member_access
+from servingops.api_models.ome import instance_keys as keys
+from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.ome.instance_columns import status_rows
+from servingops.api_models.ome.replica import InferenceReplicaStatus
+
+GROUP, VERSION = "ome.io", "v1beta1"
+ORIGIN_LABEL = "ome.io/placement-origin"
+EXECUTION_ANNOTATION = "ome.io/placement-execution"
+_COMPONENTS = (ComponentType.ENGINE, ComponentType.DECODER, ComponentType.ROUTER)
+_RAW_NAME, _RAW_COMPONENT = "app.kubernetes.io/name", "app.kubernetes.io/component"
+
+
+class MemberUnavailable(Exception):
+    """The member cannot be reached or its registration cannot be used; `reason` is the token."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def _cause(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:300]
+
+
+class PlacementActivities:
+    """Bound to the control plane's ApiClient for the life of the worker."""
+
+    def __init__(self, api_client: client.ApiClient, controller_namespace: str) -> None:
+        self.controller_namespace = controller_namespace
+        """Where a kubeconfig secretRef without a namespace points (as for the health probe)."""
+        self.custom = client.CustomObjectsApi(api_client)
+        self.objects = CustomObjects(self.custom)
+        self.core = client.CoreV1Api(api_client)
+
+    def all(self) -> list[Any]:
+        return [self.read_source, self.apply_member, self.observe_member, self.delete_member]
+
+    # -- the control plane ------------------------------------------------------------------
+
+    @activity.defn(name="placement.read_source")
+    def read_source(self, inp: SourceInput) -> PlacementSource | None:
+        """The source InferenceService and every WorkloadCluster; None when the source is gone."""
+        obj = self.objects.get(inp.isvc)  # None also when the name now belongs to a newer object
+        if obj is None:
+            return None
+        meta = obj["metadata"]
+        spec = obj.get("spec") or {}
+        listed = cast(dict[str, Any], self.custom.list_cluster_custom_object(
+            GROUP, VERSION, "workloadclusters", _request_timeout=30))
+        return PlacementSource(
+            uid=meta["uid"],
+            generation=int(meta.get("generation", 0)),
+            deleting=bool(meta.get("deletionTimestamp")),
+            placement=spec.get("placement"),
+            components=[c.value for c in _COMPONENTS if spec.get(c.value)],
+            min_replicas={c.value: int(spec[c.value]["minReplicas"]) for c in _COMPONENTS
+                          if isinstance(spec.get(c.value), dict) and spec[c.value].get("minReplicas") is not None},
+            registrations=[_registration(item) for item in listed.get("items") or []],
+            status_placement=(obj.get("status") or {}).get("placement"),
+        )
+
+    def _member(self, cluster: str) -> client.ApiClient:
+        """A client for `cluster` from its WorkloadCluster's kubeconfig Secret (the same reading as
+        the health probe's: activities/workload_cluster/registration.py)."""
+        try:
+            registration = cast(dict[str, Any], self.custom.get_cluster_custom_object(
+                GROUP, VERSION, "workloadclusters", cluster, _request_timeout=30))
+        except ApiException as exc:
+            if exc.status == 404:
+                raise MemberUnavailable("RegistrationNotFound", f"WorkloadCluster {cluster} does not exist") from None
+            raise
+        try:
+            return api_client(member_access(self.core, registration.get("spec") or {}, self.controller_namespace))
+        except RegistrationUnusable as exc:
+            raise MemberUnavailable(exc.reason.value, f"WorkloadCluster {cluster}: {exc.message}") from None
+
+    @contextlib.contextmanager
+    def _session(self, cluster: str) -> Iterator[MemberClient]:
+        api = self._member(cluster)
+        try:
+            yield MemberClient(api)
+        except ApiException as exc:
+            if exc.status in (401, 403):
+                raise MemberUnavailable("AccessRefused", f"{cluster} refused the placement identity "
+                                        f"({exc.status} {exc.reason})") from None
+            if exc.status is None or exc.status >= 500 or exc.status == 0:
+                raise MemberUnavailable("Unreachable", f"{cluster}: {exc.status} {exc.reason}") from None
+            raise
+        except (HTTPError, OSError) as exc:
+            raise MemberUnavailable("Unreachable", f"{cluster} cannot be reached: {_cause(exc)}") from None
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
+
+    # -- a member -------------------------------------------------------------------------
+
+    @activity.defn(name="placement.apply_member")
+    def apply_member(self, inp: ApplyMemberInput) -> MemberWrite:
+        """Create or update the derived InferenceService in the member (server-side apply)."""
+        source = self.objects.get(inp.source)
+        target = inp.target
+        if source is None:
+            # An answer, not an error to retry: the workflow's next read sees the source gone and withdraws.
+            return MemberWrite(done=False, reason="SourceGone", message=(
+                f"InferenceService {inp.source.namespace}/{inp.source.name} is gone; nothing was written"))
+        body = derived_service(source, target, inp.execution, inp.queue, inp.replica_floors)
+        try:
+            with self._session(target.cluster) as member:
+                current = member.service(target.namespace, target.name)
+                if current is not None and _origin(current) != target.source_uid:
+                    return MemberWrite(done=False, reason="NameInUse", message=(
+                        f"{target.cluster} already has InferenceService {target.namespace}/{target.name} not "
+                        "derived from this source; it is left alone"))
+                try:
+                    member.apply_service(body)
+                except ApiException as exc:
+                    if exc.status == 404:
+                        return MemberWrite(done=False, reason="NamespaceMissing", message=(
+                            f"namespace {target.namespace} does not exist in {target.cluster}"))
+                    raise
+        except MemberUnavailable as exc:
+            return MemberWrite(done=False, reason=exc.reason, message=exc.message)
+        return MemberWrite(done=True)
+
+    @activity.defn(name="placement.observe_member")
+    def observe_member(self, target: MemberTarget) -> MemberObservation:
+        """The derived service in the member: does it exist (as ours), each component's admitted
+        Instances confirmed by live pods, its ready count, its url."""
+        try:
+            with self._session(target.cluster) as member:
+                current = member.service(target.namespace, target.name)
+                if current is None or _origin(current) != target.source_uid:
+                    return MemberObservation(reachable=True, exists=False)
+                pods = member.pods(target.namespace)
+                spec = current.get("spec") or {}
+                components = [_admission(member, target, c, spec.get(c.value) or {}, pods)
+                              for c in _COMPONENTS if spec.get(c.value)]
+                return MemberObservation(reachable=True, exists=True, components=components,
+                                         url=(current.get("status") or {}).get("url"))
+        except MemberUnavailable as exc:
+            return MemberObservation(reachable=False, reason=exc.reason, message=exc.message)
+
+    @activity.defn(name="placement.delete_member")
+    def delete_member(self, target: MemberTarget) -> MemberWrite:
+        """Delete the derived service, only while it is this source's (its origin label); gone is done."""
+        try:
+            with self._session(target.cluster) as member:
+                current = member.service(target.namespace, target.name)
+                if current is None:
+                    return MemberWrite(done=True)
+                if _origin(current) != target.source_uid:
+                    return MemberWrite(done=True, reason="NameInUse", message=(
+                        f"{target.cluster}'s {target.namespace}/{target.name} is not derived from this source: kept"))
+                try:
+                    member.delete_service(target.namespace, target.name, current["metadata"]["uid"])
+                except ApiException as exc:
+                    if exc.status not in (404, 409):  # gone, or a new object by that name (not ours)
+                        raise
+        except MemberUnavailable as exc:
+            return MemberWrite(done=False, reason=exc.reason, message=exc.message)
+        return MemberWrite(done=True)
+
+
+# --- pure helpers ---------------------------------------------------------------------------------
+
+
+def _registration(item: dict[str, Any]) -> ClusterRegistration:
+    meta = item["metadata"]
+    conditions = (item.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return ClusterRegistration(name=meta["name"], uid=meta.get("uid", ""), labels=dict(meta.get("labels") or {}),
+                               ready=ready)
+
+
+def _origin(obj: dict[str, Any]) -> str | None:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL)
+
+
+def derived_service(source: dict[str, Any], target: MemberTarget, execution: dict[str, Any],
+                    queue: str, floors: dict[str, int] | None = None) -> dict[str, Any]:
+    """The member's copy: the source's spec without placement, each component's pods in `queue`
+    (unless the source names a queue for that component itself); with `floors` (All / Split), each
+    component runs its floor in this home as minReplicas (maxReplicas raised to it when lower)."""
+    spec = {k: v for k, v in (source.get("spec") or {}).items() if k != "placement"}
+    for component in _COMPONENTS:
+        if isinstance(spec.get(component.value), dict):
+            block = dict(spec[component.value])
+            if floors is not None and component.value in floors:
+                block["minReplicas"] = floors[component.value]
+                if block.get("maxReplicas") is not None and int(block["maxReplicas"]) < floors[component.value]:
+                    block["maxReplicas"] = floors[component.value]
+            block["labels"] = {QUEUE_LABEL: queue, **(block.get("labels") or {})}  # the source's own queue wins
+            spec[component.value] = block
+    meta = source.get("metadata") or {}
+    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k != ORIGIN_LABEL}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
+        "metadata": {"name": target.name, "namespace": target.namespace,
+                     "labels": {**labels, ORIGIN_LABEL: target.source_uid},
+                     "annotations": {EXECUTION_ANNOTATION: json.dumps(execution, sort_keys=True)}},
+        "spec": spec,
+    }
+
+
+def _admission(member: MemberClient, target: MemberTarget, component: ComponentType,
+               cspec: dict[str, Any], pods: list[client.V1Pod]) -> ComponentAdmission:
+    """OMENative: the replica's admitted rows, each confirmed by its Instance's live pods (present,
+    none gated). RawDeployment: the component's live pods that left Kueue's gate."""
+    live = [p for p in pods if p.metadata is not None and p.metadata.deletion_timestamp is None]
+    desired = int(cspec.get("minReplicas") or 0) if cspec.get("minReplicas") is not None else 1
+    replica_name = f"{target.name}-{component.value}"
+    replica = member.replica(target.namespace, replica_name)
+    if replica is not None:
+        status = InferenceReplicaStatus.model_validate(replica.get("status") or {})
+        by_instance: dict[str, list[client.V1Pod]] = {}
+        for pod in live:
+            labels = _labels(pod)
+            if labels.get(keys.REPLICA_LABEL) == replica_name and keys.INSTANCE_LABEL in labels:
+                by_instance.setdefault(labels[keys.INSTANCE_LABEL], []).append(pod)
+        admitted = sum(1 for row in status_rows(status) if row.admitted and by_instance.get(str(row.index))
+                       and not any(_gated(p) for p in by_instance[str(row.index)]))
+        desired = int((replica.get("spec") or {}).get("replicas") or desired)
+        return ComponentAdmission(component=component.value, admitted=admitted, ready=status.ready_replicas or 0,
+                                  desired=desired)
+    mine = [p for p in live if _labels(p).get(_RAW_NAME) == target.name
+            and _labels(p).get(_RAW_COMPONENT) == component.value]
+    return ComponentAdmission(component=component.value, admitted=sum(1 for p in mine if not _gated(p)),
+                              ready=sum(1 for p in mine if _ready(p)), desired=desired)
+
+
+def _labels(pod: client.V1Pod) -> dict[str, str]:
+    return dict((pod.metadata.labels if pod.metadata else None) or {})
+
+
+def _gated(pod: client.V1Pod) -> bool:
+    return any(g.name == ADMISSION_GATE for g in (pod.spec.scheduling_gates if pod.spec else None) or [])
+
+
+def _ready(pod: client.V1Pod) -> bool:
+    conditions = (pod.status.conditions if pod.status else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)

@@ -1,0 +1,98 @@
+"""Inputs and outputs of the placement activities. Nothing secret: a member is named by its
+WorkloadCluster, and the activity reads the kubeconfig Secret that registration names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from servingops.api_models.refs import ObjectRef
+
+
+class SourceInput(BaseModel):
+    isvc: ObjectRef
+
+
+class ClusterRegistration(BaseModel):
+    """One WorkloadCluster as matching sees it."""
+
+    name: str
+    uid: str
+    labels: dict[str, str] = {}
+    ready: bool = False
+    """Its Ready condition (connection health, the WorkloadCluster workflow's verdict) is True."""
+
+
+class PlacementSource(BaseModel):
+    """One read of the source InferenceService and of the fleet."""
+
+    uid: str
+    generation: int
+    deleting: bool
+    placement: dict[str, Any] | None
+    """spec.placement as the apiserver holds it (parse with PlacementSpec); None: not placed."""
+    components: list[str]
+    """The components the source declares (engine, decoder, router), in that order."""
+    min_replicas: dict[str, int] = {}
+    """Each declared component's minReplicas, where declared (allocation's floors)."""
+    registrations: list[ClusterRegistration]
+    status_placement: dict[str, Any] | None = None
+    """status.placement as last written: the durable plan a new workflow run resumes from."""
+
+
+class MemberTarget(BaseModel):
+    """The derived InferenceService of one source in one member cluster."""
+
+    cluster: str
+    """The WorkloadCluster's name."""
+    namespace: str
+    name: str
+    source_uid: str
+
+
+class ApplyMemberInput(BaseModel):
+    target: MemberTarget
+    source: ObjectRef
+    """The source InferenceService: its spec (placement removed) is what the member gets."""
+    execution: dict[str, Any]
+    """PlacementExecutionPolicy JSON, written to the ome.io/placement-execution annotation."""
+    queue: str
+    """The Kueue LocalQueue the derived service's pods name."""
+    replica_floors: dict[str, int] | None = None
+    """All / Split: each component's floor in this home, run as its minReplicas (None: the source's)."""
+
+
+class MemberWrite(BaseModel):
+    """What a write to a member did. A member that cannot be written is an answer, not an error:
+    the other candidates race on."""
+
+    done: bool
+    reason: str | None = None
+    """Why not, as a CamelCase token: Unreachable, NamespaceMissing, NameInUse, AccessRefused,
+    KubeConfigInvalid, SecretNotFound."""
+    message: str | None = None
+
+
+class ComponentAdmission(BaseModel):
+    component: str
+    admitted: int
+    """Instances Kueue admitted (instanceStatuses[].admitted) whose live pods confirm it (none
+    carries the admission scheduling gate)."""
+    ready: int
+    desired: int
+
+
+class MemberObservation(BaseModel):
+    reachable: bool
+    reason: str | None = None
+    message: str | None = None
+    exists: bool = False
+    components: list[ComponentAdmission] = []
+    url: str | None = None
+    """The derived service's status.url, once it has one."""
+
+    @property
+    def admitted(self) -> bool:
+        """Every component has at least one confirmed admitted Instance."""
+        return self.exists and bool(self.components) and all(c.admitted > 0 for c in self.components)

@@ -1,0 +1,1 @@
+"""WorkloadCluster connection health: read a member's kubeconfig Secret and probe its apiserver."""

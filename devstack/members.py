@@ -1,0 +1,179 @@
+"""Member (workload) clusters for multi-cluster placement, each a whole cluster of its own.
+
+A member is what a platform team registers as a WorkloadCluster: its own etcd, kube-apiserver,
+controllers and kwok nodes (devstack/kube.py LocalKubeCluster, the same binaries as the control
+plane's), the servingops chart installed in it (so its own worker and bridge reconcile the derived
+InferenceServices the control plane writes there, as the chart's identities), and the real Kueue
+(devstack/kueue.py) with one ClusterQueue whose cpu quota decides admission: pods of a namespace
+prepared by `prepare_namespace` that name the LocalQueue PLACEMENT_QUEUE are gated until Kueue
+admits them.
+
+`register` writes, in the control-plane cluster, a kubeconfig Secret holding a token of the
+member's `<release>-placement-member` ServiceAccount (the chart's placementMember identity: only
+what placement does in a member) and a WorkloadCluster naming it, with the member's labels for
+clusterAffinity to match.
+
+The members share the control plane's Temporal server (each worker on a task queue of its own),
+registry and Hub, which a real fleet would not; nothing a member's worker does reaches another
+cluster's apiserver.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from devstack import identities
+from devstack.identities import Identities
+from devstack.kube import REPO_ROOT, LocalKubeCluster, apply_objects
+from devstack.kueue import KueueProcess, label_namespace
+from devstack.process import ManagedProcess
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+FLAVOR = "placement-flavor"
+CLUSTER_QUEUE = "placement"
+PLACEMENT_QUEUE = "ome-placement"
+"""The LocalQueue a prepared namespace holds in every member; the derived InferenceServices' pods
+name it (kueue.x-k8s.io/queue-name)."""
+MEMBER_IDENTITY = f"{identities.RELEASE}-placement-member"
+PROJECT_CRDS = REPO_ROOT / "deploy" / "crds"
+
+
+def _kueue_doc(kind: str, name: str, spec: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {"apiVersion": "/".join(KUEUE), "kind": kind, "metadata": metadata, "spec": spec}
+
+
+def _quota_spec(cpu: str) -> dict[str, Any]:
+    return {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
+        {"name": FLAVOR, "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}]}
+
+
+class MemberCluster:
+    """One member: files under `workdir`, every process's log under `log_dir` (its own folder, so
+    the member's kube-apiserver.log or kueue.log does not mix with another cluster's)."""
+
+    def __init__(self, name: str, workdir: Path, log_dir: Path, *, labels: dict[str, str] | None = None,
+                 cpu_quota: str = "4", nodes: int = 2) -> None:
+        self.name = name
+        self.labels = dict(labels or {})
+        self.cpu_quota = cpu_quota
+        self.workdir = Path(workdir)
+        self.log_dir = Path(log_dir) / name
+        self.cluster = LocalKubeCluster(self.workdir / "kube", self.log_dir, nodes=nodes)
+        self.kueue: KueueProcess | None = None
+        self.identities: Identities | None = None
+        self.worker: ManagedProcess | None = None
+        self.bridge: ManagedProcess | None = None
+        self.task_queue = f"member-{name}-{uuid.uuid4().hex[:6]}"
+        self._api: client.ApiClient | None = None
+
+    @property
+    def api(self) -> client.ApiClient:
+        """An admin client of the member: the tests' and the operator's hands, never placement's."""
+        if self._api is None:
+            self._api = self.cluster.api_client()
+        return self._api
+
+    # -- lifecycle --
+
+    def start(self, temporal_address: str, worker_env: dict[str, str] | None = None) -> MemberCluster:
+        """The cluster, the chart (with the placement-member identity), Kueue and its ClusterQueue,
+        then the member's own worker and bridge."""
+        try:
+            self.cluster.start()
+            identities.install(self.cluster, identities.local_values(placementMember={"enabled": True}))
+            self.cluster.apply_crds([PROJECT_CRDS])
+            self.kueue = KueueProcess(self.cluster, self.workdir / "kueue", self.log_dir).start()
+            apply_objects(self.api, [_kueue_doc("ResourceFlavor", FLAVOR, {}),
+                                     _kueue_doc("ClusterQueue", CLUSTER_QUEUE, _quota_spec(self.cpu_quota))])
+            self.identities = identities.issue(self.cluster, self.workdir / "identities")
+            self._start_servingops(temporal_address, worker_env or {})
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_servingops(self, temporal_address: str, worker_env: dict[str, str]) -> None:
+        assert self.identities is not None
+        ids = self.identities
+        spool = self.workdir / "spool"
+        spool.mkdir(parents=True, exist_ok=True)
+        env = {**worker_env, **ids.worker_env(), "TEMPORAL_ADDRESS": temporal_address,
+               "SERVINGOPS_TASK_QUEUE": self.task_queue, "SERVINGOPS_SPOOL_DIR": str(spool),
+               "SERVINGOPS_HOST_ID": f"host-{self.task_queue}", "PYTHONUNBUFFERED": "1"}
+        worker = ManagedProcess(f"worker-{self.name}", [sys.executable, "-m", "servingops.workers.main"],
+                                self.log_dir, env=env, cwd=REPO_ROOT).start()
+        self.worker = worker
+        worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=90)
+        self.bridge = ManagedProcess(f"bridge-{self.name}", [
+            sys.executable, "-m", "servingops.crd_bridge.main", "--temporal-address", temporal_address,
+            "--kubeconfig", str(ids.bridge), "--task-queue", self.task_queue,
+            "--lease-namespace", ids.namespace, "--lease-name", f"bridge-{self.task_queue}",
+            "--kinds", "InferenceService,InferenceReplica"], self.log_dir, cwd=REPO_ROOT).start()
+
+    def processes(self) -> list[ManagedProcess]:
+        """Every process of the member (`./dev down` stops them by pid)."""
+        kueue = [self.kueue.process] if self.kueue is not None and self.kueue.process is not None else []
+        return [*self.cluster._processes, *kueue, *(p for p in (self.worker, self.bridge) if p is not None)]
+
+    def stop(self) -> None:
+        for proc in (self.bridge, self.worker):
+            if proc is not None:
+                proc.stop()
+        if self.kueue is not None:
+            with contextlib.suppress(Exception):  # the apiserver may be the thing a test stopped
+                self.kueue.stop()
+            self.kueue = None
+        if self._api is not None:
+            self._api.close()  # type: ignore[no-untyped-call]
+            self._api = None
+        self.cluster.stop()
+
+    # -- what tests and `./dev up --members` do with a member --
+
+    def set_quota(self, cpu: str) -> None:
+        """The ClusterQueue's cpu quota: what Kueue admits from now on."""
+        client.CustomObjectsApi(self.api).patch_cluster_custom_object(
+            *KUEUE, "clusterqueues", CLUSTER_QUEUE, {"spec": _quota_spec(cpu)})
+
+    def prepare_namespace(self, namespace: str) -> None:
+        """`namespace` in the member, managed by Kueue, with the LocalQueue PLACEMENT_QUEUE."""
+        label_namespace(self.api, namespace)
+        apply_objects(self.api, [_kueue_doc("LocalQueue", PLACEMENT_QUEUE, {"clusterQueue": CLUSTER_QUEUE},
+                                            namespace)])
+
+    def member_kubeconfig(self) -> str:
+        """A kubeconfig for the placement-member ServiceAccount (what the control plane gets)."""
+        token = identities.request_token(self.api, identities.NAMESPACE, MEMBER_IDENTITY)
+        path = identities.write_kubeconfig(self.workdir / "placement-member.kubeconfig", self.cluster,
+                                           MEMBER_IDENTITY, token, "default")
+        return path.read_text()
+
+    def register(self, control_api: client.ApiClient, secret_namespace: str) -> None:
+        """The kubeconfig Secret `member-<name>` in `secret_namespace` of the control plane and the
+        WorkloadCluster `<name>` naming it, labelled with the member's labels."""
+        secret = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                  "metadata": {"name": f"member-{self.name}", "namespace": secret_namespace},
+                  "data": {"kubeconfig": base64.b64encode(self.member_kubeconfig().encode()).decode()}}
+        registration = {"apiVersion": "ome.io/v1beta1", "kind": "WorkloadCluster",
+                        "metadata": {"name": self.name, "labels": self.labels},
+                        "spec": {"clusterSource": {"kubeConfig": {"secretRef": {
+                            "name": f"member-{self.name}", "namespace": secret_namespace}}}}}
+        apply_objects(control_api, [secret, registration])
+
+    def unregister(self, control_api: client.ApiClient, secret_namespace: str) -> None:
+        with contextlib.suppress(ApiException):
+            client.CustomObjectsApi(control_api).delete_cluster_custom_object(
+                "ome.io", "v1beta1", "workloadclusters", self.name)
+        with contextlib.suppress(ApiException):
+            client.CoreV1Api(control_api).delete_namespaced_secret(f"member-{self.name}", secret_namespace)

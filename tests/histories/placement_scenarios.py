@@ -1,0 +1,92 @@
+"""Recorded scenarios of PlacementWorkflow (tests/histories/record.py runs them), against the
+in-memory fleet of tests/placement_fakes.py under the real activity names, spoken to only through
+the wire contract (type and signal names, JSON payloads)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import WorkflowHandle
+from temporalio.worker import Worker
+
+from servingops.workers.registry import workflows as registry_workflows
+from tests.placement_fakes import FakeFleet, single, split, three_members
+from tests.rollout_fakes import until
+
+if TYPE_CHECKING:
+    from tests.histories.record import Recording
+
+
+@asynccontextmanager
+async def placing(rec: Recording, fleet: FakeFleet) -> AsyncIterator[WorkflowHandle[Any, Any]]:
+    """The registry's workflows on a worker of their own, against `fleet`; the workflow started."""
+    queue = f"placement-{uuid.uuid4().hex[:8]}"
+    async with Worker(rec.env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=fleet.activities()):
+        handle = await rec.env.client.start_workflow(
+            "PlacementWorkflow", {"ref": fleet.ref()}, id=f"placement/team-a/chat/{fleet.source_uid}",
+            task_queue=queue)
+        await rec.root(handle)
+        yield handle
+
+
+async def placement_single_race(rec: Recording) -> None:
+    """Single over two matching members: the plan persisted, both copies applied, nobody admits for
+    a while, the second admits and wins, the loser unreachable for a while then deleted; a spec
+    change re-applied to the winner; the winner unreadable past the observation grace (lost, a new
+    race, the first member wins, the lost home drained once back); spec.placement removed (the
+    copy withdrawn); delete."""
+    env = rec.env
+    fleet = FakeFleet(three_members(), single("gpu"))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    async with placing(rec, fleet) as handle:
+        await until(env, lambda: a.derived is not None and b.derived is not None, step=1, what="applied")
+        await env.sleep(20)
+        a.reachable, b.admit = False, True
+        await until(env, lambda: fleet.placed().get("plan", {}).get("winner") == "gpu-b", step=1, what="committed")
+        await env.sleep(10)
+        a.reachable = True
+        await until(env, lambda: fleet.placed().get("phase") == "Placed", step=1, what="placed")
+        fleet.generation = 2
+        await handle.signal("object-changed", fleet.event())
+        await until(env, lambda: b.derived is not None and b.derived["generation"] == 2, step=1, what="re-applied")
+        b.reachable, b.ready, a.admit = False, False, True
+        await until(env, lambda: fleet.placed().get("plan", {}).get("winner") == "gpu-a", step=10, what="re-raced")
+        b.reachable = True
+        await until(env, lambda: b.derived is None, step=5, what="the lost winner drained")
+        fleet.placement, fleet.generation = None, 3
+        await handle.signal("object-changed", fleet.event())
+        await until(env, lambda: a.derived is None, step=1, what="withdrawn")
+        fleet.deleting = True
+        await handle.signal("delete", fleet.event(deleting=True))
+        await handle.result()
+        await rec.save()
+
+
+async def placement_split(rec: Recording) -> None:
+    """Split 3:1 over two members (plan persisted, each home its floor, both admit: Placed); weights
+    1:1 (revision 2, floors 2/2); one member no longer matched (drained, deleted); delete."""
+    env = rec.env
+    fleet = FakeFleet(three_members(), split({"gpu-a": 3, "gpu-b": 1}, replicas=4))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    a.admit = b.admit = True
+    async with placing(rec, fleet) as handle:
+        await until(env, lambda: fleet.placed().get("phase") == "Placed", step=1, what="placed")
+        fleet.placement, fleet.generation = split({"gpu-a": 1, "gpu-b": 1}, replicas=4), 2
+        await handle.signal("object-changed", fleet.event())
+        await until(env, lambda: fleet.placed()["plan"]["revision"] == 2 and fleet.placed()["phase"] == "Placed",
+                    step=1, what="revision 2")
+        fleet.placement, fleet.generation = split({"gpu-a": 1}, replicas=4), 3
+        await handle.signal("object-changed", fleet.event())
+        await until(env, lambda: b.derived is None, step=1, what="drained")
+        fleet.deleting = True
+        await handle.signal("delete", fleet.event(deleting=True))
+        await handle.result()
+        assert a.derived is None
+        await rec.save()
+
+
+SCENARIOS = {"placement-single-race": placement_single_race, "placement-split": placement_split}

@@ -1,0 +1,164 @@
+"""An in-memory control plane and fleet behind the placement activities' real names, for
+time-skipping tests of PlacementWorkflow and for the recorded histories (tests/histories/
+placement_scenarios.py). It speaks the wire contract only (activity names, JSON payloads), as the
+real activities in activities/placement/ do against real clusters (tests/test_placement_e2e.py
+shows every behaviour here once against three real member clusters with the real Kueue).
+
+Each member holds at most one derived service per source; `admit` says whether the member's Kueue
+admits it (a fake of "every component has an admitted Instance confirmed by live pods");
+`reachable` False makes every call answer Unreachable, as the real activities do.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+
+NAMESPACE, NAME = "team-a", "chat"
+
+
+@dataclass
+class FakeMember:
+    name: str
+    labels: dict[str, str]
+    ready: bool = True
+    reachable: bool = True
+    admit: bool = False
+    url: str | None = None
+    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    derived: dict[str, Any] | None = None
+    """The derived service's body as last applied (its metadata carries a uid of its own)."""
+    applies: int = 0
+    deletes: int = 0
+
+
+@dataclass
+class FakeFleet:
+    members: dict[str, FakeMember]
+    placement: dict[str, Any] | None
+    source_uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    generation: int = 1
+    deleting: bool = False
+    gone: bool = False
+    status_placement: dict[str, Any] | None = None
+    observation_grace: str = "2m"
+    min_replicas: dict[str, int] = field(default_factory=lambda: {"engine": 1})
+    writes: list[dict[str, Any]] = field(default_factory=list)
+    """Every kube.patch_status payload, in order."""
+    log: list[str] = field(default_factory=list)
+    """What happened, in order: "status <phase> winner=<w>", "apply <m>", "delete <m>"."""
+
+    def ref(self) -> dict[str, Any]:
+        return {"group": "ome.io", "version": "v1beta1", "plural": "inferenceservices", "kind": "InferenceService",
+                "name": NAME, "namespace": NAMESPACE, "uid": self.source_uid}
+
+    def event(self, **extra: Any) -> dict[str, Any]:
+        return {"uid": self.source_uid, "generation": self.generation, "resource_version": str(self.generation),
+                **extra}
+
+    def placed(self) -> dict[str, Any]:
+        return self.status_placement or {}
+
+    def events(self) -> list[tuple[str, str, str]]:
+        return [(e.get("type", "Normal"), e["reason"], e["message"])
+                for write in self.writes for e in write.get("events") or []]
+
+    def activities(self) -> list[Any]:
+        fleet = self
+
+        def member_of(target: dict[str, Any]) -> FakeMember:
+            return fleet.members[target["cluster"]]
+
+        def unreachable(member: FakeMember) -> dict[str, Any]:
+            return {"reason": "Unreachable", "message": f"{member.name} cannot be reached: connection refused"}
+
+        @activity.defn(name="placement.read_source")
+        async def read_source(inp: dict[str, Any]) -> dict[str, Any] | None:
+            if fleet.gone:
+                return None
+            return {"uid": fleet.source_uid, "generation": fleet.generation, "deleting": fleet.deleting,
+                    "placement": copy.deepcopy(fleet.placement), "components": ["engine"],
+                    "min_replicas": dict(fleet.min_replicas),
+                    "registrations": [{"name": m.name, "uid": m.uid, "labels": m.labels, "ready": m.ready}
+                                      for m in fleet.members.values()],
+                    "status_placement": copy.deepcopy(fleet.status_placement)}
+
+        @activity.defn(name="placement.apply_member")
+        async def apply_member(inp: dict[str, Any]) -> dict[str, Any]:
+            member = member_of(inp["target"])
+            if not member.reachable:
+                return {"done": False, **unreachable(member)}
+            member.applies += 1
+            uid = (member.derived or {}).get("uid") or str(uuid.uuid4())
+            member.derived = {"uid": uid, "execution": inp["execution"], "queue": inp["queue"],
+                              "generation": fleet.generation, "floors": inp.get("replica_floors")}
+            fleet.log.append(f"apply {member.name}")
+            return {"done": True}
+
+        @activity.defn(name="placement.observe_member")
+        async def observe_member(target: dict[str, Any]) -> dict[str, Any]:
+            member = member_of(target)
+            if not member.reachable:
+                return {"reachable": False, **unreachable(member)}
+            if member.derived is None:
+                return {"reachable": True, "exists": False}
+            # Kueue admits every Instance of the copy (its floor, or the source's minReplicas) or none.
+            desired = (member.derived.get("floors") or {}).get("engine", fleet.min_replicas.get("engine", 1))
+            admitted = desired if member.admit else 0
+            return {"reachable": True, "exists": True, "url": member.url if member.admit else None,
+                    "components": [{"component": "engine", "admitted": admitted, "ready": admitted,
+                                    "desired": desired}]}
+
+        @activity.defn(name="placement.delete_member")
+        async def delete_member(target: dict[str, Any]) -> dict[str, Any]:
+            member = member_of(target)
+            if not member.reachable:
+                return {"done": False, **unreachable(member)}
+            if member.derived is not None:
+                member.deletes += 1
+                member.derived = None
+                fleet.log.append(f"delete {member.name}")
+            return {"done": True}
+
+        @activity.defn(name="kube.patch_status")
+        async def patch_status(patch: dict[str, Any]) -> bool:
+            fleet.writes.append(copy.deepcopy(patch))
+            if "placement" in (patch.get("status") or {}):
+                fleet.status_placement = copy.deepcopy(patch["status"]["placement"])
+            placed = fleet.status_placement or {}
+            fleet.log.append(f"status {placed.get('phase')} winner={(placed.get('plan') or {}).get('winner')}")
+            return not fleet.gone
+
+        @activity.defn(name="operator.config")
+        async def operator_config() -> dict[str, Any]:
+            return {"placement": {"observationGrace": fleet.observation_grace}}
+
+        return [read_source, apply_member, observe_member, delete_member, patch_status, operator_config]
+
+
+def single(*values: str, key: str = "tier") -> dict[str, Any]:
+    """spec.placement: Single over the members whose `key` label is one of `values`."""
+    return {"policy": "ClusterAffinity", "mode": "Single", "clusterAffinity": [
+        {"matchExpressions": [{"key": key, "operator": "In", "values": list(values)}]}]}
+
+
+def split(weights: dict[str, int], replicas: int | None = None, ceiling: int | None = None) -> dict[str, Any]:
+    """spec.placement: Split over the named members with these static weights (one term each)."""
+    placement: dict[str, Any] = {"policy": "ClusterAffinity", "mode": "Split", "clusterAffinity": [
+        {"weight": weight, "matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+        for name, weight in weights.items()]}
+    if replicas is not None or ceiling is not None:
+        placement["split"] = {k: v for k, v in (("replicas", replicas), ("maxReplicasPerCluster", ceiling))
+                              if v is not None}
+    return placement
+
+
+def three_members() -> dict[str, FakeMember]:
+    """gpu-a and gpu-b match tier=gpu, cpu-c does not; race order is by name: gpu-a, gpu-b."""
+    return {m.name: m for m in (FakeMember("gpu-a", {"tier": "gpu"}, url="http://chat.gpu-a.example"),
+                                FakeMember("gpu-b", {"tier": "gpu"}, url="http://chat.gpu-b.example"),
+                                FakeMember("cpu-c", {"tier": "cpu"}, url="http://chat.cpu-c.example"))}

@@ -1,0 +1,358 @@
+"""Single placement end to end: a control plane (the session's cluster, its worker and bridge as
+processes under the chart's identities) and three member clusters (devstack/members.py: each its own
+apiserver, kwok nodes, the real Kueue with a ClusterQueue, and its own servingops worker and bridge),
+registered as WorkloadClusters through kubeconfig Secrets of the chart's placement-member identity.
+
+Admission is Kueue's decision in each member: the derived InferenceService's pods name the member's
+LocalQueue and ask for one cpu, and a member whose ClusterQueue has no cpu quota keeps them gated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from devstack import identities
+from devstack.hub_server import HubServer
+from devstack.identities import Identities
+from devstack.kube import LocalKubeCluster
+from devstack.members import PLACEMENT_QUEUE, MemberCluster
+from devstack.process import ManagedProcess
+from devstack.services import OciRegistry, TemporalDevServer
+from servingops.activities.placement.activities import EXECUTION_ANNOTATION, ORIGIN_LABEL
+from servingops.activities.replica.kueue import ADMISSION_GATE, QUEUE_LABEL
+from servingops.api_models.contract import Query, placement_workflow_id
+from servingops.runtime.temporal import TemporalSettings, connect
+from tests.test_replica_e2e import restart
+from tests.test_rollout_e2e import _wait, worker_and_bridge
+
+GROUP, VERSION = "ome.io", "v1beta1"
+
+
+@dataclass
+class Fleet:
+    namespace: str
+    worker: ManagedProcess
+    members: dict[str, MemberCluster]
+    """By role: a, b, c (their WorkloadCluster names sort in that order)."""
+    tier: str
+    """The label key this module's members carry (other modules' WorkloadClusters never match)."""
+    temporal: str
+
+
+@pytest.fixture(scope="module")
+def fleet(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_server: TemporalDevServer,
+          oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path, chart_identities: Identities,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    suffix = uuid.uuid4().hex[:5]
+    tier = f"tier-{suffix}.placement.test/gpu"
+    # The control plane's own operator config: a short observation grace (a lost winner) and a quick
+    # WorkloadCluster health interval, read by this module's worker only.
+    config = f"placement-e2e-{suffix}"
+    client.CoreV1Api(kube_api).create_namespaced_config_map(identities.NAMESPACE, client.V1ConfigMap(
+        metadata=client.V1ObjectMeta(name=config), data={"placement": "observationGrace: 10s\n",
+                                                         "workloadClusters": "healthCheckInterval: 5s\n"}))
+    with worker_and_bridge(kube_cluster, kube_api, temporal_server, oci_registry, hub_server, stack_logs,
+                           tmp_path_factory.mktemp("spool"), "place", "InferenceService,WorkloadCluster",
+                           identities=chart_identities,
+                           extra_env={"SERVINGOPS_OPERATOR_CONFIG": config}) as (namespace, worker):
+        work = tmp_path_factory.mktemp("members")
+        members = {role: MemberCluster(f"pl-{suffix}-{role}", work / role, stack_logs,
+                                       labels={tier: "yes" if role in "ab" else "no"}, cpu_quota="0")
+                   for role in "abc"}
+        env = {"HF_ENDPOINT": hub_server.url, "SERVINGOPS_REGISTRY": oci_registry.address,
+               "SERVINGOPS_OLLAMA_REGISTRY": oci_registry.url, "HF_HUB_DISABLE_TELEMETRY": "1"}
+        try:
+            with ThreadPoolExecutor(len(members)) as pool:
+                for started in [pool.submit(m.start, temporal_server.address, env) for m in members.values()]:
+                    started.result()
+            for member in members.values():
+                member.prepare_namespace(namespace)
+                member.register(kube_api, identities.NAMESPACE)
+            for member in members.values():
+                _wait(f"WorkloadCluster {member.name} Ready", lambda m=member: _registration_ready(kube_api, m.name),
+                      worker, 120)
+            yield Fleet(namespace, worker, members, tier, temporal_server.address)
+        finally:
+            for member in members.values():
+                member.unregister(kube_api, identities.NAMESPACE)
+                member.stop()
+            client.CoreV1Api(kube_api).delete_namespaced_config_map(config, identities.NAMESPACE)
+
+
+# -- reading the world ------------------------------------------------------------------------------
+
+
+def _registration_ready(api: client.ApiClient, name: str) -> bool:
+    try:
+        obj = client.CustomObjectsApi(api).get_cluster_custom_object(GROUP, VERSION, "workloadclusters", name)
+    except ApiException:
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def _source(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        GROUP, VERSION, ns, "inferenceservices", name)
+    return obj
+
+
+def _placement(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
+    return dict((_source(api, ns, name).get("status") or {}).get("placement") or {})
+
+
+def _derived(member: MemberCluster, ns: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj: dict[str, Any] = client.CustomObjectsApi(member.api).get_namespaced_custom_object(
+            GROUP, VERSION, ns, "inferenceservices", name)
+        return obj
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _pods(member: MemberCluster, ns: str) -> list[client.V1Pod]:
+    return [p for p in client.CoreV1Api(member.api).list_namespaced_pod(ns).items
+            if p.metadata.deletion_timestamp is None]
+
+
+def _events(api: client.ApiClient, ns: str, name: str) -> list[tuple[str, str, str]]:
+    items = client.CoreV1Api(api).list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
+    return [(e.type, e.reason, e.message) for e in items]
+
+
+def _spec(fleet: Fleet) -> dict[str, Any]:
+    return {
+        "deploymentMode": "OMENative",
+        "engine": {"minReplicas": 1, "runner": {
+            "name": "engine", "image": "vllm/vllm-openai:v0.9", "ports": [{"containerPort": 8000}],
+            "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}},
+        "placement": {"policy": "ClusterAffinity", "mode": "Single", "clusterAffinity": [
+            {"matchExpressions": [{"key": fleet.tier, "operator": "In", "values": ["yes"]}]}]},
+    }
+
+
+def _create(api: client.ApiClient, fleet: Fleet, name: str) -> str:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": fleet.namespace}, "spec": _spec(fleet)}
+    created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        GROUP, VERSION, fleet.namespace, "inferenceservices", body)
+    return str(created["metadata"]["uid"])
+
+
+async def _query_state(fleet: Fleet, name: str, uid: str) -> dict[str, Any]:
+    temporal = await connect(TemporalSettings(address=fleet.temporal))
+    handle = temporal.get_workflow_handle(placement_workflow_id(fleet.namespace, name, uid))
+    state: dict[str, Any] = await handle.query(Query.STATE, result_type=dict)
+    return state
+
+
+def _quotas(fleet: Fleet, **cpu: str) -> None:
+    for role, quota in cpu.items():
+        fleet.members[role].set_quota(quota)
+
+
+# -- the race ---------------------------------------------------------------------------------------
+
+
+def test_the_second_listed_member_admits_first_and_wins(kube_api: client.ApiClient, fleet: Fleet) -> None:
+    ns, worker = fleet.namespace, fleet.worker
+    a, b, c = (fleet.members[r] for r in "abc")
+    _quotas(fleet, a="0", b="4", c="4")
+    name = f"race-{uuid.uuid4().hex[:5]}"
+    uid = _create(kube_api, fleet, name)
+
+    placed = _wait("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
+                   worker, 180)
+    plan = placed["plan"]
+    assert (plan["winner"], placed["cluster"], plan["mode"], plan["revision"], plan["sourceUID"]) == (
+        b.name, b.name, "Single", 1, uid)
+    assert len(plan["inputDigest"]) == 64 and plan["id"]
+    [row] = placed["candidates"]
+    assert (row["cluster"], row["phase"], row["admittedReplicas"], row["appliedPlanID"]) == (
+        b.name, "Placed", 1, plan["id"])
+    assert row["allocation"]["raceCandidate"] is False and row["allocation"]["matched"] is True
+
+    # b serves the derived copy: same name and namespace, origin label, the plan's execution policy,
+    # its pods in b's LocalQueue and out of Kueue's gate.
+    derived = _derived(b, ns, name)
+    assert derived is not None and derived["metadata"]["labels"][ORIGIN_LABEL] == uid
+    execution = json.loads(derived["metadata"]["annotations"][EXECUTION_ANNOTATION])
+    assert (execution["planID"], execution["revision"], execution["sourceUID"]) == (plan["id"], 1, uid)
+    assert "placement" not in derived["spec"]
+    pods = _wait("b's Instance running", lambda: [p for p in _pods(b, ns) if p.metadata.labels.get(
+        "ome.io/inferencereplica") == f"{name}-engine"], worker)
+    assert all(p.metadata.labels[QUEUE_LABEL] == PLACEMENT_QUEUE for p in pods)
+    assert not any(g.name == ADMISSION_GATE for p in pods for g in p.spec.scheduling_gates or [])
+    # a raced and lost: its copy is gone, and with it (the member's garbage collector) its gated pods.
+    assert _derived(a, ns, name) is None
+    _wait("a's race pods gone", lambda: not [p for p in _pods(a, ns) if p.metadata.labels.get(
+        "ome.io/inferencereplica") == f"{name}-engine"], worker)
+    # c never matched: it never had a copy. The control plane renders nothing of a placed service.
+    assert _derived(c, ns, name) is None
+    assert not [r for r in client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
+        GROUP, VERSION, ns, "inferencereplicas")["items"] if r["metadata"]["name"].startswith(name)]
+    assert not client.CoreV1Api(kube_api).list_namespaced_pod(
+        ns, label_selector=f"ome.io/inferencereplica={name}-engine").items
+
+    reasons = [reason for _, reason, _ in _events(kube_api, ns, name)]
+    for expected in ("PlacementRacing", "PlacementWinner", "PlacementLoserRemoved", "Placed"):
+        assert expected in reasons, reasons
+    racing = next(m for _, r, m in _events(kube_api, ns, name) if r == "PlacementRacing")
+    assert a.name in racing and b.name in racing and c.name not in racing
+    state = asyncio.run(_query_state(fleet, name, uid))
+    assert state["why"][a.name] == f"lost the race: {b.name} admitted first"
+    assert state["why"][b.name] == "won the race: admitted first"
+
+    # Quota freed on a afterwards changes nothing: the winner is committed.
+    _quotas(fleet, a="4")
+    time.sleep(8)
+    after = _placement(kube_api, ns, name)
+    assert after["plan"] == plan and after["cluster"] == b.name
+    assert _derived(a, ns, name) is None
+
+
+def test_a_worker_killed_between_the_winner_commit_and_the_loser_deletion_resumes(
+        kube_api: client.ApiClient, fleet: Fleet) -> None:
+    """Both members hold the race copies at zero quota; a's apiserver goes away, b gets quota and
+    wins. The commit lands, a's copy cannot be deleted yet; the worker is killed there. The new
+    worker keeps the same plan and winner, never touches b's copy, and removes a's once a is back."""
+    ns, worker = fleet.namespace, fleet.worker
+    a, b = fleet.members["a"], fleet.members["b"]
+    _quotas(fleet, a="0", b="0")
+    name = f"crash-{uuid.uuid4().hex[:5]}"
+    uid = _create(kube_api, fleet, name)
+    _wait("both race copies applied", lambda: _derived(a, ns, name) and _derived(b, ns, name), worker)
+    b_uid = (_derived(b, ns, name) or {})["metadata"]["uid"]
+    plan_id = _placement(kube_api, ns, name)["plan"]["id"]
+
+    a.cluster.kill_apiserver()
+    try:
+        _quotas(fleet, b="4")
+        committed = _wait("the winner committed, a's copy still listed", lambda: (
+            (p := _placement(kube_api, ns, name)).get("plan", {}).get("winner") == b.name
+            and a.name in [r["cluster"] for r in p.get("candidates") or []] and p), worker, 180)
+        assert committed["phase"] == "Racing" and committed["plan"]["id"] == plan_id
+        restart(worker)
+        time.sleep(3)  # the new worker replays and looks again: a is still unreachable
+        again = _placement(kube_api, ns, name)
+        assert again["plan"]["id"] == plan_id and again["plan"]["winner"] == b.name
+    finally:
+        a.cluster.start_apiserver()
+    _wait("a's copy removed once a is back", lambda: _derived(a, ns, name) is None, worker, 120)
+    placed = _wait("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
+                   worker, 120)
+    assert placed["plan"]["id"] == plan_id and [r["cluster"] for r in placed["candidates"]] == [b.name]
+    assert (_derived(b, ns, name) or {})["metadata"]["uid"] == b_uid, "the winner's copy was never replaced"
+    warnings = [(r, m) for t, r, m in _events(kube_api, ns, name) if t == "Warning"]
+    assert any(r == "MemberUnreachable" and a.name in m for r, m in warnings), warnings
+    assert uid
+
+
+def test_a_winner_whose_member_goes_away_is_lost_after_the_grace_and_the_service_races_again(
+        kube_api: client.ApiClient, fleet: Fleet) -> None:
+    ns, worker = fleet.namespace, fleet.worker
+    a, b = fleet.members["a"], fleet.members["b"]
+    _quotas(fleet, a="0", b="4")
+    name = f"lost-{uuid.uuid4().hex[:5]}"
+    _create(kube_api, fleet, name)
+    first = _wait("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
+                  worker, 180)
+    assert first["plan"]["winner"] == b.name
+
+    _quotas(fleet, a="4")
+    b.cluster.kill_apiserver()
+    try:
+        _wait("b's registration no longer Ready", lambda: not _registration_ready(kube_api, b.name), worker, 60)
+        second = _wait("a new race placed it in a", lambda: (
+            (p := _placement(kube_api, ns, name)).get("plan", {}).get("winner") == a.name and p), worker, 180)
+        assert second["plan"]["revision"] == 2 and second["plan"]["id"] != first["plan"]["id"]
+        rows = {r["cluster"]: r for r in second["candidates"]}
+        assert rows[b.name]["allocation"]["drainRequested"] is True and "endpoint" not in rows[b.name]
+        lost = [m for t, r, m in _events(kube_api, ns, name) if t == "Warning" and r == "PlacementWinnerLost"]
+        assert lost and lost[0].startswith(f"{b.name} lost: it cannot be read (Unreachable")
+        assert "observation grace of 10s" in lost[0]
+        derived = _derived(a, ns, name)
+        assert derived is not None and json.loads(derived["metadata"]["annotations"][EXECUTION_ANNOTATION])[
+            "revision"] == 2
+    finally:
+        b.cluster.start_apiserver()
+    _wait("b's stale copy deleted once b is back", lambda: _derived(b, ns, name) is None, worker, 180)
+    placed = _wait("Placed in a alone", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
+                   and [r["cluster"] for r in p["candidates"]] == [a.name] and p, worker, 120)
+    assert placed["plan"]["winner"] == a.name and placed["cluster"] == a.name
+    _wait("b Ready again", lambda: _registration_ready(kube_api, b.name), worker, 60)
+
+
+def test_split_three_to_one_over_two_members_and_a_ceiling_that_holds_the_plan(
+        kube_api: client.ApiClient, fleet: Fleet) -> None:
+    ns, worker = fleet.namespace, fleet.worker
+    a, b, c = (fleet.members[r] for r in "abc")
+    # Room for this test's 3 + 1 beside what earlier tests left admitted in each member's queue.
+    _quotas(fleet, a="16", b="16", c="16")
+    name = f"split-{uuid.uuid4().hex[:5]}"
+
+    def split(ceiling: int | None = None) -> dict[str, Any]:
+        return {"policy": "ClusterAffinity", "mode": "Split",
+                "split": {"replicas": 4, **({"maxReplicasPerCluster": ceiling} if ceiling else {})},
+                "clusterAffinity": [
+                    {"weight": weight, "matchFields": [{"key": "metadata.name", "operator": "In", "values": [m.name]}]}
+                    for m, weight in ((a, 3), (b, 1))]}
+
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": ns}, "spec": {**_spec(fleet), "placement": split()}}
+    client.CustomObjectsApi(kube_api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", body)
+    placed = _wait("Placed: 3 in a, 1 in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
+                   and p, worker, 240)
+    plan = placed["plan"]
+    assert (plan["mode"], plan["revision"], plan["assignedReplicas"], plan["unassignedReplicas"]) == ("Split", 1, 4, 0)
+    rows = {r["cluster"]: r for r in placed["candidates"]}
+    assert {n: (r["allocation"]["desiredReplicas"], r["admittedReplicas"]) for n, r in rows.items()} == {
+        a.name: (3, 3), b.name: (1, 1)}
+    for member, floor in ((a, 3), (b, 1)):
+        derived = _derived(member, ns, name)
+        assert derived is not None and derived["spec"]["engine"]["minReplicas"] == floor
+        instances = [p for p in _pods(member, ns)
+                     if p.metadata.labels.get("ome.io/inferencereplica") == f"{name}-engine"]
+        assert len(instances) == floor and not any(g.name == ADMISSION_GATE for p in instances
+                                                   for g in p.spec.scheduling_gates or [])
+    assert _derived(c, ns, name) is None
+    assert "cluster" not in placed and "endpoint" not in placed
+
+    # maxReplicasPerCluster 2: a plan needing 3 in a is held with the reason; the accepted one stays.
+    client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
+        GROUP, VERSION, ns, "inferenceservices", name, {"spec": {"placement": split(ceiling=2)}})
+    held = _wait("held with the reason", lambda: [m for t, r, m in _events(kube_api, ns, name)
+                                                 if t == "Warning" and r == "MaxReplicasPerClusterExceeded"], worker)
+    assert held[0].startswith(f"maxReplicasPerCluster is 2; the plan needs {a.name}=3")
+    assert _placement(kube_api, ns, name)["plan"] == plan
+    assert (_derived(a, ns, name) or {})["spec"]["engine"]["minReplicas"] == 3
+
+
+def test_no_matching_member_holds_with_a_reason_and_nothing_is_written(
+        kube_api: client.ApiClient, fleet: Fleet) -> None:
+    ns, worker = fleet.namespace, fleet.worker
+    name = f"none-{uuid.uuid4().hex[:5]}"
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": ns}, "spec": {
+                **_spec(fleet), "placement": {"policy": "ClusterAffinity", "mode": "Single", "clusterAffinity": [
+                    {"matchExpressions": [{"key": fleet.tier, "operator": "In", "values": ["nowhere"]}]}]}}}
+    client.CustomObjectsApi(kube_api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", body)
+    warning = _wait("a Warning saying why", lambda: [m for t, r, m in _events(kube_api, ns, name)
+                                                    if t == "Warning" and r == "NoReadyCandidate"], worker)
+    assert warning == ["no WorkloadCluster matches spec.placement"]
+    assert not _placement(kube_api, ns, name).get("plan")
+    assert all(_derived(m, ns, name) is None for m in fleet.members.values())

@@ -1,0 +1,299 @@
+"""PlacementWorkflow on Temporal's time-skipping test server with an in-memory fleet
+(tests/placement_fakes.py): the Single race and its order of writes, the winner commit before any
+loser is deleted, an unreachable loser retried, a crash after the commit (a fresh workflow resuming
+from status), a source that is removed, un-placed, or asks for a mode this release does not serve.
+Every behaviour is shown once against real member clusters in tests/test_placement_e2e.py."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from servingops.api_models import contract
+from servingops.workers.registry import workflows as registry_workflows
+from tests.placement_fakes import FakeFleet, single, split, three_members
+from tests.rollout_fakes import until
+from tests.rollout_harness import start_env
+
+
+@pytest.fixture
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    environment = await start_env()
+    async with environment:
+        yield environment
+
+
+@asynccontextmanager
+async def placing(env: WorkflowEnvironment, fleet: FakeFleet) -> AsyncIterator[WorkflowHandle[Any, Any]]:
+    queue = f"placement-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=fleet.activities()):
+        handle = await env.client.start_workflow(
+            contract.WorkflowType.PLACEMENT.value, {"ref": fleet.ref()},
+            id=contract.placement_workflow_id("team-a", "chat", fleet.source_uid), task_queue=queue)
+        yield handle
+
+
+async def wait(env: WorkflowEnvironment, predicate: Any, what: str, step: float = 1.0) -> None:
+    # A generous real-time bound (not a timing): a loaded 2-core CI machine is slow to skip time.
+    await until(env, predicate, step=step, what=what, real_seconds=240)
+
+
+def phase(fleet: FakeFleet) -> str | None:
+    return fleet.placed().get("phase")
+
+
+async def test_the_first_member_in_race_order_to_admit_wins_and_only_then_losers_go(
+        env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"))
+    a, b, c = fleet.members["gpu-a"], fleet.members["gpu-b"], fleet.members["cpu-c"]
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: a.derived is not None and b.derived is not None, "both race copies applied")
+        racing = fleet.placed()
+        assert racing["phase"] == "Racing" and not racing["plan"].get("winner")
+        assert [r["cluster"] for r in racing["candidates"]] == ["gpu-a", "gpu-b"]
+        assert all(r["allocation"]["raceCandidate"] for r in racing["candidates"])
+        assert c.derived is None, "cpu-c does not match tier=gpu"
+        # The plan was persisted before any member was written.
+        assert fleet.log.index("status Racing winner=None") < fleet.log.index("apply gpu-a")
+        assert a.derived["execution"]["planID"] == racing["plan"]["id"] == b.derived["execution"]["planID"]
+
+        await env.sleep(60)  # nobody admits: the race waits, nothing is committed
+        assert phase(fleet) == "Racing" and a.derived is not None and b.derived is not None
+
+        b.admit = True
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        placed = fleet.placed()
+        assert placed["plan"]["winner"] == placed["cluster"] == "gpu-b"
+        assert placed["plan"]["id"] == racing["plan"]["id"] and placed["plan"]["revision"] == 1
+        assert [(r["cluster"], r["phase"]) for r in placed["candidates"]] == [("gpu-b", "Placed")]
+        assert placed["endpoint"] == placed["candidates"][0]["endpoint"] == "http://chat.gpu-b.example"
+        # The commit landed before the loser was deleted; the winner was never deleted.
+        commit = next(i for i, line in enumerate(fleet.log) if line.endswith("winner=gpu-b"))
+        assert commit < fleet.log.index("delete gpu-a")
+        assert a.derived is None and b.derived is not None and b.deletes == 0
+        reasons = [r for _, r, _ in fleet.events()]
+        assert reasons.index("PlacementRacing") < reasons.index("PlacementWinner") < reasons.index(
+            "PlacementLoserRemoved") <= reasons.index("Placed")
+        state = await handle.query(contract.Query.STATE, result_type=dict)
+        assert state["why"]["gpu-a"] == "lost the race: gpu-b admitted first"
+
+        a.admit = True  # quota freed on the loser afterwards changes nothing
+        await env.sleep(120)
+        assert fleet.placed()["plan"]["winner"] == "gpu-b" and a.derived is None and a.applies == 1
+
+
+async def test_two_members_admitted_in_one_look_the_earlier_in_race_order_wins(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    a.admit = b.admit = True
+    async with placing(env, fleet):
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        assert fleet.placed()["plan"]["winner"] == "gpu-a" and b.derived is None
+
+
+async def test_an_unreachable_loser_keeps_its_row_until_it_is_deleted_and_a_new_run_resumes_the_plan(
+        env: WorkflowEnvironment) -> None:
+    """A crash after the commit: the first workflow is terminated while the loser cannot be reached;
+    a fresh workflow for the same source (a reset, a lost history) resumes from status.placement:
+    the same plan, the same winner, no new race, the winner's copy untouched."""
+    fleet = FakeFleet(three_members(), single("gpu"))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: a.derived is not None and b.derived is not None, "both race copies applied")
+        a.reachable = False
+        b.admit = True
+        await wait(env, lambda: fleet.placed().get("plan", {}).get("winner") == "gpu-b", "the winner committed")
+        await env.sleep(30)
+        held = fleet.placed()
+        assert held["phase"] == "Racing" and [r["cluster"] for r in held["candidates"]] == ["gpu-a", "gpu-b"]
+        assert ("Warning", "MemberUnreachable") in [(t, r) for t, r, _ in fleet.events()]
+        plan_id, b_uid = held["plan"]["id"], b.derived["uid"]
+        await handle.terminate("a crash after the winner commit")
+
+    applies = b.applies
+    async with placing(env, fleet) as handle:
+        await env.sleep(10)
+        assert fleet.placed()["plan"]["id"] == plan_id and a.derived is not None, "a is still unreachable"
+        a.reachable = True
+        await wait(env, lambda: phase(fleet) == "Placed", "placed after the resume")
+        assert fleet.placed()["plan"]["id"] == plan_id and fleet.placed()["plan"]["winner"] == "gpu-b"
+        assert a.derived is None and b.derived["uid"] == b_uid and b.deletes == 0
+        # A fresh run does not know which generation the winner's copy was applied from: it applies it
+        # again (server-side apply of the same body, the same object), never a new copy or a new plan.
+        assert b.applies == applies + 1 and b.derived["execution"]["planID"] == plan_id
+        state = await handle.query(contract.Query.STATE, result_type=dict)
+        assert state["why"]["gpu-b"] == "resumed from status"
+
+
+async def test_a_spec_change_reaches_the_winner_and_a_removed_placement_withdraws_every_copy(
+        env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"))
+    b = fleet.members["gpu-b"]
+    b.admit = True
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        fleet.generation = 2
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: b.derived is not None and b.derived["generation"] == 2, "generation 2 applied")
+        assert fleet.placed()["plan"]["winner"] == "gpu-b"
+
+        fleet.placement, fleet.generation = None, 3
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: b.derived is None and fleet.placed() == {}, "withdrawn")
+        assert ("Warning", "NotPlaced") in [(t, r) for t, r, _ in fleet.events()]
+
+
+async def test_a_winner_unreadable_past_the_grace_is_lost_and_a_new_race_places_the_service(
+        env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    b.admit = True
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed", "placed in gpu-b")
+        first = fleet.placed()["plan"]
+        b.reachable = False
+        await env.sleep(60)  # within the grace: still the home, counts of its last read kept
+        during = fleet.placed()
+        assert during["plan"] == first and during["candidates"][0]["observationKnown"] is False
+        assert during["candidates"][0]["observationFailingSince"] and during["candidates"][0]["admittedReplicas"] == 1
+        b.ready, a.admit = False, True  # its registration stops being Ready; a has room now
+        await wait(env, lambda: fleet.placed().get("plan", {}).get("revision") == 2, "a new race", step=5)
+        lost = next(m for t, r, m in fleet.events() if r == "PlacementWinnerLost")
+        assert lost.startswith("gpu-b lost: it cannot be read (Unreachable") and "observation grace of 2m" in lost
+        await wait(env, lambda: fleet.placed().get("plan", {}).get("winner") == "gpu-a", "gpu-a wins")
+        second = fleet.placed()
+        assert second["plan"]["id"] != first["id"]
+        rows = {r["cluster"]: r for r in second["candidates"]}
+        assert rows["gpu-b"]["allocation"]["drainRequested"] is True and "endpoint" not in rows["gpu-b"]
+        assert second["endpoint"] == "http://chat.gpu-a.example"
+        assert b.derived is not None, "b cannot be reached: its copy is still there"
+        b.reachable = True
+        await wait(env, lambda: b.derived is None and phase(fleet) == "Placed", "b's copy drained")
+        assert [r["cluster"] for r in fleet.placed()["candidates"]] == ["gpu-a"]
+        state = await handle.query(contract.Query.STATE, result_type=dict)
+        assert state["why"]["gpu-b"].startswith("lost as the winner: it cannot be read")
+
+
+async def test_a_winner_whose_copy_is_gone_past_the_grace_races_again(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"), observation_grace="30s")
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    b.admit = True
+    async with placing(env, fleet):
+        await wait(env, lambda: phase(fleet) == "Placed", "placed in gpu-b")
+        b.derived = None  # someone deleted the derived service in the member
+        await wait(env, lambda: fleet.placed().get("plan", {}).get("revision") == 2, "a new race", step=5)
+        assert any(r == "PlacementWinnerLost" and "its derived service is gone" in m for _, r, m in fleet.events())
+        # b is still Ready and matching: it races again, and wins again (a has no quota).
+        await wait(env, lambda: phase(fleet) == "Placed", "placed again")
+        assert fleet.placed()["plan"]["winner"] == "gpu-b" and b.derived is not None and a.derived is None
+
+
+async def test_deleting_the_source_deletes_the_copies_and_ends_the_workflow(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: a.derived is not None and b.derived is not None, "both race copies applied")
+        fleet.deleting = True
+        await handle.signal(contract.Signal.DELETE, fleet.event(deleting=True))
+        await handle.result()
+        assert a.derived is None and b.derived is None
+
+
+async def test_nothing_matches_then_a_member_becomes_ready(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"))
+    for member in fleet.members.values():
+        member.ready = False
+    async with placing(env, fleet):
+        await wait(env, lambda: ("Warning", "NoReadyCandidate") in [(t, r) for t, r, _ in fleet.events()],
+                   "held with a reason")
+        [message] = [m for _, r, m in fleet.events() if r == "NoReadyCandidate"]
+        assert message == "no Ready WorkloadCluster matches spec.placement (matched but not Ready: gpu-a, gpu-b)"
+        assert not fleet.placed().get("plan") and all(m.derived is None for m in fleet.members.values())
+        fleet.members["gpu-b"].ready = True  # no event of the source says so: the pending poll sees it
+        fleet.members["gpu-b"].admit = True
+        await wait(env, lambda: phase(fleet) == "Admitting" or phase(fleet) == "Placed", "a race of one", step=5)
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        assert [r["cluster"] for r in fleet.placed()["candidates"]] == ["gpu-b"]
+
+
+async def test_split_three_to_one_places_each_share_in_its_home_and_a_new_weighting_is_a_new_revision(
+        env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), split({"gpu-a": 3, "gpu-b": 1}, replicas=4))
+    a, b, c = fleet.members["gpu-a"], fleet.members["gpu-b"], fleet.members["cpu-c"]
+    a.admit = b.admit = True
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        placed = fleet.placed()
+        plan = placed["plan"]
+        assert (plan["mode"], plan["revision"], plan["requestedReplicas"], plan["assignedReplicas"],
+                plan["unassignedReplicas"]) == ("Split", 1, 4, 4, 0)
+        rows = {r["cluster"]: r for r in placed["candidates"]}
+        assert {n: r["allocation"]["desiredReplicas"] for n, r in rows.items()} == {"gpu-a": 3, "gpu-b": 1}
+        assert {n: r["allocation"]["weight"] for n, r in rows.items()} == {"gpu-a": 3, "gpu-b": 1}
+        assert rows["gpu-a"]["allocation"]["desiredHome"]["replicaFloors"] == [
+            {"component": "engine", "replicas": 3}]
+        assert {n: (r["phase"], r["admittedReplicas"], r["endpoint"]) for n, r in rows.items()} == {
+            "gpu-a": ("Placed", 3, "http://chat.gpu-a.example"), "gpu-b": ("Placed", 1, "http://chat.gpu-b.example")}
+        assert "cluster" not in placed and "endpoint" not in placed, "All/Split: the candidates are authoritative"
+        assert a.derived["floors"] == {"engine": 3} and b.derived["floors"] == {"engine": 1} and c.derived is None
+        assert a.derived["execution"]["replicaFloors"] == [{"component": "engine", "replicas": 3}]
+        assert fleet.log.index("status Admitting winner=None") < fleet.log.index("apply gpu-a")
+        assert any(r == "PlacementPlanned" and m.startswith("plan revision 1 (Split): gpu-a=3, gpu-b=1;")
+                   for _, r, m in fleet.events())
+
+        fleet.placement, fleet.generation = split({"gpu-a": 1, "gpu-b": 1}, replicas=4), 2
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: fleet.placed()["plan"]["revision"] == 2 and phase(fleet) == "Placed", "revision 2")
+        rows = {r["cluster"]: r for r in fleet.placed()["candidates"]}
+        assert {n: r["allocation"]["desiredReplicas"] for n, r in rows.items()} == {"gpu-a": 2, "gpu-b": 2}
+        assert rows["gpu-a"]["allocation"]["originalReplicas"] == 3
+        assert a.derived["floors"] == {"engine": 2} and b.derived["floors"] == {"engine": 2}
+
+        # gpu-b no longer matched: drained (its row listed, drainRequested) until its copy is gone.
+        b.reachable = False
+        fleet.placement, fleet.generation = split({"gpu-a": 1}, replicas=4), 3
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: fleet.placed()["plan"]["revision"] == 3, "revision 3")
+        rows = {r["cluster"]: r for r in fleet.placed()["candidates"]}
+        assert rows["gpu-b"]["allocation"]["drainRequested"] is True and rows["gpu-a"]["allocation"][
+            "desiredReplicas"] == 4
+        b.reachable = True
+        await wait(env, lambda: b.derived is None and [r["cluster"] for r in fleet.placed()["candidates"]] == [
+            "gpu-a"], "b drained")
+        assert any(r == "PlacementHomeDrained" for _, r, _ in fleet.events())
+
+
+async def test_a_plan_past_max_replicas_per_cluster_is_held_with_the_reason(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), split({"gpu-a": 3, "gpu-b": 1}, replicas=4, ceiling=2))
+    async with placing(env, fleet):
+        await wait(env, lambda: any(r == "MaxReplicasPerClusterExceeded" for _, r, _ in fleet.events()), "held")
+        [message] = [m for _, r, m in fleet.events() if r == "MaxReplicasPerClusterExceeded"]
+        assert message == "maxReplicasPerCluster is 2; the plan needs gpu-a=3"
+        assert not fleet.placed().get("plan") and all(m.applies == 0 for m in fleet.members.values())
+
+
+async def test_all_runs_the_full_policy_in_every_matching_home(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), {**single("gpu"), "mode": "All"}, min_replicas={"engine": 2})
+    for member in fleet.members.values():
+        member.admit = True
+    async with placing(env, fleet):
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        rows = {r["cluster"]: r for r in fleet.placed()["candidates"]}
+        assert {n: r["allocation"]["desiredReplicas"] for n, r in rows.items()} == {"gpu-a": 2, "gpu-b": 2}
+        assert fleet.members["cpu-c"].derived is None
+        assert fleet.placed()["plan"]["assignedReplicas"] == 4
+
+
+async def test_split_by_capacity_without_capacity_reports_holds_and_writes_nothing(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), {**single("gpu"), "mode": "SplitByCapacity"})
+    async with placing(env, fleet):
+        await wait(env, lambda: any(r == "CapacityUnknown" for _, r, _ in fleet.events()), "said")
+        assert all(m.applies == 0 for m in fleet.members.values()) and not fleet.placed().get("plan")

@@ -1,0 +1,1 @@
+"""MigrationWorkflow: one per migration request (docs/migration.md)."""

@@ -1,0 +1,501 @@
+"""PlacementWorkflow: one per InferenceService with spec.placement (id placement/<ns>/<isvc>/<uid>).
+The writer of the source's status.placement; the derived InferenceServices in the member clusters
+are its own.
+
+Single mode, the admission race (workflows/placement/race.py holds its rules):
+1. match the WorkloadClusters (workflows/placement/matching.py); the race order is the Ready ones
+   by name;
+2. persist the plan (id, revision, inputDigest, sourceUID, every candidate a race copy) in status
+   BEFORE any member is written;
+3. apply the derived InferenceService to every candidate (same name and namespace, origin label,
+   execution annotation, its pods in the member's Kueue LocalQueue);
+4. observe admission in each (every component admitted by Kueue, confirmed by live pods);
+5. persist plan.winner: the first admitted in race order;
+6. only then delete the losers, each removed from the candidates once gone;
+7. Placed; the winner's status.url mirrored as the endpoint once it has one.
+
+A crash between any two steps replays to the same point: the plan and the winner are in this
+workflow's state and in status before anything acts on them, so a restarted worker never races
+twice nor deletes the winner. A new run of this workflow for the same source (after a reset)
+resumes from the plan persisted in status.
+
+A winner unreadable, or without its copy, past placement.observationGrace (a durable timer) is lost:
+drained, and a new race at plan revision + 1.
+
+All and Split (workflows/placement/spread.py): the allocation plan (allocation.py) over the Ready
+matches, accepted when its inputs move and persisted before any member write; every home runs its
+floors; dropped homes drained. Not served yet, and said on the object: SplitByCapacity (no member
+reports capacity: CapacityUnknown), Single moves with replacementTimeout (a spec change is applied
+to the winner in place).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from pydantic import ValidationError
+from temporalio import workflow
+
+from servingops.workflows import options
+from servingops.workflows.entity import EntitySignals, EntityState
+from servingops.workflows.placement import race, spread
+from servingops.workflows.placement.allocation import Components, KeepLast, allocate
+from servingops.workflows.placement.matching import Candidate, Registration, match_clusters
+from servingops.workflows.visibility import Visibility
+
+with workflow.unsafe.imports_passed_through():
+    from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
+    from servingops.activities.operator_config import OperatorConfigActivities
+    from servingops.activities.placement.activities import PlacementActivities
+    from servingops.activities.placement.types import (
+        ApplyMemberInput,
+        MemberObservation,
+        MemberTarget,
+        MemberWrite,
+        PlacementSource,
+        SourceInput,
+    )
+    from servingops.api_models.contract import StartObject, WorkflowType
+    from servingops.api_models.durations import parse_duration
+    from servingops.api_models.ome.enums import CandidatePlacementPhase, ComponentType, PlacementMode
+    from servingops.api_models.ome.placement import (
+        PlacementComponentFloor,
+        PlacementExecutionPolicy,
+        PlacementSpec,
+    )
+    from servingops.api_models.ome.placement_status import PlacementStatus
+    from servingops.api_models.refs import ObjectRef
+
+PLACEMENT_QUEUE = "ome-placement"
+"""The Kueue LocalQueue a derived service's pods name in every member (a component's own
+kueue.x-k8s.io/queue-name label in the source wins)."""
+RACE_POLL = timedelta(seconds=2)
+"""How often a race looks at its candidates: admission is a member's decision no event here reports."""
+PLACED_POLL = timedelta(seconds=30)
+"""How often a placed service looks at its winner (its endpoint, its counts)."""
+PENDING_POLL = timedelta(seconds=15)
+"""How often a service with no candidate looks again (a WorkloadCluster becomes Ready: no event of
+the source says so)."""
+MAX_PASSES_PER_RUN = 500
+
+
+class PlacementState(EntityState):
+    status: PlacementStatus = PlacementStatus()
+    """What status.placement says (written after every decision)."""
+    why: dict[str, str] = {}
+    """Per candidate, the last thing that held it back or why it lost: the race query's answer."""
+    applied_generation: dict[str, int] = {}
+    """Per candidate, the source generation its derived service was last applied from."""
+    held: str | None = None
+    """Why nothing races (no candidate, a held match, a mode not served), as said on the object."""
+    trouble: dict[str, str] = {}
+    """Per member, what its last failed read or write answered (cleared when it answers again)."""
+    missing_since: datetime | None = None
+    """When the winner's member last answered that the derived service is not there (reachable, but
+    gone); unreachable is the winner row's observationFailingSince."""
+    last_revision: int = 0
+    """The revision of the latest plan accepted for this source (0: none), so revisions only grow."""
+    passes: int = 0
+
+
+class PlacementInput(StartObject):
+    carried: PlacementState | None = None
+
+
+@workflow.defn(name=WorkflowType.PLACEMENT)
+class PlacementWorkflow(EntitySignals[PlacementState]):
+    def __init__(self) -> None:
+        self.state = PlacementState()
+        self._acted_generation = -1
+        self._notes: list[EventNote] = []
+        self._written: dict[str, object] | None = None
+        """status.placement as last written by this run (a write only when it moved)."""
+
+
+    @workflow.run
+    async def run(self, start: PlacementInput) -> None:
+        ref = start.ref
+        if start.carried is not None:
+            self.adopt(start.carried)
+        visibility = Visibility("Placement", ref.namespace, ref.name)
+        while True:
+            self.state.passes += 1
+            source = await workflow.execute_activity_method(
+                PlacementActivities.read_source, SourceInput(isvc=ref), **options.KUBE)
+            if source is None or source.deleting or self.state.deleting:
+                visibility.publish("Deleting")
+                await self._withdraw_all(ref, source)
+                return
+            self._acted_generation = source.generation
+            if self.state.status.plan is None and source.status_placement:
+                self._resume(source)
+            poll = await self._reconcile(ref, source)
+            await self._persist(ref)
+            visibility.publish("Pending" if self.state.held else (self.state.status.phase or "Pending"))
+            if workflow.info().is_continue_as_new_suggested() or self.state.passes >= MAX_PASSES_PER_RUN:
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                self.state.passes = 0
+                workflow.continue_as_new(PlacementInput(ref=ref, carried=self.state))
+            try:
+                await workflow.wait_condition(
+                    lambda: self.state.deleting or self.state.generation > self._acted_generation,
+                    timeout=poll)
+            except TimeoutError:
+                pass
+
+    # -- one pass -----------------------------------------------------------------------------
+
+    async def _reconcile(self, ref: ObjectRef, source: PlacementSource) -> timedelta | None:
+        """Act on one read of the source; returns when to look again (None: only on a change)."""
+        if source.placement is None:
+            await self._withdraw_all(ref, source)
+            self._hold("NotPlaced", "spec.placement was removed: the derived services were withdrawn")
+            return None
+        try:
+            spec = PlacementSpec.model_validate(source.placement)
+        except ValidationError as exc:
+            # The CRD's schema and CEL refuse bad placements at apply time; one that got past them (an
+            # older CRD) is said, never a failed workflow task.
+            self._hold("InvalidPlacement", f"spec.placement cannot be read: {exc.errors()[0].get('msg', exc)}")
+            return None
+        plan = self.state.status.plan
+        if plan is not None and plan.mode != spec.mode:
+            # A new mode: every home of the old plan is drained; the new plan starts from nothing.
+            self.state.last_revision = max(self.state.last_revision, plan.revision or 1)
+            self.state.status = PlacementStatus(candidates=[race.drain(r) for r in self.state.status.candidates or []])
+            self.state.applied_generation = {}
+        if spec.mode == PlacementMode.SPLIT_BY_CAPACITY:
+            self._hold("CapacityUnknown",
+                       "SplitByCapacity divides by the capacity each member verifiably reports, and no member "
+                       "reports capacity to this release: the last plan is kept (none yet), nothing is written")
+            return None
+        if spec.mode != PlacementMode.SINGLE:
+            return await self._spread(ref, source, spec)
+        grace_left: timedelta | None = None
+        for _ in range(2):  # a winner lost in this pass races again in the same pass
+            plan = self.state.status.plan
+            if plan is None or plan.source_uid != source.uid:
+                candidates = self._match(spec, source)
+                if not candidates:
+                    return PENDING_POLL
+                await self._start_race(ref, source, candidates)
+            if not (self.state.status.plan and self.state.status.plan.winner):
+                await self._race(ref, source)
+            if not (self.state.status.plan and self.state.status.plan.winner):
+                break
+            grace_left = await self._settle(ref, source)
+            if grace_left != timedelta(0):
+                break
+        self.state.status.phase = race.phase(self.state.status)
+        poll = PLACED_POLL if self.state.status.phase == "Placed" else RACE_POLL
+        if grace_left:
+            poll = min(poll, max(grace_left, timedelta(seconds=1)))
+        return poll
+
+    def _match(self, spec: PlacementSpec, source: PlacementSource) -> list[Candidate]:
+        registrations = [Registration(name=r.name, uid=r.uid, labels=r.labels, ready=r.ready)
+                         for r in source.registrations]
+        result = match_clusters(spec, registrations)
+        if result.held is not None:
+            self._hold(result.held.reason, result.held.message)
+            return []
+        order = list(result.race_order())
+        if not order:
+            unready = [c.cluster for c in result.candidates]
+            self._hold("NoReadyCandidate", (
+                f"no Ready WorkloadCluster matches spec.placement (matched but not Ready: {', '.join(unready)})"
+                if unready else "no WorkloadCluster matches spec.placement"))
+            return []
+        return order
+
+    def _hold(self, reason: str, message: str) -> None:
+        said = f"{reason}: {message}"
+        if said != self.state.held:
+            self._notes.append(EventNote(type="Warning", reason=reason, message=message))
+            self.state.held = said
+
+    async def _start_race(self, ref: ObjectRef, source: PlacementSource, candidates: list[Candidate]) -> None:
+        self.state.held = None
+        draining = [r for r in self.state.status.candidates or [] if race.draining(r)]
+        self.state.last_revision += 1
+        self.state.status = race.new_race(str(workflow.uuid4()), source.uid, source.generation, candidates,
+                                          revision=self.state.last_revision, draining=draining)
+        self.state.why.update({c.cluster: "fanned out, waiting for its Kueue to admit" for c in candidates})
+        self.state.applied_generation = {}
+        self._notes.append(EventNote(reason="PlacementRacing", message=(
+            f"plan {self.state.status.plan.id if self.state.status.plan else ''}: the derived service races in "
+            f"{', '.join(c.cluster for c in candidates)}; the first to admit it wins")))
+        # Persisted before any member is written: a crash from here on resumes this plan.
+        await self._persist(ref, force=True)
+
+    async def _race(self, ref: ObjectRef, source: PlacementSource) -> None:
+        status = self.state.status
+        names = race.racing(status)
+        for cluster in names:
+            if self.state.applied_generation.get(cluster) != source.generation:
+                await self._apply(ref, source, cluster)
+        admitted: set[str] = set()
+        for cluster in names:
+            if cluster not in self.state.applied_generation:
+                continue
+            seen = await self._observe(ref, source, cluster)
+            if seen.admitted:
+                admitted.add(cluster)
+        winner = race.first_admitted(names, admitted)
+        if winner is None or status.plan is None:
+            return
+        status.plan.winner = winner
+        status.cluster = winner
+        row = race.row(status, winner)
+        if row is not None:
+            row.phase = CandidatePlacementPhase.ADMITTED
+            if row.allocation is not None:
+                row.allocation.race_candidate = False  # a retained winner carries no cleanup permission
+        for loser in race.losers(status):
+            self.state.why[loser] = (f"lost the race: {winner} admitted first" if loser not in admitted
+                                     else f"lost the race: also admitted, but {winner} is earlier in race order")
+        self.state.why[winner] = "won the race: admitted first"
+        self._notes.append(EventNote(reason="PlacementWinner", message=(
+            f"{winner} admitted the derived service first; "
+            + (f"{', '.join(race.losers(status))} lose and are removed" if race.losers(status) else "no other copy"))))
+        # The commit: persisted before any loser is deleted.
+        await self._persist(ref, force=True)
+
+    async def _settle(self, ref: ObjectRef, source: PlacementSource) -> timedelta | None:
+        """The winner is committed: remove the losers and drained homes, keep the winner's copy current,
+        mirror its endpoint, and judge whether it is lost. Returns how soon the grace of a failing
+        winner runs out (None when it is not failing)."""
+        status = self.state.status
+        assert status.plan is not None and status.plan.winner
+        winner = status.plan.winner
+        for loser in race.losers(status):
+            await self._remove(ref, source, loser, "PlacementLoserRemoved", f"the race copy in {loser} was deleted")
+        for drained in [r.cluster or "" for r in status.candidates or [] if race.draining(r)]:
+            await self._remove(ref, source, drained, "PlacementHomeDrained",
+                               f"the copy in {drained}, a home the plan no longer holds, was deleted")
+        if self.state.applied_generation.get(winner) != source.generation:
+            await self._apply(ref, source, winner)  # a spec change reaches the serving home
+        seen = await self._observe(ref, source, winner)
+        row = race.row(status, winner)
+        if row is not None and seen.reachable and seen.exists:
+            row.phase = CandidatePlacementPhase.PLACED if seen.admitted else CandidatePlacementPhase.ADMITTED
+            if seen.admitted and seen.url:
+                row.endpoint = seen.url
+                if status.endpoint != seen.url:
+                    self._notes.append(EventNote(reason="PlacementEndpoint",
+                                                 message=f"served from {winner} at {seen.url}"))
+                status.endpoint = seen.url
+        if not race.losers(status) and status.phase != "Placed":
+            self._notes.append(EventNote(reason="Placed", message=f"placed in {winner}"))
+        return await self._judge_winner(ref, source, winner, seen)
+
+    async def _judge_winner(self, ref: ObjectRef, source: PlacementSource, winner: str,
+                            seen: MemberObservation) -> timedelta | None:
+        """A winner unreadable, or whose copy is gone, for the observation grace is lost: its row is
+        drained and a new race starts (plan revision + 1). The grace is a durable timer: the pass
+        after it runs out decides, whichever worker runs it."""
+        now = workflow.now()
+        if seen.reachable and not seen.exists:
+            self.state.missing_since = self.state.missing_since or now
+        elif seen.reachable:
+            self.state.missing_since = None
+        row = race.row(self.state.status, winner)
+        since = self.state.missing_since if seen.reachable else (row.observation_failing_since if row else None)
+        if since is None:
+            return None
+        defaults = await workflow.execute_activity_method(OperatorConfigActivities.read, **options.KUBE)
+        grace = parse_duration(defaults.placement.observation_grace)
+        left = since + grace - now
+        if left > timedelta(0):
+            return left
+        why = ("its derived service is gone" if seen.reachable
+               else f"it cannot be read ({seen.reason}: {seen.message})")
+        self._notes.append(EventNote(type="Warning", reason="PlacementWinnerLost", message=(
+            f"{winner} lost: {why} since {since.isoformat()}, past the observation grace of "
+            f"{defaults.placement.observation_grace}; a new race starts")))
+        self.state.why[winner] = f"lost as the winner: {why}"
+        old = self.state.status
+        drained = [race.drain(r) for r in old.candidates or [] if r.cluster == winner or race.draining(r)]
+        self.state.status = PlacementStatus(plan=None, candidates=drained)
+        self.state.missing_since = None
+        self.state.applied_generation.pop(winner, None)
+        self.state.last_revision = max(self.state.last_revision, (old.plan.revision or 1) if old.plan else 1)
+        return timedelta(0)
+
+    async def _remove(self, ref: ObjectRef, source: PlacementSource, cluster: str, reason: str,
+                      message: str) -> None:
+        status = self.state.status
+        result = await workflow.execute_activity_method(
+            PlacementActivities.delete_member, self._target(ref, source, cluster), **options.MEMBER)
+        if result.done or result.reason == "RegistrationNotFound":
+            # A deregistered member cannot be reached any more: its row goes, said once.
+            status.candidates = [c for c in status.candidates or [] if c.cluster != cluster]
+            self.state.applied_generation.pop(cluster, None)
+            self.state.trouble.pop(cluster, None)
+            self._notes.append(EventNote(type="Normal" if result.done else "Warning",
+                                         reason=reason if result.done else "MemberRegistrationNotFound",
+                                         message=message if result.done else (result.message or cluster)))
+        else:
+            self._member_trouble(cluster, result)
+
+    # -- All / Split ----------------------------------------------------------------------------
+
+    async def _spread(self, ref: ObjectRef, source: PlacementSource, spec: PlacementSpec) -> timedelta:
+        """All / Split: accept a new plan when its inputs moved (persisted before any member write),
+        then keep every home's copy at its floors, observe each, and delete what no home holds."""
+        registrations = [Registration(name=r.name, uid=r.uid, labels=r.labels, ready=r.ready)
+                         for r in source.registrations]
+        # Allocated over every matching registration, Ready or not: a plan follows the fleet's labels and
+        # weights, never a connection that flaps (a home that cannot be written keeps its share, said as
+        # member trouble, until it answers again).
+        matches = match_clusters(spec, registrations)
+        components = Components(
+            engine_min_replicas=source.min_replicas.get("engine"), decoder="decoder" in source.components,
+            router="router" in source.components, router_min_replicas=source.min_replicas.get("router"))
+        result = allocate(spec, matches, components)
+        status = self.state.status
+        held = result.held
+        if held is None and not isinstance(result, KeepLast) and not matches.candidates:
+            self._hold("NoMatchingCluster", "no WorkloadCluster matches spec.placement")
+        elif held is not None:
+            self._hold(held.reason, held.message + ("; the last accepted plan is kept" if status.plan else ""))
+        elif not isinstance(result, KeepLast) and (status.plan is None or status.plan.input_digest
+                                                   != result.input_digest or status.plan.source_uid != source.uid):
+            self.state.held = None
+            revision = self.state.last_revision = max(
+                self.state.last_revision, (status.plan.revision or 0) if status.plan else 0) + 1
+            self.state.status = status = spread.accepted(result, str(workflow.uuid4()), revision, source.uid,
+                                                         source.generation, status)
+            shares = ", ".join(f"{h.cluster}={h.desired_replicas}" for h in result.homes)
+            self._notes.append(EventNote(reason="PlacementPlanned", message=(
+                f"plan revision {revision} ({spec.mode.value}): {shares or 'no home'}; "
+                f"{result.unassigned_replicas} of {result.requested_replicas} unassigned")))
+            await self._persist(ref, force=True)  # before any member is written
+        for row in [r for r in status.candidates or [] if spread.holds(r)]:
+            cluster = row.cluster or ""
+            if self.state.applied_generation.get(cluster) != source.generation or (
+                    status.plan is not None and row.applied_plan_id != status.plan.id):
+                await self._apply(ref, source, cluster, spread.floors(row))
+            seen = await self._observe(ref, source, cluster)
+            if seen.reachable and seen.exists:
+                row.endpoint = seen.url if seen.url and (row.admitted_replicas or 0) > 0 else None
+            spread.mark(row)
+        for row in [r for r in status.candidates or [] if not spread.holds(r) and not race.draining(r)
+                    and r.applied_plan_id]:
+            # A candidate whose share went to zero: its copy goes, the row stays (weight 0, unassigned).
+            result_ = await workflow.execute_activity_method(
+                PlacementActivities.delete_member, self._target(ref, source, row.cluster or ""), **options.MEMBER)
+            if result_.done:
+                row.applied_plan_id, row.endpoint = None, None
+                self.state.applied_generation.pop(row.cluster or "", None)
+        for drained in [r.cluster or "" for r in status.candidates or [] if race.draining(r)]:
+            await self._remove(ref, source, drained, "PlacementHomeDrained",
+                               f"the copy in {drained}, a home the plan no longer holds, was deleted")
+        before = status.phase
+        status.phase = spread.phase(status)
+        if status.phase == "Placed" and before != "Placed":
+            self._notes.append(EventNote(reason="Placed", message="every home admitted its floor: " + ", ".join(
+                f"{r.cluster}={r.admitted_replicas}" for r in status.candidates or [] if spread.holds(r))))
+        return PLACED_POLL if status.phase == "Placed" else RACE_POLL
+
+    # -- members ------------------------------------------------------------------------------
+
+    def _target(self, ref: ObjectRef, source: PlacementSource, cluster: str) -> MemberTarget:
+        return MemberTarget(cluster=cluster, namespace=ref.namespace or "", name=ref.name, source_uid=source.uid)
+
+    async def _apply(self, ref: ObjectRef, source: PlacementSource, cluster: str,
+                     floors: dict[str, int] | None = None) -> None:
+        status = self.state.status
+        assert status.plan is not None
+        row = race.row(status, cluster)
+        execution = PlacementExecutionPolicy(
+            plan_id=status.plan.id or "", revision=status.plan.revision or 1, source_uid=source.uid,
+            cluster_uid=(row.allocation.cluster_uid if row and row.allocation else None) or "", pause_surge=False,
+            replica_floors=[PlacementComponentFloor(component=ComponentType(c), replicas=n)
+                            for c, n in floors.items()] if floors else None)
+        result = await workflow.execute_activity_method(
+            PlacementActivities.apply_member,
+            ApplyMemberInput(target=self._target(ref, source, cluster), source=ref,
+                             execution=execution.to_api(), queue=PLACEMENT_QUEUE, replica_floors=floors),
+            **options.MEMBER)
+        if result.done:
+            self.state.trouble.pop(cluster, None)
+            self.state.applied_generation[cluster] = source.generation
+            if row is not None:
+                row.applied_plan_id = status.plan.id
+        else:
+            self._member_trouble(cluster, result)
+
+    async def _observe(self, ref: ObjectRef, source: PlacementSource, cluster: str) -> MemberObservation:
+        seen = await workflow.execute_activity_method(
+            PlacementActivities.observe_member, self._target(ref, source, cluster), **options.MEMBER)
+        row = race.row(self.state.status, cluster)
+        if row is None:
+            return seen
+        if not seen.reachable:
+            row.observation_known = False
+            row.observation_failing_since = row.observation_failing_since or workflow.now()
+            self._member_trouble(cluster, MemberWrite(done=False, reason=seen.reason, message=seen.message))
+            return seen
+        row.observation_known, row.observation_failing_since = True, None
+        self.state.trouble.pop(cluster, None)
+        engine = next((c for c in seen.components if c.component == "engine"), None)
+        counted = engine or (seen.components[0] if seen.components else None)
+        row.admitted_replicas = counted.admitted if counted else 0
+        row.ready_replicas = counted.ready if counted else 0
+        if not seen.exists:
+            self.state.why[cluster] = "its derived service is not there (yet)"
+        elif seen.admitted:
+            if not (self.state.status.plan and self.state.status.plan.winner):
+                row.phase = CandidatePlacementPhase.ADMITTED
+        elif not (self.state.status.plan and self.state.status.plan.winner):
+            waiting = [c.component for c in seen.components if c.admitted == 0]
+            self.state.why[cluster] = f"waiting for its Kueue to admit {', '.join(waiting) or 'the service'}"
+        return seen
+
+    def _member_trouble(self, cluster: str, result: MemberWrite) -> None:
+        """A member that could not be written or read: said once (a Warning Event) until it changes or
+        the member answers again; `why` keeps the race's own story."""
+        said = f"{result.reason}: {result.message}"
+        if self.state.trouble.get(cluster) != said:
+            self.state.trouble[cluster] = said
+            self._notes.append(EventNote(type="Warning", reason=f"Member{result.reason or 'Unavailable'}",
+                                         message=result.message or cluster))
+
+    async def _withdraw_all(self, ref: ObjectRef, source: PlacementSource | None) -> None:
+        """Delete every derived copy this workflow knows of (the source is going or no longer placed)."""
+        uid = source.uid if source is not None else (ref.uid or "")
+        for row in list(self.state.status.candidates or []):
+            target = MemberTarget(cluster=row.cluster or "", namespace=ref.namespace or "", name=ref.name,
+                                  source_uid=uid)
+            result = await workflow.execute_activity_method(PlacementActivities.delete_member, target,
+                                                            **options.MEMBER)
+            if not result.done:
+                self._member_trouble(row.cluster or "", result)
+        if self.state.status.plan is not None or self.state.status.candidates:
+            self.state.status = PlacementStatus()
+            self.state.applied_generation = {}
+            if source is not None and not source.deleting:
+                await self._persist(ref, force=True, clear=True)
+
+    def _resume(self, source: PlacementSource) -> None:
+        """A fresh run for a source whose plan is already in status: take it up where it stands."""
+        carried = PlacementStatus.model_validate(source.status_placement)
+        if carried.plan is not None and carried.plan.source_uid == source.uid:
+            self.state.status = carried
+            self.state.last_revision = max(self.state.last_revision, carried.plan.revision or 0)
+            self.state.why = {c.cluster or "": "resumed from status" for c in carried.candidates or []}
+
+    # -- status ---------------------------------------------------------------------------------
+
+    async def _persist(self, ref: ObjectRef, *, force: bool = False, clear: bool = False) -> None:
+        if not (force or self._notes or self._dirty()):
+            return
+        body: dict[str, object] = {"placement": None if clear else self.state.status.to_api()}
+        self._written = self.state.status.to_api()
+        notes, self._notes = self._notes, []
+        await workflow.execute_activity_method(
+            KubernetesActivities.patch_status, StatusPatch(ref=ref, status=body, events=notes), **options.KUBE)
+
+    def _dirty(self) -> bool:
+        return self._written != self.state.status.to_api()
