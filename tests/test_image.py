@@ -225,4 +225,35 @@ def test_a_rebuild_of_every_layer_gives_the_same_digest(built: dict[str, Any], o
                                                         tmp_path: Path, commit: Commit) -> None:
     again = _build(oci_registry, tmp_path / "layout", commit, "--no-cache")
     assert again["cached"] == {"base": False, "dependencies": False, "servingops": False}
-    assert again["digest"] == built["digest"]
+    assert again["digest"] == built["digest"], _layer_differences(Path(built["layout"]), Path(again["layout"]))
+
+
+def _layers(layout: Path) -> list[str]:
+    [descriptor] = json.loads((layout / "index.json").read_text())["manifests"]
+    manifest = json.loads(_blob(layout, descriptor["digest"]).read_bytes())
+    return [layer["digest"] for layer in manifest["layers"]]
+
+
+def _members(blob: Path) -> dict[str, tuple[object, ...]]:
+    """Every entry of a layer: its header fields and the sha256 of its content."""
+    found: dict[str, tuple[object, ...]] = {}
+    with tarfile.open(blob) as tar:
+        for member in tar:
+            data = tar.extractfile(member) if member.isreg() else None
+            content = hashlib.sha256(data.read()).hexdigest()[:16] if data else member.linkname
+            found[member.name] = (member.type, member.mode, member.uid, member.gid, member.mtime, content)
+    return found
+
+
+def _layer_differences(first: Path, second: Path) -> str:
+    """Which layers of two builds differ and, in each, which entries (at most 20): a failure names the files
+    that were not reproducible instead of only two digests."""
+    lines = []
+    for index, (one, two) in enumerate(zip(_layers(first), _layers(second), strict=True)):
+        if one == two:
+            continue
+        a, b = _members(_blob(first, one)), _members(_blob(second, two))
+        changed = sorted(name for name in a.keys() | b.keys() if a.get(name) != b.get(name))
+        lines.append(f"layer {index}: {len(changed)} entries differ: "
+                     + "; ".join(f"{name} {a.get(name)} != {b.get(name)}" for name in changed[:20]))
+    return "\n".join(lines) or "the layers are equal: the manifest or config differs"

@@ -280,6 +280,30 @@ async def test_a_plan_past_max_replicas_per_cluster_is_held_with_the_reason(env:
         assert not fleet.placed().get("plan") and all(m.applies == 0 for m in fleet.members.values())
 
 
+async def test_a_hold_that_resolves_back_to_the_accepted_plan_ends(env: WorkflowEnvironment) -> None:
+    """A held spec, then the spec of the plan already accepted again: no new plan is accepted, and the hold
+    (search attribute, query) ends with it instead of staying Pending."""
+    fleet = FakeFleet(three_members(), split({"gpu-a": 3, "gpu-b": 1}, replicas=4))
+    for member in fleet.members.values():
+        member.admit = True
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        fleet.placement, fleet.generation = split({"gpu-a": 3, "gpu-b": 1}, replicas=4, ceiling=2), 2
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: any(r == "MaxReplicasPerClusterExceeded" for _, r, _ in fleet.events()), "held")
+        held = await handle.query(contract.Query.STATE)
+        assert held["held"].startswith("MaxReplicasPerClusterExceeded")
+        fleet.placement, fleet.generation = split({"gpu-a": 3, "gpu-b": 1}, replicas=4), 3
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        for _ in range(120):
+            if (await handle.query(contract.Query.STATE))["held"] is None:
+                break
+            await env.sleep(1)
+        else:
+            raise AssertionError(f"the hold never ended: {(await handle.query(contract.Query.STATE))['held']}")
+        assert fleet.placed()["plan"]["revision"] == 1 and phase(fleet) == "Placed"
+
+
 async def test_all_runs_the_full_policy_in_every_matching_home(env: WorkflowEnvironment) -> None:
     fleet = FakeFleet(three_members(), {**single("gpu"), "mode": "All"}, min_replicas={"engine": 2})
     for member in fleet.members.values():

@@ -110,6 +110,8 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         self._notes: list[EventNote] = []
         self._written: dict[str, object] | None = None
         """status.placement as last written by this run (a write only when it moved)."""
+        self._held_this_pass = False
+        """Whether the pass under way held the service: a pass that did not clears `state.held`."""
 
 
     @workflow.run
@@ -129,7 +131,11 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             self._acted_generation = source.generation
             if self.state.status.plan is None and source.status_placement:
                 self._resume(source)
+            self._held_this_pass = False
             poll = await self._reconcile(ref, source)
+            if not self._held_this_pass:
+                # Whatever held the service before is over: the phase the UI shows is the plan's again.
+                self.state.held = None
             await self._persist(ref)
             visibility.publish("Pending" if self.state.held else (self.state.status.phase or "Pending"))
             if workflow.info().is_continue_as_new_suggested() or self.state.passes >= MAX_PASSES_PER_RUN:
@@ -209,13 +215,13 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         return order
 
     def _hold(self, reason: str, message: str) -> None:
+        self._held_this_pass = True
         said = f"{reason}: {message}"
         if said != self.state.held:
             self._notes.append(EventNote(type="Warning", reason=reason, message=message))
             self.state.held = said
 
     async def _start_race(self, ref: ObjectRef, source: PlacementSource, candidates: list[Candidate]) -> None:
-        self.state.held = None
         draining = [r for r in self.state.status.candidates or [] if race.draining(r)]
         self.state.last_revision += 1
         self.state.status = race.new_race(str(workflow.uuid4()), source.uid, source.generation, candidates,
