@@ -45,6 +45,8 @@ class FakeFleet:
     deleting: bool = False
     gone: bool = False
     status_placement: dict[str, Any] | None = None
+    finalizers: list[str] = field(default_factory=list)
+    """The source's metadata.finalizers: a deleting source is gone once the last one is removed."""
     observation_grace: str = "2m"
     min_replicas: dict[str, int] = field(default_factory=lambda: {"engine": 1})
     writes: list[dict[str, Any]] = field(default_factory=list)
@@ -85,7 +87,8 @@ class FakeFleet:
                     "min_replicas": dict(fleet.min_replicas),
                     "registrations": [{"name": m.name, "uid": m.uid, "labels": m.labels, "ready": m.ready}
                                       for m in fleet.members.values()],
-                    "status_placement": copy.deepcopy(fleet.status_placement)}
+                    "status_placement": copy.deepcopy(fleet.status_placement),
+                    "finalizers": list(fleet.finalizers)}
 
         @activity.defn(name="placement.apply_member")
         async def apply_member(inp: dict[str, Any]) -> dict[str, Any]:
@@ -133,11 +136,29 @@ class FakeFleet:
             fleet.log.append(f"status {placed.get('phase')} winner={(placed.get('plan') or {}).get('winner')}")
             return not fleet.gone
 
+        @activity.defn(name="kube.ensure_finalizer")
+        async def ensure_finalizer(change: dict[str, Any]) -> bool:
+            if fleet.gone:
+                return False
+            if change["finalizer"] not in fleet.finalizers and not fleet.deleting:
+                fleet.finalizers.append(change["finalizer"])
+                fleet.log.append(f"finalizer + {change['finalizer']}")
+            return True
+
+        @activity.defn(name="kube.remove_finalizer")
+        async def remove_finalizer(change: dict[str, Any]) -> bool:
+            if change["finalizer"] in fleet.finalizers:
+                fleet.finalizers.remove(change["finalizer"])
+                fleet.log.append(f"finalizer - {change['finalizer']}")
+            fleet.gone = fleet.gone or (fleet.deleting and not fleet.finalizers)
+            return True
+
         @activity.defn(name="operator.config")
         async def operator_config() -> dict[str, Any]:
             return {"placement": {"observationGrace": fleet.observation_grace}}
 
-        return [read_source, apply_member, observe_member, delete_member, patch_status, operator_config]
+        return [read_source, apply_member, observe_member, delete_member, patch_status, ensure_finalizer,
+                remove_finalizer, operator_config]
 
 
 def single(*values: str, key: str = "tier") -> dict[str, Any]:

@@ -297,6 +297,42 @@ def test_a_winner_whose_member_goes_away_is_lost_after_the_grace_and_the_service
     _wait("b Ready again", lambda: _registration_ready(kube_api, b.name), worker, 60)
 
 
+def test_a_source_deleted_while_its_home_is_down_stays_until_the_copy_is_withdrawn(
+        kube_api: client.ApiClient, fleet: Fleet) -> None:
+    """The finalizer keeps a deleted source (Terminating) while its home's apiserver is down, said in a
+    Warning; once the member is back its copy is deleted and only then does the source go."""
+    ns, worker = fleet.namespace, fleet.worker
+    b = fleet.members["b"]
+    _quotas(fleet, a="0", b="4")
+    name = f"gone-{uuid.uuid4().hex[:5]}"
+    _create(kube_api, fleet, name)
+    _wait("Placed in b", lambda: _placement(kube_api, ns, name).get("phase") == "Placed", worker, 180)
+    assert "servingops.io/placement" in _source(kube_api, ns, name)["metadata"]["finalizers"]
+
+    b.cluster.kill_apiserver()
+    try:
+        client.CustomObjectsApi(kube_api).delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices",
+                                                                          name)
+        _wait("the pending withdrawal said", lambda: [m for t, r, m in _events(kube_api, ns, name)
+                                                       if t == "Warning" and r == "PlacementWithdrawalPending"],
+              worker, 120)
+        held = _source(kube_api, ns, name)
+        assert held["metadata"]["deletionTimestamp"] and held["metadata"]["finalizers"] == ["servingops.io/placement"]
+        assert [r["cluster"] for r in held["status"]["placement"]["candidates"]] == [b.name]
+    finally:
+        b.cluster.start_apiserver()
+
+    def source_gone() -> bool:
+        try:
+            _source(kube_api, ns, name)
+            return False
+        except ApiException as exc:
+            return exc.status == 404
+    _wait("the source gone once b's copy is", source_gone, worker, 180)
+    assert _derived(b, ns, name) is None
+    _wait("b Ready again", lambda: _registration_ready(kube_api, b.name), worker, 60)
+
+
 def test_split_three_to_one_over_two_members_and_a_ceiling_that_holds_the_plan(
         kube_api: client.ApiClient, fleet: Fleet) -> None:
     ns, worker = fleet.namespace, fleet.worker

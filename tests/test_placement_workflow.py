@@ -201,10 +201,56 @@ async def test_deleting_the_source_deletes_the_copies_and_ends_the_workflow(env:
     a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
     async with placing(env, fleet) as handle:
         await wait(env, lambda: a.derived is not None and b.derived is not None, "both race copies applied")
+        # The finalizer went on before the first member write.
+        assert fleet.log.index("finalizer + servingops.io/placement") < fleet.log.index("apply gpu-a")
         fleet.deleting = True
         await handle.signal(contract.Signal.DELETE, fleet.event(deleting=True))
         await handle.result()
         assert a.derived is None and b.derived is None
+        assert fleet.finalizers == [] and fleet.gone
+        assert fleet.log.index("finalizer - servingops.io/placement") > fleet.log.index("delete gpu-b")
+
+
+async def test_a_deleted_source_waits_for_an_unreachable_member_to_withdraw_its_copy(env: WorkflowEnvironment) -> None:
+    """The source stays (its finalizer) while a member cannot be reached, said in a Warning naming it; the
+    copy is withdrawn once the member answers, and only then is the source let go."""
+    fleet = FakeFleet(three_members(), single("gpu"))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    b.admit = True
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed", "placed in gpu-b")
+        b.reachable = False
+        fleet.deleting = True
+        await handle.signal(contract.Signal.DELETE, fleet.event(deleting=True))
+        await wait(env, lambda: any(r == "PlacementWithdrawalPending" for _, r, _ in fleet.events()), "said")
+        [said] = [m for _, r, m in fleet.events() if r == "PlacementWithdrawalPending"]
+        assert "still in gpu-b (gpu-b: Unreachable: gpu-b cannot be reached" in said
+        await env.sleep(20 * 60)  # twenty minutes of retries: the copy is not forgotten, the source not let go
+        assert not fleet.gone and fleet.finalizers == ["servingops.io/placement"] and b.derived is not None
+        rows = fleet.placed()["candidates"]
+        assert [(r["cluster"], r["allocation"]["drainRequested"]) for r in rows] == [("gpu-b", True)]
+        assert len([r for _, r, _ in fleet.events() if r == "PlacementWithdrawalPending"]) == 1, "said once"
+        b.reachable = True
+        await wait(env, lambda: fleet.gone, "the source let go", step=30)
+        await handle.result()
+        assert b.derived is None and a.derived is None
+
+
+async def test_a_removed_placement_keeps_withdrawing_from_an_unreachable_member(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"))
+    b = fleet.members["gpu-b"]
+    b.admit = True
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed", "placed in gpu-b")
+        b.reachable = False
+        fleet.placement, fleet.generation = None, 2
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: any(r == "NotPlaced" and "not yet from gpu-b" in m for _, r, m in fleet.events()),
+                   "said")
+        assert b.derived is not None and fleet.finalizers == ["servingops.io/placement"]
+        b.reachable = True
+        await wait(env, lambda: b.derived is None and fleet.placed() == {}, "withdrawn", step=5)
+        await wait(env, lambda: fleet.finalizers == [], "finalizer removed")
 
 
 async def test_nothing_matches_then_a_member_becomes_ready(env: WorkflowEnvironment) -> None:

@@ -101,6 +101,7 @@ class PlacementActivities:
                           if isinstance(spec.get(c.value), dict) and spec[c.value].get("minReplicas") is not None},
             registrations=[_registration(item) for item in listed.get("items") or []],
             status_placement=(obj.get("status") or {}).get("placement"),
+            finalizers=list(meta.get("finalizers") or []),
         )
 
     def _member(self, cluster: str) -> client.ApiClient:

@@ -39,6 +39,8 @@ class PlacementSource(BaseModel):
     registrations: list[ClusterRegistration]
     status_placement: dict[str, Any] | None = None
     """status.placement as last written: the durable plan a new workflow run resumes from."""
+    finalizers: list[str] = []
+    """metadata.finalizers: whether placement's own finalizer is on the source yet."""
 
 
 class MemberTarget(BaseModel):

@@ -19,6 +19,12 @@ workflow's state and in status before anything acts on them, so a restarted work
 twice nor deletes the winner. A new run of this workflow for the same source (after a reset)
 resumes from the plan persisted in status.
 
+Deletion: the source carries the finalizer servingops.io/placement from before the first member
+write, so a deleted source stays (Deleting) until every derived copy is withdrawn: a member that
+cannot be reached is retried with backoff and said in a Warning naming it, never forgotten (deleting
+its WorkloadCluster is how an operator gives a member up). The same withdrawal runs when
+spec.placement is removed.
+
 A winner unreadable, or without its copy, past placement.observationGrace (a durable timer) is lost:
 drained, and a new race at plan revision + 1.
 
@@ -44,7 +50,7 @@ from servingops.workflows.placement.matching import Candidate, Registration, mat
 from servingops.workflows.visibility import Visibility
 
 with workflow.unsafe.imports_passed_through():
-    from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
+    from servingops.activities.kubernetes import EventNote, FinalizerChange, KubernetesActivities, StatusPatch
     from servingops.activities.operator_config import OperatorConfigActivities
     from servingops.activities.placement.activities import PlacementActivities
     from servingops.activities.placement.types import (
@@ -77,6 +83,11 @@ PENDING_POLL = timedelta(seconds=15)
 """How often a service with no candidate looks again (a WorkloadCluster becomes Ready: no event of
 the source says so)."""
 MAX_PASSES_PER_RUN = 500
+FINALIZER = "servingops.io/placement"
+"""On the source while derived copies may exist: its deletion waits for their withdrawal."""
+WITHDRAW_RETRY_FIRST = timedelta(seconds=5)
+WITHDRAW_RETRY_MAX = timedelta(minutes=5)
+"""A withdrawal a member refused (unreachable) is tried again after 5 s, doubling up to 5 min."""
 
 
 class PlacementState(EntityState):
@@ -126,8 +137,13 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
                 PlacementActivities.read_source, SourceInput(isvc=ref), **options.KUBE)
             if source is None or source.deleting or self.state.deleting:
                 visibility.publish("Deleting")
-                await self._withdraw_all(ref, source)
+                await self._withdraw_until_done(ref, source)
                 return
+            if source.placement is not None and FINALIZER not in source.finalizers:
+                # Before any member is written: from here on a delete waits for the withdrawal.
+                await workflow.execute_activity_method(
+                    KubernetesActivities.ensure_finalizer, FinalizerChange(ref=ref, finalizer=FINALIZER),
+                    **options.KUBE)
             self._acted_generation = source.generation
             if self.state.status.plan is None and source.status_placement:
                 self._resume(source)
@@ -154,8 +170,16 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
     async def _reconcile(self, ref: ObjectRef, source: PlacementSource) -> timedelta | None:
         """Act on one read of the source; returns when to look again (None: only on a change)."""
         if source.placement is None:
-            await self._withdraw_all(ref, source)
+            left = await self._withdraw_all(ref, source)
+            if left:
+                self._hold("NotPlaced", "spec.placement was removed: withdrawing the derived services; "
+                                        f"not yet from {', '.join(left)} (tried again)")
+                return PENDING_POLL
             self._hold("NotPlaced", "spec.placement was removed: the derived services were withdrawn")
+            if FINALIZER in source.finalizers:
+                await workflow.execute_activity_method(
+                    KubernetesActivities.remove_finalizer, FinalizerChange(ref=ref, finalizer=FINALIZER),
+                    **options.KUBE)
             return None
         try:
             spec = PlacementSpec.model_validate(source.placement)
@@ -468,21 +492,47 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             self._notes.append(EventNote(type="Warning", reason=f"Member{result.reason or 'Unavailable'}",
                                          message=result.message or cluster))
 
-    async def _withdraw_all(self, ref: ObjectRef, source: PlacementSource | None) -> None:
-        """Delete every derived copy this workflow knows of (the source is going or no longer placed)."""
+    async def _withdraw_all(self, ref: ObjectRef, source: PlacementSource | None) -> list[str]:
+        """Delete every derived copy this workflow knows of (the source is going or no longer placed);
+        returns the members that could not be reached, whose rows stay (draining) to be tried again."""
         uid = source.uid if source is not None else (ref.uid or "")
+        left = []
         for row in list(self.state.status.candidates or []):
             target = MemberTarget(cluster=row.cluster or "", namespace=ref.namespace or "", name=ref.name,
                                   source_uid=uid)
             result = await workflow.execute_activity_method(PlacementActivities.delete_member, target,
                                                             **options.MEMBER)
-            if not result.done:
+            # A deregistered member is given up: its WorkloadCluster's deletion is the operator's say-so.
+            if not result.done and result.reason != "RegistrationNotFound":
                 self._member_trouble(row.cluster or "", result)
-        if self.state.status.plan is not None or self.state.status.candidates:
+                left.append(row.cluster or "")
+        if left:
+            self.state.status = PlacementStatus(candidates=[
+                race.drain(r) for r in self.state.status.candidates or [] if r.cluster in left])
+        elif self.state.status.plan is not None or self.state.status.candidates:
             self.state.status = PlacementStatus()
             self.state.applied_generation = {}
             if source is not None and not source.deleting:
                 await self._persist(ref, force=True, clear=True)
+        return left
+
+    async def _withdraw_until_done(self, ref: ObjectRef, source: PlacementSource | None) -> None:
+        """The source is being deleted (or is gone): withdraw every copy, trying unreachable members
+        again with backoff and saying which on the object, then let the source go (the finalizer)."""
+        wait, said = WITHDRAW_RETRY_FIRST, None
+        while left := await self._withdraw_all(ref, source):
+            if source is not None and said != left:
+                said = left
+                troubles = "; ".join(f"{c}: {self.state.trouble.get(c, 'unreachable')}" for c in left)
+                self._notes.append(EventNote(type="Warning", reason="PlacementWithdrawalPending", message=(
+                    f"the source is deleted, but its derived service is still in {', '.join(left)} ({troubles}); "
+                    "tried again with backoff up to every 5m (deleting a WorkloadCluster gives it up)")))
+                await self._persist(ref)
+            await workflow.sleep(wait)
+            wait = min(wait * 2, WITHDRAW_RETRY_MAX)
+        if source is not None and FINALIZER in source.finalizers:
+            await workflow.execute_activity_method(
+                KubernetesActivities.remove_finalizer, FinalizerChange(ref=ref, finalizer=FINALIZER), **options.KUBE)
 
     def _resume(self, source: PlacementSource) -> None:
         """A fresh run for a source whose plan is already in status: take it up where it stands."""
