@@ -367,3 +367,90 @@ async def test_split_by_capacity_without_capacity_reports_holds_and_writes_nothi
     async with placing(env, fleet):
         await wait(env, lambda: any(r == "CapacityUnknown" for _, r, _ in fleet.events()), "said")
         assert all(m.applies == 0 for m in fleet.members.values()) and not fleet.placed().get("plan")
+
+
+def _not_on(*names: str, timeout: str | None = None) -> dict[str, Any]:
+    """spec.placement: Single over every member but `names` (by name), with an optional replacementTimeout."""
+    placement: dict[str, Any] = {"policy": "ClusterAffinity", "mode": "Single", "clusterAffinity": [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": list(names)}]}]}
+    if timeout:
+        placement["replacementTimeout"] = timeout
+    return placement
+
+
+async def _placed_in_b(env: WorkflowEnvironment, fleet: FakeFleet) -> None:
+    fleet.members["gpu-b"].admit = True
+    await wait(env, lambda: phase(fleet) == "Placed" and fleet.placed()["plan"]["winner"] == "gpu-b", "placed in b")
+
+
+async def test_a_single_move_rotates_a_probe_that_never_admits_and_hands_over_only_once_the_replacement_serves(
+        env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"))
+    a, b, c = fleet.members["gpu-a"], fleet.members["gpu-b"], fleet.members["cpu-c"]
+    async with placing(env, fleet) as handle:
+        await _placed_in_b(env, fleet)
+        plan_id = fleet.placed()["plan"]["id"]
+        a.admit = True  # a has room now; c never will
+        fleet.placement, fleet.generation = _not_on("gpu-b", timeout="30s"), 2
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        # Name order from no cursor: cpu-c is probed first; gpu-a waits (one extra copy at a time).
+        await wait(env, lambda: c.derived is not None, "c probed", step=0.5)
+        probing = fleet.placed()
+        assert probing["plan"]["winner"] == probing["cluster"] == "gpu-b" and probing["plan"]["id"] == plan_id
+        assert probing["endpoint"] == "http://chat.gpu-b.example" and probing["phase"] == "Placed"
+        assert probing["plan"]["singleMove"] == {"cursor": "cpu-c"}
+        rows = {r["cluster"]: r for r in probing["candidates"]}
+        assert rows["cpu-c"]["allocation"]["raceCandidate"] is True and rows["cpu-c"]["allocation"][
+            "replacementStartedAt"]
+        assert a.derived is None and "gpu-a" not in rows
+        await env.sleep(5)  # the next look at the move says why gpu-a waits
+        state = await handle.query(contract.Query.STATE, result_type=dict)
+        assert state["why"]["gpu-a"].startswith("SurgeBudgetExhausted")
+        # The nomination was persisted before c was written.
+        assert fleet.log.index("apply cpu-c") > max(i for i, line in enumerate(fleet.log)
+                                                    if line.startswith("status") and i < fleet.log.index("apply cpu-c"))
+
+        await wait(env, lambda: a.derived is not None, "rotated to a after replacementTimeout", step=5)
+        assert c.derived is None, "the timed-out probe was withdrawn before the next one"
+        assert any(r == "PlacementProbeRotated" and m.startswith("cpu-c did not admit") for _, r, m in fleet.events())
+        await wait(env, lambda: fleet.placed()["plan"]["winner"] == "gpu-a" and b.derived is None, "moved to a")
+        moved = fleet.placed()
+        assert moved["cluster"] == "gpu-a" and moved["endpoint"] == "http://chat.gpu-a.example"
+        handoff = next(i for i, line in enumerate(fleet.log) if line.endswith("winner=gpu-a"))
+        assert handoff < fleet.log.index("delete gpu-b"), "the old home went only after the handoff was persisted"
+        await wait(env, lambda: "singleMove" not in fleet.placed()["plan"], "move record cleared")
+        assert [r["cluster"] for r in fleet.placed()["candidates"]] == ["gpu-a"] and phase(fleet) == "Placed"
+        reasons = [r for _, r, _ in fleet.events()]
+        for expected in ("PlacementMoveStarted", "PlacementProbe", "PlacementReplacementSelected", "PlacementMoved"):
+            assert expected in reasons, reasons
+
+
+async def test_without_replacement_timeout_a_pending_probe_is_kept(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"))
+    a, b, c = fleet.members["gpu-a"], fleet.members["gpu-b"], fleet.members["cpu-c"]
+    async with placing(env, fleet) as handle:
+        await _placed_in_b(env, fleet)
+        a.admit = True
+        fleet.placement, fleet.generation = _not_on("gpu-b"), 2
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: c.derived is not None, "c probed", step=0.5)
+        await env.sleep(300)  # ten times the other test's timeout: still the same probe
+        assert c.derived is not None and a.derived is None and fleet.placed()["plan"]["winner"] == "gpu-b"
+        c.admit = True  # c admits at last: it is the replacement
+        await wait(env, lambda: fleet.placed()["plan"]["winner"] == "cpu-c" and b.derived is None, "moved to c")
+
+
+async def test_a_winner_that_matches_again_calls_the_move_off(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"))
+    b, c = fleet.members["gpu-b"], fleet.members["cpu-c"]
+    async with placing(env, fleet) as handle:
+        await _placed_in_b(env, fleet)
+        fleet.placement, fleet.generation = _not_on("gpu-b"), 2
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: c.derived is not None, "c probed", step=0.5)
+        fleet.placement, fleet.generation = single("gpu"), 3
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: c.derived is None and "singleMove" not in fleet.placed()["plan"], "called off")
+        placed = fleet.placed()
+        assert placed["plan"]["winner"] == "gpu-b" and [r["cluster"] for r in placed["candidates"]] == ["gpu-b"]
+        assert b.derived is not None and any(r == "PlacementMoveCancelled" for _, r, _ in fleet.events())

@@ -89,4 +89,31 @@ async def placement_split(rec: Recording) -> None:
         await rec.save()
 
 
-SCENARIOS = {"placement-single-race": placement_single_race, "placement-split": placement_split}
+async def placement_single_move(rec: Recording) -> None:
+    """Placed in gpu-b; spec.placement stops matching it (replacementTimeout 30s): cpu-c probed and never
+    admits, rotated after the timeout; gpu-a probed, admits and serves, takes over; gpu-b withdrawn; the
+    move record cleared; delete."""
+    env = rec.env
+    fleet = FakeFleet(three_members(), single("gpu"))
+    a, b, c = fleet.members["gpu-a"], fleet.members["gpu-b"], fleet.members["cpu-c"]
+    b.admit = True
+    async with placing(rec, fleet) as handle:
+        await until(env, lambda: fleet.placed().get("phase") == "Placed", step=1, what="placed")
+        a.admit = True
+        fleet.placement, fleet.generation = {
+            "policy": "ClusterAffinity", "mode": "Single", "replacementTimeout": "30s", "clusterAffinity": [
+                {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["gpu-b"]}]}]}, 2
+        await handle.signal("object-changed", fleet.event())
+        await until(env, lambda: c.derived is not None, step=1, what="c probed")
+        await until(env, lambda: fleet.placed()["plan"]["winner"] == "gpu-a" and b.derived is None, step=5,
+                    what="moved to gpu-a")
+        await until(env, lambda: "singleMove" not in fleet.placed()["plan"], step=1, what="move record cleared")
+        fleet.deleting = True
+        await handle.signal("delete", fleet.event(deleting=True))
+        await handle.result()
+        assert a.derived is None and c.derived is None
+        await rec.save()
+
+
+SCENARIOS = {"placement-single-race": placement_single_race, "placement-split": placement_split,
+             "placement-single-move": placement_single_move}

@@ -82,8 +82,8 @@ def row(status: PlacementStatus, cluster: str) -> CandidatePlacement | None:
 def losers(status: PlacementStatus) -> list[str]:
     """Race copies still listed that are not the winner: the ones to delete, in listed order."""
     winner = status.plan.winner if status.plan else None
-    if not winner:
-        return []
+    if not winner or (status.plan is not None and status.plan.single_move is not None):
+        return []  # during a move the race candidates are its probes (workflows/placement/move.py)
     return [c.cluster or "" for c in status.candidates or []
             if c.cluster != winner and c.allocation is not None and c.allocation.race_candidate and not draining(c)]
 

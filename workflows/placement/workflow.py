@@ -31,8 +31,14 @@ drained, and a new race at plan revision + 1.
 All and Split (workflows/placement/spread.py): the allocation plan (allocation.py) over the Ready
 matches, accepted when its inputs move and persisted before any member write; every home runs its
 floors; dropped homes drained. Not served yet, and said on the object: SplitByCapacity (no member
-reports capacity: CapacityUnknown), Single moves with replacementTimeout (a spec change is applied
-to the winner in place).
+reports capacity: CapacityUnknown).
+
+Single moves (workflows/placement/move.py holds the rules): a committed, healthy winner that
+spec.placement no longer matches keeps serving while one replacement probe at a time is tried, in
+name order after plan.singleMove.cursor; a probe past replacementTimeout is withdrawn and the next
+one nominated; the first admitted probe is singleMove.selected and becomes the winner once it serves
+(endpoint), persisted before the old home is withdrawn. A spec change that still matches the winner
+is applied to it in place.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from temporalio import workflow
 
 from servingops.workflows import options
 from servingops.workflows.entity import EntitySignals, EntityState
-from servingops.workflows.placement import race, spread
+from servingops.workflows.placement import move, race, spread
 from servingops.workflows.placement.allocation import Components, KeepLast, allocate
 from servingops.workflows.placement.matching import Candidate, Registration, match_clusters
 from servingops.workflows.visibility import Visibility
@@ -69,7 +75,11 @@ with workflow.unsafe.imports_passed_through():
         PlacementExecutionPolicy,
         PlacementSpec,
     )
-    from servingops.api_models.ome.placement_status import PlacementStatus
+    from servingops.api_models.ome.placement_status import (
+        CandidatePlacement,
+        PlacementSingleMoveStatus,
+        PlacementStatus,
+    )
     from servingops.api_models.refs import ObjectRef
 
 PLACEMENT_QUEUE = "ome-placement"
@@ -104,6 +114,8 @@ class PlacementState(EntityState):
     missing_since: datetime | None = None
     """When the winner's member last answered that the derived service is not there (reachable, but
     gone); unreachable is the winner row's observationFailingSince."""
+    move_note: str | None = None
+    """What was last said about a Single move that cannot go on (said once per distinct message)."""
     last_revision: int = 0
     """The revision of the latest plan accepted for this source (0: none), so revisions only grow."""
     passes: int = 0
@@ -216,8 +228,12 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             grace_left = await self._settle(ref, source)
             if grace_left != timedelta(0):
                 break
+        moving = False
+        status = self.state.status
+        if grace_left is None and status.plan is not None and status.plan.winner and not race.losers(status):
+            moving = await self._move(ref, source, spec)
         self.state.status.phase = race.phase(self.state.status)
-        poll = PLACED_POLL if self.state.status.phase == "Placed" else RACE_POLL
+        poll = PLACED_POLL if self.state.status.phase == "Placed" and not moving else RACE_POLL
         if grace_left:
             poll = min(poll, max(grace_left, timedelta(seconds=1)))
         return poll
@@ -345,12 +361,158 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             f"{defaults.placement.observation_grace}; a new race starts")))
         self.state.why[winner] = f"lost as the winner: {why}"
         old = self.state.status
-        drained = [race.drain(r) for r in old.candidates or [] if r.cluster == winner or race.draining(r)]
+        # Every listed copy is withdrawn: the lost winner's, a loser or probe not yet deleted, and the
+        # homes already draining (none is dropped from the list before its copy is gone).
+        drained = [race.drain(r) for r in old.candidates or []]
         self.state.status = PlacementStatus(plan=None, candidates=drained)
         self.state.missing_since = None
         self.state.applied_generation.pop(winner, None)
         self.state.last_revision = max(self.state.last_revision, (old.plan.revision or 1) if old.plan else 1)
         return timedelta(0)
+
+    # -- Single moves (workflows/placement/move.py holds the rules) ------------------------------
+
+    async def _move(self, ref: ObjectRef, source: PlacementSource, spec: PlacementSpec) -> bool:
+        """The committed winner is healthy: move it when spec.placement no longer matches it. Returns
+        whether a move is under way (it is looked at on the race's poll)."""
+        status = self.state.status
+        plan = status.plan
+        assert plan is not None and plan.winner
+        winner = plan.winner
+        registrations = [Registration(name=r.name, uid=r.uid, labels=r.labels, ready=r.ready)
+                         for r in source.registrations]
+        matches = match_clusters(spec, registrations)
+        if matches.held is not None:
+            self._say_once(matches.held.reason, matches.held.message + f"; {winner} keeps serving")
+            return move.moving(status)
+        if winner in matches.names():
+            return await self._cancel_move(ref, winner)
+        if plan.single_move is None:
+            plan.single_move = PlacementSingleMoveStatus()
+            self._notes.append(EventNote(reason="PlacementMoveStarted", message=(
+                f"{winner} no longer matches spec.placement: a replacement home is probed one at a time "
+                f"while {winner} keeps serving")))
+            await self._persist(ref, force=True)
+        assert plan.single_move is not None
+        live = move.probes(status)
+        admitted, urls = set(), {}
+        for cluster in live:
+            if self.state.applied_generation.get(cluster) != source.generation:
+                await self._apply(ref, source, cluster)
+            seen = await self._observe(ref, source, cluster)
+            if seen.admitted:
+                admitted.add(cluster)
+                row = race.row(status, cluster)
+                if row is not None:
+                    row.phase = CandidatePlacementPhase.ADMITTED
+                if seen.url:
+                    urls[cluster] = seen.url
+        selected = plan.single_move.selected
+        if selected is not None and selected not in live:
+            selected = plan.single_move.selected = None  # withdrawn meanwhile: nominate again
+        if selected is None and (selected := move.first_selected(live, admitted)) is not None:
+            plan.single_move.selected = selected
+            for other in [c for c in live if c != selected]:
+                self._withdraw_probe(other, f"lost to {selected}, admitted first")
+            self.state.why[selected] = "admitted as the replacement: takes over once it serves"
+            self._notes.append(EventNote(reason="PlacementReplacementSelected", message=(
+                f"{selected} admitted the derived service; it takes over from {winner} once it serves")))
+            await self._persist(ref, force=True)  # before any other probe is deleted
+        if selected is not None:
+            url = urls.get(selected)
+            if url is None:
+                return True
+            await self._hand_over(ref, winner, selected, url)
+            return True
+        timeout = parse_duration(spec.replacement_timeout) if spec.replacement_timeout else None
+        now = workflow.now()
+        for cluster in live:
+            row = race.row(status, cluster)
+            if row is not None and move.expired(row, timeout, now):
+                self._withdraw_probe(cluster, f"not admitted within replacementTimeout {spec.replacement_timeout}")
+                self._notes.append(EventNote(type="Warning", reason="PlacementProbeRotated", message=(
+                    f"{cluster} did not admit the derived service within replacementTimeout "
+                    f"{spec.replacement_timeout}: withdrawn, the next candidate is probed")))
+        ready = [c.cluster for c in matches.race_order()]
+        name, reason = move.nominate(ready, winner, plan.single_move.cursor, status)
+        if name is None:
+            waiting = [c for c in ready if c != winner and race.row(status, c) is None]
+            for cluster in waiting:
+                self.state.why[cluster] = f"{reason}: a move holds one extra copy at a time, this one waits its turn"
+            if reason == "NoReplacementCandidate":
+                self._say_once(reason, f"{winner} no longer matches spec.placement and no other Ready "
+                                       f"WorkloadCluster does: {winner} keeps serving")
+            await self._persist(ref)
+            return True
+        candidate = next(c for c in matches.race_order() if c.cluster == name)
+        allocation = candidate.allocation_status()
+        allocation.race_candidate, allocation.replacement_started_at = True, now
+        status.candidates = [*(status.candidates or []), CandidatePlacement(
+            cluster=name, phase=CandidatePlacementPhase.ADMITTING, allocation=allocation, observation_known=False)]
+        plan.single_move.cursor = name
+        self.state.why[name] = "probed as the replacement, waiting for its Kueue to admit"
+        self._notes.append(EventNote(reason="PlacementProbe", message=(
+            f"probing {name} as the replacement for {winner}"
+            + (f" (replacementTimeout {spec.replacement_timeout})" if timeout else " (kept until it admits)"))))
+        await self._persist(ref, force=True)  # the nomination before the member is written
+        await self._apply(ref, source, name)
+        return True
+
+    def _withdraw_probe(self, cluster: str, why: str) -> None:
+        status = self.state.status
+        status.candidates = [race.drain(r) if r.cluster == cluster else r for r in status.candidates or []]
+        self.state.why[cluster] = f"withdrawn: {why}"
+
+    def _say_once(self, reason: str, message: str) -> None:
+        """A Warning about a move that cannot go on while the winner keeps serving (not a hold: the
+        phase stays Placed), said once per distinct message."""
+        said = f"{reason}: {message}"
+        if self.state.move_note != said:
+            self.state.move_note = said
+            self._notes.append(EventNote(type="Warning", reason=reason, message=message))
+
+    async def _hand_over(self, ref: ObjectRef, old: str, new: str, url: str) -> None:
+        """The selected replacement serves: it becomes the winner, persisted before the old home's copy
+        is deleted (the drained row is removed by the next settle)."""
+        status = self.state.status
+        assert status.plan is not None and status.plan.single_move is not None
+        status.plan.winner = status.cluster = new
+        status.endpoint = url
+        rows = []
+        for row in status.candidates or []:
+            if row.cluster == old:
+                row = race.drain(row)
+            elif row.cluster == new:
+                row.phase, row.endpoint = CandidatePlacementPhase.PLACED, url
+                if row.allocation is not None:
+                    row.allocation.race_candidate, row.allocation.replacement_started_at = False, None
+            rows.append(row)
+        status.candidates = rows
+        self.state.why[new] = "took over as the winner: the replacement serves"
+        self.state.why[old] = f"moved away from: {new} serves now"
+        self._notes.append(EventNote(reason="PlacementMoved", message=(
+            f"{new} serves at {url}: it is the home now; the copy in {old} is withdrawn")))
+        await self._persist(ref, force=True)
+
+    async def _cancel_move(self, ref: ObjectRef, winner: str) -> bool:
+        """The winner matches (again): a move under way is called off, its probes withdrawn; the move's
+        record goes once no other copy is listed."""
+        status = self.state.status
+        assert status.plan is not None
+        if status.plan.single_move is None:
+            return False
+        live = move.probes(status)
+        for cluster in live:
+            self._withdraw_probe(cluster, f"the move was called off: {winner} matches spec.placement again")
+        if live:
+            self._notes.append(EventNote(reason="PlacementMoveCancelled", message=(
+                f"{winner} matches spec.placement again: the move is called off, probes in "
+                f"{', '.join(live)} withdrawn")))
+        if not move.others(status):
+            status.plan.single_move = None
+            self.state.move_note = None
+        await self._persist(ref)
+        return status.plan.single_move is not None
 
     async def _remove(self, ref: ObjectRef, source: PlacementSource, cluster: str, reason: str,
                       message: str) -> None:
