@@ -333,6 +333,45 @@ def test_a_source_deleted_while_its_home_is_down_stays_until_the_copy_is_withdra
     _wait("b Ready again", lambda: _registration_ready(kube_api, b.name), worker, 60)
 
 
+def test_a_single_move_rotates_a_probe_that_never_admits_and_hands_over_once_the_replacement_serves(
+        kube_api: client.ApiClient, fleet: Fleet) -> None:
+    """Placed in b; spec.placement is changed to exclude b (replacementTimeout 20s). a (no quota) is
+    probed first and never admits: withdrawn after the timeout; c (quota) is probed, admits, serves, and
+    takes over; only then is b's copy deleted."""
+    ns, worker = fleet.namespace, fleet.worker
+    a, b, c = (fleet.members[r] for r in "abc")
+    _quotas(fleet, a="0", b="4", c="4")
+    name = f"move-{uuid.uuid4().hex[:5]}"
+    _create(kube_api, fleet, name)
+    first = _wait("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
+                  worker, 180)
+    assert first["plan"]["winner"] == b.name
+    b_uid = (_derived(b, ns, name) or {})["metadata"]["uid"]
+
+    placement = {"policy": "ClusterAffinity", "mode": "Single", "replacementTimeout": "20s", "clusterAffinity": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [a.name, c.name]}]}]}
+    client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
+        GROUP, VERSION, ns, "inferenceservices", name, {"spec": {"placement": placement}})
+    _wait("a probed", lambda: _derived(a, ns, name), worker, 60)
+    probing = _placement(kube_api, ns, name)
+    assert probing["plan"]["winner"] == b.name and probing["plan"]["singleMove"]["cursor"] == a.name
+    assert _derived(c, ns, name) is None, "one extra copy at a time"
+    assert (_derived(b, ns, name) or {})["metadata"]["uid"] == b_uid, "b keeps serving during the move"
+
+    _wait("a withdrawn after replacementTimeout", lambda: _derived(a, ns, name) is None, worker, 120)
+    moved = _wait("moved to c", lambda: (p := _placement(kube_api, ns, name)).get("plan", {}).get("winner")
+                  == c.name and p, worker, 180)
+    assert moved["cluster"] == c.name
+    _wait("b's copy deleted after the handoff", lambda: _derived(b, ns, name) is None, worker, 120)
+    done = _wait("the move record cleared", lambda: "singleMove" not in (p := _placement(kube_api, ns, name))[
+        "plan"] and p, worker, 60)
+    assert [r["cluster"] for r in done["candidates"]] == [c.name] and done["phase"] == "Placed"
+    reasons = [r for _, r, _ in _events(kube_api, ns, name)]
+    for expected in ("PlacementMoveStarted", "PlacementProbe", "PlacementProbeRotated",
+                     "PlacementReplacementSelected", "PlacementMoved"):
+        assert expected in reasons, reasons
+
+
 def test_split_three_to_one_over_two_members_and_a_ceiling_that_holds_the_plan(
         kube_api: client.ApiClient, fleet: Fleet) -> None:
     ns, worker = fleet.namespace, fleet.worker
