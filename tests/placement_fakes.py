@@ -6,7 +6,13 @@ shows every behaviour here once against three real member clusters with the real
 
 Each member holds at most one derived service per source; `admit` says whether the member's Kueue
 admits it (a fake of "every component has an admitted Instance confirmed by live pods");
-`reachable` False makes every call answer Unreachable, as the real activities do.
+`reachable` False makes every call answer Unreachable, as the real activities do. A member's
+`derived` whose `origin` is not the source's uid is a same-named object someone else made
+(`foreign`): never written or deleted, NameInUse. A member dropped from `members` is deregistered
+(its WorkloadCluster deleted): RegistrationNotFound.
+
+tests/test_placement_conformance.py runs the same cases against these and against the real
+activities on a real member cluster (what it changed here is listed there).
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ class FakeMember:
     url: str | None = None
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     derived: dict[str, Any] | None = None
-    """The derived service's body as last applied (its metadata carries a uid of its own)."""
+    """The derived service as last applied: its own uid, its origin (the source uid of its
+    ome.io/placement-origin label), execution, queue, generation, floors."""
     applies: int = 0
     deletes: int = 0
 
@@ -72,11 +79,19 @@ class FakeFleet:
     def activities(self) -> list[Any]:
         fleet = self
 
-        def member_of(target: dict[str, Any]) -> FakeMember:
-            return fleet.members[target["cluster"]]
+        def member_of(target: dict[str, Any]) -> FakeMember | None:
+            return fleet.members.get(target["cluster"])
 
-        def unreachable(member: FakeMember) -> dict[str, Any]:
-            return {"reason": "Unreachable", "message": f"{member.name} cannot be reached: connection refused"}
+        def unavailable(member: FakeMember | None, cluster: str) -> dict[str, Any] | None:
+            """Why `cluster` cannot be talked to (as the real activities answer), None when it can."""
+            if member is None:
+                return {"reason": "RegistrationNotFound", "message": f"WorkloadCluster {cluster} does not exist"}
+            if not member.reachable:
+                return {"reason": "Unreachable", "message": f"{member.name} cannot be reached: connection refused"}
+            return None
+
+        def ours(member: FakeMember, target: dict[str, Any]) -> bool:
+            return member.derived is not None and member.derived.get("origin") == target["source_uid"]
 
         @activity.defn(name="placement.read_source")
         async def read_source(inp: dict[str, Any]) -> dict[str, Any] | None:
@@ -92,22 +107,33 @@ class FakeFleet:
 
         @activity.defn(name="placement.apply_member")
         async def apply_member(inp: dict[str, Any]) -> dict[str, Any]:
-            member = member_of(inp["target"])
-            if not member.reachable:
-                return {"done": False, **unreachable(member)}
+            target = inp["target"]
+            if fleet.gone:
+                return {"done": False, "reason": "SourceGone",
+                        "message": f"InferenceService {NAMESPACE}/{NAME} is gone; nothing was written"}
+            member = member_of(target)
+            why = unavailable(member, target["cluster"])
+            if member is None or why is not None:
+                return {"done": False, **(why or {})}
+            if member.derived is not None and not ours(member, target):
+                return {"done": False, "reason": "NameInUse", "message": (
+                    f"{member.name} already has InferenceService {target['namespace']}/{target['name']} not "
+                    "derived from this source; it is left alone")}
             member.applies += 1
             uid = (member.derived or {}).get("uid") or str(uuid.uuid4())
-            member.derived = {"uid": uid, "execution": inp["execution"], "queue": inp["queue"],
-                              "generation": fleet.generation, "floors": inp.get("replica_floors")}
+            member.derived = {"uid": uid, "origin": target["source_uid"], "execution": inp["execution"],
+                              "queue": inp["queue"], "generation": fleet.generation,
+                              "floors": inp.get("replica_floors")}
             fleet.log.append(f"apply {member.name}")
             return {"done": True}
 
         @activity.defn(name="placement.observe_member")
         async def observe_member(target: dict[str, Any]) -> dict[str, Any]:
             member = member_of(target)
-            if not member.reachable:
-                return {"reachable": False, **unreachable(member)}
-            if member.derived is None:
+            why = unavailable(member, target["cluster"])
+            if member is None or why is not None:
+                return {"reachable": False, **(why or {})}
+            if member.derived is None or not ours(member, target):
                 return {"reachable": True, "exists": False}
             # Kueue admits every Instance of the copy (its floor, or the source's minReplicas) or none.
             desired = (member.derived.get("floors") or {}).get("engine", fleet.min_replicas.get("engine", 1))
@@ -119,8 +145,12 @@ class FakeFleet:
         @activity.defn(name="placement.delete_member")
         async def delete_member(target: dict[str, Any]) -> dict[str, Any]:
             member = member_of(target)
-            if not member.reachable:
-                return {"done": False, **unreachable(member)}
+            why = unavailable(member, target["cluster"])
+            if member is None or why is not None:
+                return {"done": False, **(why or {})}
+            if member.derived is not None and not ours(member, target):
+                return {"done": True, "reason": "NameInUse", "message": (
+                    f"{member.name}'s {target['namespace']}/{target['name']} is not derived from this source: kept")}
             if member.derived is not None:
                 member.deletes += 1
                 member.derived = None

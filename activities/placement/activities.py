@@ -3,8 +3,10 @@ the control plane; write, read and delete the derived InferenceService in a memb
 
 A member is reached through the kubeconfig Secret its WorkloadCluster names, read here and turned
 into a client in memory (activities/workload_cluster/kubeconfig.py: inline credentials only, never
-on disk). A member that cannot be reached is an answer (MemberWrite / MemberObservation with a
-reason), not an exception: the race goes on with the other candidates, and the workflow looks again.
+on disk), kept for the worker's life while its WorkloadCluster and Secret are unchanged (clients.py:
+the WorkloadCluster is read on every call, the Secret at most every 30 s). A member that cannot be
+reached is an answer (MemberWrite / MemberObservation with a reason), not an exception: the race
+goes on with the other candidates, and the workflow looks again.
 
 The derived InferenceService is the source's spec without `placement`, the same name and namespace,
 labelled `ome.io/placement-origin=<source uid>` and annotated `ome.io/placement-execution` with the
@@ -26,6 +28,7 @@ from temporalio import activity
 from urllib3.exceptions import HTTPError
 
 from servingops.activities.custom_objects import CustomObjects
+from servingops.activities.placement.clients import MemberClients
 from servingops.activities.placement.member import MemberClient
 from servingops.activities.placement.types import (
     ApplyMemberInput,
@@ -38,8 +41,7 @@ from servingops.activities.placement.types import (
     SourceInput,
 )
 from servingops.activities.replica.kueue import ADMISSION_GATE, QUEUE_LABEL
-from servingops.activities.workload_cluster.kubeconfig import api_client
-from servingops.activities.workload_cluster.registration import RegistrationUnusable, member_access
+from servingops.activities.workload_cluster.registration import RegistrationUnusable, versioned_member_access
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.instance_columns import status_rows
@@ -69,12 +71,15 @@ def _cause(exc: BaseException) -> str:
 class PlacementActivities:
     """Bound to the control plane's ApiClient for the life of the worker."""
 
-    def __init__(self, api_client: client.ApiClient, controller_namespace: str) -> None:
+    def __init__(self, api_client: client.ApiClient, controller_namespace: str,
+                 clients: MemberClients | None = None) -> None:
         self.controller_namespace = controller_namespace
         """Where a kubeconfig secretRef without a namespace points (as for the health probe)."""
         self.custom = client.CustomObjectsApi(api_client)
         self.objects = CustomObjects(self.custom)
         self.core = client.CoreV1Api(api_client)
+        self.clients = clients if clients is not None else MemberClients()
+        """Member clients kept for the life of the worker (clients.py)."""
 
     def all(self) -> list[Any]:
         return [self.read_source, self.apply_member, self.observe_member, self.delete_member]
@@ -104,37 +109,50 @@ class PlacementActivities:
             finalizers=list(meta.get("finalizers") or []),
         )
 
-    def _member(self, cluster: str) -> client.ApiClient:
-        """A client for `cluster` from its WorkloadCluster's kubeconfig Secret (the same reading as
-        the health probe's: activities/workload_cluster/registration.py)."""
+    def _registration(self, cluster: str) -> dict[str, Any]:
+        """The WorkloadCluster, read on every call: a deregistration is seen at once."""
         try:
-            registration = cast(dict[str, Any], self.custom.get_cluster_custom_object(
+            return cast(dict[str, Any], self.custom.get_cluster_custom_object(
                 GROUP, VERSION, "workloadclusters", cluster, _request_timeout=30))
         except ApiException as exc:
             if exc.status == 404:
+                self.clients.drop(cluster)
                 raise MemberUnavailable("RegistrationNotFound", f"WorkloadCluster {cluster} does not exist") from None
             raise
+
+    @contextlib.contextmanager
+    def _member(self, cluster: str) -> Iterator[client.ApiClient]:
+        """A client for `cluster` from its WorkloadCluster's kubeconfig Secret (the same reading as
+        the health probe's: activities/workload_cluster/registration.py), kept between calls
+        (clients.py) while the registration and its Secret are unchanged."""
+        registration = self._registration(cluster)
+        meta = registration.get("metadata") or {}
+        spec = registration.get("spec") or {}
         try:
-            return api_client(member_access(self.core, registration.get("spec") or {}, self.controller_namespace))
+            with self.clients.lease(cluster, str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""),
+                                    lambda: versioned_member_access(self.core, spec, self.controller_namespace),
+                                    ) as api:
+                yield api
         except RegistrationUnusable as exc:
             raise MemberUnavailable(exc.reason.value, f"WorkloadCluster {cluster}: {exc.message}") from None
 
     @contextlib.contextmanager
     def _session(self, cluster: str) -> Iterator[MemberClient]:
-        api = self._member(cluster)
-        try:
-            yield MemberClient(api)
-        except ApiException as exc:
-            if exc.status in (401, 403):
-                raise MemberUnavailable("AccessRefused", f"{cluster} refused the placement identity "
-                                        f"({exc.status} {exc.reason})") from None
-            if exc.status is None or exc.status >= 500 or exc.status == 0:
-                raise MemberUnavailable("Unreachable", f"{cluster}: {exc.status} {exc.reason}") from None
-            raise
-        except (HTTPError, OSError) as exc:
-            raise MemberUnavailable("Unreachable", f"{cluster} cannot be reached: {_cause(exc)}") from None
-        finally:
-            api.close()  # type: ignore[no-untyped-call]
+        with self._member(cluster) as api:
+            try:
+                yield MemberClient(api)
+            except ApiException as exc:
+                if exc.status in (401, 403):
+                    self.clients.drop(cluster, api)  # credentials rotated: the next call reads the Secret again
+                    raise MemberUnavailable("AccessRefused", f"{cluster} refused the placement identity "
+                                            f"({exc.status} {exc.reason})") from None
+                if exc.status is None or exc.status >= 500 or exc.status == 0:
+                    self.clients.drop(cluster, api)
+                    raise MemberUnavailable("Unreachable", f"{cluster}: {exc.status} {exc.reason}") from None
+                raise
+            except (HTTPError, OSError) as exc:
+                self.clients.drop(cluster, api)  # a broken connection is not kept for the next call
+                raise MemberUnavailable("Unreachable", f"{cluster} cannot be reached: {_cause(exc)}") from None
 
     # -- a member -------------------------------------------------------------------------
 

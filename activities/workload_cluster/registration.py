@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
@@ -31,10 +32,25 @@ class RegistrationUnusable(Exception):
         self.message = message
 
 
+@dataclass(frozen=True)
+class VersionedAccess:
+    """An access and the resourceVersion of the Secret it was read from: a caller that keeps a
+    client (placement's per-worker cache) tells a rotated Secret from the one it built from."""
+
+    access: MemberAccess
+    secret_version: str
+
+
 def member_access(core: client.CoreV1Api, spec: dict[str, Any], controller_namespace: str) -> MemberAccess:
     """The access of the member `spec` registers. Raises RegistrationUnusable for what the
     registration itself gets wrong; an ApiException other than a missing Secret (a 403, a
     control-plane outage) is left to the caller, whose retry policy decides."""
+    return versioned_member_access(core, spec, controller_namespace).access
+
+
+def versioned_member_access(core: client.CoreV1Api, spec: dict[str, Any],
+                            controller_namespace: str) -> VersionedAccess:
+    """member_access, with the Secret's resourceVersion."""
     source = spec.get("clusterSource") or {}
     if source.get("clusterProfileRef") is not None:
         name = (source["clusterProfileRef"] or {}).get("name", "")
@@ -63,8 +79,10 @@ def member_access(core: client.CoreV1Api, spec: dict[str, Any], controller_names
         raise RegistrationUnusable(ConnectionReason.KUBECONFIG_INVALID,
                                    f"{where} key {location.key!r} is not UTF-8 text") from None
     try:
-        return parse_kubeconfig(text)
+        access = parse_kubeconfig(text)
     except KubeConfigError as exc:
         raise RegistrationUnusable(ConnectionReason.KUBECONFIG_INVALID, f"{where} key {location.key!r}: {exc}") \
             from None
+    return VersionedAccess(access=access, secret_version=str((secret.metadata.resource_version if secret.metadata
+                                                               else None) or ""))
 
