@@ -208,6 +208,11 @@ def test_the_second_listed_member_admits_first_and_wins(kube_api: client.ApiClie
     assert not client.CoreV1Api(kube_api).list_namespaced_pod(
         ns, label_selector=f"ome.io/inferencereplica={name}-engine").items
 
+    # Ready is placement serving readiness (seed 004), written by the placement workflow alone.
+    ready = _wait("the source Ready", lambda: [c for c in (_source(kube_api, ns, name).get("status") or {}).get(
+        "conditions") or [] if c["type"] == "Ready" and c["status"] == "True"], worker, 120)
+    assert ready[0]["reason"] == "PlacementServing" and ready[0]["message"].startswith(f"served from {b.name}")
+
     reasons = [reason for _, reason, _ in _events(kube_api, ns, name)]
     for expected in ("PlacementRacing", "PlacementWinner", "PlacementLoserRemoved", "Placed"):
         assert expected in reasons, reasons

@@ -75,6 +75,10 @@ async def test_the_first_member_in_race_order_to_admit_wins_and_only_then_losers
         assert placed["plan"]["id"] == racing["plan"]["id"] and placed["plan"]["revision"] == 1
         assert [(r["cluster"], r["phase"]) for r in placed["candidates"]] == [("gpu-b", "Placed")]
         assert placed["endpoint"] == placed["candidates"][0]["endpoint"] == "http://chat.gpu-b.example"
+        readiness = [c for w in fleet.writes for c in w.get("conditions") or [] if c["type"] == "Ready"]
+        assert (readiness[0]["status"], readiness[0]["reason"]) == ("False", "PlacementRacing")
+        assert (readiness[-1]["status"], readiness[-1]["reason"], readiness[-1]["message"]) == (
+            "True", "PlacementServing", "served from gpu-b at http://chat.gpu-b.example")
         # The commit landed before the loser was deleted; the winner was never deleted.
         commit = next(i for i, line in enumerate(fleet.log) if line.endswith("winner=gpu-b"))
         assert commit < fleet.log.index("delete gpu-a")

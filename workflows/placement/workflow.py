@@ -53,6 +53,7 @@ from servingops.workflows.entity import EntitySignals, EntityState
 from servingops.workflows.placement import move, race, spread
 from servingops.workflows.placement.allocation import Components, KeepLast, allocate
 from servingops.workflows.placement.matching import Candidate, Registration, match_clusters
+from servingops.workflows.placement.readiness import ready_condition
 from servingops.workflows.visibility import Visibility
 
 with workflow.unsafe.imports_passed_through():
@@ -80,7 +81,7 @@ with workflow.unsafe.imports_passed_through():
         PlacementSingleMoveStatus,
         PlacementStatus,
     )
-    from servingops.api_models.refs import ObjectRef
+    from servingops.api_models.refs import ConditionUpdate, ObjectRef
 
 PLACEMENT_QUEUE = "ome-placement"
 """The Kueue LocalQueue a derived service's pods name in every member (a component's own
@@ -135,6 +136,8 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         """status.placement as last written by this run (a write only when it moved)."""
         self._held_this_pass = False
         """Whether the pass under way held the service: a pass that did not clears `state.held`."""
+        self._written_ready: ConditionUpdate | None = None
+        """The Ready condition as last written by this run."""
 
 
     @workflow.run
@@ -707,13 +710,20 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
     # -- status ---------------------------------------------------------------------------------
 
     async def _persist(self, ref: ObjectRef, *, force: bool = False, clear: bool = False) -> None:
-        if not (force or self._notes or self._dirty()):
+        # Ready is this workflow's while the source is placed; a cleared placement hands it back to
+        # the InferenceService workflow (it renders the service here again).
+        ready = None
+        if not clear:
+            said, reason, message = ready_condition(self.state.status, self.state.held)
+            ready = ConditionUpdate(type="Ready", status=said, reason=reason, message=message)
+        if not (force or self._notes or self._dirty() or ready != self._written_ready):
             return
         body: dict[str, object] = {"placement": None if clear else self.state.status.to_api()}
-        self._written = self.state.status.to_api()
+        self._written, self._written_ready = self.state.status.to_api(), ready
         notes, self._notes = self._notes, []
         await workflow.execute_activity_method(
-            KubernetesActivities.patch_status, StatusPatch(ref=ref, status=body, events=notes), **options.KUBE)
+            KubernetesActivities.patch_status,
+            StatusPatch(ref=ref, status=body, conditions=[ready] if ready else [], events=notes), **options.KUBE)
 
     def _dirty(self) -> bool:
         return self._written != self.state.status.to_api()

@@ -136,6 +136,8 @@ class InferenceServiceWorkflow:
         """When the current wait for components to serve began (paces the readiness poll)."""
         self._refusal: Refusal | None = None
         self._held: ServingHold | None = None
+        self._placed = False
+        """The source has spec.placement: its Ready condition is the placement workflow's."""
         """The spec serves by reference and its model / runtime cannot serve it yet: what serves keeps
         serving, nothing new is rendered, and the service is observed again (not refused)."""
         self._held_since: datetime | None = None
@@ -324,6 +326,9 @@ class InferenceServiceWorkflow:
         state = self._state
         state.generation = observation.generation
         state.annotations = dict(observation.annotations)
+        if observation.placed != self._placed:
+            self._placed = observation.placed
+            self._dirty = True
         if self._refusal is not None:
             if self._refusal.generation == observation.generation:
                 return  # the refused spec has not changed: wait for the next generation
@@ -755,6 +760,10 @@ class InferenceServiceWorkflow:
         body = status.service_status(ref.name, self._state, workflow.now())
         mounted, skipped = self._overlays
         conditions = status.conditions(self._state, self._refusal, self._held)
+        if self._placed:
+            # Seed 004: Ready on a control-plane source is placement serving readiness (written by the
+            # placement workflow); the components' aggregate here would say "not ready" for ever.
+            conditions = [c for c in conditions if c.type != "Ready"]
         if mounted or skipped:
             body["mountedOverlays"] = mounted or None
             conditions.append(status.overlays_condition(mounted, skipped))
