@@ -521,6 +521,52 @@ def _yaml_docs(paths: Iterable[Path]) -> Iterator[dict[str, Any]]:
                     yield doc
 
 
+def _etcd_client_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+def _etcd_argv(binary: str, data_dir: Path, client_url: str) -> list[str]:
+    peer_url = f"http://127.0.0.1:{free_port()}"
+    return [
+        binary,
+        "--name=local",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={client_url}",
+        f"--advertise-client-urls={client_url}",
+        f"--listen-peer-urls={peer_url}",
+        f"--initial-advertise-peer-urls={peer_url}",
+        f"--initial-cluster=local={peer_url}",
+        # A throwaway local store: skipping fsync makes every write (and test) faster.
+        "--unsafe-no-fsync",
+        # Room for big CRDs (Kueue's Workload schema is ~1.4 MB of YAML) plus managedFields.
+        "--max-request-bytes=8388608",
+        "--log-level=warn",
+    ]
+
+
+class SharedEtcd:
+    """One etcd that several LocalKubeClusters store in (each given `url` and an etcd_prefix of its
+    own): many small clusters side by side without an etcd process each."""
+
+    def __init__(self, workdir: Path, log_dir: Path) -> None:
+        self.workdir = Path(workdir)
+        self.log_dir = Path(log_dir)
+        self.url = _etcd_client_url()
+        self.process: ManagedProcess | None = None
+
+    def start(self, timeout: float = 60.0) -> SharedEtcd:
+        binary = ensure_binaries()["etcd"]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.process = ManagedProcess("etcd-shared", _etcd_argv(binary, self.workdir / "etcd", self.url),
+                                      self.log_dir).start()
+        self.process.wait_ready(lambda: http_ok(f"{self.url}/health"), timeout)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.stop()
+
+
 class LocalKubeCluster:
     """One local cluster; files (certs, etcd data, kubeconfig) under `workdir`, logs in `log_dir`."""
 
@@ -534,6 +580,9 @@ class LocalKubeCluster:
         install_upstream_crds: bool = True,
         node_monitor_grace_period: str | None = None,
         feature_gates: str | None = None,
+        etcd_url: str | None = None,
+        etcd_prefix: str | None = None,
+        controllers: bool = True,
     ) -> None:
         self.workdir = Path(workdir)
         self.log_dir = Path(log_dir)
@@ -546,6 +595,13 @@ class LocalKubeCluster:
         self.feature_gates = feature_gates
         """--feature-gates of kube-apiserver and kube-controller-manager (e.g.
         "MaxUnavailableStatefulSet=true" for bench/replica_scale.py); None sets none."""
+        self.etcd_url = etcd_url
+        """An etcd already running (SharedEtcd.url) to store in instead of one of this cluster's own;
+        with etcd_prefix (kube-apiserver's --etcd-prefix) so clusters sharing it never see each other."""
+        self.etcd_prefix = etcd_prefix
+        self.controllers = controllers
+        """False: etcd and kube-apiserver only (no controller-manager, scheduler, kwok nor nodes), for
+        a cluster whose objects nobody turns into pods (bench/placement_race.py's lean members)."""
         self.pki = self.workdir / "pki"
         self.kubeconfig_path = self.workdir / "kubeconfig"
         self._processes: list[ManagedProcess] = []
@@ -580,12 +636,14 @@ class LocalKubeCluster:
         self._client = self.api_client()
         try:
             self._start_etcd_and_apiserver(binaries, timeout)
-            self._start_controllers(binaries)
-            self._create_nodes()
+            if self.controllers:
+                self._start_controllers(binaries)
+                self._create_nodes()
             if self.install_upstream_crds:
                 self.apply_crds(upstream_crd_dirs())
-            self._wait("nodes Ready", self._nodes_ready, timeout)
-            self._wait("default ServiceAccount", self._default_service_account, timeout)
+            if self.controllers:
+                self._wait("nodes Ready", self._nodes_ready, timeout)
+                self._wait("default ServiceAccount", self._default_service_account, timeout)
         except BaseException:
             self.stop()
             raise
@@ -607,29 +665,18 @@ class LocalKubeCluster:
         return proc
 
     def _start_etcd_and_apiserver(self, binaries: dict[str, str], timeout: float) -> None:
-        client_port, peer_port = free_port(), free_port()
-        client_url, peer_url = f"http://127.0.0.1:{client_port}", f"http://127.0.0.1:{peer_port}"
-        etcd = self._spawn("etcd", [
-            binaries["etcd"],
-            "--name=local",
-            f"--data-dir={self.workdir / 'etcd'}",
-            f"--listen-client-urls={client_url}",
-            f"--advertise-client-urls={client_url}",
-            f"--listen-peer-urls={peer_url}",
-            f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=local={peer_url}",
-            # A throwaway local store: skipping fsync makes every write (and test) faster.
-            "--unsafe-no-fsync",
-            # Room for big CRDs (Kueue's Workload schema is ~1.4 MB of YAML) plus managedFields.
-            "--max-request-bytes=8388608",
-            "--log-level=warn",
-        ])
-        etcd.wait_ready(lambda: http_ok(f"{client_url}/health"), timeout)
+        if self.etcd_url is None:
+            client_url = _etcd_client_url()
+            etcd = self._spawn("etcd", _etcd_argv(binaries["etcd"], self.workdir / "etcd", client_url))
+            etcd.wait_ready(lambda: http_ok(f"{client_url}/health"), timeout)
+        else:
+            client_url = self.etcd_url
 
         pki = self.pki
         apiserver = self._spawn("kube-apiserver", [
             binaries["kube-apiserver"],
             f"--etcd-servers={client_url}",
+            *([f"--etcd-prefix={self.etcd_prefix}"] if self.etcd_prefix else []),
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
             f"--secure-port={self.api_port}",

@@ -7,7 +7,8 @@ it rotates itself. Here:
 - the serving certificate (SAN 127.0.0.1) is signed by the local cluster's own CA, and Kueue's
   internal certificate management is off;
 - the Mutating/ValidatingWebhookConfigurations are Kueue's own (config/components/webhook in its
-  module): the webhooks of Kueue's API group and of Pods (the only integration enabled, `pod`),
+  module): the webhooks of Kueue's API group and of Pods (the `pod` integration; KueueProcess's
+  `frameworks` may add `batch/job` and its Job webhooks, for MultiKueue in bench/placement_race.py),
   each `clientConfig` pointing at `https://127.0.0.1:<port><path>` instead of the Service;
 - the Pod webhooks and `managedJobsNamespaceSelector` only select namespaces labelled
   MANAGED_LABEL=true, so pods of every other test are never gated nor even sent to Kueue;
@@ -30,6 +31,7 @@ import logging
 import ssl
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,9 @@ gated until admitted); no other namespace is."""
 MUTATING = "servingops-kueue-mutating"
 VALIDATING = "servingops-kueue-validating"
 METRICS_CERT_DIR = Path("/etc/kueue/metrics/certs")
+DEFAULT_FRAMEWORKS = ("pod",)
+"""The integrations enabled unless a caller names others (bench/placement_race.py adds "batch/job",
+the Jobs MultiKueue dispatches)."""
 STARTED_LOG = '"Starting workers"'
 """controller-runtime logs this once per controller when it runs (here: pods, workloads, queues)."""
 
@@ -140,21 +145,31 @@ def _pods(webhook: dict[str, Any]) -> bool:
                for rule in webhook.get("rules") or [])
 
 
-def webhook_configurations(manifests: Path, port: int, ca_pem: bytes) -> list[dict[str, Any]]:
-    """Kueue's own Mutating and ValidatingWebhookConfigurations, kept to its API group's webhooks and the
-    Pod ones, calling 127.0.0.1:<port> with our CA; the Pod webhooks only for MANAGED_LABEL namespaces."""
+def _jobs(webhook: dict[str, Any]) -> bool:
+    return any("jobs" in (rule.get("resources") or []) and "batch" in (rule.get("apiGroups") or [])
+               for rule in webhook.get("rules") or [])
+
+
+def webhook_configurations(manifests: Path, port: int, ca_pem: bytes,
+                           frameworks: Sequence[str] = DEFAULT_FRAMEWORKS) -> list[dict[str, Any]]:
+    """Kueue's own Mutating and ValidatingWebhookConfigurations, kept to its API group's webhooks and
+    those of the integrations in `frameworks` ("pod", "batch/job"), calling 127.0.0.1:<port> with our
+    CA; the Pod and Job webhooks only for MANAGED_LABEL namespaces."""
     bundle = base64.b64encode(ca_pem).decode()
+    framework_of = {"pod": _pods, "batch/job": _jobs}
+    wanted = [framework_of[f] for f in frameworks if f in framework_of]
     out = []
     for doc in yaml.safe_load_all(manifests.read_text()):
         if not doc or doc.get("kind") not in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
             continue
         kept = []
         for webhook in doc.get("webhooks") or []:
-            if not (_kueue_group(webhook) or _pods(webhook)):
+            integration = any(kind(webhook) for kind in wanted)
+            if not (_kueue_group(webhook) or integration):
                 continue
             path = webhook["clientConfig"]["service"]["path"]
             webhook = {**webhook, "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}}
-            if _pods(webhook):
+            if integration:
                 webhook["namespaceSelector"] = {"matchLabels": {MANAGED_LABEL: "true"}}
             kept.append(webhook)
         name = MUTATING if doc["kind"] == "MutatingWebhookConfiguration" else VALIDATING
@@ -171,7 +186,8 @@ def _unregister(api: client.ApiClient) -> None:
         admission.delete_validating_webhook_configuration(VALIDATING)
 
 
-def configuration(webhook_port: int, cert_dir: Path) -> dict[str, Any]:
+def configuration(webhook_port: int, cert_dir: Path,
+                  frameworks: Sequence[str] = DEFAULT_FRAMEWORKS) -> dict[str, Any]:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2) for the local stack."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -183,7 +199,7 @@ def configuration(webhook_port: int, cert_dir: Path) -> dict[str, Any]:
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "managedJobsNamespaceSelector": {"matchLabels": {MANAGED_LABEL: "true"}},
-        "integrations": {"frameworks": ["pod"]},
+        "integrations": {"frameworks": list(frameworks)},
         "clientConnection": {"qps": 50, "burst": 100},
     }
 
@@ -232,8 +248,10 @@ def _webhook_answers(port: int, ca_pem: bytes) -> bool:
 class KueueProcess:
     """The Kueue controller against `cluster`, files under `workdir`, its log in `log_dir/kueue.log`."""
 
-    def __init__(self, cluster: LocalKubeCluster, workdir: Path, log_dir: Path) -> None:
+    def __init__(self, cluster: LocalKubeCluster, workdir: Path, log_dir: Path, *,
+                 frameworks: Sequence[str] = DEFAULT_FRAMEWORKS) -> None:
         self.cluster = cluster
+        self.frameworks = tuple(frameworks)
         self.workdir = Path(workdir)
         self.log_dir = Path(log_dir)
         self.port = free_port()
@@ -248,7 +266,7 @@ class KueueProcess:
             ensure_metrics_cert(self.cluster)
             self.cert = write_serving_cert(self.cluster, self.workdir / "webhook-certs")
             config_file = self.workdir / "kueue-config.yaml"
-            config_file.write_text(yaml.safe_dump(configuration(self.port, self.cert.directory)))
+            config_file.write_text(yaml.safe_dump(configuration(self.port, self.cert.directory, self.frameworks)))
             kubeconfig = identities.write_kubeconfig(self.workdir / "kueue.kubeconfig", self.cluster,
                                                      SERVICE_ACCOUNT, token, NAMESPACE)
             self.process = ManagedProcess(
@@ -259,7 +277,7 @@ class KueueProcess:
             self.process.wait_ready(lambda: _webhook_answers(self.port, self.cert.ca_pem)  # type: ignore[union-attr]
                                     and STARTED_LOG in self._log(), timeout)
             apply_objects(api, webhook_configurations(module_dir() / "config/components/webhook/manifests.yaml",
-                                                      self.port, self.cert.ca_pem))
+                                                      self.port, self.cert.ca_pem, self.frameworks))
         except BaseException:
             self.stop()
             raise

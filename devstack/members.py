@@ -16,6 +16,12 @@ clusterAffinity to match.
 The members share the control plane's Temporal server (each worker on a task queue of its own),
 registry and Hub, which a real fleet would not; nothing a member's worker does reaches another
 cluster's apiserver.
+
+A *lean* member (`servingops=False, controllers=False`, optionally `etcd_url` of a SharedEtcd) is
+an apiserver, its CRDs (ours and Kueue's), the chart's identities (no workloads) and Kueue, nothing
+else: it takes the placement-member identity's writes and Kueue's decisions, but nothing turns a
+derived InferenceService into an InferenceReplica or pods, so it never admits one. bench/placement_race.py
+uses such members as losers, for fleets bigger than full members fit on one machine.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import base64
 import contextlib
 import sys
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +39,8 @@ from kubernetes.client.exceptions import ApiException
 
 from devstack import identities
 from devstack.identities import Identities
-from devstack.kube import REPO_ROOT, LocalKubeCluster, apply_objects
-from devstack.kueue import KueueProcess, label_namespace
+from devstack.kube import REPO_ROOT, LocalKubeCluster, apply_objects, upstream_crd_dirs
+from devstack.kueue import DEFAULT_FRAMEWORKS, KueueProcess, label_namespace
 from devstack.process import ManagedProcess
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -63,13 +70,23 @@ class MemberCluster:
     the member's kube-apiserver.log or kueue.log does not mix with another cluster's)."""
 
     def __init__(self, name: str, workdir: Path, log_dir: Path, *, labels: dict[str, str] | None = None,
-                 cpu_quota: str = "4", nodes: int = 2) -> None:
+                 cpu_quota: str = "4", nodes: int = 2, servingops: bool = True, controllers: bool = True,
+                 etcd_url: str | None = None, kueue_frameworks: Sequence[str] = DEFAULT_FRAMEWORKS) -> None:
         self.name = name
         self.labels = dict(labels or {})
         self.cpu_quota = cpu_quota
         self.workdir = Path(workdir)
         self.log_dir = Path(log_dir) / name
-        self.cluster = LocalKubeCluster(self.workdir / "kube", self.log_dir, nodes=nodes)
+        self.servingops = servingops
+        """False: no worker nor bridge of its own (the derived services it is given stay objects)."""
+        self.kueue_frameworks = tuple(kueue_frameworks)
+        # A cluster sharing an etcd stores under a prefix of its own (names are unique in a fleet).
+        # Of the upstream CRDs a lean member gets Kueue's only: Gateway API's and KEDA's cost each
+        # apiserver memory and nothing in such a member uses them.
+        self.cluster = LocalKubeCluster(self.workdir / "kube", self.log_dir, nodes=nodes if controllers else 0,
+                                        controllers=controllers, etcd_url=etcd_url,
+                                        etcd_prefix=f"/registry-{name}" if etcd_url else None,
+                                        install_upstream_crds=controllers)
         self.kueue: KueueProcess | None = None
         self.identities: Identities | None = None
         self.worker: ManagedProcess | None = None
@@ -91,13 +108,21 @@ class MemberCluster:
         then the member's own worker and bridge."""
         try:
             self.cluster.start()
-            identities.install(self.cluster, identities.local_values(placementMember={"enabled": True}))
+            if not self.cluster.install_upstream_crds:
+                self.cluster.apply_crds([d for d in upstream_crd_dirs() if d.name == "kueue"])
+            values = identities.local_values(placementMember={"enabled": True})
+            if self.cluster.controllers:
+                identities.install(self.cluster, values)
+            else:  # nothing would run the chart's workloads: its ServiceAccounts and RBAC only
+                identities.apply_identities(self.api, identities.RELEASE, identities.NAMESPACE, values)
             self.cluster.apply_crds([PROJECT_CRDS])
-            self.kueue = KueueProcess(self.cluster, self.workdir / "kueue", self.log_dir).start()
+            self.kueue = KueueProcess(self.cluster, self.workdir / "kueue", self.log_dir,
+                                      frameworks=self.kueue_frameworks).start()
             apply_objects(self.api, [_kueue_doc("ResourceFlavor", FLAVOR, {}),
                                      _kueue_doc("ClusterQueue", CLUSTER_QUEUE, _quota_spec(self.cpu_quota))])
-            self.identities = identities.issue(self.cluster, self.workdir / "identities")
-            self._start_servingops(temporal_address, worker_env or {})
+            if self.servingops:
+                self.identities = identities.issue(self.cluster, self.workdir / "identities")
+                self._start_servingops(temporal_address, worker_env or {})
         except BaseException:
             self.stop()
             raise
