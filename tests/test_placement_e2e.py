@@ -422,6 +422,34 @@ def test_split_three_to_one_over_two_members_and_a_ceiling_that_holds_the_plan(
     assert (_derived(a, ns, name) or {})["spec"]["engine"]["minReplicas"] == 3
 
 
+def test_all_runs_the_full_policy_in_every_matching_member(kube_api: client.ApiClient, fleet: Fleet) -> None:
+    """Mode All: every matching member (a and b, not c) runs the source's whole policy (its minReplicas),
+    each admitted by its own Kueue; the source is Ready once both serve."""
+    ns, worker = fleet.namespace, fleet.worker
+    a, b, c = (fleet.members[r] for r in "abc")
+    _quotas(fleet, a="16", b="16", c="16")
+    name = f"all-{uuid.uuid4().hex[:5]}"
+    spec = _spec(fleet)
+    spec["placement"] = {**spec["placement"], "mode": "All"}
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec}
+    client.CustomObjectsApi(kube_api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", body)
+    placed = _wait("Placed in a and b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
+                   and p, worker, 240)
+    assert placed["plan"]["mode"] == "All" and placed["plan"]["assignedReplicas"] == 2
+    rows = {r["cluster"]: r for r in placed["candidates"]}
+    assert {n: (r["allocation"]["desiredReplicas"], r["admittedReplicas"]) for n, r in rows.items()} == {
+        a.name: (1, 1), b.name: (1, 1)}
+    for member in (a, b):
+        derived = _derived(member, ns, name)
+        assert derived is not None and derived["spec"]["engine"]["minReplicas"] == 1
+    assert _derived(c, ns, name) is None
+    ready = _wait("the source Ready", lambda: [cond for cond in (_source(kube_api, ns, name).get("status") or {}).get(
+        "conditions") or [] if cond["type"] == "Ready" and cond["status"] == "True"], worker, 120)
+    assert ready[0]["reason"] == "PlacementServing" and a.name in ready[0]["message"] and b.name in ready[0][
+        "message"]
+
+
 def test_no_matching_member_holds_with_a_reason_and_nothing_is_written(
         kube_api: client.ApiClient, fleet: Fleet) -> None:
     ns, worker = fleet.namespace, fleet.worker
