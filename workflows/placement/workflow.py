@@ -43,6 +43,7 @@ is applied to it in place.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 from pydantic import ValidationError
@@ -280,16 +281,12 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
     async def _race(self, ref: ObjectRef, source: PlacementSource) -> None:
         status = self.state.status
         names = race.racing(status)
-        for cluster in names:
-            if self.state.applied_generation.get(cluster) != source.generation:
-                await self._apply(ref, source, cluster)
-        admitted: set[str] = set()
-        for cluster in names:
-            if cluster not in self.state.applied_generation:
-                continue
-            seen = await self._observe(ref, source, cluster)
-            if seen.admitted:
-                admitted.add(cluster)
+        # Every member at once: a race's pass costs one member round trip, not one per candidate.
+        await asyncio.gather(*(self._apply(ref, source, cluster) for cluster in names
+                               if self.state.applied_generation.get(cluster) != source.generation))
+        looked = [cluster for cluster in names if cluster in self.state.applied_generation]
+        seen_all = await asyncio.gather(*(self._observe(ref, source, cluster) for cluster in looked))
+        admitted = {cluster for cluster, seen in zip(looked, seen_all, strict=True) if seen.admitted}
         winner = race.first_admitted(names, admitted)
         if winner is None or status.plan is None:
             return
@@ -317,11 +314,14 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         status = self.state.status
         assert status.plan is not None and status.plan.winner
         winner = status.plan.winner
-        for loser in race.losers(status):
-            await self._remove(ref, source, loser, "PlacementLoserRemoved", f"the race copy in {loser} was deleted")
-        for drained in [r.cluster or "" for r in status.candidates or [] if race.draining(r)]:
-            await self._remove(ref, source, drained, "PlacementHomeDrained",
-                               f"the copy in {drained}, a home the plan no longer holds, was deleted")
+        losers = race.losers(status)
+        removed = await asyncio.gather(*(self._remove(ref, source, loser) for loser in losers))
+        gone = [loser for loser, done in zip(losers, removed, strict=True) if done]
+        if gone:  # one Event for the pass, however many members raced
+            self._notes.append(EventNote(reason="PlacementLoserRemoved", message=(
+                f"the race {'copy' if len(gone) == 1 else 'copies'} in {', '.join(gone)} "
+                f"{'was' if len(gone) == 1 else 'were'} deleted")))
+        await self._remove_drained(ref, source)
         if self.state.applied_generation.get(winner) != source.generation:
             await self._apply(ref, source, winner)  # a spec change reaches the serving home
         seen = await self._observe(ref, source, winner)
@@ -517,21 +517,32 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         await self._persist(ref)
         return status.plan.single_move is not None
 
-    async def _remove(self, ref: ObjectRef, source: PlacementSource, cluster: str, reason: str,
-                      message: str) -> None:
-        status = self.state.status
+    async def _remove_drained(self, ref: ObjectRef, source: PlacementSource) -> None:
+        """Delete the copies of the homes a plan no longer holds (drained rows), all at once."""
+        drained = [r.cluster or "" for r in self.state.status.candidates or [] if race.draining(r)]
+        removed = await asyncio.gather(*(self._remove(ref, source, cluster) for cluster in drained))
+        for cluster in [c for c, done in zip(drained, removed, strict=True) if done]:
+            self._notes.append(EventNote(reason="PlacementHomeDrained", message=(
+                f"the copy in {cluster}, a home the plan no longer holds, was deleted")))
+
+    async def _remove(self, ref: ObjectRef, source: PlacementSource, cluster: str) -> bool:
+        """Delete the copy in `cluster` and drop its row; True when its copy is gone (the caller says so),
+        False when the member could not be written (said as member trouble, tried again next pass)."""
         result = await workflow.execute_activity_method(
             PlacementActivities.delete_member, self._target(ref, source, cluster), **options.MEMBER)
-        if result.done or result.reason == "RegistrationNotFound":
-            # A deregistered member cannot be reached any more: its row goes, said once.
-            status.candidates = [c for c in status.candidates or [] if c.cluster != cluster]
-            self.state.applied_generation.pop(cluster, None)
-            self.state.trouble.pop(cluster, None)
-            self._notes.append(EventNote(type="Normal" if result.done else "Warning",
-                                         reason=reason if result.done else "MemberRegistrationNotFound",
-                                         message=message if result.done else (result.message or cluster)))
-        else:
+        if not (result.done or result.reason == "RegistrationNotFound"):
             self._member_trouble(cluster, result)
+            return False
+        status = self.state.status
+        status.candidates = [c for c in status.candidates or [] if c.cluster != cluster]
+        self.state.applied_generation.pop(cluster, None)
+        self.state.trouble.pop(cluster, None)
+        if not result.done:
+            # A deregistered member cannot be reached any more: its row goes, said once.
+            self._notes.append(EventNote(type="Warning", reason="MemberRegistrationNotFound",
+                                         message=result.message or cluster))
+            return False
+        return True
 
     # -- All / Split ----------------------------------------------------------------------------
 
@@ -583,9 +594,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             if result_.done:
                 row.applied_plan_id, row.endpoint = None, None
                 self.state.applied_generation.pop(row.cluster or "", None)
-        for drained in [r.cluster or "" for r in status.candidates or [] if race.draining(r)]:
-            await self._remove(ref, source, drained, "PlacementHomeDrained",
-                               f"the copy in {drained}, a home the plan no longer holds, was deleted")
+        await self._remove_drained(ref, source)
         before = status.phase
         status.phase = spread.phase(status)
         if status.phase == "Placed" and before != "Placed":
@@ -661,16 +670,17 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         """Delete every derived copy this workflow knows of (the source is going or no longer placed);
         returns the members that could not be reached, whose rows stay (draining) to be tried again."""
         uid = source.uid if source is not None else (ref.uid or "")
+        clusters = [row.cluster or "" for row in self.state.status.candidates or []]
+        results = await asyncio.gather(*(workflow.execute_activity_method(
+            PlacementActivities.delete_member, MemberTarget(cluster=cluster, namespace=ref.namespace or "",
+                                                            name=ref.name, source_uid=uid), **options.MEMBER)
+            for cluster in clusters))
         left = []
-        for row in list(self.state.status.candidates or []):
-            target = MemberTarget(cluster=row.cluster or "", namespace=ref.namespace or "", name=ref.name,
-                                  source_uid=uid)
-            result = await workflow.execute_activity_method(PlacementActivities.delete_member, target,
-                                                            **options.MEMBER)
+        for cluster, result in zip(clusters, results, strict=True):
             # A deregistered member is given up: its WorkloadCluster's deletion is the operator's say-so.
             if not result.done and result.reason != "RegistrationNotFound":
-                self._member_trouble(row.cluster or "", result)
-                left.append(row.cluster or "")
+                self._member_trouble(cluster, result)
+                left.append(cluster)
         if left:
             self.state.status = PlacementStatus(candidates=[
                 race.drain(r) for r in self.state.status.candidates or [] if r.cluster in left])
