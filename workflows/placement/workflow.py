@@ -88,11 +88,11 @@ PLACEMENT_QUEUE = "ome-placement"
 """The Kueue LocalQueue a derived service's pods name in every member (a component's own
 kueue.x-k8s.io/queue-name label in the source wins)."""
 RACE_POLL = timedelta(seconds=2)
-"""How often a race looks at its candidates: admission is a member's decision no event here reports."""
 RACE_POLL_FIRST = timedelta(milliseconds=500)
 RACE_FIRST = timedelta(seconds=20)
-"""A race looks every 0.5 s for its first 20 s (a member with room admits within seconds, and the wait
-for the next look adds to apply -> Placed), then every 2 s (a race that waits for quota may wait long)."""
+"""A race looks every 0.5 s for its first 20 s (a member with room admits within seconds: the look
+after it is most of the time to Placed), then every 2 s (a race that waits for quota may wait long)."""
+"""How often a race looks at its candidates: admission is a member's decision no event here reports."""
 PLACED_POLL = timedelta(seconds=30)
 """How often a placed service looks at its winner (its endpoint, its counts)."""
 PENDING_POLL = timedelta(seconds=15)
