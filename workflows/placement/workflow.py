@@ -88,10 +88,6 @@ PLACEMENT_QUEUE = "ome-placement"
 """The Kueue LocalQueue a derived service's pods name in every member (a component's own
 kueue.x-k8s.io/queue-name label in the source wins)."""
 RACE_POLL = timedelta(seconds=2)
-RACE_POLL_FIRST = timedelta(milliseconds=500)
-RACE_FIRST = timedelta(seconds=20)
-"""A race looks every 0.5 s for its first 20 s (a member with room admits within seconds: the look
-after it is most of the time to Placed), then every 2 s (a race that waits for quota may wait long)."""
 """How often a race looks at its candidates: admission is a member's decision no event here reports."""
 PLACED_POLL = timedelta(seconds=30)
 """How often a placed service looks at its winner (its endpoint, its counts)."""
@@ -122,8 +118,6 @@ class PlacementState(EntityState):
     gone); unreachable is the winner row's observationFailingSince."""
     move_note: str | None = None
     """What was last said about a Single move that cannot go on (said once per distinct message)."""
-    race_started: datetime | None = None
-    """When the current race was persisted (its first seconds are looked at more often)."""
     last_revision: int = 0
     """The revision of the latest plan accepted for this source (0: none), so revisions only grow."""
     passes: int = 0
@@ -243,15 +237,10 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         if grace_left is None and status.plan is not None and status.plan.winner and not race.losers(status):
             moving = await self._move(ref, source, spec)
         self.state.status.phase = race.phase(self.state.status)
-        poll = PLACED_POLL if self.state.status.phase == "Placed" and not moving else self._race_poll()
+        poll = PLACED_POLL if self.state.status.phase == "Placed" and not moving else RACE_POLL
         if grace_left:
             poll = min(poll, max(grace_left, timedelta(seconds=1)))
         return poll
-
-    def _race_poll(self) -> timedelta:
-        started = self.state.race_started
-        early = started is not None and workflow.now() - started < RACE_FIRST
-        return RACE_POLL_FIRST if early else RACE_POLL
 
     def _match(self, spec: PlacementSpec, source: PlacementSource) -> list[Candidate]:
         registrations = [Registration(name=r.name, uid=r.uid, labels=r.labels, ready=r.ready)
@@ -279,7 +268,6 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
     async def _start_race(self, ref: ObjectRef, source: PlacementSource, candidates: list[Candidate]) -> None:
         draining = [r for r in self.state.status.candidates or [] if race.draining(r)]
         self.state.last_revision += 1
-        self.state.race_started = workflow.now()
         self.state.status = race.new_race(str(workflow.uuid4()), source.uid, source.generation, candidates,
                                           revision=self.state.last_revision, draining=draining)
         self.state.why.update({c.cluster: "fanned out, waiting for its Kueue to admit" for c in candidates})
