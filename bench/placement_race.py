@@ -69,7 +69,7 @@ from kubernetes.client.exceptions import ApiException
 
 from bench.goals import Goals
 from bench.replica_scale import proc_kb, ratio
-from bench.stack import Servers, admin_identities, start_servers
+from bench.stack import Servers, admin_identities, start_servers, wait_for
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster, SharedEtcd, apply_objects
 from devstack.kueue import NAMESPACE as KUEUE_NAMESPACE
@@ -186,17 +186,6 @@ class Fleet:
         return next(m for m in self.members if m.name == name)
 
 
-def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"{what}: not within {timeout:.0f} s (last: {value})")
-
-
 def service_body(name: str) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
             "metadata": {"name": name, "namespace": NAMESPACE},
@@ -220,7 +209,7 @@ def servingops_race(fleet: Fleet, settle: float, timeout: float) -> Race:
     before = snapshot(fleet.servers.cluster, fleet.members)
     began = time.monotonic()
     custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "inferenceservices", service_body(name))
-    placement = wait_for(f"InferenceService {name} Placed", lambda: placed(fleet.api, name), timeout)
+    placement = wait_for(f"InferenceService {name} Placed", lambda: placed(fleet.api, name), timeout, 0.1)
     seconds = time.monotonic() - began
     time.sleep(settle)
     writes = delta(snapshot(fleet.servers.cluster, fleet.members), before)
@@ -346,7 +335,7 @@ def multikueue_race(fleet: Fleet, settle: float, timeout: float) -> Race:
     began = time.monotonic()
     job = batch.create_namespaced_job(NAMESPACE, cast(Any, job_body(name)))
     uid = str(job.metadata.uid) if job.metadata else ""
-    workload = wait_for(f"Job {name}'s Workload admitted", lambda: admitted_workload(fleet.api, uid), timeout)
+    workload = wait_for(f"Job {name}'s Workload admitted", lambda: admitted_workload(fleet.api, uid), timeout, 0.1)
     seconds = time.monotonic() - began
     time.sleep(settle)
     writes = delta(snapshot(fleet.servers.cluster, fleet.members), before)

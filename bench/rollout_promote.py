@@ -35,7 +35,6 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -44,7 +43,7 @@ from kubernetes import client
 
 from bench import argo_rollouts, promote_timeline
 from bench.goals import Goals
-from bench.stack import admin_identities, start_servers
+from bench.stack import admin_identities, start_servers, wait_for
 from bench.watches import ObjectWatch
 from devstack.process import ManagedProcess, free_port
 from servingops.api_models import contract
@@ -90,19 +89,6 @@ def engine_state(obj: dict[str, Any]) -> tuple[str | None, int | None, bool, boo
     canary = engine.get("canary") or {}
     return (engine.get("rolloutPhase"), canary.get("currentStep"), bool(canary.get("canaryRevisionHash")),
             bool(canary.get("promotedThrough")))  # fmt: skip
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 0.05,
-             worker: ManagedProcess | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(interval)
-    tail = f"\nworker log:\n{worker.log_tail(40)}" if worker else ""
-    raise TimeoutError(f"{what} never happened (last: {value}){tail}")
 
 
 def percentile(values: list[float], q: float) -> float:

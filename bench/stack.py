@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -12,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from devstack.hub_server import HubServer
 from devstack.identities import Identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
+from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 
 
@@ -58,3 +62,18 @@ def admin_identities(cluster: LocalKubeCluster, api: client.ApiClient) -> Identi
         if exc.status != 409:
             raise
     return identities
+
+
+def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 0.05,
+             worker: ManagedProcess | None = None) -> Any:
+    """`probe()` once it is truthy, polled every `interval` s; a TimeoutError saying `what` (and the worker's
+    log tail, when given) past `timeout` s."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(interval)
+    tail = f"\nworker log:\n{worker.log_tail(40)}" if worker else ""
+    raise TimeoutError(f"{what}: not within {timeout:.0f} s (last: {value}){tail}")
