@@ -46,6 +46,7 @@ Exits 1 (bench/goals.py) when a race was not won by m01 or did not finish; nothi
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import contextlib
 import re
@@ -66,7 +67,9 @@ from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from temporalio.client import Client
 
+from bench import placement_timeline
 from bench.goals import Goals
 from bench.replica_scale import proc_kb, ratio
 from bench.stack import Servers, admin_identities, start_servers, wait_for
@@ -76,6 +79,11 @@ from devstack.kueue import NAMESPACE as KUEUE_NAMESPACE
 from devstack.kueue import KueueProcess, label_namespace
 from devstack.members import PLACEMENT_QUEUE, MemberCluster
 from devstack.process import ManagedProcess, ProcessFailed
+from servingops.api_models.contract import (
+    inference_service_workflow_id,
+    placement_workflow_id,
+    replica_workflow_id,
+)
 from tests.fixtures.bridge import BridgeLauncher
 from tests.test_model_import_e2e import start_worker
 
@@ -177,6 +185,8 @@ class Fleet:
     manager: KueueProcess | None = None
     multikueue_error: str | None = None
     """Why MultiKueue cannot race over this fleet (the error seen), or None."""
+    timeline_pending: bool = False
+    """Print the next servingops race's timeline (bench/placement_timeline.py), once per fleet size."""
 
     @property
     def api(self) -> client.ApiClient:
@@ -207,14 +217,42 @@ def servingops_race(fleet: Fleet, settle: float, timeout: float) -> Race:
     custom = client.CustomObjectsApi(fleet.api)
     name = f"race-{uuid.uuid4().hex[:6]}"
     before = snapshot(fleet.servers.cluster, fleet.members)
-    began = time.monotonic()
+    began, began_wall = time.monotonic(), time.time()
     custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "inferenceservices", service_body(name))
     placement = wait_for(f"InferenceService {name} Placed", lambda: placed(fleet.api, name), timeout, 0.1)
     seconds = time.monotonic() - began
+    if fleet.timeline_pending:
+        fleet.timeline_pending = False
+        print_race_timeline(fleet, name, str(placement.get("cluster")), began_wall, began_wall + seconds)
     time.sleep(settle)
     writes = delta(snapshot(fleet.servers.cluster, fleet.members), before)
     withdraw_service(fleet, name)
     return Race(seconds, str(placement.get("cluster")), writes)
+
+
+def print_race_timeline(fleet: Fleet, name: str, winner: str, began: float, placed_at: float) -> None:
+    """The race's PlacementWorkflow and the winner's InferenceService and InferenceReplica workflows, on
+    one clock from the create (they all run on the session's Temporal server)."""
+    source_uid = service(fleet.api, name)["metadata"]["uid"]
+    member = client.CustomObjectsApi(fleet.member(winner).api)
+    derived_uid = member.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "inferenceservices", name)[
+        "metadata"]["uid"]
+    replica = f"{name}-engine"
+    replica_uid = member.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "inferencereplicas", replica)[
+        "metadata"]["uid"]
+
+    async def fetch() -> list[placement_timeline.Line]:
+        temporal = await Client.connect(fleet.servers.temporal.address)
+        lines = []
+        for workflow_id, short in ((placement_workflow_id(NAMESPACE, name, source_uid), "placement"),
+                                   (inference_service_workflow_id(NAMESPACE, name, derived_uid), "member isvc"),
+                                   (replica_workflow_id(NAMESPACE, replica, replica_uid), "member rep")):
+            lines += await placement_timeline.workflow_lines(temporal, workflow_id, short)
+        return lines
+
+    print(f"  timeline of {name} (won by {winner}), seconds since its create; Placed seen at "
+          f"{placed_at - began:.3f} s:", flush=True)
+    placement_timeline.print_timeline(began, asyncio.run(fetch()), until=placed_at + 0.5)
 
 
 def gone(probe: Callable[[], object]) -> bool:
@@ -551,7 +589,8 @@ def idle_writes(fleet: Fleet, seconds: float) -> str:
             f"{total(members)} ({', '.join(f'{k} {v}' for k, v in members.most_common(4)) or 'none'})")
 
 
-def run_races(fleet: Fleet, races: int, settle: float, timeout: float, warm: bool) -> list[Summary]:
+def run_races(fleet: Fleet, races: int, settle: float, timeout: float, warm: bool,
+              timeline: bool = False) -> list[Summary]:
     ours, theirs = Summary("servingops", [], []), Summary("MultiKueue", [], [])
     if fleet.multikueue_error:
         theirs.errors.append(fleet.multikueue_error)
@@ -565,6 +604,7 @@ def run_races(fleet: Fleet, races: int, settle: float, timeout: float, warm: boo
                       "(not counted)", flush=True)
             except (TimeoutError, ApiException) as exc:
                 summary.errors.append(f"warm-up failed: {exc}")
+    fleet.timeline_pending = timeline
     for _ in range(races):
         for summary, race in ((ours, servingops_race), (theirs, multikueue_race)):
             if summary.errors:
@@ -623,7 +663,8 @@ def run(args: argparse.Namespace) -> None:
             for line in memory_lines(fleet, shared):
                 print(f"  memory: {line}", flush=True)
             print(f"  {idle_writes(fleet, args.settle + 5)}", flush=True)
-            summaries = run_races(fleet, args.races, args.settle, args.timeout, warm=index == 0)
+            summaries = run_races(fleet, args.races, args.settle, args.timeout, warm=index == 0,
+                                  timeline=args.timeline)
             print_size(fleet, summaries)
             all_summaries.append((size, summaries))
     for size, (ours, _theirs) in all_summaries:
@@ -645,6 +686,8 @@ def main() -> None:
                         help="seconds after the result before the write counters are read again")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds a race may take")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (the processes' logs)")
+    parser.add_argument("--timeline", action="store_true",
+                        help="print where the first timed servingops race of each size spent its time")
     args = parser.parse_args()
     if args.full_members < 2:
         parser.error("--full-members must be at least 2: the winner m01 is a full member")
