@@ -350,14 +350,20 @@ class Recorder:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        # One last sample of the state the block waited for: the end of a rollout can move between two
+        # polls and the block's exit (a loaded CI run once ended with the route at 100% unsampled).
+        self._sample()
+
+    def _sample(self) -> None:
+        try:
+            self.samples.append(Sample(self.isvc.weights(self.component), self.isvc.deployments(self.component),
+                                       self.isvc.pods(self.component)))
+        except ApiException:
+            pass
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            try:
-                self.samples.append(Sample(self.isvc.weights(self.component), self.isvc.deployments(self.component),
-                                           self.isvc.pods(self.component)))
-            except ApiException:
-                pass
+            self._sample()
             self._stop.wait(0.2)
 
     def distinct_routes(self) -> list[dict[str, int]]:
