@@ -127,6 +127,11 @@ class PlacementInput(StartObject):
     carried: PlacementState | None = None
 
 
+def _registrations(source: PlacementSource) -> list[Registration]:
+    """The WorkloadClusters of one read, as matching takes them."""
+    return [Registration(name=r.name, uid=r.uid, labels=r.labels, ready=r.ready) for r in source.registrations]
+
+
 @workflow.defn(name=WorkflowType.PLACEMENT)
 class PlacementWorkflow(EntitySignals[PlacementState]):
     def __init__(self) -> None:
@@ -139,7 +144,6 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         """Whether the pass under way held the service: a pass that did not clears `state.held`."""
         self._written_ready: ConditionUpdate | None = None
         """The Ready condition as last written by this run."""
-
 
     @workflow.run
     async def run(self, start: PlacementInput) -> None:
@@ -243,9 +247,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         return poll
 
     def _match(self, spec: PlacementSpec, source: PlacementSource) -> list[Candidate]:
-        registrations = [Registration(name=r.name, uid=r.uid, labels=r.labels, ready=r.ready)
-                         for r in source.registrations]
-        result = match_clusters(spec, registrations)
+        result = match_clusters(spec, _registrations(source))
         if result.held is not None:
             self._hold(result.held.reason, result.held.message)
             return []
@@ -382,9 +384,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         plan = status.plan
         assert plan is not None and plan.winner
         winner = plan.winner
-        registrations = [Registration(name=r.name, uid=r.uid, labels=r.labels, ready=r.ready)
-                         for r in source.registrations]
-        matches = match_clusters(spec, registrations)
+        matches = match_clusters(spec, _registrations(source))
         if matches.held is not None:
             self._say_once(matches.held.reason, matches.held.message + f"; {winner} keeps serving")
             return move.moving(status)
@@ -549,12 +549,10 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
     async def _spread(self, ref: ObjectRef, source: PlacementSource, spec: PlacementSpec) -> timedelta:
         """All / Split: accept a new plan when its inputs moved (persisted before any member write),
         then keep every home's copy at its floors, observe each, and delete what no home holds."""
-        registrations = [Registration(name=r.name, uid=r.uid, labels=r.labels, ready=r.ready)
-                         for r in source.registrations]
         # Allocated over every matching registration, Ready or not: a plan follows the fleet's labels and
         # weights, never a connection that flaps (a home that cannot be written keeps its share, said as
         # member trouble, until it answers again).
-        matches = match_clusters(spec, registrations)
+        matches = match_clusters(spec, _registrations(source))
         components = Components(
             engine_min_replicas=source.min_replicas.get("engine"), decoder="decoder" in source.components,
             router="router" in source.components, router_min_replicas=source.min_replicas.get("router"))
