@@ -21,6 +21,7 @@ from devstack.identities import Identities
 from devstack.kube import apply_objects
 from servingops.activities.placement.activities import PlacementActivities
 from servingops.activities.placement.clients import SECRET_RECHECK, MemberClients
+from servingops.activities.placement.member import MemberClient
 from servingops.activities.placement.types import ApplyMemberInput, MemberTarget, SourceInput
 from servingops.activities.workload_cluster.kubeconfig import MemberAccess, api_client
 from servingops.api_models.refs import ObjectRef
@@ -50,6 +51,31 @@ def test_a_member_without_a_registration_is_said_not_raised(kube_api: client.Api
     assert (seen.reachable, seen.reason) == (False, "RegistrationNotFound")
     deleted = ActivityEnvironment().run(activities.delete_member, target)
     assert (deleted.done, deleted.reason) == (False, "RegistrationNotFound")
+
+
+def test_a_request_the_member_refuses_is_an_answer_not_an_endless_retry(
+        kube_api: client.ApiClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member that answers 422 (its CRD or an admission webhook refuses the derived service) answers
+    Refused with the apiserver's message, which the workflow says on the source; before, the ApiException
+    escaped and the activity was retried for ever. The member's answer is faked here (unit of the mapping):
+    no real member of this suite refuses a valid service."""
+    activities = PlacementActivities(kube_api, "servingops-system")
+
+    @contextlib.contextmanager
+    def member(_cluster: str) -> Iterator[client.ApiClient]:
+        yield client.ApiClient()
+
+    def refuse(*_args: object) -> None:
+        raise ApiException(status=422, reason="Unprocessable Entity")
+
+    monkeypatch.setattr(activities, "_member", member)
+    monkeypatch.setattr(MemberClient, "service", refuse)
+    target = MemberTarget(cluster="m1", namespace="default", name="chat", source_uid=str(uuid.uuid4()))
+    deleted = ActivityEnvironment().run(activities.delete_member, target)
+    assert (deleted.done, deleted.reason) == (False, "Refused")
+    assert deleted.message == "m1 refused the request: 422 Unprocessable Entity"
+    seen = ActivityEnvironment().run(activities.observe_member, target)
+    assert (seen.reachable, seen.reason) == (False, "Refused")
 
 
 # -- the member client cache (activities/placement/clients.py) -----------------------------------------

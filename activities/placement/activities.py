@@ -63,6 +63,15 @@ class MemberUnavailable(Exception):
         self.message = message
 
 
+def _status_message(exc: ApiException) -> str:
+    """The apiserver's own reason for a refusal (its Status message), bounded; empty when absent."""
+    try:
+        message = json.loads(exc.body or "{}").get("message") or ""
+    except (ValueError, AttributeError):
+        message = ""
+    return f": {str(message)[:300]}" if message else ""
+
+
 def _cause(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:300]
@@ -149,7 +158,11 @@ class PlacementActivities:
                 if exc.status is None or exc.status >= 500 or exc.status == 0:
                     self.clients.drop(cluster, api)
                     raise MemberUnavailable("Unreachable", f"{cluster}: {exc.status} {exc.reason}") from None
-                raise
+                # Any other refusal (a 422 from the member's CRD or an admission webhook there, a 400, a
+                # 409) repeats itself on every retry: an answer the source is told about (Member
+                # Refused), tried again on the workflow's next pass, never an activity retried for ever.
+                raise MemberUnavailable("Refused", f"{cluster} refused the request: {exc.status} {exc.reason}"
+                                        f"{_status_message(exc)}") from None
             except (HTTPError, OSError) as exc:
                 self.clients.drop(cluster, api)  # a broken connection is not kept for the next call
                 raise MemberUnavailable("Unreachable", f"{cluster} cannot be reached: {_cause(exc)}") from None
