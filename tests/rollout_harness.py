@@ -21,6 +21,7 @@ from temporalio.worker import Worker
 from servingops.api_models import contract
 from servingops.api_models.contract import AnnotationEvent, ObjectEvent
 from servingops.api_models.ome.enums import ComponentType
+from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.rollout import WORKFLOWS
 from servingops.workflows.rollout.models import RolloutSettings
 from servingops.workflows.rollout.service_workflow import ServiceInput
@@ -93,7 +94,8 @@ async def served(env: WorkflowEnvironment, *, desired: dict[ComponentType, tuple
     cluster.spec_rollout = rollout
     cluster.unservable.update(unservable or {})
     queue = f"rollout-{uuid.uuid4().hex[:8]}"
-    async with Worker(env.client, task_queue=queue, workflows=list(WORKFLOWS), activities=cluster.activities()):
+    async with Worker(env.client, task_queue=queue, workflows=list(WORKFLOWS), activities=cluster.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await env.client.start_workflow(
             "InferenceServiceWorkflow",
             ServiceInput(ref=cluster.ref, settings=settings or RolloutSettings()),

@@ -24,6 +24,7 @@ from servingops.activities.serving.types import ObserveInput, ServiceObservation
 from servingops.api_models import contract
 from servingops.api_models.ome.autoscaling import ComponentAutoscaler
 from servingops.api_models.ome.enums import ComponentType
+from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.rollout import WORKFLOWS
 from servingops.workflows.rollout.models import RolloutSettings
 from servingops.workflows.rollout.service_workflow import ServiceInput
@@ -83,7 +84,8 @@ async def native_service(native: set[ComponentType], blocks: dict[ComponentType,
         cluster.set_desired(component, "a", 2)
     queue = f"autoscale-{uuid.uuid4().hex[:8]}"
     try:
-        async with Worker(env.client, task_queue=queue, workflows=list(WORKFLOWS), activities=cluster.activities()):
+        async with Worker(env.client, task_queue=queue, workflows=list(WORKFLOWS), activities=cluster.activities(),
+                          workflow_runner=workflow_runner()):
             handle = await env.client.start_workflow(
                 "InferenceServiceWorkflow", ServiceInput(ref=cluster.ref, settings=RolloutSettings()),
                 id=contract.inference_service_workflow_id(NAMESPACE, NAME, cluster.uid), task_queue=queue)

@@ -22,6 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
+from servingops.workers.sandbox import workflow_runner
 from tests.histories.basemodel_fakes import ARTIFACT, FakeBaseModelWorld
 from tests.histories.model_fakes import REGISTRY, sha
 from tests.histories.record import start_env
@@ -53,7 +54,8 @@ async def served(env: WorkflowEnvironment, world: FakeBaseModelWorld) -> AsyncIt
     world.task_queue = f"basemodel-{uuid.uuid4().hex[:8]}"
     scope = world.namespace if world.kind == "BaseModel" else "_cluster"
     async with Worker(env.client, task_queue=world.task_queue, workflows=list(registry_workflows()),
-                      activities=world.activities()):
+                      activities=world.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await env.client.start_workflow(
             "BaseModelWorkflow", {"ref": world.ref}, id=f"basemodel/{scope}/{world.name}/{world.uid}",
             task_queue=world.task_queue)

@@ -25,6 +25,7 @@ from servingops.activities.migration.types import LedgerWrite
 from servingops.api_models.ome.migration import MigrationStatus
 from servingops.api_models.refs import ObjectRef
 from servingops.workers.registry import workflows
+from servingops.workers.sandbox import workflow_runner
 from tests.crd_helpers import new_namespace
 from tests.fixtures.kube import api_as
 from tests.test_replay import HISTORIES, load
@@ -155,6 +156,7 @@ async def test_histories_from_before_the_ledger_need_its_patch(scenario: str, mo
     (`migration-ledger` taken), they schedule an activity the history does not have."""
     real = workflow.patched
     monkeypatch.setattr(workflow, "patched", lambda patch_id: patch_id == "migration-ledger" or real(patch_id))
-    replayer = Replayer(workflows=list(workflows()), data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=list(workflows()), data_converter=pydantic_data_converter,
+                        workflow_runner=workflow_runner())
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(load(HISTORIES / "InferenceReplicaWorkflow" / f"{scenario}.json"))

@@ -28,6 +28,7 @@ from servingops.api_models.contract.migration import MigrationView
 from servingops.api_models.ome.migration import MigrationHistoryEntry
 from servingops.api_models.operator_config import LifecycleDefaults
 from servingops.api_models.refs import ObjectRef
+from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.migration import history
 from servingops.workflows.migration.workflow import MigrationWorkflow
 from servingops.workflows.replica.workflow import InferenceReplicaWorkflow, ReplicaRun
@@ -126,7 +127,8 @@ async def stack(env: WorkflowEnvironment, *, replicas: int = 3, nodes: list[str]
     queue = f"migration-{uuid.uuid4().hex[:8]}"
     async with Worker(env.client, task_queue=queue, workflows=[InferenceReplicaWorkflow, MigrationWorkflow,
                                                                  HistoryKeeper],
-                      activities=[*cluster.activities(), *cluster.migration_activities()]):
+                      activities=[*cluster.activities(), *cluster.migration_activities()],
+                      workflow_runner=workflow_runner()):
         handle = await env.client.start_workflow(
             InferenceReplicaWorkflow.run, ReplicaRun(ref=cluster.ref),
             id=contract.replica_workflow_id(NAMESPACE, NAME, cluster.uid), task_queue=queue)

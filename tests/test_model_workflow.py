@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
+from servingops.workers.sandbox import workflow_runner
 from tests.histories.model_fakes import FakeModelWorld, sha
 from tests.histories.record import start_env
 from tests.rollout_fakes import until
@@ -39,7 +40,8 @@ async def served(env: WorkflowEnvironment, world: FakeModelWorld) -> AsyncIterat
     ref = {"group": "ai.deckhouse.io", "version": "v1alpha1", "plural": "models", "kind": "Model",
            "name": world.name, "namespace": world.namespace, "uid": world.uid}
     async with Worker(env.client, task_queue=world.task_queue, workflows=list(registry_workflows()),
-                      activities=world.activities()):
+                      activities=world.activities(),
+                      workflow_runner=workflow_runner()):
         yield await env.client.start_workflow(
             "ModelWorkflow", {"ref": ref}, id=f"model/{world.namespace}/{world.name}/{world.uid}",
             task_queue=world.task_queue)

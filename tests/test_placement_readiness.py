@@ -20,7 +20,9 @@ def _row(cluster: str, *, placed: bool, ready: int, desired: int = 1, probe: boo
 
 
 def _said(status: PlacementStatus, held: str | None = None) -> tuple[str, str, str]:
-    return ready_condition(status, held)
+    ready = ready_condition(status, held)
+    assert ready.type == "Ready"
+    return ready.status, ready.reason or "", ready.message or ""
 
 
 def test_single() -> None:

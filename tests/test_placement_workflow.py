@@ -18,6 +18,7 @@ from temporalio.worker import Worker
 
 from servingops.api_models import contract
 from servingops.workers.registry import workflows as registry_workflows
+from servingops.workers.sandbox import workflow_runner
 from tests.placement_fakes import FakeFleet, single, split, three_members
 from tests.rollout_fakes import until
 from tests.rollout_harness import start_env
@@ -34,7 +35,8 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
 async def placing(env: WorkflowEnvironment, fleet: FakeFleet) -> AsyncIterator[WorkflowHandle[Any, Any]]:
     queue = f"placement-{uuid.uuid4().hex[:8]}"
     async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
-                      activities=fleet.activities()):
+                      activities=fleet.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await env.client.start_workflow(
             contract.WorkflowType.PLACEMENT.value, {"ref": fleet.ref()},
             id=contract.placement_workflow_id("team-a", "chat", fleet.source_uid), task_queue=queue)

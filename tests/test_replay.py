@@ -28,6 +28,7 @@ from temporalio.worker import (
 from temporalio.workflow import NondeterminismError
 
 from servingops.workers.registry import workflows
+from servingops.workers.sandbox import workflow_runner
 
 HISTORIES = Path(__file__).parent / "histories"
 STORED = sorted(HISTORIES.glob("*/*.json"))
@@ -74,7 +75,8 @@ async def replay_comparing_activities(history: WorkflowHistory) -> None:
     the code scheduled to those the history records, in order (the code may go on past the end)."""
     SCHEDULED.clear()
     replayer = Replayer(workflows=list(workflows()), data_converter=pydantic_data_converter,
-                        interceptors=[ActivityTypes()])
+                        interceptors=[ActivityTypes()],
+                        workflow_runner=workflow_runner())
     await replayer.replay_workflow(history)
     recorded = history_activity_types(history)
     assert SCHEDULED[:len(recorded)] == recorded, "the replayed code scheduled other activities than the history"
@@ -113,7 +115,8 @@ async def test_histories_before_the_patches_need_them(scenario: str, monkeypatch
     did) the InferenceService workflow cannot replay a history recorded before them: the patches
     are what keeps those runs alive."""
     monkeypatch.setattr(workflow, "patched", lambda patch_id: True)
-    replayer = Replayer(workflows=list(workflows()), data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=list(workflows()), data_converter=pydantic_data_converter,
+                        workflow_runner=workflow_runner())
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(load(HISTORIES / "InferenceServiceWorkflow" / f"{scenario}.json"))
 

@@ -26,6 +26,7 @@ from servingops.activities.kubernetes import StatusPatch
 from servingops.api_models import contract
 from servingops.api_models.contract import ObjectEvent
 from servingops.api_models.operator_config import LifecycleDefaults
+from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.replica.workflow import InferenceReplicaWorkflow, ReplicaRun
 from tests.replica_fakes import NAMESPACE, FakeReplicaCluster, runner
 from tests.rollout_fakes import until
@@ -90,7 +91,8 @@ async def replica(env: WorkflowEnvironment, **spec: Any) -> AsyncIterator[Replic
     cluster.spec.update(spec)
     queue = f"replica-{uuid.uuid4().hex[:8]}"
     async with Worker(env.client, task_queue=queue, workflows=[InferenceReplicaWorkflow],
-                      activities=cluster.activities()):
+                      activities=cluster.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await env.client.start_workflow(
             InferenceReplicaWorkflow.run, ReplicaRun(ref=cluster.ref),
             id=contract.replica_workflow_id(NAMESPACE, cluster.ref.name, cluster.uid), task_queue=queue)
@@ -351,7 +353,8 @@ async def test_a_fresh_workflow_resumes_the_recorded_operation(env: WorkflowEnvi
         created = list(r.cluster.created_names)
         queue = f"replica-{uuid.uuid4().hex[:8]}"
         async with Worker(env.client, task_queue=queue, workflows=[InferenceReplicaWorkflow],
-                          activities=r.cluster.activities()):
+                          activities=r.cluster.activities(),
+                          workflow_runner=workflow_runner()):
             handle = await env.client.start_workflow(
                 InferenceReplicaWorkflow.run, ReplicaRun(ref=r.cluster.ref),
                 id=contract.replica_workflow_id(NAMESPACE, r.cluster.ref.name, r.cluster.uid) + "-2",
@@ -440,7 +443,8 @@ async def test_a_fresh_workflow_resumes_at_every_recorded_step(env: WorkflowEnvi
     activities, frozen = _freezing(cluster, step)
     queue = f"replica-{uuid.uuid4().hex[:8]}"
     workflow_id = contract.replica_workflow_id(NAMESPACE, cluster.ref.name, cluster.uid)
-    async with Worker(env.client, task_queue=queue, workflows=[InferenceReplicaWorkflow], activities=activities):
+    async with Worker(env.client, task_queue=queue, workflows=[InferenceReplicaWorkflow], activities=activities,
+                      workflow_runner=workflow_runner()):
         handle = await env.client.start_workflow(InferenceReplicaWorkflow.run, ReplicaRun(ref=cluster.ref),
                                                  id=workflow_id, task_queue=queue)
         r = Replica(env=env, cluster=cluster, handle=handle)
@@ -453,7 +457,8 @@ async def test_a_fresh_workflow_resumes_at_every_recorded_step(env: WorkflowEnvi
     assert any((op["type"], op["step"]) == step for op in recorded), recorded
     cluster.ready_delay = 2
     async with Worker(env.client, task_queue=queue, workflows=[InferenceReplicaWorkflow],
-                      activities=cluster.activities()):
+                      activities=cluster.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await env.client.start_workflow(InferenceReplicaWorkflow.run, ReplicaRun(ref=cluster.ref),
                                                  id=workflow_id + "-fresh", task_queue=queue)
         r.handle = handle

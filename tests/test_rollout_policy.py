@@ -28,6 +28,7 @@ from servingops.api_models.contract import ObjectEvent
 from servingops.api_models.ome import InferenceService
 from servingops.api_models.ome.rollout_policy import RolloutPolicy, RolloutPolicySpec
 from servingops.api_models.refs import ObjectRef
+from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.rollout.policy_pinning import portable_digest
 from servingops.workflows.rollout_policy import (
     ATTACH_RESYNC,
@@ -134,7 +135,8 @@ async def test_digest_generation_ready_and_attached_groups(env: WorkflowEnvironm
     cluster = FakePolicyCluster()
     queue = f"policy-{uuid.uuid4().hex[:8]}"
     async with Worker(env.client, task_queue=queue, workflows=[RolloutPolicyWorkflow],
-                      activities=cluster.activities()):
+                      activities=cluster.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await _start(env, cluster, queue)
         expected = portable_digest(RolloutPolicySpec.model_validate(CANARY))
         await _until(env, lambda: cluster.status.get("portableDigest") == expected, "first digest")
@@ -193,7 +195,8 @@ async def test_recounts_continue_as_new(env: WorkflowEnvironment) -> None:
     cluster = FakePolicyCluster()
     queue = f"policy-{uuid.uuid4().hex[:8]}"
     async with Worker(env.client, task_queue=queue, workflows=[RolloutPolicyWorkflow],
-                      activities=cluster.activities()):
+                      activities=cluster.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await _start(env, cluster, queue)
         await _until(env, lambda: "portableDigest" in cluster.status, "first status")
         first_run = (await handle.describe()).run_id

@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
+from servingops.workers.sandbox import workflow_runner
 from tests.histories.record import start_env
 from tests.rollout_fakes import until
 
@@ -40,7 +41,8 @@ async def test_a_forbidden_read_becomes_the_condition_and_the_workflow_goes_on()
         ref = {"group": "ome.io", "version": "v1beta1", "plural": "clusterservingruntimes",
                "kind": "ClusterServingRuntime", "name": "srt", "uid": uid}
         async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
-                          activities=[resolve_runtime, patch_status]):
+                          activities=[resolve_runtime, patch_status],
+                          workflow_runner=workflow_runner()):
             handle = await env.client.start_workflow("ServingRuntimeWorkflow", {"ref": ref},
                                                      id=f"runtime/_cluster/srt/{uid}", task_queue=queue)
             await until(env, lambda: len(patches) == 1, what="the refusal written")

@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 from servingops.api_models.contract import Query, Signal
 from servingops.api_models.contract.workload_cluster import RECHECK_ANNOTATION, ConnectionReason
 from servingops.workers.registry import workflows as registry_workflows
+from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.workload_cluster import transition_event
 from tests.histories.record import start_env
 from tests.rollout_fakes import until
@@ -104,7 +105,8 @@ async def running() -> AsyncIterator[Running]:
         ref = {"group": "ome.io", "version": "v1beta1", "plural": "workloadclusters", "kind": "WorkloadCluster",
                "name": "gpu-east", "uid": uid}
         async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
-                          activities=member.activities()):
+                          activities=member.activities(),
+                          workflow_runner=workflow_runner()):
             handle = await env.client.start_workflow("WorkloadClusterWorkflow", {"ref": ref},
                                                      id=f"workloadcluster/gpu-east/{uid}", task_queue=queue)
             run = Running(env, member, handle, uid)

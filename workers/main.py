@@ -25,6 +25,7 @@ from servingops.runtime.temporal import connect
 from servingops.workers import registry
 from servingops.workers.kubernetes_errors import KubernetesErrors
 from servingops.workers.observability import MetricsInterceptor, poll_visibility
+from servingops.workers.sandbox import workflow_runner
 from servingops.workers.settings import WorkerSettings, add_arguments, from_arguments
 
 log = logging.getLogger("servingops.worker")
@@ -69,6 +70,7 @@ async def run(settings: WorkerSettings) -> None:
             activities = registry.activities(settings, api_client, public_url)
             workers = [
                 Worker(temporal, task_queue=queue, workflows=registry.workflows(), activities=activities,
+                       workflow_runner=workflow_runner(),
                        activity_executor=executor, graceful_shutdown_timeout=_GRACE,
                        # Outermost first: metrics count the error types the classifier gives.
                        interceptors=[MetricsInterceptor(metrics), KubernetesErrors()])

@@ -13,6 +13,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
+from servingops.workers.sandbox import workflow_runner
 from tests.placement_fakes import FakeFleet, single, split, three_members
 from tests.rollout_fakes import until
 
@@ -25,7 +26,8 @@ async def placing(rec: Recording, fleet: FakeFleet) -> AsyncIterator[WorkflowHan
     """The registry's workflows on a worker of their own, against `fleet`; the workflow started."""
     queue = f"placement-{uuid.uuid4().hex[:8]}"
     async with Worker(rec.env.client, task_queue=queue, workflows=list(registry_workflows()),
-                      activities=fleet.activities()):
+                      activities=fleet.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await rec.env.client.start_workflow(
             "PlacementWorkflow", {"ref": fleet.ref()}, id=f"placement/team-a/chat/{fleet.source_uid}",
             task_queue=queue)

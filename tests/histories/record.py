@@ -54,6 +54,7 @@ from temporalio.worker import Worker
 
 from servingops.api_models.ome.enums import ComponentType
 from servingops.workers.registry import workflows as registry_workflows
+from servingops.workers.sandbox import workflow_runner
 from tests.histories.basemodel_fakes import FakeBaseModelWorld
 from tests.histories.model_fakes import FakeModelWorld
 from tests.histories.placement_scenarios import SCENARIOS as PLACEMENT_SCENARIOS
@@ -239,7 +240,8 @@ async def served(rec: Recording, *, desired: dict[ComponentType, tuple[str, int]
     cluster.spec_rollout = rollout
     queue = f"isvc-{uuid.uuid4().hex[:8]}"
     async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
-                      activities=cluster.activities()):
+                      activities=cluster.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await env.client.start_workflow(
             "InferenceServiceWorkflow", {"ref": cluster.ref, "settings": settings or {}},
             id=f"isvc/{NAMESPACE}/{NAME}/{cluster.uid}", task_queue=queue)
@@ -541,7 +543,8 @@ class FakePolicy:
 async def policy_served(rec: Recording, policy: FakePolicy) -> AsyncIterator[WorkflowHandle[Any, Any]]:
     queue = f"policy-{uuid.uuid4().hex[:8]}"
     async with Worker(rec.env.client, task_queue=queue, workflows=list(registry_workflows()),
-                      activities=policy.activities()):
+                      activities=policy.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await rec.env.client.start_workflow("RolloutPolicyWorkflow", {"ref": policy.ref()},
                                                      id=policy.workflow_id(), task_queue=queue)
         await rec.root(handle)
@@ -651,7 +654,8 @@ async def model_served(rec: Recording, world: FakeModelWorld) -> AsyncIterator[W
     ref = {"group": "ai.deckhouse.io", "version": "v1alpha1", "plural": "models", "kind": "Model",
            "name": world.name, "namespace": world.namespace, "uid": world.uid}
     async with Worker(rec.env.client, task_queue=queue, workflows=list(registry_workflows()),
-                      activities=world.activities()):
+                      activities=world.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await rec.env.client.start_workflow(
             "ModelWorkflow", {"ref": ref}, id=f"model/{world.namespace}/{world.name}/{world.uid}", task_queue=queue)
         await rec.root(handle)
@@ -773,7 +777,8 @@ async def runtime_inheritance(rec: Recording) -> None:
     ref = {"group": "ome.io", "version": "v1beta1", "plural": "servingruntimes", "kind": "ServingRuntime",
            "name": "team-llama", "namespace": "team-a", "uid": uid}
     async with Worker(rec.env.client, task_queue=queue, workflows=list(registry_workflows()),
-                      activities=[resolve_runtime, patch_status]):
+                      activities=[resolve_runtime, patch_status],
+                      workflow_runner=workflow_runner()):
         handle = await rec.env.client.start_workflow(
             "ServingRuntimeWorkflow", {"ref": ref}, id=f"runtime/team-a/team-llama/{uid}", task_queue=queue)
         await rec.root(handle)
@@ -799,7 +804,8 @@ async def runtime_inheritance(rec: Recording) -> None:
 async def basemodel_served(rec: Recording, world: FakeBaseModelWorld) -> AsyncIterator[WorkflowHandle[Any, Any]]:
     world.task_queue = f"basemodel-{uuid.uuid4().hex[:8]}"
     async with Worker(rec.env.client, task_queue=world.task_queue, workflows=list(registry_workflows()),
-                      activities=world.activities()):
+                      activities=world.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await rec.env.client.start_workflow(
             "BaseModelWorkflow", {"ref": world.ref}, id=f"basemodel/_cluster/{world.name}/{world.uid}",
             task_queue=world.task_queue)
@@ -898,7 +904,8 @@ async def replica_lifecycle(rec: Recording) -> None:
                                                "resource_version": str(cluster.generation)})
 
     async with Worker(rec.env.client, task_queue=queue, workflows=list(registry_workflows()),
-                      activities=cluster.activities()):
+                      activities=cluster.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await rec.env.client.start_workflow(
             "InferenceReplicaWorkflow", {"ref": ref}, id=f"replica/team-a/{cluster.ref.name}/{cluster.uid}",
             task_queue=queue)

@@ -15,6 +15,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
+from servingops.workers.sandbox import workflow_runner
 from tests.rollout_fakes import until
 
 if TYPE_CHECKING:
@@ -71,7 +72,8 @@ class FakeMemberCluster:
 async def served(rec: Recording, member: FakeMemberCluster) -> AsyncIterator[WorkflowHandle[Any, Any]]:
     queue = f"wlc-{uuid.uuid4().hex[:8]}"
     async with Worker(rec.env.client, task_queue=queue, workflows=list(registry_workflows()),
-                      activities=member.activities()):
+                      activities=member.activities(),
+                      workflow_runner=workflow_runner()):
         handle = await rec.env.client.start_workflow("WorkloadClusterWorkflow", {"ref": member.ref()},
                                                      id=f"workloadcluster/{member.name}/{member.uid}",
                                                      task_queue=queue)

@@ -722,8 +722,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         # the InferenceService workflow (it renders the service here again).
         ready = None
         if not clear:
-            said, reason, message = ready_condition(self.state.status, self.state.held)
-            ready = ConditionUpdate(type="Ready", status=said, reason=reason, message=message)
+            ready = ready_condition(self.state.status, self.state.held)
         if not (force or self._notes or self._dirty() or ready != self._written_ready):
             return
         body: dict[str, object] = {"placement": None if clear else self.state.status.to_api()}
