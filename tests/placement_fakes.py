@@ -18,6 +18,7 @@ activities on a real member cluster (what it changed here is listed there).
 from __future__ import annotations
 
 import copy
+import hashlib
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,10 @@ class FakeMember:
     ome.io/placement-origin label), execution, queue, generation, floors."""
     applies: int = 0
     deletes: int = 0
+    capacity: int | None = None
+    """The whole replicas its capacity report holds for the source (SplitByCapacity); None: no root
+    AcceleratorQuota reports anything (NoCapacityReport)."""
+    capacity_reads: int = 0
 
 
 @dataclass
@@ -157,6 +162,30 @@ class FakeFleet:
                 fleet.log.append(f"delete {member.name}")
             return {"done": True}
 
+        @activity.defn(name="placement.read_capacity")
+        async def read_capacity(inp: dict[str, Any]) -> dict[str, Any]:
+            target = inp["target"]
+            if fleet.gone:
+                return {"reason": "SourceGone", "message": f"InferenceService {NAMESPACE}/{NAME} is gone"}
+            member = member_of(target)
+            why = unavailable(member, target["cluster"])
+            if member is None or why is not None:
+                return dict(why or {})
+            member.capacity_reads += 1
+            if member.capacity is None:
+                return {"reason": "NoCapacityReport", "message": (
+                    "no root AcceleratorQuota (one without spec.parentRef) exists, so nothing "
+                    "reports this cluster's capacity")}
+            fingerprint = hashlib.sha256(f"{member.name}/1".encode()).hexdigest()
+            return {"sample": {
+                "demandFingerprint": fingerprint, "replicas": member.capacity,
+                "demandContract": {"fingerprint": fingerprint, "components": [
+                    {"component": "engine", "renderingHash": hashlib.sha256(b"engine").hexdigest()}]},
+                "pools": [{"resourceName": "nvidia.com/gpu", "resourceFlavor": "default", "demand": 1,
+                           "allocatable": member.capacity, "observedAt": "2026-12-01T00:00:00Z",
+                           "reportUID": member.uid, "reportResourceVersion": str(member.capacity),
+                           "attribution": {"flavorUID": "f-" + member.name, "complete": True}}]}}
+
         @activity.defn(name="kube.patch_status")
         async def patch_status(patch: dict[str, Any]) -> bool:
             fleet.writes.append(copy.deepcopy(patch))
@@ -187,8 +216,8 @@ class FakeFleet:
         async def operator_config() -> dict[str, Any]:
             return {"placement": {"observationGrace": fleet.observation_grace}}
 
-        return [read_source, apply_member, observe_member, delete_member, patch_status, ensure_finalizer,
-                remove_finalizer, operator_config]
+        return [read_source, apply_member, observe_member, delete_member, read_capacity, patch_status,
+                ensure_finalizer, remove_finalizer, operator_config]
 
 
 def single(*values: str, key: str = "tier") -> dict[str, Any]:
@@ -205,6 +234,15 @@ def split(weights: dict[str, int], replicas: int | None = None, ceiling: int | N
     if replicas is not None or ceiling is not None:
         placement["split"] = {k: v for k, v in (("replicas", replicas), ("maxReplicasPerCluster", ceiling))
                               if v is not None}
+    return placement
+
+
+def split_by_capacity(*names: str, replicas: int | None = None, ceiling: int | None = None) -> dict[str, Any]:
+    """spec.placement: SplitByCapacity over the named members."""
+    placement = split(dict.fromkeys(names, 1), replicas, ceiling)
+    placement["mode"] = "SplitByCapacity"
+    for term in placement["clusterAffinity"]:
+        term.pop("weight")
     return placement
 
 

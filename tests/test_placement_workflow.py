@@ -19,7 +19,7 @@ from temporalio.worker import Worker
 from servingops.api_models import contract
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
-from tests.placement_fakes import FakeFleet, single, split, three_members
+from tests.placement_fakes import FakeFleet, single, split, split_by_capacity, three_members
 from tests.rollout_fakes import until
 from tests.rollout_harness import start_env
 
@@ -369,10 +369,48 @@ async def test_all_runs_the_full_policy_in_every_matching_home(env: WorkflowEnvi
 
 
 async def test_split_by_capacity_without_capacity_reports_holds_and_writes_nothing(env: WorkflowEnvironment) -> None:
-    fleet = FakeFleet(three_members(), {**single("gpu"), "mode": "SplitByCapacity"})
+    fleet = FakeFleet(three_members(), split_by_capacity("gpu-a", "gpu-b", replicas=4))
+    fleet.members["gpu-b"].capacity = 3
     async with placing(env, fleet):
         await wait(env, lambda: any(r == "CapacityUnknown" for _, r, _ in fleet.events()), "said")
+        said = next(m for _, r, m in fleet.events() if r == "CapacityUnknown")
+        assert said.startswith("no verified capacity from gpu-a: NoCapacityReport (no root AcceleratorQuota"), said
+        assert "gpu-b" not in said, "a member that reports is not named"
         assert all(m.applies == 0 for m in fleet.members.values()) and not fleet.placed().get("plan")
+
+
+async def test_split_by_capacity_divides_by_reported_capacity_and_keeps_the_plan_while_one_is_unknown(
+        env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), split_by_capacity("gpu-a", "gpu-b", replicas=4))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    a.admit = b.admit = True
+    a.capacity, b.capacity = 6, 2
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        plan = fleet.placed()["plan"]
+        assert (plan["mode"], plan["revision"], plan["assignedReplicas"]) == ("SplitByCapacity", 1, 4)
+        rows = {r["cluster"]: r for r in fleet.placed()["candidates"]}
+        assert {n: r["allocation"]["desiredReplicas"] for n, r in rows.items()} == {"gpu-a": 3, "gpu-b": 1}
+        assert {n: r["allocation"]["weight"] for n, r in rows.items()} == {"gpu-a": 6, "gpu-b": 2}
+        sample = rows["gpu-a"]["allocation"]["capacity"]
+        assert sample["replicas"] == 6 and sample["pools"][0]["reportUID"] == a.uid, sample
+        # The member gets the demand contract its rendering is bound to.
+        assert a.derived["execution"]["demand"] == sample["demandContract"]
+
+        # gpu-b stops reporting: the plan stays (no new revision, no write to a member), said with why.
+        b.capacity, applies = None, (a.applies, b.applies)
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: any(r == "CapacityUnknown" for _, r, _ in fleet.events()), "held")
+        assert fleet.placed()["plan"]["revision"] == 1 and (a.applies, b.applies) == applies
+        assert {r["cluster"]: r["allocation"]["desiredReplicas"] for r in fleet.placed()["candidates"]} == {
+            "gpu-a": 3, "gpu-b": 1}
+
+        # It reports again, with more: a new revision divides by the new capacities.
+        b.capacity = 6
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: fleet.placed()["plan"]["revision"] == 2 and phase(fleet) == "Placed", "revision 2")
+        assert {r["cluster"]: r["allocation"]["desiredReplicas"] for r in fleet.placed()["candidates"]} == {
+            "gpu-a": 2, "gpu-b": 2}
 
 
 def _not_on(*names: str, timeout: str | None = None) -> dict[str, Any]:

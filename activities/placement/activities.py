@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from kubernetes import client
@@ -28,10 +29,13 @@ from temporalio import activity
 from urllib3.exceptions import HTTPError
 
 from servingops.activities.custom_objects import CustomObjects
+from servingops.activities.placement import capacity
 from servingops.activities.placement.clients import MemberClients
 from servingops.activities.placement.member import MemberClient
 from servingops.activities.placement.types import (
     ApplyMemberInput,
+    CapacityInput,
+    CapacityReading,
     ClusterRegistration,
     ComponentAdmission,
     MemberObservation,
@@ -41,10 +45,16 @@ from servingops.activities.placement.types import (
     SourceInput,
 )
 from servingops.activities.replica.kueue import ADMISSION_GATE, QUEUE_LABEL
+from servingops.activities.serving import multinode, render
+from servingops.activities.serving.resolution import Unresolvable, resolve_service
 from servingops.activities.workload_cluster.registration import RegistrationUnusable, versioned_member_access
 from servingops.api_models.ome import instance_keys as keys
+from servingops.api_models.ome.accelerator import AcceleratorCapacityAttribution
 from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.ome.instance_columns import status_rows
+from servingops.api_models.ome.placement import PlacementComponentDemand, PlacementDemandContract
+from servingops.api_models.ome.placement_status import PlacementCapacityPool, PlacementCapacitySample
 from servingops.api_models.ome.replica import InferenceReplicaStatus
 
 GROUP, VERSION = "ome.io", "v1beta1"
@@ -91,7 +101,7 @@ class PlacementActivities:
         """Member clients kept for the life of the worker (clients.py)."""
 
     def all(self) -> list[Any]:
-        return [self.read_source, self.apply_member, self.observe_member, self.delete_member]
+        return [self.read_source, self.apply_member, self.observe_member, self.delete_member, self.read_capacity]
 
     # -- the control plane ------------------------------------------------------------------
 
@@ -234,6 +244,45 @@ class PlacementActivities:
         except MemberUnavailable as exc:
             return MemberWrite(done=False, reason=exc.reason, message=exc.message)
         return MemberWrite(done=True)
+
+
+    @activity.defn(name="placement.read_capacity")
+    def read_capacity(self, inp: CapacityInput) -> CapacityReading:
+        """SplitByCapacity: resolve the derived service as the member would render it (its runtimes and
+        models), then normalize the member's own capacity report by what one replica demands
+        (capacity.py says how)."""
+        source = self.objects.get(inp.source)
+        target = inp.target
+        if source is None:
+            return CapacityReading(reason="SourceGone", message=(
+                f"InferenceService {inp.source.namespace}/{inp.source.name} is gone"))
+        body = derived_service(source, target, {}, inp.queue)
+        try:
+            with self._session(target.cluster) as member:
+                resolved = resolve_service(member.reader(), body)
+                root = capacity.root_quota(member.accelerator_quotas())
+            spec = InferenceServiceSpec.model_validate(resolved.spec)
+            shapes = [capacity.component_shape(c.value, multinode.runner_templates(target.name, c, cspec))
+                      for c in (ComponentType.ENGINE, ComponentType.DECODER)
+                      if (cspec := render.component_spec(spec, c)) is not None]
+            normalized = capacity.normalize(shapes, root, datetime.now(UTC))
+        except MemberUnavailable as exc:
+            return CapacityReading(reason=exc.reason, message=exc.message)
+        except Unresolvable as exc:
+            return CapacityReading(reason="DemandUnresolvable", message=(
+                f"the service cannot be rendered there to learn its demand: {exc.message}"))
+        except capacity.CapacityUnknown as exc:
+            return CapacityReading(reason=exc.reason, message=exc.message)
+        contract = PlacementDemandContract(fingerprint=normalized.fingerprint, components=[
+            PlacementComponentDemand(component=ComponentType(s.component), rendering_hash=s.rendering_hash)
+            for s in shapes])
+        return CapacityReading(sample=PlacementCapacitySample(
+            demand_fingerprint=normalized.fingerprint, demand_contract=contract, replicas=normalized.replicas,
+            pools=[PlacementCapacityPool(
+                resource_name=p.resource_name, resource_flavor=p.resource_flavor, demand=p.demand,
+                allocatable=p.allocatable, observed_at=p.observed_at, report_uid=normalized.report_uid,
+                report_resource_version=normalized.report_resource_version,
+                attribution=AcceleratorCapacityAttribution.model_validate(p.attribution)) for p in normalized.pools]))
 
 
 # --- pure helpers ---------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from servingops.api_models.ome.placement_status import PlacementCapacitySample
 from servingops.api_models.refs import ObjectRef
 
 
@@ -98,3 +99,25 @@ class MemberObservation(BaseModel):
     def admitted(self) -> bool:
         """Every component has at least one confirmed admitted Instance."""
         return self.exists and bool(self.components) and all(c.admitted > 0 for c in self.components)
+
+
+class CapacityInput(BaseModel):
+    """SplitByCapacity: how many whole replicas of the source one member can hold."""
+
+    target: MemberTarget
+    source: ObjectRef
+    queue: str
+    """The Kueue LocalQueue the derived service's pods would name (part of their rendering)."""
+
+
+class CapacityReading(BaseModel):
+    """A member's nominal whole-replica capacity for the source, or why it is not known. Unknown is an
+    answer (SplitByCapacity keeps its last plan), not an error."""
+
+    sample: PlacementCapacitySample | None = None
+    """The accepted evidence (replicas, pools citing the member's report, the demand contract)."""
+    reason: str | None = None
+    """Why unknown, as a CamelCase token: NoCapacityReport, AmbiguousCapacityReport, CapacityIncomplete,
+    CapacityStale, NoAcceleratorDemand, DemandUnresolvable, SourceGone, or the member's trouble
+    (Unreachable, AccessRefused, ...)."""
+    message: str | None = None

@@ -14,7 +14,7 @@ from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
-from tests.placement_fakes import FakeFleet, single, split, three_members
+from tests.placement_fakes import FakeFleet, single, split, split_by_capacity, three_members
 from tests.rollout_fakes import until
 
 if TYPE_CHECKING:
@@ -117,5 +117,29 @@ async def placement_single_move(rec: Recording) -> None:
         await rec.save()
 
 
+async def placement_split_by_capacity(rec: Recording) -> None:
+    """SplitByCapacity over two members reporting 6 and 2 whole replicas (floor 4: 3/1, Placed); gpu-b's
+    report gone (CapacityUnknown, the plan kept); back with 6 (revision 2, 2/2); delete."""
+    env = rec.env
+    fleet = FakeFleet(three_members(), split_by_capacity("gpu-a", "gpu-b", replicas=4))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    a.admit = b.admit = True
+    a.capacity, b.capacity = 6, 2
+    async with placing(rec, fleet) as handle:
+        await until(env, lambda: fleet.placed().get("phase") == "Placed", step=1, what="placed")
+        b.capacity = None
+        await handle.signal("object-changed", fleet.event())
+        await until(env, lambda: any(r == "CapacityUnknown" for _, r, _ in fleet.events()), step=1, what="held")
+        b.capacity = 6
+        await handle.signal("object-changed", fleet.event())
+        await until(env, lambda: fleet.placed()["plan"]["revision"] == 2 and fleet.placed()["phase"] == "Placed",
+                    step=1, what="revision 2")
+        fleet.deleting = True
+        await handle.signal("delete", fleet.event(deleting=True))
+        await handle.result()
+        assert a.derived is None and b.derived is None
+        await rec.save()
+
+
 SCENARIOS = {"placement-single-race": placement_single_race, "placement-split": placement_split,
-             "placement-single-move": placement_single_move}
+             "placement-single-move": placement_single_move, "placement-split-by-capacity": placement_split_by_capacity}

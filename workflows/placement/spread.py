@@ -11,10 +11,13 @@ consumes to route across homes").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from servingops.api_models.ome.enums import CandidatePlacementPhase, PlacementPhase
 from servingops.api_models.ome.placement_status import (
     CandidateAllocationStatus,
     CandidatePlacement,
+    PlacementCapacitySample,
     PlacementHomePolicy,
     PlacementPlanStatus,
     PlacementStatus,
@@ -24,8 +27,11 @@ from servingops.workflows.placement.allocation import Plan
 
 
 def accepted(plan: Plan, plan_id: str, revision: int, source_uid: str, generation: int,
-             previous: PlacementStatus) -> PlacementStatus:
-    """The status of a newly accepted plan: one row per candidate, rows of homes it drops drained."""
+             previous: PlacementStatus,
+             capacity: Mapping[str, PlacementCapacitySample] | None = None) -> PlacementStatus:
+    """The status of a newly accepted plan: one row per candidate, rows of homes it drops drained.
+    `capacity` (SplitByCapacity): each member's accepted sample, kept on its row as the evidence of
+    its weight."""
     before = {row.cluster: row for row in previous.candidates or []}
     # "Original assignments remain fixed throughout a transition, including retargets": a plan that
     # replaces a settled one starts a transition from what each home holds now; one that replaces a
@@ -40,6 +46,7 @@ def accepted(plan: Plan, plan_id: str, revision: int, source_uid: str, generatio
             is not None else current
         allocation = CandidateAllocationStatus(
             cluster_uid=home.cluster_uid, matched=True, weight=home.weight,
+            capacity=(capacity or {}).get(home.cluster),
             original_replicas=original, current_replicas=current, desired_replicas=home.desired_replicas,
             desired_home=home.desired_home(plan.input_digest) if home.desired_replicas > 0 else None,
             current_home=(old.allocation.desired_home if old is not None and old.allocation is not None else None))

@@ -28,10 +28,11 @@ spec.placement is removed.
 A winner unreadable, or without its copy, past placement.observationGrace (a durable timer) is lost:
 drained, and a new race at plan revision + 1.
 
-All and Split (workflows/placement/spread.py): the allocation plan (allocation.py) over the Ready
-matches, accepted when its inputs move and persisted before any member write; every home runs its
-floors; dropped homes drained. Not served yet, and said on the object: SplitByCapacity (no member
-reports capacity: CapacityUnknown).
+All, Split and SplitByCapacity (workflows/placement/spread.py): the allocation plan (allocation.py)
+over the matches, accepted when its inputs move and persisted before any member write; every home
+runs its floors; dropped homes drained. SplitByCapacity weighs each member by the whole replicas its
+own capacity report holds for this source (placement.read_capacity, every pass); one member without
+a verified report keeps the last plan (CapacityUnknown, naming the member and why).
 
 Single moves (workflows/placement/move.py holds the rules): a committed, healthy winner that
 spec.placement no longer matches keeps serving while one replacement probe at a time is tried, in
@@ -53,6 +54,7 @@ from servingops.workflows import options
 from servingops.workflows.entity import EntitySignals, EntityState
 from servingops.workflows.placement import move, race, spread
 from servingops.workflows.placement.allocation import Components, KeepLast, allocate
+from servingops.workflows.placement.held import Held
 from servingops.workflows.placement.matching import Candidate, Registration, match_clusters
 from servingops.workflows.placement.readiness import ready_condition
 from servingops.workflows.visibility import Visibility
@@ -63,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.activities.placement.activities import PlacementActivities
     from servingops.activities.placement.types import (
         ApplyMemberInput,
+        CapacityInput,
         MemberObservation,
         MemberTarget,
         MemberWrite,
@@ -79,6 +82,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from servingops.api_models.ome.placement_status import (
         CandidatePlacement,
+        PlacementCapacitySample,
         PlacementSingleMoveStatus,
         PlacementStatus,
     )
@@ -95,6 +99,8 @@ PENDING_POLL = timedelta(seconds=15)
 """How often a service with no candidate looks again (a WorkloadCluster becomes Ready: no event of
 the source says so)."""
 MAX_PASSES_PER_RUN = 500
+CAPACITY_PATCH = "placement-split-by-capacity"
+"""SplitByCapacity reads each member's capacity (before: held CapacityUnknown, no activity)."""
 FINALIZER = "servingops.io/placement"
 """On the source while derived copies may exist: its deletion waits for their withdrawal."""
 WITHDRAW_RETRY_FIRST = timedelta(seconds=5)
@@ -214,7 +220,8 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             self.state.last_revision = max(self.state.last_revision, plan.revision or 1)
             self.state.status = PlacementStatus(candidates=[race.drain(r) for r in self.state.status.candidates or []])
             self.state.applied_generation = {}
-        if spec.mode == PlacementMode.SPLIT_BY_CAPACITY:
+        if spec.mode == PlacementMode.SPLIT_BY_CAPACITY and not workflow.patched(CAPACITY_PATCH):
+            # Runs that began before members' capacity was read keep holding (replay).
             self._hold("CapacityUnknown",
                        "SplitByCapacity divides by the capacity each member verifiably reports, and no member "
                        "reports capacity to this release: the last plan is kept (none yet), nothing is written")
@@ -556,7 +563,16 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         components = Components(
             engine_min_replicas=source.min_replicas.get("engine"), decoder="decoder" in source.components,
             router="router" in source.components, router_min_replicas=source.min_replicas.get("router"))
-        result = allocate(spec, matches, components)
+        samples: dict[str, PlacementCapacitySample] = {}
+        capacities: dict[str, int | None] | None = None
+        unknown: list[str] = []
+        if spec.mode == PlacementMode.SPLIT_BY_CAPACITY and matches.held is None:
+            samples, unknown = await self._capacities(ref, source, [c.cluster for c in matches.candidates])
+            capacities = {cluster: sample.replicas for cluster, sample in samples.items()}
+        result = allocate(spec, matches, components, capacities)
+        if isinstance(result, KeepLast) and unknown:
+            # Which member, and why: the operator reads this on the object, not in a log.
+            result = KeepLast(Held(result.held.reason, "no verified capacity from " + "; ".join(unknown)))
         status = self.state.status
         held = result.held
         if held is None and not isinstance(result, KeepLast) and not matches.candidates:
@@ -569,7 +585,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             revision = self.state.last_revision = max(
                 self.state.last_revision, (status.plan.revision or 0) if status.plan else 0) + 1
             self.state.status = status = spread.accepted(result, str(workflow.uuid4()), revision, source.uid,
-                                                         source.generation, status)
+                                                         source.generation, status, samples)
             shares = ", ".join(f"{h.cluster}={h.desired_replicas}" for h in result.homes)
             self._notes.append(EventNote(reason="PlacementPlanned", message=(
                 f"plan revision {revision} ({spec.mode.value}): {shares or 'no home'}; "
@@ -600,6 +616,25 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
                 f"{r.cluster}={r.admitted_replicas}" for r in status.candidates or [] if spread.holds(r))))
         return PLACED_POLL if status.phase == "Placed" else RACE_POLL
 
+    async def _capacities(self, ref: ObjectRef, source: PlacementSource,
+                          clusters: list[str]) -> tuple[dict[str, PlacementCapacitySample], list[str]]:
+        """SplitByCapacity: every matched member's verified whole-replica capacity for this source, read
+        at once; and, for each member that has none, who and why."""
+        readings = await asyncio.gather(*(workflow.execute_activity_method(
+            PlacementActivities.read_capacity,
+            CapacityInput(target=self._target(ref, source, cluster), source=ref, queue=PLACEMENT_QUEUE),
+            **options.MEMBER) for cluster in clusters))
+        samples: dict[str, PlacementCapacitySample] = {}
+        unknown: list[str] = []
+        for cluster, reading in zip(clusters, readings, strict=True):
+            if reading.sample is not None and reading.sample.replicas is not None:
+                samples[cluster] = reading.sample
+                self.state.why[cluster] = f"capacity {reading.sample.replicas} whole replicas"
+            else:
+                unknown.append(f"{cluster}: {reading.reason} ({reading.message})")
+                self.state.why[cluster] = f"capacity unknown: {reading.reason}"
+        return samples, unknown
+
     # -- members ------------------------------------------------------------------------------
 
     def _target(self, ref: ObjectRef, source: PlacementSource, cluster: str) -> MemberTarget:
@@ -613,6 +648,8 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         execution = PlacementExecutionPolicy(
             plan_id=status.plan.id or "", revision=status.plan.revision or 1, source_uid=source.uid,
             cluster_uid=(row.allocation.cluster_uid if row and row.allocation else None) or "", pause_surge=False,
+            demand=(row.allocation.capacity.demand_contract if row and row.allocation and row.allocation.capacity
+                    else None),
             replica_floors=[PlacementComponentFloor(component=ComponentType(c), replicas=n)
                             for c, n in floors.items()] if floors else None)
         result = await workflow.execute_activity_method(
