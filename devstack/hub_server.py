@@ -1,14 +1,21 @@
 """A Hugging Face Hub-compatible HTTP server on loopback.
 
 It speaks the parts of the Hub's HTTP contract that `huggingface_hub` uses to read model repositories
-(model info, tree listing, paths-info, refs, commits, resolve with HEAD/GET/Range, list_models, whoami),
-so the real client works against it unchanged through `HF_ENDPOINT` or `endpoint=`.
+(model info, tree listing, paths-info, refs, commits, resolve with HEAD/GET/Range, list_models, whoami,
+get_collection), so the real client works against it unchanged through `HF_ENDPOINT` or `endpoint=`.
 
 Layout of `root` (written by `devstack.model_repos.register_repo`, read here):
 
     <root>/<org>/<name>/repo.json             metadata: flags, tokens, branches, commits with file manifests
     <root>/<org>/<name>/commits/<sha>/...     the files of each commit, as plain files
     <root>/<name>/...                         the same for a repo id without an organisation
+
+    <root>/_collections/<namespace>/<slug>.json   a collection (`write_collection`): title, item ids, privacy
+
+A collection's items are stored as references; `/api/collections/{namespace}/{slug}` derives each model item
+from its repo at request time (as the Hub does), leaving out repos that are gone or private to the caller. A
+private collection is visible only with one of its `tokens` (which must also be valid tokens: a repo's or a
+user's).
 
 A renamed repo leaves `{"moved_to": "<new id>"}` as the repo.json at its old place; the server answers
 it with a relative 307, as the Hub does, which the client follows with its auth header.
@@ -36,7 +43,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -49,6 +56,7 @@ log = logging.getLogger(__name__)
 
 REPO_META = "repo.json"
 COMMITS_DIR = "commits"
+COLLECTIONS_DIR = "_collections"
 MAX_PAGE = 1000  # the Hub's own cap on list pages
 MAX_EXPANDED_TREE_PAGE = 50  # the Hub's cap on tree pages with expand=true
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -464,6 +472,8 @@ class _Handler(_BaseHandler):
                 raise HubError(401 if access.token is None else 404, "RepoNotFound", "Repository not found")
             if kind == "models" and len(segs) == 2 and method == "GET":
                 return self._list_models(access, split.path, query)
+            if kind == "collections" and len(segs) == 4 and method == "GET":
+                return self._collection(access, unquote(segs[2]), unquote(segs[3]))
             if kind == "models" and len(segs) >= 3:
                 repo_id, rest = self._split_repo(segs[2:])
                 tail = "/".join(segs[2 + len(repo_id.split("/")) :])
@@ -590,6 +600,14 @@ class _Handler(_BaseHandler):
         size = min(int(limit), MAX_PAGE) if limit and limit.isdigit() and int(limit) > 0 else hub.list_page_size
         page, headers = self._page(items, query, path, size)
         self._json([_list_item(m, query) for m in page], headers)
+
+    def _collection(self, access: _Access, namespace: str, slug: str) -> None:
+        hub = self.hub
+        data = hub.load_collection(f"{namespace}/{slug}")
+        if data is None or (data.get("private") and access.token not in (data.get("tokens") or {})):
+            # As for repos, a private collection is not told from a missing one.
+            raise HubError(404, None, "Collection not found")
+        self._json(hub.collection_payload(data, access))
 
     def _entry(
         self, meta: dict[str, Any], sha: str, commit: dict[str, Any], path: str, expand: bool
@@ -1001,6 +1019,86 @@ class HubServer:
             with self._lock:
                 self.requests.append(record)
 
+    # -- collections ----------------------------------------------------------------------------------
+
+    def load_collection(self, slug: str) -> dict[str, Any] | None:
+        try:
+            path = collection_path(self.root, slug)
+            data: dict[str, Any] = json.loads(path.read_text())
+        except (ValueError, OSError):
+            return None
+        return data
+
+    def collection_payload(self, data: dict[str, Any], access: _Access) -> dict[str, Any]:
+        """The `/api/collections/{slug}` document, items derived live from the repos as on the Hub: a model
+        item whose repo is gone, or private and not visible to this caller, is left out."""
+        items: list[dict[str, Any]] = []
+        for position, stored in enumerate(data.get("items") or []):
+            item_type, item_id = stored["type"], stored["id"]
+            base: dict[str, Any] = {
+                "_id": hashlib.sha1(f"{data['slug']}:{item_type}:{item_id}".encode()).hexdigest()[:24],
+                "position": position,
+                "type": item_type,
+                "id": item_id,
+            }
+            if stored.get("note"):
+                base["note"] = {"html": stored["note"], "text": stored["note"]}
+            if item_type != "model":
+                items.append({**base, **(stored.get("extra") or {})})
+                continue
+            meta = self.store.load(item_id)
+            if meta is not None and meta.get("moved_to"):
+                meta = self.store.load(meta["moved_to"])
+            if meta is None or not (meta.get("branches") or {}).get("main"):
+                continue
+            if meta.get("private") and access.token not in (meta.get("tokens") or {}):
+                continue
+            sha = meta["branches"]["main"]
+            full = self.model_payload(meta, sha, meta["commits"][sha], {})
+            items.append(
+                {
+                    **base,
+                    "id": full["id"],
+                    "author": full["author"],
+                    "downloads": full["downloads"],
+                    "gated": full["gated"],
+                    "lastModified": full["lastModified"],
+                    "likes": full["likes"],
+                    "pipeline_tag": full["pipeline_tag"],
+                    "private": full["private"],
+                    "repoType": "model",
+                    "isLikedByUser": False,
+                    "availableInferenceProviders": [],
+                    "widgetOutputUrls": [],
+                }
+            )
+        owner = data["slug"].split("/", 1)[0]
+        return {
+            "slug": data["slug"],
+            "title": data["title"],
+            "description": data.get("description"),
+            "lastUpdated": data["lastUpdated"],
+            "gating": False,
+            "owner": {
+                "_id": hashlib.sha1(owner.encode()).hexdigest()[:24],
+                "avatarUrl": "",
+                "fullname": owner,
+                "name": owner,
+                "isHf": False,
+                "isHfAdmin": False,
+                "isMod": False,
+                "type": "org",
+                "isEnterprise": False,
+            },
+            "items": items,
+            "position": int(data.get("position", 0)),
+            "theme": data.get("theme", "green"),
+            "private": bool(data.get("private")),
+            "shareUrl": f"{self.url}/collections/{data['slug']}",
+            "upvotes": int(data.get("upvotes", 0)),
+            "isUpvotedByUser": False,
+        }
+
     # -- model info -----------------------------------------------------------------------------------
 
     def last_commit(self, meta: dict[str, Any], sha: str, path: str) -> dict[str, str]:
@@ -1129,6 +1227,49 @@ class HubServer:
         if expand:
             return {"_id": payload["_id"], "id": repo_id, **{k: payload[k] for k in expand if k in payload}}
         return payload
+
+
+def collection_path(root: Path, slug: str) -> Path:
+    """Where a collection lives: `<root>/_collections/<namespace>/<slug>.json` (no repo id starts with "_")."""
+    parts = slug.split("/")
+    if len(parts) != 2 or not all(_SEGMENT.match(p) and ".." not in p for p in parts):
+        raise ValueError(f"invalid collection slug {slug!r}")
+    return root / COLLECTIONS_DIR / parts[0] / f"{parts[1]}.json"
+
+
+def write_collection(
+    root: Path,
+    namespace: str,
+    title: str,
+    items: Sequence[str | Mapping[str, Any]],
+    *,
+    slug: str | None = None,
+    private: bool = False,
+    tokens: Iterable[str] = (),
+    description: str | None = None,
+    last_updated: str | None = None,
+) -> str:
+    """Create (or, given its `slug`, replace) a collection; returns its slug, `<namespace>/<title>-<24 hex>` as on
+    the Hub. An item is a model repo id, or `{"type": ..., "id": ..., "note": ..., "extra": {...}}`."""
+    if slug is None:
+        words = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-") or "collection"
+        slug = f"{namespace}/{words[:60]}-{secrets.token_hex(12)}"
+    stored = [{"type": "model", "id": i} if isinstance(i, str) else dict(i) for i in items]
+    data = {
+        "slug": slug,
+        "title": title,
+        "description": description,
+        "items": stored,
+        "private": private,
+        "tokens": {t: namespace for t in tokens},
+        "lastUpdated": last_updated or time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+    }
+    path = collection_path(Path(root), slug)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp-{secrets.token_hex(4)}")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+    return slug
 
 
 def iter_repo_files(root: Path, repo_id: str, revision: str = "main") -> Iterator[Path]:

@@ -30,7 +30,7 @@ from huggingface_hub.errors import (
 )
 
 from devstack import model_repos
-from devstack.hub_server import HubServer, iter_repo_files
+from devstack.hub_server import HubServer, iter_repo_files, write_collection
 from devstack.model_repos import read_gguf, read_safetensors_header
 from tests.fixtures.hub import HUB_USER_TOKEN, HubRepos
 
@@ -357,6 +357,40 @@ def test_list_models_follows_link_pagination(
     assert len(list(api.list_models(author=author, limit=3))) == 3
     full = next(iter(api.list_models(author=author, search="quantized", full=True)))
     assert full.siblings is not None and any(s.rfilename.endswith(".gguf") for s in full.siblings)
+
+
+def test_get_collection_derives_model_items_from_the_repos(hub_server: HubServer, hub_repos: HubRepos) -> None:
+    public = hub_repos.safetensors(num_shards=1)
+    token = f"hf_private_{uuid.uuid4().hex}"
+    private = hub_repos.blobs({"model.safetensors": 8}, private=True, tokens=[token])
+    paper = {"type": "paper", "id": "2307.09288", "note": "the paper"}
+    items: list[str | dict[str, str]] = [public.repo_id, paper, private.repo_id, "devstack/gone"]
+    slug = write_collection(hub_server.root, "devstack", "Tiny models!", items, description="small ones")
+    assert slug.startswith("devstack/tiny-models-") and len(slug.rsplit("-", 1)[1]) == 24
+
+    collection = _api(hub_server).get_collection(slug)
+    assert (collection.slug, collection.title, collection.description) == (slug, "Tiny models!", "small ones")
+    assert collection.url == f"{hub_server.url}/collections/{slug}" and not collection.private
+    # The private repo is left out for an anonymous caller, the deleted one for everybody.
+    assert [(i.item_type, i.item_id) for i in collection.items] == [("model", public.repo_id), ("paper", "2307.09288")]
+    assert collection.items[1].note == "the paper"
+    owned = _api(hub_server, token).get_collection(slug)
+    assert [i.item_id for i in owned.items if i.item_type == "model"] == [public.repo_id, private.repo_id]
+    raw = get_session().get(f"{hub_server.url}/api/collections/{slug}").json()
+    model = raw["items"][0]
+    assert model["repoType"] == "model" and model["author"] == "devstack" and model["gated"] is False
+    assert raw["owner"]["name"] == "devstack" and isinstance(raw["lastUpdated"], str)
+
+    hidden = write_collection(hub_server.root, "devstack", "Hidden", [public.repo_id], private=True, tokens=[token])
+    for api in (_api(hub_server), _api(hub_server, HUB_USER_TOKEN)):
+        with pytest.raises(HfHubHTTPError) as info:
+            api.get_collection(hidden)
+        assert info.value.response is not None and info.value.response.status_code == 404
+    assert _api(hub_server, token).get_collection(hidden).private
+
+    # Replacing a collection by its slug changes what it lists.
+    write_collection(hub_server.root, "devstack", "Tiny models!", [private.repo_id], slug=slug)
+    assert [i.item_id for i in _api(hub_server, token).get_collection(slug).items] == [private.repo_id]
 
 
 def test_tree_listing_paginates_and_paths_info_expands(
