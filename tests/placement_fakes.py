@@ -46,6 +46,8 @@ class FakeMember:
     """The whole replicas its capacity report holds for the source (SplitByCapacity); None: no root
     AcceleratorQuota reports anything (NoCapacityReport)."""
     capacity_reads: int = 0
+    rollout: dict[str, Any] | None = None
+    """What its derived service's rollout mirror says (CandidateRolloutStatus JSON), when it exists."""
 
 
 @dataclass
@@ -59,6 +61,8 @@ class FakeFleet:
     status_placement: dict[str, Any] | None = None
     finalizers: list[str] = field(default_factory=list)
     """The source's metadata.finalizers: a deleting source is gone once the last one is removed."""
+    rollout_policies: bool = False
+    """A spec.rollout group of the source names a RolloutPolicy."""
     observation_grace: str = "2m"
     min_replicas: dict[str, int] = field(default_factory=lambda: {"engine": 1})
     writes: list[dict[str, Any]] = field(default_factory=list)
@@ -108,7 +112,7 @@ class FakeFleet:
                     "registrations": [{"name": m.name, "uid": m.uid, "labels": m.labels, "ready": m.ready}
                                       for m in fleet.members.values()],
                     "status_placement": copy.deepcopy(fleet.status_placement),
-                    "finalizers": list(fleet.finalizers)}
+                    "finalizers": list(fleet.finalizers), "rollout_policies": fleet.rollout_policies}
 
         @activity.defn(name="placement.apply_member")
         async def apply_member(inp: dict[str, Any]) -> dict[str, Any]:
@@ -144,6 +148,7 @@ class FakeFleet:
             desired = (member.derived.get("floors") or {}).get("engine", fleet.min_replicas.get("engine", 1))
             admitted = desired if member.admit else 0
             return {"reachable": True, "exists": True, "url": member.url if member.admit else None,
+                    "rollout": copy.deepcopy(member.rollout),
                     "components": [{"component": "engine", "admitted": admitted, "ready": admitted,
                                     "desired": desired}]}
 

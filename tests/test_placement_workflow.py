@@ -413,6 +413,23 @@ async def test_split_by_capacity_divides_by_reported_capacity_and_keeps_the_plan
             "gpu-a": 2, "gpu-b": 2}
 
 
+async def test_a_homes_rollout_provenance_is_mirrored_only_when_the_source_names_a_rollout_policy(
+        env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"))
+    b = fleet.members["gpu-b"]
+    b.admit = True
+    b.rollout = {"activeRunID": "run-1", "activeGroups": [
+        {"source": "Policy", "policyName": "canary-fast", "portableDigest": "rp1:aa"}]}
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        assert all("rollout" not in row for row in fleet.placed()["candidates"]), "no RolloutPolicy named"
+        fleet.rollout_policies, fleet.generation = True, 2
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: any(r.get("rollout") for r in fleet.placed()["candidates"]), "mirrored")
+        row = next(r for r in fleet.placed()["candidates"] if r["cluster"] == "gpu-b")
+        assert row["rollout"] == b.rollout
+
+
 def _not_on(*names: str, timeout: str | None = None) -> dict[str, Any]:
     """spec.placement: Single over every member but `names` (by name), with an optional replacementTimeout."""
     placement: dict[str, Any] = {"policy": "ClusterAffinity", "mode": "Single", "clusterAffinity": [

@@ -29,7 +29,7 @@ from temporalio import activity
 from urllib3.exceptions import HTTPError
 
 from servingops.activities.custom_objects import CustomObjects
-from servingops.activities.placement import capacity
+from servingops.activities.placement import capacity, mirrors
 from servingops.activities.placement.clients import MemberClients
 from servingops.activities.placement.member import MemberClient
 from servingops.activities.placement.types import (
@@ -126,6 +126,10 @@ class PlacementActivities:
             registrations=[_registration(item) for item in listed.get("items") or []],
             status_placement=(obj.get("status") or {}).get("placement"),
             finalizers=list(meta.get("finalizers") or []),
+            rollout_policies=any(isinstance(g, dict) and (g.get("policyRef") or {}).get("name")
+                                 for g in (spec.get("rollout") or {}).get("groups") or []),
+            autoscaler_policy_components=[c.value for c in _COMPONENTS if isinstance(spec.get(c.value), dict)
+                                          and (spec[c.value].get("autoscalerPolicyRef") or {}).get("name")],
         )
 
     def _registration(self, cluster: str) -> dict[str, Any]:
@@ -220,8 +224,12 @@ class PlacementActivities:
                 spec = current.get("spec") or {}
                 components = [_admission(member, target, c, spec.get(c.value) or {}, pods)
                               for c in _COMPONENTS if spec.get(c.value)]
-                return MemberObservation(reachable=True, exists=True, components=components,
-                                         url=(current.get("status") or {}).get("url"))
+                status = current.get("status") or {}
+                consumers = [c.value for c in _COMPONENTS
+                             if ((spec.get(c.value) or {}).get("autoscalerPolicyRef") or {}).get("name")]
+                return MemberObservation(reachable=True, exists=True, components=components, url=status.get("url"),
+                                         rollout=mirrors.rollout_mirror(status),
+                                         autoscaling=mirrors.autoscaling_mirror(status, consumers))
         except MemberUnavailable as exc:
             return MemberObservation(reachable=False, reason=exc.reason, message=exc.message)
 

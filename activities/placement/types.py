@@ -7,7 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from servingops.api_models.ome.autoscaling import CandidateAutoscalingStatus
 from servingops.api_models.ome.placement_status import PlacementCapacitySample
+from servingops.api_models.ome.rollout_status import CandidateRolloutStatus
 from servingops.api_models.refs import ObjectRef
 
 
@@ -42,6 +44,10 @@ class PlacementSource(BaseModel):
     """status.placement as last written: the durable plan a new workflow run resumes from."""
     finalizers: list[str] = []
     """metadata.finalizers: whether placement's own finalizer is on the source yet."""
+    rollout_policies: bool = False
+    """A spec.rollout group names a RolloutPolicy: each home's rollout provenance is mirrored."""
+    autoscaler_policy_components: list[str] = []
+    """The components whose spec names an autoscalerPolicyRef: each home's autoscaling is mirrored."""
 
 
 class MemberTarget(BaseModel):
@@ -94,6 +100,9 @@ class MemberObservation(BaseModel):
     components: list[ComponentAdmission] = []
     url: str | None = None
     """The derived service's status.url, once it has one."""
+    rollout: CandidateRolloutStatus | None = None
+    autoscaling: CandidateAutoscalingStatus | None = None
+    """Lifted off the derived service's status (mirrors.py) for the row's rollout / autoscaling."""
 
     @property
     def admitted(self) -> bool:

@@ -678,6 +678,9 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             return seen
         row.observation_known, row.observation_failing_since = True, None
         self.state.trouble.pop(cluster, None)
+        # Seed: each mirror is "set only when" the source references a policy of its kind.
+        row.rollout = seen.rollout if source.rollout_policies and seen.exists else None
+        row.autoscaling = seen.autoscaling if source.autoscaler_policy_components and seen.exists else None
         engine = next((c for c in seen.components if c.component == "engine"), None)
         counted = engine or (seen.components[0] if seen.components else None)
         row.admitted_replicas = counted.admitted if counted else 0
