@@ -99,6 +99,8 @@ PENDING_POLL = timedelta(seconds=15)
 """How often a service with no candidate looks again (a WorkloadCluster becomes Ready: no event of
 the source says so)."""
 MAX_PASSES_PER_RUN = 500
+SPREAD_PATCH = "placement-spread-concurrent"
+"""All / Split keep their homes at once (before: one home after the other)."""
 CAPACITY_PATCH = "placement-split-by-capacity"
 """SplitByCapacity reads each member's capacity (before: held CapacityUnknown, no activity)."""
 FINALIZER = "servingops.io/placement"
@@ -591,15 +593,13 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
                 f"plan revision {revision} ({spec.mode.value}): {shares or 'no home'}; "
                 f"{result.unassigned_replicas} of {result.requested_replicas} unassigned")))
             await self._persist(ref, force=True)  # before any member is written
-        for row in [r for r in status.candidates or [] if spread.holds(r)]:
-            cluster = row.cluster or ""
-            if self.state.applied_generation.get(cluster) != source.generation or (
-                    status.plan is not None and row.applied_plan_id != status.plan.id):
-                await self._apply(ref, source, cluster, spread.floors(row))
-            seen = await self._observe(ref, source, cluster)
-            if seen.reachable and seen.exists:
-                row.endpoint = seen.url if seen.url and (row.admitted_replicas or 0) > 0 else None
-            spread.mark(row)
+        homes = [r for r in status.candidates or [] if spread.holds(r)]
+        if workflow.patched(SPREAD_PATCH):
+            # Every home at once: a pass costs one member round trip, not one per home.
+            await asyncio.gather(*(self._keep_home(ref, source, status, row) for row in homes))
+        else:
+            for row in homes:
+                await self._keep_home(ref, source, status, row)
         for row in [r for r in status.candidates or [] if not spread.holds(r) and not race.draining(r)
                     and r.applied_plan_id]:
             # A candidate whose share went to zero: its copy goes, the row stays (weight 0, unassigned).
@@ -615,6 +615,18 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             self._notes.append(EventNote(reason="Placed", message="every home admitted its floor: " + ", ".join(
                 f"{r.cluster}={r.admitted_replicas}" for r in status.candidates or [] if spread.holds(r))))
         return PLACED_POLL if status.phase == "Placed" else RACE_POLL
+
+    async def _keep_home(self, ref: ObjectRef, source: PlacementSource, status: PlacementStatus,
+                         row: CandidatePlacement) -> None:
+        """One home of an All / Split plan: its copy at the plan's floors, then observed and marked."""
+        cluster = row.cluster or ""
+        if self.state.applied_generation.get(cluster) != source.generation or (
+                status.plan is not None and row.applied_plan_id != status.plan.id):
+            await self._apply(ref, source, cluster, spread.floors(row))
+        seen = await self._observe(ref, source, cluster)
+        if seen.reachable and seen.exists:
+            row.endpoint = seen.url if seen.url and (row.admitted_replicas or 0) > 0 else None
+        spread.mark(row)
 
     async def _capacities(self, ref: ObjectRef, source: PlacementSource,
                           clusters: list[str]) -> tuple[dict[str, PlacementCapacitySample], list[str]]:
