@@ -404,6 +404,10 @@ async def test_split_by_capacity_divides_by_reported_capacity_and_keeps_the_plan
         assert fleet.placed()["plan"]["revision"] == 1 and (a.applies, b.applies) == applies
         assert {r["cluster"]: r["allocation"]["desiredReplicas"] for r in fleet.placed()["candidates"]} == {
             "gpu-a": 3, "gpu-b": 1}
+        await wait(env, lambda: {r["cluster"]: r["allocation"].get("homeInputsPending")
+                                 for r in fleet.placed()["candidates"]} == {"gpu-a": None, "gpu-b": True},
+                   "gpu-b's inputs pending")
+        assert fleet.placed()["plan"]["pauseSurge"] is False
 
         # It reports again, with more: a new revision divides by the new capacities.
         b.capacity = 6
@@ -411,6 +415,7 @@ async def test_split_by_capacity_divides_by_reported_capacity_and_keeps_the_plan
         await wait(env, lambda: fleet.placed()["plan"]["revision"] == 2 and phase(fleet) == "Placed", "revision 2")
         assert {r["cluster"]: r["allocation"]["desiredReplicas"] for r in fleet.placed()["candidates"]} == {
             "gpu-a": 2, "gpu-b": 2}
+        assert not any(r["allocation"].get("homeInputsPending") for r in fleet.placed()["candidates"])
 
 
 async def test_a_homes_rollout_provenance_is_mirrored_only_when_the_source_names_a_rollout_policy(

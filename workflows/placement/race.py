@@ -44,8 +44,10 @@ def new_race(plan_id: str, source_uid: str, generation: int, candidates: Sequenc
                                        allocation=allocation, applied_plan_id=None, observation_known=False))
     names = {c.cluster for c in candidates}
     rows += [row for row in draining if row.cluster not in names]
+    # pauseSurge false, said: placement never stops a member's rollout surges (it owns no shared
+    # transition allowance here).
     plan = PlacementPlanStatus(id=plan_id, mode=PlacementMode.SINGLE, revision=revision, source_uid=source_uid,
-                               observed_generation=generation or None,
+                               pause_surge=False, observed_generation=generation or None,
                                input_digest=race_digest(source_uid, generation, candidates))
     status = PlacementStatus(plan=plan, candidates=rows)
     status.phase = phase(status)

@@ -61,6 +61,7 @@ def accepted(plan: Plan, plan_id: str, revision: int, source_uid: str, generatio
              and (race.draining(row) or (row.allocation is not None and (row.allocation.desired_replicas or 0) > 0))]
     status = PlacementStatus(plan=PlacementPlanStatus(
         id=plan_id, mode=plan.mode, revision=revision, source_uid=source_uid, observed_generation=generation or None,
+        pause_surge=False,  # placement never stops a member's rollout surges
         input_digest=plan.input_digest, requested_replicas=plan.requested_replicas,
         assigned_replicas=plan.assigned_replicas, unassigned_replicas=plan.unassigned_replicas,
         original_unassigned_replicas=(previous.plan.original_unassigned_replicas

@@ -567,15 +567,21 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             router="router" in source.components, router_min_replicas=source.min_replicas.get("router"))
         samples: dict[str, PlacementCapacitySample] = {}
         capacities: dict[str, int | None] | None = None
-        unknown: list[str] = []
+        unknown: dict[str, str] = {}
         if spec.mode == PlacementMode.SPLIT_BY_CAPACITY and matches.held is None:
             samples, unknown = await self._capacities(ref, source, [c.cluster for c in matches.candidates])
             capacities = {cluster: sample.replicas for cluster, sample in samples.items()}
         result = allocate(spec, matches, components, capacities)
         if isinstance(result, KeepLast) and unknown:
             # Which member, and why: the operator reads this on the object, not in a log.
-            result = KeepLast(Held(result.held.reason, "no verified capacity from " + "; ".join(unknown)))
+            result = KeepLast(Held(result.held.reason, "no verified capacity from " + "; ".join(
+                f"{cluster}: {why}" for cluster, why in unknown.items())))
         status = self.state.status
+        # Seed: homeInputsPending "holds movement when current full-policy inputs cannot be verified,
+        # while retaining the last accepted desired floors": a home whose capacity is unknown.
+        for row in status.candidates or []:
+            if row.allocation is not None and not race.draining(row):
+                row.allocation.home_inputs_pending = (row.cluster in unknown) or None
         held = result.held
         if held is None and not isinstance(result, KeepLast) and not matches.candidates:
             self._hold("NoMatchingCluster", "no WorkloadCluster matches spec.placement")
@@ -629,7 +635,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         spread.mark(row)
 
     async def _capacities(self, ref: ObjectRef, source: PlacementSource,
-                          clusters: list[str]) -> tuple[dict[str, PlacementCapacitySample], list[str]]:
+                          clusters: list[str]) -> tuple[dict[str, PlacementCapacitySample], dict[str, str]]:
         """SplitByCapacity: every matched member's verified whole-replica capacity for this source, read
         at once; and, for each member that has none, who and why."""
         readings = await asyncio.gather(*(workflow.execute_activity_method(
@@ -637,13 +643,13 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             CapacityInput(target=self._target(ref, source, cluster), source=ref, queue=PLACEMENT_QUEUE),
             **options.MEMBER) for cluster in clusters))
         samples: dict[str, PlacementCapacitySample] = {}
-        unknown: list[str] = []
+        unknown: dict[str, str] = {}
         for cluster, reading in zip(clusters, readings, strict=True):
             if reading.sample is not None and reading.sample.replicas is not None:
                 samples[cluster] = reading.sample
                 self.state.why[cluster] = f"capacity {reading.sample.replicas} whole replicas"
             else:
-                unknown.append(f"{cluster}: {reading.reason} ({reading.message})")
+                unknown[cluster] = f"{reading.reason} ({reading.message})"
                 self.state.why[cluster] = f"capacity unknown: {reading.reason}"
         return samples, unknown
 
