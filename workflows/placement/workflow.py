@@ -99,6 +99,8 @@ PENDING_POLL = timedelta(seconds=15)
 """How often a service with no candidate looks again (a WorkloadCluster becomes Ready: no event of
 the source says so)."""
 MAX_PASSES_PER_RUN = 500
+SETTLE_PATCH = "placement-settle-together"
+"""A committed winner is read again together with the losers' deletion (before: after it)."""
 SPREAD_PATCH = "placement-spread-concurrent"
 """All / Split keep their homes at once (before: one home after the other)."""
 CAPACITY_PATCH = "placement-split-by-capacity"
@@ -326,16 +328,22 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         assert status.plan is not None and status.plan.winner
         winner = status.plan.winner
         losers = race.losers(status)
-        removed = await asyncio.gather(*(self._remove(ref, source, loser) for loser in losers))
-        gone = [loser for loser, done in zip(losers, removed, strict=True) if done]
-        if gone:  # one Event for the pass, however many members raced
-            self._notes.append(EventNote(reason="PlacementLoserRemoved", message=(
-                f"the race {'copy' if len(gone) == 1 else 'copies'} in {', '.join(gone)} "
-                f"{'was' if len(gone) == 1 else 'were'} deleted")))
-        await self._remove_drained(ref, source)
-        if self.state.applied_generation.get(winner) != source.generation:
-            await self._apply(ref, source, winner)  # a spec change reaches the serving home
-        seen = await self._observe(ref, source, winner)
+        current = self.state.applied_generation.get(winner) == source.generation
+        if current and workflow.patched(SETTLE_PATCH):
+            # The winner is committed (persisted) already: reading it again needs no wait for the
+            # losers' deletion, so both go out in one workflow task.
+            removed, seen = await asyncio.gather(
+                asyncio.gather(*(self._remove(ref, source, loser) for loser in losers)),
+                self._observe(ref, source, winner))
+            self._say_removed(losers, removed)
+            await self._remove_drained(ref, source)
+        else:
+            removed = await asyncio.gather(*(self._remove(ref, source, loser) for loser in losers))
+            self._say_removed(losers, removed)
+            await self._remove_drained(ref, source)
+            if not current:
+                await self._apply(ref, source, winner)  # a spec change reaches the serving home
+            seen = await self._observe(ref, source, winner)
         row = race.row(status, winner)
         if row is not None and seen.reachable and seen.exists:
             row.phase = CandidatePlacementPhase.PLACED if seen.admitted else CandidatePlacementPhase.ADMITTED
@@ -348,6 +356,13 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         if not race.losers(status) and status.phase != "Placed":
             self._notes.append(EventNote(reason="Placed", message=f"placed in {winner}"))
         return await self._judge_winner(ref, source, winner, seen)
+
+    def _say_removed(self, losers: list[str], removed: list[bool]) -> None:
+        gone = [loser for loser, done in zip(losers, removed, strict=True) if done]
+        if gone:  # one Event for the pass, however many members raced
+            self._notes.append(EventNote(reason="PlacementLoserRemoved", message=(
+                f"the race {'copy' if len(gone) == 1 else 'copies'} in {', '.join(gone)} "
+                f"{'was' if len(gone) == 1 else 'were'} deleted")))
 
     async def _judge_winner(self, ref: ObjectRef, source: PlacementSource, winner: str,
                             seen: MemberObservation) -> timedelta | None:
