@@ -39,6 +39,9 @@ class Route:
     migration_requests: bool = False
     placement: bool = False
     """An object with spec.placement (or that had it) is also sent to its placement workflow."""
+    only_when: Callable[[dict[str, Any]], bool] | None = None
+    """Events of an object for which this is False start nothing, unless it is being deleted or it
+    was True at the previous event (the running workflow learns it stopped holding)."""
 
     def ref(self, obj: dict[str, Any]) -> ObjectRef:
         meta = obj["metadata"]
@@ -49,6 +52,11 @@ class Route:
 
 def _ns(namespace: str | None) -> str:
     return namespace or ""
+
+
+def _quota_root(obj: dict[str, Any]) -> bool:
+    """An AcceleratorQuota without spec.parentRef: the root, whose capacity report a workflow writes."""
+    return not ((obj.get("spec") or {}).get("parentRef") or {}).get("name")
 
 
 ROUTES: dict[str, Route] = {
@@ -81,6 +89,8 @@ ROUTES: dict[str, Route] = {
         Route("WorkloadCluster", "ome.io", "v1beta1", "workloadclusters", False, WorkflowType.WORKLOAD_CLUSTER,
               lambda _ns_, name, uid: contract.workload_cluster_workflow_id(name, uid),
               annotations=(RECHECK_ANNOTATION,)),
+        Route("AcceleratorQuota", "ome.io", "v1beta1", "acceleratorquotas", False, WorkflowType.ACCELERATOR_CAPACITY,
+              lambda _ns_, name, uid: contract.capacity_workflow_id(name, uid), only_when=_quota_root),
     )
 }
 
@@ -105,6 +115,8 @@ class Fingerprint:
     migrations: frozenset[str] = frozenset()
     placed: bool = False
     """spec.placement was set: its removal is news for the placement workflow too."""
+    routed: bool = True
+    """The route's only_when held (or the object was being deleted)."""
 
 
 @dataclass(frozen=True)
@@ -156,7 +168,10 @@ def plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, *, gon
     workflow_id = route.workflow_id(ref.namespace, ref.name, uid)
     start = StartObject(ref=ref)
     placed = route.placement and bool((obj.get("spec") or {}).get("placement"))
-    result = Plan(fingerprint=Fingerprint(uid, generation, deleting, watched, frozenset(requests), placed))
+    routed = route.only_when is None or deleting or route.only_when(obj)
+    result = Plan(fingerprint=Fingerprint(uid, generation, deleting, watched, frozenset(requests), placed, routed))
+    if not routed and (previous is None or not previous.routed):
+        return result
 
     if previous is None or (previous.generation, previous.deleting) != (generation, deleting):
         event = ObjectEvent(uid=uid, generation=generation, resource_version=version, deleting=deleting)

@@ -60,9 +60,14 @@ def _kueue_doc(kind: str, name: str, spec: dict[str, Any], namespace: str | None
     return {"apiVersion": "/".join(KUEUE), "kind": kind, "metadata": metadata, "spec": spec}
 
 
-def _quota_spec(cpu: str) -> dict[str, Any]:
-    return {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [
-        {"name": FLAVOR, "resources": [{"name": "cpu", "nominalQuota": cpu}]}]}]}
+def _quota_spec(cpu: str, gpu: str | None = None) -> dict[str, Any]:
+    """cpu quota, and nvidia.com/gpu quota when `gpu` is given (Kueue refuses a pod asking for a
+    resource its ClusterQueue does not cover)."""
+    resources = [("cpu", cpu)] + ([("nvidia.com/gpu", gpu)] if gpu is not None else [])
+    return {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": [name for name, _ in resources],
+                                                         "flavors": [{"name": FLAVOR, "resources": [
+                                                             {"name": name, "nominalQuota": quota}
+                                                             for name, quota in resources]}]}]}
 
 
 class MemberCluster:
@@ -144,7 +149,9 @@ class MemberCluster:
             sys.executable, "-m", "servingops.crd_bridge.main", "--temporal-address", temporal_address,
             "--kubeconfig", str(ids.bridge), "--task-queue", self.task_queue,
             "--lease-namespace", ids.namespace, "--lease-name", f"bridge-{self.task_queue}",
-            "--kinds", "InferenceService,InferenceReplica"], self.log_dir, cwd=REPO_ROOT).start()
+            # AcceleratorQuota: the member's own capacity report (its root's status.capacity), which
+            # placement's SplitByCapacity reads.
+            "--kinds", "InferenceService,InferenceReplica,AcceleratorQuota"], self.log_dir, cwd=REPO_ROOT).start()
 
     def processes(self) -> list[ManagedProcess]:
         """Every process of the member (`./dev down` stops them by pid)."""
@@ -166,10 +173,10 @@ class MemberCluster:
 
     # -- what tests and `./dev up --members` do with a member --
 
-    def set_quota(self, cpu: str) -> None:
-        """The ClusterQueue's cpu quota: what Kueue admits from now on."""
+    def set_quota(self, cpu: str, gpu: str | None = None) -> None:
+        """The ClusterQueue's cpu (and nvidia.com/gpu) quota: what Kueue admits from now on."""
         client.CustomObjectsApi(self.api).patch_cluster_custom_object(
-            *KUEUE, "clusterqueues", CLUSTER_QUEUE, {"spec": _quota_spec(cpu)})
+            *KUEUE, "clusterqueues", CLUSTER_QUEUE, {"spec": _quota_spec(cpu, gpu)})
 
     def prepare_namespace(self, namespace: str) -> None:
         """`namespace` in the member, managed by Kueue, with the LocalQueue PLACEMENT_QUEUE."""

@@ -233,5 +233,14 @@ def test_the_bridge_follows_by_default_exactly_what_the_worker_serves() -> None:
     assert set(DEFAULT_KINDS) == {"Model", "ClusterModel", "InferenceService", "InferenceReplica", "RolloutPolicy",
                                   "ServingRuntime",
                                   "ClusterServingRuntime", "BaseModel", "ClusterBaseModel", "FineTunedWeight",
-                                  "WorkloadCluster"}
+                                  "WorkloadCluster", "AcceleratorQuota", "ModelCatalogSource"}
     assert all(ROUTES[kind].workflow_type.value in registered for kind in DEFAULT_KINDS)
+
+
+def test_a_catalog_source_goes_to_its_own_workflow_and_is_served() -> None:
+    route = ROUTES["ModelCatalogSource"]
+    [dispatch] = plan(route, obj(name="hub", namespace=None), None).dispatches
+    assert (dispatch.workflow_type, dispatch.workflow_id) == (WorkflowType.CATALOG, "catalog/hub/u1")
+    assert dispatch.signal == Signal.OBJECT_CHANGED and WorkflowType.CATALOG in IMPLEMENTED_WORKFLOWS
+    [gone] = plan(route, obj(name="hub", namespace=None, deleting=True), None).dispatches
+    assert gone.signal == Signal.DELETE

@@ -530,7 +530,8 @@ def test_kinds_scopes_and_subresources() -> None:
     assert scopes == {"InferenceService": "Namespaced", "RolloutPolicy": "Namespaced",
                       "InferenceReplica": "Namespaced", "WorkloadCluster": "Cluster",
                       "BaseModel": "Namespaced", "ClusterBaseModel": "Cluster", "FineTunedWeight": "Cluster",
-                      "ServingRuntime": "Namespaced", "ClusterServingRuntime": "Cluster"}
+                      "ServingRuntime": "Namespaced", "ClusterServingRuntime": "Cluster",
+                      "AcceleratorQuota": "Cluster"}
     scale = InferenceReplica.crd.scale
     assert scale is not None and scale.spec_replicas_path == ".spec.replicas"
     assert scale.label_selector_path == ".status.labelSelector"

@@ -63,6 +63,8 @@ from devstack.services import TemporalDevServer
 from servingops.activities.placement.activities import EXECUTION_ANNOTATION, ORIGIN_LABEL, PlacementActivities
 from servingops.activities.placement.types import (
     ApplyMemberInput,
+    CapacityInput,
+    CapacityReading,
     ClusterRegistration,
     MemberObservation,
     MemberTarget,
@@ -80,6 +82,7 @@ DEADLINE = 240.0
 """Real seconds the member may take to act (admission goes through its worker and Kueue); an upper
 bound on a loaded machine, never asserted."""
 FINALIZER = "test.servingops.io/hold"
+GPUS_PER_REPLICA = 4
 MEMBER = "conformance-member"
 """The fake's member name (the real one's carries a random suffix)."""
 
@@ -99,8 +102,9 @@ class Backend(Protocol):
     member: str
     """The registered member's WorkloadCluster name."""
 
-    def create_source(self, placement: dict[str, Any]) -> ObjectRef:
-        """A new source InferenceService (one engine, minReplicas 1) placed by `placement`."""
+    def create_source(self, placement: dict[str, Any], gpus: int = 0) -> ObjectRef:
+        """A new source InferenceService (one engine, minReplicas 1, `gpus` per replica) placed by
+        `placement`."""
         ...
 
     def call(self, activity: str, arg: Any) -> Any:
@@ -143,12 +147,18 @@ class Backend(Protocol):
         """A WorkloadCluster whose apiserver refuses every connection: its name."""
         ...
 
+    def report_capacity(self) -> None:
+        """The member reports its capacity: 16 GPUs (two kwok nodes of 8) on its root AcceleratorQuota,
+        so a source asking 4 GPUs per replica has 4 whole replicas there."""
+        ...
+
 
 # -- the fake ----------------------------------------------------------------------------------------
 
 
 _RESULTS: dict[str, Any] = {"read_source": PlacementSource, "apply_member": MemberWrite,
-                            "observe_member": MemberObservation, "delete_member": MemberWrite}
+                            "observe_member": MemberObservation, "delete_member": MemberWrite,
+                            "read_capacity": CapacityReading}
 
 
 class FakeBackend:
@@ -163,7 +173,7 @@ class FakeBackend:
     def _member(self) -> FakeMember:
         return self.fleet.members[MEMBER]
 
-    def create_source(self, placement: dict[str, Any]) -> ObjectRef:
+    def create_source(self, placement: dict[str, Any], gpus: int = 0) -> ObjectRef:
         self.fleet.placement, self.fleet.gone, self.fleet.min_replicas = copy.deepcopy(placement), False, {"engine": 1}
         return ObjectRef.model_validate(self.fleet.ref())
 
@@ -196,6 +206,9 @@ class FakeBackend:
 
     def put_foreign(self, target: MemberTarget) -> None:
         self.fleet.members[target.cluster].derived = {"uid": str(uuid.uuid4()), "origin": None}
+
+    def report_capacity(self) -> None:
+        self._member().capacity = 16 // GPUS_PER_REPLICA
 
     def write_status_placement(self, source: ObjectRef, placement: dict[str, Any]) -> None:
         self.fleet.status_placement = copy.deepcopy(placement)
@@ -238,11 +251,13 @@ class RealBackend:
         self.activities: dict[str, Callable[..., Any]] = {fn.__name__: fn for fn in self.placement.all()}
         self.registrations: list[str] = []
         """Extra WorkloadClusters (and their Secrets, same name) to delete at the end."""
+        self.roots: list[str] = []
+        """Root AcceleratorQuotas made in the member, deleted at the end."""
 
-    def create_source(self, placement: dict[str, Any]) -> ObjectRef:
+    def create_source(self, placement: dict[str, Any], gpus: int = 0) -> ObjectRef:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
                 "metadata": {"name": f"conf-{uuid.uuid4().hex[:6]}", "namespace": self.namespace},
-                "spec": {**_engine_spec(), "placement": placement}}
+                "spec": {**_engine_spec(gpus), "placement": placement}}
         created = cast(dict[str, Any], self.custom.create_namespaced_custom_object(
             GROUP, VERSION, self.namespace, "inferenceservices", body))
         meta = created["metadata"]
@@ -333,12 +348,30 @@ class RealBackend:
     def deregister(self, name: str) -> None:
         self.custom.delete_cluster_custom_object(GROUP, VERSION, "workloadclusters", name)
 
+    def report_capacity(self) -> None:
+        member = client.CustomObjectsApi(self.cluster.api)
+        name = f"conf-root-{uuid.uuid4().hex[:4]}"
+        member.create_cluster_custom_object(GROUP, VERSION, "acceleratorquotas", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "AcceleratorQuota", "metadata": {"name": name},
+            "spec": {"role": "Cohort"}})
+        self.roots.append(name)
+
+        def reported() -> bool:  # the member's own servingops writes it (its AcceleratorCapacityWorkflow)
+            quota = member.get_cluster_custom_object(GROUP, VERSION, "acceleratorquotas", name)
+            return any(e.get("resourceName") == "nvidia.com/gpu" for e in (quota.get("status") or {}).get("capacity")
+                       or [])
+        self.until(reported, "the member's capacity report")
+
     def register_unreachable(self) -> str:
         config = yaml.safe_load(self.cluster.member_kubeconfig())
         config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{_closed_port()}"
         return self._register(f"{self.member}-dead-{uuid.uuid4().hex[:4]}", yaml.safe_dump(config))
 
     def cleanup(self) -> None:
+        for name in self.roots:
+            with contextlib.suppress(ApiException):
+                client.CustomObjectsApi(self.cluster.api).delete_cluster_custom_object(
+                    GROUP, VERSION, "acceleratorquotas", name)
         for name in self.registrations:
             with contextlib.suppress(ApiException):
                 self.custom.delete_cluster_custom_object(GROUP, VERSION, "workloadclusters", name)
@@ -347,11 +380,12 @@ class RealBackend:
         self.placement.clients.close()
 
 
-def _engine_spec() -> dict[str, Any]:
-    """One engine Instance asking for one cpu: the member's Kueue admits it only with quota."""
+def _engine_spec(gpus: int = 0) -> dict[str, Any]:
+    """One engine Instance asking for one cpu (and `gpus`): the member's Kueue admits it only with quota."""
+    resources = {"cpu": "1", **({"nvidia.com/gpu": str(gpus)} if gpus else {})}
     return {"deploymentMode": "OMENative", "engine": {"minReplicas": 1, "runner": {
         "name": "engine", "image": "vllm/vllm-openai:v0.9", "ports": [{"containerPort": 8000}],
-        "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}}}
+        "resources": {"requests": resources, "limits": resources}}}}
 
 
 def _closed_port() -> int:
@@ -587,3 +621,18 @@ def test_a_deregistered_member_answers_registration_not_found(backend: Backend) 
         # The copy written through the alias is the member's (same cluster): withdraw it as ours.
         with contextlib.suppress(Exception):
             delete(backend, _target(source, backend.member))
+
+
+def test_read_capacity_is_unknown_without_a_report_and_whole_replicas_with_one(backend: Backend) -> None:
+    source = backend.create_source({**_placement(backend), "mode": "SplitByCapacity"}, gpus=GPUS_PER_REPLICA)
+    target = _target(source, backend.member)
+    asked = CapacityInput(target=target, source=source, queue=PLACEMENT_QUEUE)
+    unknown: CapacityReading = backend.call("read_capacity", asked)
+    assert (unknown.sample, unknown.reason) == (None, "NoCapacityReport"), unknown
+    assert unknown.message and "AcceleratorQuota" in unknown.message
+    backend.report_capacity()
+    known: CapacityReading = backend.call("read_capacity", asked)
+    assert known.reason is None and known.sample is not None and known.sample.replicas == 16 // GPUS_PER_REPLICA
+    assert known.sample.demand_contract is not None
+    assert known.sample.demand_contract.fingerprint == known.sample.demand_fingerprint
+    assert backend.derived(target) is None, "reading capacity writes nothing to the member"

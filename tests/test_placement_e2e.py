@@ -10,6 +10,7 @@ LocalQueue and ask for one cpu, and a member whose ClusterQueue has no cpu quota
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -464,3 +465,97 @@ def test_no_matching_member_holds_with_a_reason_and_nothing_is_written(
     assert warning == ["no WorkloadCluster matches spec.placement"]
     assert not _placement(kube_api, ns, name).get("plan")
     assert all(_derived(m, ns, name) is None for m in fleet.members.values())
+
+
+# -- SplitByCapacity ---------------------------------------------------------------------------------
+
+
+def _root_quota(member: MemberCluster, name: str) -> None:
+    """The member's reserved root AcceleratorQuota: its own servingops reports the member's capacity on it."""
+    client.CustomObjectsApi(member.api).create_cluster_custom_object(GROUP, VERSION, "acceleratorquotas", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "AcceleratorQuota", "metadata": {"name": name},
+        "spec": {"role": "Cohort"}})
+
+
+def _cordon(member: MemberCluster, node: str, unschedulable: bool) -> None:
+    client.CoreV1Api(member.api).patch_node(node, {"spec": {"unschedulable": unschedulable}})
+
+
+def _reported_gpus(member: MemberCluster, name: str) -> int | None:
+    obj = client.CustomObjectsApi(member.api).get_cluster_custom_object(GROUP, VERSION, "acceleratorquotas", name)
+    found = [int(e["allocatable"]) for e in (obj.get("status") or {}).get("capacity") or []
+             if e.get("resourceName") == "nvidia.com/gpu"]
+    return sum(found) if found else None
+
+
+def test_split_by_capacity_divides_by_what_each_member_reports(kube_api: client.ApiClient, fleet: Fleet) -> None:
+    """Each member's own servingops reports its capacity on its root AcceleratorQuota (kwok nodes of 8
+    GPUs; one of a's two nodes cordoned: a 8, b 16). A replica asks for 4 GPUs, so a holds 2 whole
+    replicas and b 4: a floor of 3 is 1 in a, 2 in b, each admitted by its Kueue. b's root deleted:
+    CapacityUnknown names b, the plan stays. a's node uncordoned and b's report back: a new revision."""
+    ns, worker = fleet.namespace, fleet.worker
+    a, b = fleet.members["a"], fleet.members["b"]
+    for member in (a, b):
+        member.set_quota("16", gpu="64")
+    root = f"fleet-{uuid.uuid4().hex[:5]}"
+    cordoned = a.cluster.node_names[0]
+    _cordon(a, cordoned, True)
+    name = f"cap-{uuid.uuid4().hex[:5]}"
+    try:
+        for member in (a, b):
+            _root_quota(member, root)
+        _wait("a reports 8 GPUs, b 16", lambda: (_reported_gpus(a, root), _reported_gpus(b, root)) == (8, 16),
+              worker, 120)
+        spec = _spec(fleet)
+        spec["engine"]["runner"]["resources"] = {"requests": {"cpu": "1", "nvidia.com/gpu": "4"},
+                                                 "limits": {"cpu": "1", "nvidia.com/gpu": "4"}}
+        spec["placement"] = {"policy": "ClusterAffinity", "mode": "SplitByCapacity", "split": {"replicas": 3},
+                             "clusterAffinity": [{"matchFields": [
+                                 {"key": "metadata.name", "operator": "In", "values": [a.name, b.name]}]}]}
+        client.CustomObjectsApi(kube_api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name, "namespace": ns},
+            "spec": spec})
+        placed = _wait("Placed: 1 in a, 2 in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
+                       and p, worker, 240)
+        plan = placed["plan"]
+        assert (plan["mode"], plan["revision"], plan["assignedReplicas"]) == ("SplitByCapacity", 1, 3)
+        rows = {r["cluster"]: r for r in placed["candidates"]}
+        assert {n: (r["allocation"]["weight"], r["allocation"]["desiredReplicas"], r["admittedReplicas"])
+                for n, r in rows.items()} == {a.name: (2, 1, 1), b.name: (4, 2, 2)}
+        sample = rows[b.name]["allocation"]["capacity"]
+        quota = client.CustomObjectsApi(b.api).get_cluster_custom_object(GROUP, VERSION, "acceleratorquotas", root)
+        assert sample["replicas"] == 4 and [(p["resourceName"], p["demand"], p["allocatable"], p["reportUID"])
+                                            for p in sample["pools"]] == [
+            ("nvidia.com/gpu", 4, 16, quota["metadata"]["uid"])]
+        assert sample["demandContract"]["fingerprint"] == sample["demandFingerprint"]
+        derived = _derived(b, ns, name) or {}
+        execution = json.loads(derived["metadata"]["annotations"][EXECUTION_ANNOTATION])
+        assert execution["demand"] == sample["demandContract"] and derived["spec"]["engine"]["minReplicas"] == 2
+
+        # b stops reporting: the accepted plan stays, and the source says which member and why.
+        client.CustomObjectsApi(b.api).delete_cluster_custom_object(GROUP, VERSION, "acceleratorquotas", root)
+        client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(  # a spec change: looked at now
+            GROUP, VERSION, ns, "inferenceservices", name, {"metadata": {"labels": {"nudge": "1"}}})
+        held = _wait("CapacityUnknown naming b", lambda: [m for t, r, m in _events(kube_api, ns, name)
+                                                         if t == "Warning" and r == "CapacityUnknown"], worker, 120)
+        assert held[0].startswith(f"no verified capacity from {b.name}: NoCapacityReport"), held
+        assert _placement(kube_api, ns, name)["plan"] == plan
+
+        # a's second node back, b's report back: 16 and 16 -> a new revision, 2 and 1 (ties by name).
+        _cordon(a, cordoned, False)
+        _root_quota(b, root)
+        replanned = _wait("revision 2", lambda: (p := _placement(kube_api, ns, name))["plan"]["revision"] == 2
+                          and p.get("phase") == "Placed" and p, worker, 240)
+        assert {r["cluster"]: r["allocation"]["desiredReplicas"] for r in replanned["candidates"]} == {
+            a.name: 2, b.name: 1}
+    finally:
+        _cordon(a, cordoned, False)
+        with contextlib.suppress(ApiException):
+            client.CustomObjectsApi(kube_api).delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices",
+                                                                               name)
+        _wait("its copies withdrawn", lambda: all(_derived(m, ns, name) is None for m in (a, b)), worker, 120)
+        for member in (a, b):
+            with contextlib.suppress(ApiException):
+                client.CustomObjectsApi(member.api).delete_cluster_custom_object(GROUP, VERSION, "acceleratorquotas",
+                                                                                 root)
+            member.set_quota("16")

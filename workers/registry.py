@@ -9,6 +9,10 @@ from typing import Any
 from kubernetes import client
 
 from servingops.activities.basemodels.activities import BaseModelActivities
+from servingops.activities.capacity.activities import CapacityActivities
+from servingops.activities.catalog.huggingface_index import CatalogIndexActivities
+from servingops.activities.catalog.schedule import CatalogScheduleActivities
+from servingops.activities.catalog.store import CatalogStoreActivities
 from servingops.activities.host import HostActivities
 from servingops.activities.kubernetes import KubernetesActivities
 from servingops.activities.migration.activities import MigrationActivities
@@ -31,6 +35,8 @@ from servingops.activities.uploads.sessions import UploadActivities
 from servingops.activities.workload_cluster.activities import WorkloadClusterActivities
 from servingops.workers.settings import WorkerSettings
 from servingops.workflows.basemodel import BaseModelWorkflow
+from servingops.workflows.capacity.report import AcceleratorCapacityWorkflow
+from servingops.workflows.catalog import WORKFLOWS as CATALOG_WORKFLOWS
 from servingops.workflows.migration.workflow import MigrationWorkflow
 from servingops.workflows.model_import import ModelWorkflow
 from servingops.workflows.placement.workflow import PlacementWorkflow
@@ -43,7 +49,8 @@ from servingops.workflows.workload_cluster import WorkloadClusterWorkflow
 
 def workflows() -> Sequence[type]:
     return [ModelWorkflow, *ROLLOUT_WORKFLOWS, RolloutPolicyWorkflow, ServingRuntimeWorkflow, BaseModelWorkflow,
-            InferenceReplicaWorkflow, MigrationWorkflow, WorkloadClusterWorkflow, PlacementWorkflow]
+            InferenceReplicaWorkflow, MigrationWorkflow, WorkloadClusterWorkflow, PlacementWorkflow,
+            AcceleratorCapacityWorkflow, *CATALOG_WORKFLOWS]
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:
@@ -74,4 +81,8 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *OperatorConfigActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
         *WorkloadClusterActivities(api_client, settings.controller_namespace).all(),
         *PlacementActivities(api_client, settings.controller_namespace).all(),
+        *CapacityActivities(api_client).all(),
+        *CatalogIndexActivities(api_client, settings.controller_namespace, settings.hf_endpoint).all(),
+        *CatalogStoreActivities(registry_target(settings), kubernetes_secret_credentials(core)).all(),
+        *CatalogScheduleActivities().all(),
     ]

@@ -121,3 +121,34 @@ MEMBER: ActivityOptions = {
     ),
 }
 """A read or write in a member cluster (placement): a few requests of at most 15 s each."""
+
+CATALOG_INDEX: ActivityOptions = {
+    # One attempt scans for at most the source's refreshBudget (1 h at most: activities/catalog/policy.py)
+    # and then returns its progress; the margin covers the last Hub request and packing the state.
+    "start_to_close_timeout": timedelta(minutes=75),
+    # The scan heartbeats its resume point every 5 s; one Hub request may take 30 s.
+    "heartbeat_timeout": timedelta(seconds=90),
+    # Bounded: a Hub that stays unreachable after a few quick attempts is the source's condition
+    # (Ready False, nextRetryTime) and the workflow's own backoff takes over; each attempt resumes from
+    # the last heartbeat.
+    "retry_policy": _policy(
+        initial_interval=timedelta(seconds=2),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=20),
+        maximum_attempts=3,
+    ),
+}
+"""One budgeted attempt of a catalog index scan (catalog.index_huggingface)."""
+
+CATALOG_STORE: ActivityOptions = {
+    "start_to_close_timeout": timedelta(minutes=5),
+    # Bounded for the same reason as CATALOG_INDEX: a registry that stays away is the source's
+    # condition with a nextRetryTime, and the last stored revision stays.
+    "retry_policy": _policy(
+        initial_interval=timedelta(seconds=1),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=20),
+        maximum_attempts=5,
+    ),
+}
+"""Pushing a catalog index artifact (catalog.store_index), and the source's Temporal Schedule calls."""

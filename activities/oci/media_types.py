@@ -16,6 +16,8 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_EMPTY = "application/vnd.oci.empty.v1+json"
+"""The empty descriptor's media type: the config of an artifact that has none (a catalog index)."""
 
 # What we send as Accept when reading a manifest: anything a registry may hold under a reference.
 MANIFEST_ACCEPT = (OCI_MANIFEST, OCI_INDEX, DOCKER_MANIFEST_V2, DOCKER_MANIFEST_LIST)

@@ -36,13 +36,17 @@ class WorkflowType(StrEnum):
     PLACEMENT = "PlacementWorkflow"
     SERVING_RUNTIME = "ServingRuntimeWorkflow"
     BASE_MODEL = "BaseModelWorkflow"
+    ACCELERATOR_CAPACITY = "AcceleratorCapacityWorkflow"
+    CATALOG_REFRESH_TICK = "CatalogRefreshTickWorkflow"
+    """Started by a catalog source's Temporal Schedule: signals refresh-now to the source's workflow."""
 
 
 IMPLEMENTED_WORKFLOWS = frozenset({WorkflowType.MODEL, WorkflowType.INFERENCE_SERVICE, WorkflowType.ROLLOUT,
                                    WorkflowType.ROLLOUT_POLICY, WorkflowType.SERVING_RUNTIME,
                                    WorkflowType.BASE_MODEL, WorkflowType.INFERENCE_REPLICA,
                                    WorkflowType.MIGRATION, WorkflowType.WORKLOAD_CLUSTER,
-                                   WorkflowType.PLACEMENT})
+                                   WorkflowType.PLACEMENT, WorkflowType.ACCELERATOR_CAPACITY,
+                                   WorkflowType.CATALOG, WorkflowType.CATALOG_REFRESH_TICK})
 """The workflow types this release's worker registers (a test holds the worker to it). The bridge
 checks every dispatch against it: an event whose workflow type is not here (a migration request,
 for a worker built without MigrationWorkflow) starts nothing, since nothing would ever run it, and
@@ -64,7 +68,9 @@ class Signal(StrEnum):
     """Upload endpoint (ingress.uploads) -> ModelWorkflow: the upload finished
     (api_models.contract.uploads.UploadComplete)."""
     REFRESH_NOW = "refresh-now"
-    """InferenceServiceWorkflow -> RolloutPolicyWorkflow: re-count attachments now (no payload)."""
+    """InferenceServiceWorkflow -> RolloutPolicyWorkflow: re-count attachments now (no payload).
+    CatalogRefreshTickWorkflow (a source's Temporal Schedule) -> CatalogSourceWorkflow: refresh the
+    catalog now (no payload)."""
     ROLLOUT_REPORT = "rollout-report"
     """RolloutWorkflow -> InferenceServiceWorkflow: a run's progress (contract.rollout.RolloutReport)."""
     # InferenceServiceWorkflow -> RolloutWorkflow: the ome.io/rollout-* annotations forwarded,
@@ -231,6 +237,11 @@ def catalog_workflow_id(name: str, uid: str) -> str:
     return f"catalog/{name}/{uid}"
 
 
+def catalog_schedule_id(name: str, uid: str) -> str:
+    """The Temporal Schedule that drives the refreshes of ModelCatalogSource `name` (uid: the source's)."""
+    return f"catalog/{name}/{uid}/refresh"
+
+
 def inference_service_workflow_id(namespace: str, name: str, uid: str) -> str:
     return f"isvc/{namespace}/{name}/{uid}"
 
@@ -263,6 +274,11 @@ def placement_workflow_id(namespace: str, isvc: str, uid: str) -> str:
 
 def workload_cluster_workflow_id(name: str, uid: str) -> str:
     return f"workloadcluster/{name}/{uid}"
+
+
+def capacity_workflow_id(name: str, uid: str) -> str:
+    """One capacity report per root AcceleratorQuota (cluster-scoped: a name and a uid)."""
+    return f"capacity/{name}/{uid}"
 
 
 def basemodel_workflow_id(namespace: str | None, name: str, uid: str) -> str:

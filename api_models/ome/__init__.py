@@ -1,12 +1,13 @@
 """Pydantic models of the ome.io/v1beta1 kinds this project serves, the single source of their CRDs.
 
 Root kinds: InferenceService, RolloutPolicy, InferenceReplica, BaseModel, ServingRuntime (namespaced)
-and WorkloadCluster, ClusterBaseModel, FineTunedWeight, ClusterServingRuntime (cluster-scoped). Every
+and WorkloadCluster, AcceleratorQuota, ClusterBaseModel, FineTunedWeight, ClusterServingRuntime (cluster-scoped). Every
 OME type they reference is modelled field by field; core Kubernetes types (Container, Volume,
 Affinity, ...) are embedded opaquely.
 """
 
 from servingops.api_models.base import KubeResource
+from servingops.api_models.ome.accelerator_quota import AcceleratorQuota, AcceleratorQuotaSpec, AcceleratorQuotaStatus
 from servingops.api_models.ome.constants import API_VERSION, GROUP, VERSION
 from servingops.api_models.ome.inference_service import InferenceService, InferenceServiceSpec, InferenceServiceStatus
 from servingops.api_models.ome.models import (
@@ -32,6 +33,7 @@ OME_KINDS: list[type[KubeResource]] = [
     RolloutPolicy,
     InferenceReplica,
     WorkloadCluster,
+    AcceleratorQuota,
     BaseModel,
     ClusterBaseModel,
     FineTunedWeight,
@@ -44,6 +46,9 @@ __all__ = [
     "GROUP",
     "OME_KINDS",
     "VERSION",
+    "AcceleratorQuota",
+    "AcceleratorQuotaSpec",
+    "AcceleratorQuotaStatus",
     "BaseModel",
     "BaseModelSpec",
     "ClusterBaseModel",

@@ -3,6 +3,23 @@
 from enum import StrEnum
 
 
+class AcceleratorQuotaDistributionPolicy(StrEnum):
+    """AcceleratorQuotaDistributionPolicy selects how a leaf's fleet-wide nominal is split into
+    per-cluster shares."""
+
+    EXPLICIT = "Explicit"
+    PROPORTIONAL = "Proportional"
+
+
+class AcceleratorQuotaRole(StrEnum):
+    """AcceleratorQuotaRole declares what a node is, rather than leaving it inferred from whether
+    children happen to exist. A grouping created before its first child is still a Cohort, and adding a
+    child can never silently convert a leaf."""
+
+    COHORT = "Cohort"
+    CLUSTER_QUEUE = "ClusterQueue"
+
+
 class AcceleratorSelectionPolicy(StrEnum):
     """AcceleratorSelectionPolicy defines how to select among matching accelerators"""
 

@@ -56,6 +56,8 @@ from servingops.api_models.ome.enums import ComponentType
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from tests.histories.basemodel_fakes import FakeBaseModelWorld
+from tests.histories.capacity_scenarios import SCENARIOS as CAPACITY_SCENARIOS
+from tests.histories.catalog_scenarios import SCENARIOS as CATALOG_SCENARIOS
 from tests.histories.model_fakes import FakeModelWorld
 from tests.histories.placement_scenarios import SCENARIOS as PLACEMENT_SCENARIOS
 from tests.histories.workload_cluster_scenarios import SCENARIOS as WORKLOAD_CLUSTER_SCENARIOS
@@ -962,6 +964,8 @@ SCENARIOS: dict[str, Scenario] = {
     "policy-continue-as-new": policy_continue_as_new,
     **WORKLOAD_CLUSTER_SCENARIOS,
     **PLACEMENT_SCENARIOS,
+    **CAPACITY_SCENARIOS,
+    **CATALOG_SCENARIOS,
 }
 LEGACY: dict[str, Scenario] = {
     # Only meaningful when run from commit 1482aaa (see the module docstring): not in the default set.

@@ -1,0 +1,139 @@
+"""`capacity.observe` and `capacity.write_status`: a workload cluster's accelerator capacity, read from
+its Nodes and Kueue ResourceFlavors, written on its root AcceleratorQuota's status.capacity.
+
+Both talk to the cluster the worker runs in, with the worker's own identity. observe only reads: the
+AcceleratorQuota by name, then (for a root) every AcceleratorQuota of the tree for the budgets'
+resource names, every Kueue ResourceFlavor (kueue.x-k8s.io/v1beta2) and every Node; the rule that
+turns them into numbers is attribution.py. write_status merge-patches status.capacity through the
+status subresource, under the resourceVersion of a read that checked the uid it was asked for, so a
+same-named newer object is never written; the patch replaces the list whole (the report workflow is
+its only writer).
+
+Retries: a failure of the apiserver raises and is retried (KUBE policy); a cluster without Kueue's
+ResourceFlavor API is an answer (no flavors, `flavors_served` False), not an error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator
+from typing import Any, cast
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+
+from servingops.activities.capacity.attribution import FlavorView, NodeView, observe_capacity
+from servingops.activities.capacity.types import ObserveInput, ObserveOutput, WriteInput, WriteOutput
+from servingops.activities.custom_objects import CONFLICT_RETRIES, CustomObjects
+from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus
+
+GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "acceleratorquotas"
+KUEUE_GROUP, KUEUE_VERSION, FLAVORS = "kueue.x-k8s.io", "v1beta2", "resourceflavors"
+PAGE = 500
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def _pages(call: Callable[[str | None], Any]) -> Iterator[Any]:
+    """Every item of a paginated list; `call(continue_token)` returns one page."""
+    token: str | None = None
+    while True:
+        page = call(token)
+        meta = page["metadata"] if isinstance(page, dict) else page.metadata
+        items = page["items"] if isinstance(page, dict) else page.items
+        yield from items or []
+        token = (meta.get("continue") if isinstance(meta, dict) else meta._continue) or None
+        if not token:
+            return
+
+
+def node_view(node: client.V1Node) -> NodeView:
+    conditions = (node.status.conditions if node.status else None) or []
+    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    allocatable = (node.status.allocatable if node.status else None) or {}
+    meta = node.metadata or client.V1ObjectMeta()
+    return NodeView(name=str(meta.name or ""), labels=dict(meta.labels or {}), ready=ready,
+                    unschedulable=bool(node.spec.unschedulable if node.spec else False),
+                    allocatable={str(k): str(v) for k, v in allocatable.items()})
+
+
+def flavor_view(flavor: dict[str, Any]) -> FlavorView:
+    meta = flavor.get("metadata") or {}
+    return FlavorView(name=str(meta.get("name", "")), uid=meta.get("uid") or None,
+                      node_labels=dict((flavor.get("spec") or {}).get("nodeLabels") or {}))
+
+
+def budget_resource_names(quotas: list[dict[str, Any]]) -> set[str]:
+    return {str(b["resourceName"]) for q in quotas for b in (q.get("spec") or {}).get("budgets") or []
+            if b.get("resourceName")}
+
+
+class CapacityActivities:
+    """Bound to the worker's ApiClient (the workload cluster this report describes)."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self._custom = client.CustomObjectsApi(api_client)
+        self._objects = CustomObjects(self._custom)
+        self._core = client.CoreV1Api(api_client)
+
+    @activity.defn(name="capacity.observe")
+    def observe(self, request: ObserveInput) -> ObserveOutput:
+        obj = self._objects.get(request.quota)
+        if obj is None or obj["metadata"].get("deletionTimestamp"):
+            return ObserveOutput(present=False)
+        meta = obj["metadata"]
+        reported = [AcceleratorCapacityStatus.model_validate(e)
+                    for e in (obj.get("status") or {}).get("capacity") or []]
+        known = ObserveOutput(present=True, generation=int(meta.get("generation", 0)),
+                              resource_version=str(meta.get("resourceVersion", "")), reported=reported)
+        if ((obj.get("spec") or {}).get("parentRef") or {}).get("name"):
+            return known
+        quotas = list(_pages(lambda token: self._custom.list_cluster_custom_object(
+            GROUP, VERSION, PLURAL, limit=PAGE, _continue=token)))
+        names = sorted(budget_resource_names(quotas) | set(request.resource_names))
+        try:
+            flavors = [flavor_view(f) for f in _pages(lambda token: self._custom.list_cluster_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, FLAVORS, limit=PAGE, _continue=token))]
+            served = True
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            flavors, served = [], False
+        nodes = [node_view(n) for n in _pages(lambda token: self._core.list_node(limit=PAGE, _continue=token))]
+        observed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
+        return known.model_copy(update={
+            "root": True, "observed_at": observed_at, "resource_names": names,
+            "capacity": observe_capacity(nodes, flavors, names), "flavors_served": served})
+
+    @activity.defn(name="capacity.write_status")
+    def write_status(self, request: WriteInput) -> WriteOutput:
+        ref = request.quota
+        capacity = None if request.capacity is None else [entry.to_api() for entry in request.capacity]
+        for _ in range(CONFLICT_RETRIES):
+            # Read first: the uid is checked on the object read, and the patch carries that read's
+            # resourceVersion, so an object that changed in between (or a same-named newer one)
+            # answers 409 and is read again; the status subresource ignores a uid in the patch.
+            obj = self._objects.get(ref)
+            if obj is None:
+                return WriteOutput(present=False)
+            body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                    "status": {"capacity": capacity}}
+            try:
+                written = cast(dict[str, Any], self._custom.patch_cluster_custom_object_status(
+                    GROUP, VERSION, PLURAL, ref.name, body, _content_type=MERGE_PATCH))
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue
+                if exc.status == 404:
+                    return WriteOutput(present=False)
+                raise
+            return WriteOutput(present=True, resource_version=str(written["metadata"].get("resourceVersion", "")))
+        raise application_error(ErrorType.CONFLICT,
+                                f"{ref.describe()}: still conflicting after {CONFLICT_RETRIES} tries")
+
+    def all(self) -> list[object]:
+        return [self.observe, self.write_status]
+
+
+__all__ = ["CapacityActivities", "budget_resource_names", "flavor_view", "node_view"]

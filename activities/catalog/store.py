@@ -1,0 +1,146 @@
+"""Store a complete catalog index outside status: an OCI artifact in the worker's registry.
+
+One repository per source, `<CATALOG_REPOSITORY_PREFIX>/<source name>` (source names are DNS-1123
+subdomains, valid repository path components). The artifact is an OCI image manifest with
+`artifactType` the index media type, the empty config, and one layer: the canonical index document
+(`index_document.build_index`) whose digest is the document digest. The manifest carries no time and
+no scan statistics, so the same document always makes the same manifest bytes, hence the same manifest
+digest: that manifest digest is the source's `status.catalogRevision`, and
+`<registry>/<repository>@<catalogRevision>` pulls exactly that index.
+
+Nothing partial is stored: the activity accepts only a complete scan (`ScanProgress.cursor` None), rebuilds
+the document from it and checks it hashes to the digest the index activity reported, then pushes the
+document blob, the empty config and last the manifest (tagged `current`). Until the manifest lands the
+blobs are referenced by nothing. Retry-safe: blobs are content addressed (present ones are skipped) and
+the manifest bytes are deterministic.
+
+The workflow calls this only when the document digest differs from the one it last stored: a refresh that
+finds nothing changed pushes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, canonical_json, index_of
+from servingops.activities.catalog.types import ScanProgress
+from servingops.activities.oci import media_types as mt
+from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, _registry_failure
+from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
+from servingops.api_models.errors import ErrorType, application_error
+
+STORE_ACTIVITY = "catalog.store_index"
+CATALOG_REPOSITORY_PREFIX = "servingops/catalog"
+CURRENT_TAG = "current"
+"""The tag of a source's newest index (older revisions stay pullable by digest until GC)."""
+EMPTY_CONFIG = b"{}"
+ANNOTATION_SOURCE = "ai.deckhouse.io/catalog-source"
+ANNOTATION_ENTRIES = "ai.deckhouse.io/catalog-entries"
+INDEX_FILE = "index.json"
+
+
+def catalog_repository(source: str) -> str:
+    return f"{CATALOG_REPOSITORY_PREFIX}/{source}"
+
+
+def _digest(data: bytes) -> str:
+    return f"sha256:{hashlib.sha256(data).hexdigest()}"
+
+
+def index_manifest(source: str, document_digest: str, document_size: int, entry_count: int) -> bytes:
+    """The artifact's manifest bytes: a pure function of the document (and the source's name)."""
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": mt.OCI_MANIFEST,
+        "artifactType": INDEX_MEDIA_TYPE,
+        "config": {"mediaType": mt.OCI_EMPTY, "digest": _digest(EMPTY_CONFIG), "size": len(EMPTY_CONFIG),
+                   "data": base64.b64encode(EMPTY_CONFIG).decode()},
+        "layers": [{"mediaType": INDEX_MEDIA_TYPE, "digest": document_digest, "size": document_size,
+                    "annotations": {mt.ANNOTATION_TITLE: INDEX_FILE}}],
+        "annotations": {ANNOTATION_SOURCE: source, ANNOTATION_ENTRIES: str(entry_count)},
+    }
+    return canonical_json(manifest)
+
+
+class StoreIndexInput(BaseModel):
+    source: str
+    """The ModelCatalogSource's name: the repository is `catalog_repository(source)`."""
+    progress: ScanProgress
+    """A complete scan (what `catalog.index_huggingface` returned with complete=True)."""
+    digest: str
+    """The document digest the index activity reported: the rebuilt document must hash to it."""
+
+
+class StoredIndex(BaseModel):
+    revision: str
+    """The manifest digest: status.catalogRevision."""
+    document_digest: str
+    entry_count: int
+    reference: str
+    """`registry/repository@revision`."""
+
+
+class CatalogStoreActivities:
+    """Bound to the worker's registry (address, TLS, credentials Secret) and its credential resolver."""
+
+    def __init__(self, registry: RegistryTarget, credentials: CredentialsResolver | None = None) -> None:
+        self._registry_target = registry
+        self._credentials = credentials
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.store_index]
+
+    def target(self, source: str) -> RegistryTarget:
+        return self._registry_target.model_copy(update={"repository": catalog_repository(source)})
+
+    @contextmanager
+    def _registry(self, target: RegistryTarget) -> Iterator[ModelRegistry]:
+        creds = None
+        if target.credentials_secret is not None:
+            if self._credentials is None:
+                raise application_error(ErrorType.NO_CREDENTIALS_RESOLVER,
+                                        "this worker cannot read registry credential Secrets")
+            creds = self._credentials(target.credentials_secret, target.address)
+        registry = ModelRegistry(target.address, insecure=target.insecure, tls_verify=target.tls_verify,
+                                 credentials=creds)
+        try:
+            yield registry
+        except RegistryError as exc:
+            raise _registry_failure(exc) from exc
+        except ValueError as exc:
+            raise application_error(ErrorType.INVALID_INPUT, str(exc)) from exc
+        finally:
+            registry.close()
+
+    @activity.defn(name=STORE_ACTIVITY)
+    def store_index(self, req: StoreIndexInput) -> StoredIndex:
+        """Push the complete index of `req.progress` as the source's artifact; its manifest digest."""
+        if req.progress.cursor is not None:
+            raise application_error(ErrorType.INVALID_INPUT,
+                                    f"catalog {req.source}: the scan is not complete, nothing is stored")
+        document = index_of(req.progress.unpack())
+        if document.digest != req.digest:
+            raise application_error(
+                ErrorType.INVALID_INPUT,
+                f"catalog {req.source}: the index rebuilt from the scan hashes to {document.digest}, "
+                f"not the reported {req.digest}; nothing is stored")
+        target = self.target(req.source)
+        manifest = index_manifest(req.source, document.digest, len(document.content), document.entry_count)
+        with self._registry(target) as registry:
+            registry.put_blob_bytes(target.repository, document.content, document.digest)
+            registry.put_blob_bytes(target.repository, EMPTY_CONFIG, _digest(EMPTY_CONFIG))
+            revision = registry.put_manifest(target.repository, CURRENT_TAG, manifest, mt.OCI_MANIFEST)
+        activity.logger.info("catalog %s: stored %d entries as %s", req.source, document.entry_count, revision)
+        return StoredIndex(revision=revision, document_digest=document.digest, entry_count=document.entry_count,
+                           reference=target.reference(revision))
+
+
+__all__ = ["CATALOG_REPOSITORY_PREFIX", "CURRENT_TAG", "STORE_ACTIVITY", "CatalogStoreActivities", "StoreIndexInput",
+           "StoredIndex", "catalog_repository", "index_manifest"]

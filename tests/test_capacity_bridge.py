@@ -1,0 +1,67 @@
+"""What the bridge makes of AcceleratorQuota events (crd_bridge/routes.py, pure): only a root (no
+spec.parentRef) starts its capacity report; a root that gains a parent is told once; a leaf that
+becomes the root starts one; deletion is always delivered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servingops.api_models.contract import ObjectEvent, Signal, WorkflowType
+from servingops.crd_bridge.routes import DEFAULT_KINDS, ROUTES, plan
+
+QUOTA = ROUTES["AcceleratorQuota"]
+
+
+def quota(parent: str | None = None, generation: int = 1, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "fleet", "uid": "u1", "generation": generation, "resourceVersion": str(generation)}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    spec: dict[str, Any] = {"role": "Cohort"}
+    if parent:
+        spec["parentRef"] = {"name": parent}
+    return {"metadata": meta, "spec": spec}
+
+
+def test_the_route_is_followed_by_default_and_cluster_scoped() -> None:
+    assert "AcceleratorQuota" in DEFAULT_KINDS
+    assert (QUOTA.group, QUOTA.version, QUOTA.plural, QUOTA.namespaced) == ("ome.io", "v1beta1",
+                                                                            "acceleratorquotas", False)
+
+
+def test_a_root_starts_its_report() -> None:
+    [dispatch] = plan(QUOTA, quota(), None).dispatches
+    assert dispatch.workflow_type == WorkflowType.ACCELERATOR_CAPACITY
+    assert dispatch.workflow_id == "capacity/fleet/u1"
+    assert dispatch.signal == Signal.OBJECT_CHANGED
+    assert dispatch.start_arg.ref.kind == "AcceleratorQuota" and dispatch.start_arg.ref.namespace is None
+
+
+def test_a_node_with_a_parent_starts_nothing_until_it_becomes_the_root() -> None:
+    first = plan(QUOTA, quota(parent="fleet-root"), None)
+    assert first.dispatches == []
+    edited = plan(QUOTA, quota(parent="other", generation=2), first.fingerprint)
+    assert edited.dispatches == []
+    promoted = plan(QUOTA, quota(generation=3), edited.fingerprint)
+    [dispatch] = promoted.dispatches
+    assert dispatch.signal == Signal.OBJECT_CHANGED and dispatch.signal_arg.generation == 3
+
+
+def test_a_root_that_gains_a_parent_is_told_once() -> None:
+    root = plan(QUOTA, quota(), None)
+    demoted = plan(QUOTA, quota(parent="p", generation=2), root.fingerprint)
+    [dispatch] = demoted.dispatches
+    assert dispatch.signal_arg == ObjectEvent(uid="u1", generation=2, resource_version="2")
+    assert plan(QUOTA, quota(parent="q", generation=3), demoted.fingerprint).dispatches == []
+
+
+def test_deletion_is_always_delivered() -> None:
+    leaf = plan(QUOTA, quota(parent="p"), None)
+    [dispatch] = plan(QUOTA, quota(parent="p", deleting=True), leaf.fingerprint).dispatches
+    assert dispatch.signal == Signal.DELETE
+    [gone] = plan(QUOTA, quota(), plan(QUOTA, quota(), None).fingerprint, gone=True).dispatches
+    assert gone.signal == Signal.DELETE
+
+
+def test_other_routes_are_unchanged_by_the_predicate() -> None:
+    model = {"metadata": {"name": "m", "uid": "u", "generation": 1, "resourceVersion": "1", "namespace": "n"}}
+    assert len(plan(ROUTES["Model"], model, None).dispatches) == 1

@@ -1,0 +1,1 @@
+"""The capacity report of a workload cluster's root AcceleratorQuota (report.py)."""
