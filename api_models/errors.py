@@ -106,7 +106,15 @@ class ErrorType(StrEnum):
     UPLOAD_EXPIRED = "UploadExpired"
     """No upload arrived before the session expired (decided by the workflow, not an activity)."""
     CATALOG_IMPORT_UNAVAILABLE = "CatalogImportUnavailable"
-    """A catalog source, which this release's import workflow does not import."""
+    """A catalog entry this release does not import (a cluster-to-cluster catalog's)."""
+    CATALOG_SOURCE_NOT_FOUND = "CatalogSourceNotFound"
+    """spec.source.catalog.sourceName names no ModelCatalogSource."""
+    CATALOG_SOURCE_AMBIGUOUS = "CatalogSourceAmbiguous"
+    """No sourceName, and not exactly one Ready ModelCatalogSource to use."""
+    CATALOG_SOURCE_NOT_READY = "CatalogSourceNotReady"
+    """The named source has no stored index yet (its first refresh): retried."""
+    CATALOG_ENTRY_NOT_FOUND = "CatalogEntryNotFound"
+    """The source's index lists no such name (or not at that version)."""
     IMPORT_GAVE_UP = "ImportGaveUp"
     """A transient failure outlasted its retry policy (the message carries the last error)."""
 
@@ -149,6 +157,7 @@ class ErrorType(StrEnum):
 
 _TRANSIENT = frozenset(
     {
+        ErrorType.CATALOG_SOURCE_NOT_READY,
         ErrorType.SOURCE_UNAVAILABLE,
         ErrorType.SOURCE_TRUNCATED,
         ErrorType.FETCH_IN_PROGRESS,

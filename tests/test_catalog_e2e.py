@@ -33,11 +33,13 @@ from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, parse_index
+from servingops.activities.catalog.names import public_name
 from servingops.activities.catalog.store import CURRENT_TAG, catalog_repository
 from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.contract import Query, catalog_schedule_id, catalog_workflow_id
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.fixtures.bridge import BridgeLauncher
+from tests.fixtures.hub import HubRepos
 from tests.fixtures.kube import own_identities
 
 GROUP, VERSION, PLURAL = "ai.deckhouse.io", "v1alpha1", "modelcatalogsources"
@@ -128,7 +130,7 @@ def catalogs(kube_cluster: LocalKubeCluster, temporal_server: TemporalDevServer,
         launcher = BridgeLauncher(ids, temporal_server.address, stack_logs)
         try:
             worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
-            launcher.start(task_queue=task_queue, kinds="ModelCatalogSource")
+            launcher.start(task_queue=task_queue, kinds="ModelCatalogSource,ClusterModel")
             temporal = loop.run_until_complete(connect(TemporalSettings(address=temporal_server.address)))
             state = Catalogs(api, namespace, worker, oci_registry, hub_server, temporal, loop)
             yield state
@@ -226,3 +228,60 @@ def test_a_wrong_token_is_a_clear_condition_with_a_next_retry_time(catalogs: Cat
     assert obj is not None and obj["status"].get("nextRetryTime") and "catalogRevision" not in obj["status"]
     assert bad not in json.dumps(obj)
     catalogs.wait("the Warning Event", lambda: ("Warning", "SourceAccessDenied") in catalogs.events(name))
+
+
+def _cluster_model(catalogs: Catalogs, catalog: dict[str, str]) -> str:
+    name = f"e2e-cat-model-{uuid.uuid4().hex[:6]}"
+    catalogs.custom.create_cluster_custom_object(GROUP, VERSION, "clustermodels", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterModel", "metadata": {"name": name},
+        "spec": {"source": {"catalog": catalog}}})
+    return name
+
+
+def _model_status(catalogs: Catalogs, name: str) -> dict[str, Any]:
+    obj = catalogs.custom.get_cluster_custom_object(GROUP, VERSION, "clustermodels", name)
+    return dict(cast(dict[str, Any], obj).get("status") or {})
+
+
+def _settled(catalogs: Catalogs, name: str) -> dict[str, Any]:
+    return cast(dict[str, Any], catalogs.wait(f"ClusterModel {name} Ready or Failed", lambda: (
+        (s := _model_status(catalogs, name)).get("phase") in ("Ready", "Failed") and s), timeout=180))
+
+
+def test_a_cluster_model_imports_a_catalog_entry_and_freezes_its_resolution(catalogs: Catalogs,
+                                                                             hub_repos: HubRepos) -> None:
+    """A ClusterModel naming a catalog entry resolves it against the source's stored index, freezes the
+    resolution (sourceName, name, version = the indexed commit, catalogRevision) and imports through the
+    Hugging Face path at that commit: Ready. An entry the index does not list, and an omitted sourceName
+    with two Ready sources, each fail with their own reason."""
+    repo = hub_repos.safetensors("catalog-import")
+    policy = {"allowedRepositories": [repo.repo_id], "maxIndexedEntries": 5}
+    source = catalogs.create("imp", {"type": "HuggingFace", "policy": policy})
+    catalogs.wait_ready(source, "True", "Refreshed")
+    revision = (catalogs.get(source) or {})["status"]["catalogRevision"]
+    try:
+        public = public_name(repo.repo_id)  # devstack/catalog-import-<hex>: devstack--catalog-import-<hex>
+        model = _cluster_model(catalogs, {"name": public, "sourceName": source})
+        status = _settled(catalogs, model)
+        assert status["phase"] == "Ready", status
+        assert status["source"]["catalog"] == {"sourceName": source, "name": public, "version": repo.commit,
+                                               "catalogRevision": revision}
+        assert status["source"]["resolvedRevision"] == repo.commit and status["artifact"]["digest"].startswith(
+            "sha256:")
+
+        missing = _cluster_model(catalogs, {"name": f"{public}-absent", "sourceName": source})
+        failed = _settled(catalogs, missing)
+        reasons = {c["type"]: c.get("reason") for c in failed.get("conditions") or []}
+        assert failed["phase"] == "Failed" and "CatalogEntryNotFound" in reasons.values(), failed
+
+        second = catalogs.create("imp2", {"type": "HuggingFace", "policy": policy})
+        catalogs.wait_ready(second, "True", "Refreshed")
+        ambiguous = _settled(catalogs, _cluster_model(catalogs, {"name": public}))
+        said = [c for c in ambiguous.get("conditions") or [] if c.get("reason") == "CatalogSourceAmbiguous"]
+        assert ambiguous["phase"] == "Failed" and said and source in said[0]["message"] and second in said[0][
+            "message"], ambiguous
+    finally:
+        listed = catalogs.custom.list_cluster_custom_object(GROUP, VERSION, "clustermodels")
+        for item in listed.get("items") or []:
+            if item["metadata"]["name"].startswith("e2e-cat-model-"):
+                catalogs.custom.delete_cluster_custom_object(GROUP, VERSION, "clustermodels", item["metadata"]["name"])

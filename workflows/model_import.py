@@ -24,6 +24,7 @@ from servingops.workflows import options
 from servingops.workflows.entity import EntitySignals, EntityState
 
 with workflow.unsafe.imports_passed_through():
+    from servingops.activities.catalog.resolve import CatalogResolution, CatalogResolveActivities, CatalogResolveInput
     from servingops.activities.host import HostClaim
     from servingops.activities.kubernetes import (
         ArtifactReferences,
@@ -45,7 +46,13 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.contract import Signal, StartObject, WorkflowType
     from servingops.api_models.contract.uploads import UploadComplete
     from servingops.api_models.deckhouse.enums import ArtifactKind, ModelPhase, ModelReason, SourceType
-    from servingops.api_models.deckhouse.model import Artifact, ModelStatus, ResolvedSource, UploadSession
+    from servingops.api_models.deckhouse.model import (
+        Artifact,
+        CatalogProvenance,
+        ModelStatus,
+        ResolvedSource,
+        UploadSession,
+    )
     from servingops.api_models.errors import ErrorType, error_message, error_type_of
     from servingops.api_models.refs import ConditionUpdate, ObjectRef
     from servingops.workflows.import_steps import (
@@ -57,6 +64,8 @@ with workflow.unsafe.imports_passed_through():
     from servingops.workflows.visibility import Visibility
 
 FINALIZER = "ai.deckhouse.io/model-cleanup"
+CATALOG_IMPORTS = "catalog-imports"
+"""A catalog source is resolved and imported (before: Failed CatalogImportUnavailable, no activity)."""
 UPLOAD_TTL = timedelta(hours=24)
 UPLOAD_MAX_BYTES = 512 * 1024**3
 
@@ -75,6 +84,8 @@ class ModelState(EntityState):
     progress_percent: int = 0
     artifact: ArtifactRef | None = None
     upload: UploadSessionInfo | None = None
+    catalog: CatalogResolution | None = None
+    """A catalog source's frozen resolution (status.source.catalog)."""
 
 
 class ModelRun(StartObject):
@@ -206,6 +217,9 @@ class ModelWorkflow(EntitySignals[ModelState]):
                 model_dir, provider, info = await self._from_url(claim, source)
             elif "upload" in source:
                 model_dir, provider, info = await self._from_upload(claim)
+            elif source.get("catalog") and workflow.patched(CATALOG_IMPORTS):
+                frozen = ((obj.get("status") or {}).get("source") or {}).get("catalog") or {}
+                model_dir, provider, info = await self._from_catalog(claim, source["catalog"], frozen)
             else:
                 raise ImportFailed(
                     ErrorType.CATALOG_IMPORT_UNAVAILABLE,
@@ -254,10 +268,48 @@ class ModelWorkflow(EntitySignals[ModelState]):
     # -- sources ---------------------------------------------------------------------------------
 
     async def _from_url(self, claim: HostClaim, source: dict[str, Any]) -> tuple[str, SourceType, ProviderInfo]:
-        steps = self._steps
         auth = (source.get("authSecretRef") or {}).get("name")
-        token = TokenSecret(name=auth) if auth else None
-        listing = await steps.resolve(source["url"], token)
+        return await self._fetch(claim, source["url"], TokenSecret(name=auth) if auth else None)
+
+    async def _from_catalog(self, claim: HostClaim, catalog: dict[str, Any],
+                            frozen: dict[str, Any]) -> tuple[str, SourceType, ProviderInfo]:
+        """Resolve the entry once and freeze it (status.source.catalog); a resolution already frozen on
+        the object (a new run) is resolved again at that source and catalog revision, never the newest."""
+        if self.state.catalog is None:
+            assert self.ref is not None
+            resolution = await workflow.execute_activity_method(
+                CatalogResolveActivities.resolve,
+                CatalogResolveInput(model=self.ref, name=str(frozen.get("name") or catalog["name"]),
+                                    version=frozen.get("version") or catalog.get("version"),
+                                    source_name=frozen.get("sourceName") or catalog.get("sourceName"),
+                                    catalog_revision=frozen.get("catalogRevision")),
+                **options.QUICK)
+            self.state.catalog = resolution
+            await self._write(
+                ModelPhase.PENDING, ModelReason.PENDING,
+                f"catalog {resolution.source_name} (revision {resolution.catalog_revision}): "
+                f"{resolution.name}@{resolution.version}",
+                ModelStatus(source=ResolvedSource(catalog=self._provenance())))
+        resolution = self.state.catalog
+        if resolution.url is None:
+            raise ImportFailed(ErrorType.CATALOG_IMPORT_UNAVAILABLE,
+                               f"catalog {resolution.source_name}: {resolution.name} has nothing to fetch")
+        token = (TokenSecret(name=resolution.token_secret_name, namespace=resolution.token_secret_namespace,
+                             key="token") if resolution.token_secret_name else None)
+        return await self._fetch(claim, resolution.url, token)
+
+    def _provenance(self) -> CatalogProvenance | None:
+        resolution = self.state.catalog
+        if resolution is None:
+            return None
+        return CatalogProvenance(source_name=resolution.source_name, name=resolution.name,
+                                 version=resolution.version, catalog_revision=resolution.catalog_revision,
+                                 remote_digest=resolution.remote_digest)
+
+    async def _fetch(self, claim: HostClaim, url: str,
+                     token: TokenSecret | None) -> tuple[str, SourceType, ProviderInfo]:
+        steps = self._steps
+        listing = await steps.resolve(url, token)
         self.state.source_type = listing.provider
         self.state.resolved_revision = listing.resolved_revision
         await self._write(
@@ -266,7 +318,8 @@ class ModelWorkflow(EntitySignals[ModelState]):
             f"{listing.provider} {listing.locator}@{listing.resolved_revision}: "
             f"{len(listing.files)} files, {listing.total_size} bytes",
             ModelStatus(
-                source=ResolvedSource(resolved_type=listing.provider, resolved_revision=listing.resolved_revision),
+                source=ResolvedSource(resolved_type=listing.provider, resolved_revision=listing.resolved_revision,
+                                      catalog=self._provenance()),
                 progress="0%",
             ),
         )
