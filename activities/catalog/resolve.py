@@ -32,8 +32,7 @@ from temporalio import activity
 from servingops.activities.catalog.index_document import parse_index
 from servingops.activities.catalog.names import public_names
 from servingops.activities.catalog.store import catalog_repository
-from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, _registry_failure
-from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
+from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, open_registry
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.refs import ObjectRef
 
@@ -105,12 +104,7 @@ class CatalogResolveActivities:
 
     def _index(self, source_name: str, revision: str) -> bytes:
         target = self.registry.model_copy(update={"repository": catalog_repository(source_name)})
-        creds = None
-        if target.credentials_secret is not None and self.credentials is not None:
-            creds = self.credentials(target.credentials_secret, target.address)
-        registry = ModelRegistry(target.address, insecure=target.insecure, tls_verify=target.tls_verify,
-                                 credentials=creds)
-        try:
+        with open_registry(target, self.credentials) as registry:
             manifest = registry.fetch_manifest(target.repository, revision)
             if manifest is None:
                 raise application_error(ErrorType.CATALOG_ENTRY_NOT_FOUND, (
@@ -122,10 +116,6 @@ class CatalogResolveActivities:
                 path = Path(work) / "index.json"
                 registry.pull_blob_to(target.repository, str(layers[0]["digest"]), path)
                 return path.read_bytes()
-        except RegistryError as exc:
-            raise _registry_failure(exc) from exc
-        finally:
-            registry.close()
 
     @activity.defn(name="catalog.resolve")
     def resolve(self, inp: CatalogResolveInput) -> CatalogResolution:

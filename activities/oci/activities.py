@@ -20,7 +20,7 @@ import base64
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import oras.utils
@@ -177,6 +177,29 @@ def _resume_point(details: Sequence[Any]) -> dict[str, Any]:
     return dict(last) if isinstance(last, Mapping) else {}
 
 
+@contextmanager
+def open_registry(target: RegistryTarget, credentials: CredentialsResolver | None) -> Iterator[ModelRegistry]:
+    """A client of `target`'s registry (its credential Secret resolved by `credentials`), closed after
+    use; what it raises becomes an ErrorType member (a registry refusal, or bad input)."""
+    creds = None
+    if target.credentials_secret is not None:
+        if credentials is None:
+            raise application_error(ErrorType.NO_CREDENTIALS_RESOLVER,
+                                    "this worker cannot read registry credential Secrets")
+        creds = credentials(target.credentials_secret, target.address)
+    registry = ModelRegistry(target.address, insecure=target.insecure, tls_verify=target.tls_verify,
+                             credentials=creds)
+    try:
+        yield registry
+    except RegistryError as exc:
+        raise _registry_failure(exc) from exc
+    except ValueError as exc:
+        # Raised by our own validation (repository name, digest form): bad input, not bad luck.
+        raise application_error(ErrorType.INVALID_INPUT, str(exc)) from exc
+    finally:
+        registry.close()
+
+
 class OciActivities:
     """The OCI activities, bound to how this worker resolves credential Secrets."""
 
@@ -189,25 +212,8 @@ class OciActivities:
         self._heartbeat_interval = heartbeat_interval
         self._locations = UploadLocations(state_dir)
 
-    @contextmanager
-    def _registry(self, target: RegistryTarget) -> Iterator[ModelRegistry]:
-        creds = None
-        if target.credentials_secret is not None:
-            if self._credentials is None:
-                raise application_error(ErrorType.NO_CREDENTIALS_RESOLVER,
-                                        "this worker cannot read registry credential Secrets")
-            creds = self._credentials(target.credentials_secret, target.address)
-        registry = ModelRegistry(target.address, insecure=target.insecure, tls_verify=target.tls_verify,
-                                 credentials=creds)
-        try:
-            yield registry
-        except RegistryError as exc:
-            raise _registry_failure(exc) from exc
-        except ValueError as exc:
-            # Raised by our own validation (repository name, digest form): bad input, not bad luck.
-            raise application_error(ErrorType.INVALID_INPUT, str(exc)) from exc
-        finally:
-            registry.close()
+    def _registry(self, target: RegistryTarget) -> AbstractContextManager[ModelRegistry]:
+        return open_registry(target, self._credentials)
 
     @activity.defn(name="oci.push_file")
     def push_file(self, req: PushFileInput) -> PushedBlob:
