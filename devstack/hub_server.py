@@ -2,7 +2,8 @@
 
 It speaks the parts of the Hub's HTTP contract that `huggingface_hub` uses to read model repositories
 (model info, tree listing, paths-info, refs, commits, resolve with HEAD/GET/Range, list_models, whoami,
-get_collection), so the real client works against it unchanged through `HF_ENDPOINT` or `endpoint=`.
+get_collection, get_organization_overview), so the real client works against it unchanged through
+`HF_ENDPOINT` or `endpoint=`.
 
 Layout of `root` (written by `devstack.model_repos.register_repo`, read here):
 
@@ -38,6 +39,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import re
 import secrets
 import socket
@@ -472,6 +474,8 @@ class _Handler(_BaseHandler):
                 raise HubError(401 if access.token is None else 404, "RepoNotFound", "Repository not found")
             if kind == "models" and len(segs) == 2 and method == "GET":
                 return self._list_models(access, split.path, query)
+            if kind == "organizations" and len(segs) == 4 and segs[3] == "overview" and method == "GET":
+                return self._organization_overview(unquote(segs[2]))
             if kind == "collections" and len(segs) == 4 and method == "GET":
                 return self._collection(access, unquote(segs[2]), unquote(segs[3]))
             if kind == "models" and len(segs) >= 3:
@@ -584,7 +588,7 @@ class _Handler(_BaseHandler):
             if author and not repo_id.startswith(f"{author}/"):
                 continue
             sha = meta["branches"]["main"]
-            full = hub.model_payload(meta, sha, meta["commits"][sha], {})
+            full = hub.listing_payload(meta, sha)
             if any(f not in full["tags"] for f in filters):
                 continue
             if "gated" in first and bool(full["gated"]) != _truthy(first["gated"]):
@@ -600,6 +604,27 @@ class _Handler(_BaseHandler):
         size = min(int(limit), MAX_PAGE) if limit and limit.isdigit() and int(limit) > 0 else hub.list_page_size
         page, headers = self._page(items, query, path, size)
         self._json([_list_item(m, query) for m in page], headers)
+
+    def _organization_overview(self, org: str) -> None:
+        """`/api/organizations/{org}/overview` (`HfApi.get_organization_overview`): `numModels` counts the
+        namespace's public models (the Hub calls it the organisation's public profile), whoever asks. Any
+        namespace holding a repo answers as an organisation (the stand-in has no users' namespaces apart)."""
+        count, found = 0, False
+        base = self.hub.root / org
+        if not _SEGMENT.match(org) or not base.is_dir():
+            raise HubError(404, None, "Organization not found")
+        with os.scandir(base) as children:  # only this namespace's directory, as `repo_ids` would filter it
+            names = sorted(c.name for c in children if c.is_dir() and not c.name.startswith((".", "_")))
+        for name in names:
+            meta = self.hub.store.load(f"{org}/{name}")
+            if meta is None or meta.get("moved_to") or not meta.get("branches", {}).get("main"):
+                continue
+            found = True
+            count += not meta.get("private")
+        if not found:
+            raise HubError(404, None, "Organization not found")
+        self._json({"name": org, "fullname": org, "avatarUrl": "", "isVerified": False, "numModels": count,
+                    "numDatasets": 0, "numSpaces": 0, "numUsers": 1, "numFollowers": 0, "numPapers": 0})
 
     def _collection(self, access: _Access, namespace: str, slug: str) -> None:
         hub = self.hub
@@ -871,6 +896,7 @@ class HubServer:
         self.requests: list[RequestRecord] = []
         self._lock = threading.Lock()
         self._faults: dict[tuple[str, str], _Fault] = {}
+        self._listing_cache: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {}
         self._servers: list[tuple[_HTTPServer, threading.Thread]] = []
         # Signs CDN URLs; fresh per server, so a URL from another run is refused like a forged one.
         self._url_key = secrets.token_bytes(32)
@@ -1100,6 +1126,20 @@ class HubServer:
         }
 
     # -- model info -----------------------------------------------------------------------------------
+
+    def listing_payload(self, meta: dict[str, Any], sha: str) -> dict[str, Any]:
+        """`model_payload(meta, sha, ..., {})` for listings, kept per repo while its repo.json and `sha` stay the
+        same (`_Store.load` returns the same dict until the file changes; a commit's files never change), so a
+        listing page does not rebuild 10,000 payloads (it still reads every repo.json's stat). Read-only."""
+        repo_id: str = meta["id"]
+        with self._lock:
+            cached = self._listing_cache.get(repo_id)
+        if cached is not None and cached[0] is meta and cached[1] == sha:
+            return cached[2]
+        payload = self.model_payload(meta, sha, meta["commits"][sha], {})
+        with self._lock:
+            self._listing_cache[repo_id] = (meta, sha, payload)
+        return payload
 
     def last_commit(self, meta: dict[str, Any], sha: str, path: str) -> dict[str, str]:
         """The newest first-parent ancestor of `sha` that changed `path` (a file or a directory)."""

@@ -26,17 +26,39 @@ still progresses) the scan returns its state with the cursor of the next unit. R
 from there with the same state, so the final index equals that of an unbudgeted scan. A listing resumed
 mid-way is read again from its start and the first `offset` items are skipped (the Hub's page cursors are
 not exposed by `list_models`; the skipped items cost page requests, not work).
+
+Incremental refresh (issue #15's no-change goal), when the caller passes the last complete refresh's progress
+(`IndexHuggingFaceInput.previous`) and the scope lists organisations without tags. A full scan notes, per
+organisation, every model its listing returned, the organisation's model count read before the listing
+(`get_organization_overview(org).num_models`) and a *mark*: the newest lastModified it saw less the listing's
+duration and `MARK_MARGIN`, so any change after the listing began has a lastModified at or after the mark
+(no clock comparison between the Hub and us). The next refresh then reads, per organisation, the count and
+the listing newest first (`list_models(author=org, sort="last_modified")`, the Hub's `sort=lastModified`;
+first with `limit=HEAD_PAGE`) only down to the mark:
+- nothing changed (the same count, the models at or after the mark the same ones at the same lastModified):
+  the previous progress and digest are returned as they are (`unchanged_progress`: no unpacking, no
+  repacking, no hashing; scopes of organisations only);
+- else, when the count adds up (the previous count plus the models new since the mark), the index is the
+  previous one with the models read again replaced (`_incremental`; explicit repositories and collections are
+  read again as in a full scan);
+- else (a model deleted, renamed or hidden, or a new one the count leaves out, e.g. private), or with tags, a
+  truncated or incomplete previous index, more than a quarter of the models changed, a budget running out, an
+  organisation without a count (a user's namespace): a full scan.
+What no lastModified shows (a gating or visibility switch, a rename that keeps the count, an access grant, a
+deleted private model when the count is of public ones) is seen at the next full listing: one every
+`FULL_LISTING_INTERVAL` (24 h) at the latest. The result equals a full scan's otherwise.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 import itertools
 import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from huggingface_hub import HfApi
@@ -55,9 +77,12 @@ from servingops.activities.catalog.types import (
     CatalogEntry,
     IndexHuggingFaceInput,
     IndexHuggingFaceResult,
+    ListingHead,
+    OrgListing,
     ScanCursor,
     ScanProgress,
     ScanState,
+    ScanSummary,
 )
 from servingops.activities.sources.activities import _without_token_in_errors
 from servingops.activities.sources.huggingface import (
@@ -77,6 +102,17 @@ LIST_SORT = "created_at"
 MAX_REPORTED_MISSING = 20
 HEARTBEAT_INTERVAL = 5.0
 """Seconds between heartbeats carrying the scan state (the resume point of a retried attempt)."""
+CHANGES_SORT = "last_modified"
+"""The incremental refresh's listing order: the Hub's `sort=lastModified`, newest first."""
+HEAD_PAGE = 100
+"""The first page an incremental refresh asks for (`limit`); only when every model on it changed is the
+organisation's listing read on (from its start, without a limit)."""
+MARK_MARGIN = timedelta(seconds=60)
+"""Taken off a listing's mark beyond its own duration: request latency between the Hub's clock and ours."""
+FULL_LISTING_INTERVAL = 24 * 3600.0
+"""Seconds after a full listing of an organisation at which the next refresh lists it fully again, whatever
+the incremental checks say: the bound on how long a change they cannot see stays unseen (a gating or
+visibility switch, a rename, an access grant, a deleted private model: none moves lastModified)."""
 
 __all__ = [
     "EXPAND",
@@ -132,6 +168,8 @@ class _Scan:
         self.state, self.clock, self.on_progress = state, clock, on_progress
         self.units = 0
         self.seen_skipped = set(state.skipped_oversized) | set(state.skipped_inaccessible)
+        self._newest: dict[str, list[tuple[str, str]]] = {}
+        """Per organisation being listed in this call, its newest models (stamp, id): a min-heap."""
 
     # -- budget and cursor ---------------------------------------------------------------------------
 
@@ -194,6 +232,31 @@ class _Scan:
             return None
         except Exception as exc:
             raise hub_error(exc, f"reading {repo_id}") from None
+
+    def _org_count(self, org: str) -> int | None:
+        """The Hub's model count of `org` (its overview's `numModels`), None when it gives none: a user's
+        namespace, an error (the count only enables the incremental refresh; a full one does without)."""
+        try:
+            count = self.api.get_organization_overview(org).num_models
+        except Exception as exc:
+            log.info("catalog: no model count for %s (%s): the next refresh of it lists it fully",
+                     org, type(exc).__name__)  # fmt: skip
+            return None
+        return count if isinstance(count, int) and count >= 0 else None
+
+    def _listed(self, org: str, info: ModelInfo) -> None:
+        listing = self.state.listings.get(org)
+        if listing is None:
+            return
+        listing.ids.append(info.id)
+        stamp = _timestamp(info.last_modified)
+        if stamp is not None and (listing.newest is None or stamp > listing.newest):
+            listing.newest = stamp
+        if stamp is not None:
+            top = self._newest.setdefault(org, [])
+            heapq.heappush(top, (stamp, info.id))
+            if len(top) > HEAD_PAGE + 1:
+                heapq.heappop(top)
 
     def _missing(self, what: str) -> None:
         if what not in self.state.missing:
@@ -266,6 +329,11 @@ class _Scan:
 
     def _listing(self, i: int, org: str, t: int, tag: str | None, offset: int) -> bool:
         self._check(ScanCursor(phase="organizations", item=i, listing=t, offset=offset))
+        if not self.scope.tags and offset == 0:
+            # An unfiltered listing from its start: note what the next refresh needs to read only the changes.
+            self.state.listings[org] = OrgListing(started=time.time(), model_count=self._org_count(org))
+        elif tag is not None:
+            self.state.listings.pop(org, None)
         try:
             models: Iterator[ModelInfo] = iter(
                 self.api.list_models(author=org, filter=tag, sort=LIST_SORT, expand=EXPAND)  # type: ignore[arg-type]
@@ -280,6 +348,7 @@ class _Scan:
                     break
                 if not self._admit(info):
                     return False
+                self._listed(org, info)
                 position += 1
                 self.state.cursor = ScanCursor(phase="organizations", item=i, listing=t, offset=position)
                 if position % 100 == 0:
@@ -288,8 +357,186 @@ class _Scan:
             raise
         except Exception as exc:
             raise hub_error(exc, f"listing the models of {org}" + (f" tagged {tag}" if tag else "")) from None
+        listing = self.state.listings.get(org)
+        if listing is not None and listing.started is not None:
+            listing.ids = list(dict.fromkeys(listing.ids))  # a resumed listing may have met a model twice
+            listing.mark = _mark(listing.newest, listing.started)
+            listing.listed_at = time.time()
+            # Only when this call listed it from its start (a resumed listing did not see the first models).
+            top = self._newest.get(org) if offset == 0 else None
+            recent = {i: st for st, i in top or [] if listing.mark is not None and st >= listing.mark}
+            listing.recent = recent if top is not None and len(recent) <= HEAD_PAGE else None
         self._progress()
         return True
+
+    # -- the incremental refresh ---------------------------------------------------------------------
+
+    def changes_of(self, org: str, listing: OrgListing, previous: ScanState,
+                   skipped: tuple[set[str], set[str]]) -> bool:  # fmt: skip
+        """Index `org` from `previous` and the models changed since its listing's mark; False when that cannot be
+        trusted (a count that does not add up, too many changes, the budget, the index full): list it fully."""
+        assert listing.mark is not None and listing.model_count is not None
+        started = time.time()
+        count = self._org_count(org)
+        if count is None:
+            return False
+        changed = self._changed_since(org, listing.mark, max(HEAD_PAGE, len(listing.ids) // 4))
+        if changed is None:
+            return False
+        known = set(listing.ids)
+        new = [name for name in changed if name not in known]
+        if count - listing.model_count != len(new):
+            # A model deleted, renamed or hidden (or a new one the count does not include): list it all.
+            log.info("catalog: %s counts %d models, %d expected: listing it fully", org, count,
+                     listing.model_count + len(new))  # fmt: skip
+            return False
+        oversized, inaccessible = skipped
+        for name in [*listing.ids, *new]:
+            info = changed.get(name)
+            if info is not None:
+                if not self._admit(info):
+                    return False
+            elif not self._reuse(name, previous, oversized, inaccessible):
+                return False
+        stamps = [s for s in (_timestamp(i.last_modified) for i in changed.values()) if s is not None]
+        newest = max([*stamps, *([listing.newest] if listing.newest else [])], default=None)
+        mark = _mark(newest, started)
+        mark = max(mark, listing.mark) if mark else listing.mark
+        # The next refresh reads again every model at or after the mark; all of those were read here.
+        recent = {name: st for name, i in changed.items() if (st := _timestamp(i.last_modified)) and st >= mark}
+        self.state.listings[org] = OrgListing(
+            ids=[*listing.ids, *new], newest=newest, started=started, model_count=count, mark=mark,
+            listed_at=listing.listed_at, recent=recent if len(recent) <= HEAD_PAGE else None,
+        )  # fmt: skip
+        return True
+
+    def unchanged(self, org: str, head: ListingHead) -> ListingHead | None:
+        """The head of `org` after a refresh when nothing in it changed: the same count, and the models at or
+        after the mark exactly those read last time, at the same lastModified. None otherwise."""
+        started = time.time()
+        if self._org_count(org) != head.model_count:
+            return None
+        changed = self._changed_since(org, head.mark, len(head.recent))
+        if changed is None or {n: _timestamp(i.last_modified) for n, i in changed.items()} != head.recent:
+            return None
+        mark = _mark(head.newest, started)
+        if mark is None or mark <= head.mark:
+            return head
+        return head.model_copy(update={"mark": mark, "recent": {n: st for n, st in head.recent.items() if st >= mark}})
+
+    def _changed_since(self, org: str, mark: str, most: int) -> dict[str, ModelInfo] | None:
+        """The models of `org` whose lastModified is at or after `mark`, newest first; None when more than
+        `most`, when the budget runs out, or when the listing fails (the full scan then reports it)."""
+        for limit in (HEAD_PAGE, None):
+            changed: dict[str, ModelInfo] = {}
+            try:
+                models = self.api.list_models(author=org, sort=CHANGES_SORT, expand=EXPAND, limit=limit)  # type: ignore[arg-type]
+                for info in models:
+                    stamp = _timestamp(info.last_modified)
+                    if stamp is None or self.clock() >= self.deadline:
+                        return None
+                    if stamp < mark:
+                        return changed
+                    changed.setdefault(info.id, info)
+                    if len(changed) > most:
+                        return None
+            except Exception as exc:
+                log.info("catalog: listing the changes of %s failed (%s): listing it fully", org, type(exc).__name__)
+                return None
+            if limit is None or len(changed) < limit:
+                return changed  # the listing ended: everything in it changed since the mark
+        return None
+
+    def _reuse(self, name: str, previous: ScanState, oversized: set[str], inaccessible: set[str]) -> bool:
+        """An unchanged model as the previous refresh indexed it (or skipped it); False when the index is full."""
+        if name in self.state.entries or name in self.seen_skipped:
+            return True
+        entry = previous.entries.get(name)
+        if entry is not None:
+            if len(self.state.entries) >= self.bounds.max_indexed_entries:
+                self.state.truncated = True
+                return False
+            self.state.entries[name] = entry
+        elif name in oversized:
+            self.state.skipped_oversized.append(name)
+            self.seen_skipped.add(name)
+        elif name in inaccessible:
+            self.state.skipped_inaccessible.append(name)
+            self.seen_skipped.add(name)
+        return True
+
+
+def _mark(newest: str | None, started: float) -> str | None:
+    """A listing's mark: its newest lastModified less the listing's duration (our clock) and MARK_MARGIN, so
+    it is no later than the Hub's time when the listing began, without comparing clocks."""
+    if newest is None:
+        return None
+    then = datetime.fromisoformat(newest.replace("Z", "+00:00"))
+    return _timestamp(then - timedelta(seconds=max(0.0, time.time() - started)) - MARK_MARGIN)
+
+
+def unchanged_progress(
+    api: HfApi, scope: IndexScope, bounds: IndexBounds, deadline: float, previous: ScanProgress,
+    *, clock: Callable[[], float] = time.monotonic,
+) -> ScanProgress | None:  # fmt: skip
+    """`previous` again (with its listings' marks moved on) when a refresh of `scope` would find nothing changed,
+    checked with two small requests per organisation (its model count and one short newest-first page) and
+    without unpacking the index; None when anything may have changed (or the scope has explicit repositories,
+    collections or tags): the caller scans (incrementally when it can)."""
+    summary = previous.summary
+    if summary is None or previous.cursor is not None or previous.truncated:
+        return None
+    if previous.scope_digest != scope_digest(scope, bounds):
+        return None
+    if scope.tags or scope.repositories or scope.collections or not scope.organizations:
+        return None
+    run = _Scan(api, scope, bounds, deadline, ScanState(scope_digest=previous.scope_digest), clock, None)
+    now = time.time()
+    heads: dict[str, ListingHead] = {}
+    for org in scope.organizations:
+        head = summary.heads.get(org)
+        if head is None or now - head.listed_at > FULL_LISTING_INTERVAL:
+            return None
+        moved = run.unchanged(org, head)
+        if moved is None:
+            return None
+        heads[org] = moved
+    return previous.model_copy(update={"summary": summary.model_copy(update={"heads": heads})})
+
+
+def _incremental(api: HfApi, scope: IndexScope, bounds: IndexBounds, deadline: float, digest: str,
+                 previous: ScanState, clock: Callable[[], float]) -> ScanState | None:  # fmt: skip
+    """The refresh from `previous` reading only what changed, or None when a full scan is needed: a previous
+    refresh of another scope, incomplete or truncated, a scope with tags or without organisations, an
+    organisation without a count or a mark, or listed fully longer than FULL_LISTING_INTERVAL ago."""
+    if previous.scope_digest != digest or not previous.complete or previous.truncated:
+        return None
+    if scope.tags or not scope.organizations:
+        return None
+    now = time.time()
+    listings = [previous.listings.get(org) for org in scope.organizations]
+    for listing in listings:
+        if listing is None or listing.mark is None or listing.model_count is None or listing.listed_at is None:
+            return None
+        if now - listing.listed_at > FULL_LISTING_INTERVAL:
+            return None
+    state = ScanState(scope_digest=digest)
+    run = _Scan(api, scope, bounds, deadline, state, clock, None)
+    skipped = (set(previous.skipped_oversized), set(previous.skipped_inaccessible))
+    try:
+        # The explicit scope items as in a full scan (they come first in scan order), then each organisation.
+        if not run._repositories(ScanCursor(phase="repositories")):
+            return None
+        if not run._collections(ScanCursor(phase="collections")):
+            return None
+        for org, listing in zip(scope.organizations, listings, strict=True):
+            assert listing is not None
+            if not run.changes_of(org, listing, previous, skipped):
+                return None
+    except _Stop:
+        return None
+    state.cursor = None
+    return state
 
 
 def scan(
@@ -299,13 +546,22 @@ def scan(
     deadline: float,
     resume: ScanProgress | ScanState | None = None,
     *,
+    previous: ScanProgress | ScanState | None = None,
     clock: Callable[[], float] = time.monotonic,
     on_progress: Callable[[ScanState], None] | None = None,
 ) -> ScanState:
     """Scan `scope` until done, full, or `clock()` passes `deadline`; continue from `resume` when it belongs to
-    the same scope and bounds (otherwise start over). `on_progress` is called after each unit of work."""
+    the same scope and bounds (otherwise start over). `on_progress` is called after each unit of work.
+
+    `previous`, the state of the last complete refresh, makes a fresh scan incremental when it can be (see
+    `_incremental`): the result is the same index a full scan would give, read from fewer requests."""
     digest = scope_digest(scope, bounds)
     state = resume.unpack() if isinstance(resume, ScanProgress) else resume.model_copy(deep=True) if resume else None
+    if (state is None or state.scope_digest != digest) and previous is not None:
+        before = previous.unpack() if isinstance(previous, ScanProgress) else previous
+        quick = _incremental(api, scope, bounds, deadline, digest, before, clock)
+        if quick is not None:
+            return quick
     if state is None or state.scope_digest != digest:
         state = ScanState(scope_digest=digest)
     return _Scan(api, scope, bounds, deadline, state, clock, on_progress).run()
@@ -324,7 +580,15 @@ def result_of(state: ScanState) -> IndexHuggingFaceResult:
     )
     if state.complete:
         document = index_of(state)
-        result = result.model_copy(update={"digest": document.digest, "message": _summary(state)})
+        heads = {org: ListingHead(mark=listing.mark, model_count=listing.model_count, listed_at=listing.listed_at,
+                                  newest=listing.newest, recent=listing.recent)
+                 for org, listing in state.listings.items()
+                 if listing.mark is not None and listing.model_count is not None and listing.listed_at is not None
+                 and listing.recent is not None}  # fmt: skip
+        summary = ScanSummary(document_digest=document.digest, skipped_oversized=len(state.skipped_oversized),
+                              skipped_inaccessible=len(state.skipped_inaccessible), heads=heads)  # fmt: skip
+        result = result.model_copy(update={"digest": document.digest, "message": _summary(state),
+                                           "progress": progress.model_copy(update={"summary": summary})})  # fmt: skip
     else:
         message = f"The refresh budget ran out after {len(state.entries)} entries; it continues where it stopped."
         result = result.model_copy(update={"message": message})
@@ -332,16 +596,35 @@ def result_of(state: ScanState) -> IndexHuggingFaceResult:
 
 
 def _summary(state: ScanState) -> str:
-    parts = [f"Indexed {len(state.entries)} entries"]
-    if state.truncated:
+    return _message(len(state.entries), state.truncated, len(state.skipped_oversized),
+                    len(state.skipped_inaccessible), state.missing)  # fmt: skip
+
+
+def _message(entries: int, truncated: bool, oversized: int, inaccessible: int, missing: list[str]) -> str:
+    parts = [f"Indexed {entries} entries"]
+    if truncated:
         parts.append("truncated at maxIndexedEntries")
-    if state.skipped_oversized:
-        parts.append(f"{len(state.skipped_oversized)} skipped over maxMetadataBytes")
-    if state.skipped_inaccessible:
-        parts.append(f"{len(state.skipped_inaccessible)} gated without access")
-    if state.missing:
-        parts.append(f"not found: {', '.join(state.missing[:MAX_REPORTED_MISSING])}")
+    if oversized:
+        parts.append(f"{oversized} skipped over maxMetadataBytes")
+    if inaccessible:
+        parts.append(f"{inaccessible} gated without access")
+    if missing:
+        parts.append(f"not found: {', '.join(missing[:MAX_REPORTED_MISSING])}")
     return "; ".join(parts) + "."
+
+
+def unchanged_result(progress: ScanProgress) -> IndexHuggingFaceResult:
+    """The result of a refresh that found nothing changed (`unchanged_progress`): the previous one's, with the
+    same digest and message (so the workflow stores and writes nothing)."""
+    summary = progress.summary
+    assert summary is not None and progress.cursor is None
+    message = _message(progress.entry_count, progress.truncated, summary.skipped_oversized,
+                       summary.skipped_inaccessible, [])  # fmt: skip
+    return IndexHuggingFaceResult(
+        complete=True, progress=progress, digest=summary.document_digest, entry_count=progress.entry_count,
+        truncated=progress.truncated, skipped_oversized=summary.skipped_oversized,
+        skipped_inaccessible=summary.skipped_inaccessible, message=message,
+    )  # fmt: skip
 
 
 class CatalogIndexActivities:
@@ -398,15 +681,27 @@ class CatalogIndexActivities:
                 last_beat[0] = now
                 activity.heartbeat(state.pack().model_dump(mode="json"))
 
-        def run() -> ScanState:
+        previous = None if resume else req.previous
+
+        def run() -> ScanState | ScanProgress:
             if token:
                 try:
                     api.whoami()
                 except Exception as exc:
                     raise hub_error(exc, "checking the source's token") from None
-            return scan(api, scope, bounds, deadline, resume, clock=self._clock, on_progress=heartbeat)
+            if previous is not None:
+                same = unchanged_progress(api, scope, bounds, deadline, previous, clock=self._clock)
+                if same is not None:
+                    return same
+            return scan(api, scope, bounds, deadline, resume, previous=previous,
+                        clock=self._clock, on_progress=heartbeat)  # fmt: skip
 
-        state = _without_token_in_errors(token, run)
+        outcome = _without_token_in_errors(token, run)
+        if isinstance(outcome, ScanProgress):
+            result = unchanged_result(outcome)
+            log.info("catalog %s: unchanged: %s", req.source, result.message)
+            return result
+        state = outcome
         if not state.complete:
             activity.heartbeat(state.pack().model_dump(mode="json"))
         result = result_of(state)

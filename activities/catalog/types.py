@@ -68,6 +68,52 @@ class ScanCursor(BaseModel):
     """Items of the current listing (collection items, organisation listing) already consumed."""
 
 
+class OrgListing(BaseModel):
+    """What a complete unfiltered listing of one organisation saw: what lets the next refresh read only the
+    models changed since (`huggingface_index`'s incremental refresh). Kept only for scopes without tags."""
+
+    ids: list[str] = []
+    """Every model the listing returned (indexed, skipped or without a commit)."""
+    newest: str | None = None
+    """The newest lastModified among them (RFC 3339, UTC, as `CatalogEntry.last_modified`)."""
+    started: float | None = None
+    """Wall time (epoch seconds) at which the listing began (its first attempt, when it yielded)."""
+    model_count: int | None = None
+    """The Hub's model count of the organisation (`numModels` of its overview) read before the listing began;
+    None when the Hub gave none (a user, not an organisation): no incremental refresh then."""
+    mark: str | None = None
+    """Set when the listing completed: every change after the listing began has a lastModified at or after it."""
+    listed_at: float | None = None
+    """Wall time of the last full listing: an incremental refresh older than FULL_LISTING_INTERVAL lists again."""
+    recent: dict[str, str] | None = None
+    """The models at or after `mark`, with their lastModified (the next refresh reads them again: unchanged
+    if they are the same); None when there were too many to keep (no no-change shortcut then)."""
+
+
+class ListingHead(BaseModel):
+    """An `OrgListing` without its ids: what a no-change refresh checks, outside the packed entries."""
+
+    model_config = ConfigDict(frozen=True)
+
+    mark: str
+    model_count: int
+    listed_at: float
+    newest: str | None = None
+    recent: dict[str, str] = {}
+
+
+class ScanSummary(BaseModel):
+    """Of a complete scan, beside its packed entries: what a refresh that finds nothing changed answers with,
+    without unpacking, repacking or hashing the index again."""
+
+    model_config = ConfigDict(frozen=True)
+
+    document_digest: str
+    skipped_oversized: int = 0
+    skipped_inaccessible: int = 0
+    heads: dict[str, ListingHead] = {}
+
+
 class ScanState(BaseModel):
     """Everything a scan has found so far: the unpacked form of `ScanProgress`."""
 
@@ -83,18 +129,22 @@ class ScanState(BaseModel):
     missing: list[str] = []
     """Explicit scope items the provider does not have (or does not show this token): `repo:<id>`,
     `collection:<slug>`."""
+    listings: dict[str, OrgListing] = {}
+    """Per organisation, what its full listing saw (scopes without tags only): see `OrgListing`."""
 
     @property
     def complete(self) -> bool:
         return self.cursor is None
 
     def pack(self) -> ScanProgress:
-        body = {
+        body: dict[str, Any] = {
             "entries": [e.model_dump(mode="json", exclude_none=True) for e in self.entries.values()],
             "skipped_oversized": self.skipped_oversized,
             "skipped_inaccessible": self.skipped_inaccessible,
             "missing": self.missing,
         }
+        if self.listings:
+            body["listings"] = {org: listing.model_dump(mode="json") for org, listing in self.listings.items()}
         raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
         return ScanProgress(
             scope_digest=self.scope_digest,
@@ -116,6 +166,8 @@ class ScanProgress(BaseModel):
     truncated: bool = False
     entry_count: int = 0
     packed: str = ""
+    summary: ScanSummary | None = None
+    """Set on the progress of a complete scan (`result_of`)."""
 
     def unpack(self) -> ScanState:
         body: dict[str, Any] = json.loads(zlib.decompress(base64.b64decode(self.packed))) if self.packed else {}
@@ -128,6 +180,7 @@ class ScanProgress(BaseModel):
             skipped_oversized=list(body.get("skipped_oversized", [])),
             skipped_inaccessible=list(body.get("skipped_inaccessible", [])),
             missing=list(body.get("missing", [])),
+            listings={org: OrgListing.model_validate(v) for org, v in (body.get("listings") or {}).items()},
         )
 
 
@@ -139,6 +192,11 @@ class IndexHuggingFaceInput(BaseModel):
     """`spec.huggingFace.tokenSecretName`: a Secret in the controller's namespace with key `token`."""
     resume: ScanProgress | None = None
     """The progress of the previous attempt whose budget ran out; None starts a fresh scan."""
+    previous: ScanProgress | None = None
+    """The progress of the last complete refresh of this source (optional): with it, a refresh of a scope
+    without tags lists only the models changed since (a no-change refresh reads one short page per
+    organisation), falling back to a full scan whenever it cannot be sure (see `huggingface_index`). Ignored
+    while `resume` is set."""
 
 
 class IndexHuggingFaceResult(BaseModel):
