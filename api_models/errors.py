@@ -115,6 +115,27 @@ class ErrorType(StrEnum):
     """The named source has no stored index yet (its first refresh): retried."""
     CATALOG_ENTRY_NOT_FOUND = "CatalogEntryNotFound"
     """The source's index lists no such name (or not at that version)."""
+    # -- a type Catalog source (another cluster's catalog endpoint, activities/catalog/remote.py) -----
+    CATALOG_URL_INVALID = "CatalogURLInvalid"
+    """Not an https://host[:port][/path] URL."""
+    CATALOG_CA_INVALID = "CatalogCAInvalid"
+    """The CA of caSecretName (ca.crt) is not a PEM certificate."""
+    CATALOG_UNREACHABLE = "CatalogUnreachable"
+    """No answer (DNS, connection, timeout, a TLS failure other than trust) or 5xx / 408 / 429: retried."""
+    CATALOG_CERTIFICATE_UNTRUSTED = "CatalogCertificateUntrusted"
+    """The endpoint's certificate is not signed by the CA (or not valid for the URL's host)."""
+    CATALOG_CREDENTIALS_REJECTED = "CatalogCredentialsRejected"
+    """The endpoint answered 401 / 403 to the credential of credentialsSecretName."""
+    CATALOG_RESPONSE_MALFORMED = "CatalogResponseMalformed"
+    CATALOG_RESPONSE_TOO_LARGE = "CatalogResponseTooLarge"
+    CATALOG_ENDPOINT_ERROR = "CatalogEndpointError"
+    """A redirect, 404 or another 4xx no call expects."""
+    CATALOG_GRANT_REFUSED = "CatalogGrantRefused"
+    CATALOG_ARTIFACT_NOT_FOUND = "CatalogArtifactNotFound"
+    """The remote registry lacks the manifest or a blob (the entry vanished)."""
+    CATALOG_ARTIFACT_UNSUPPORTED = "CatalogArtifactUnsupported"
+    ARTIFACT_DIGEST_MISMATCH = "ArtifactDigestMismatch"
+    """Copied bytes do not hash to their digest (or size)."""
     IMPORT_GAVE_UP = "ImportGaveUp"
     """A transient failure outlasted its retry policy (the message carries the last error)."""
 
@@ -158,6 +179,7 @@ class ErrorType(StrEnum):
 _TRANSIENT = frozenset(
     {
         ErrorType.CATALOG_SOURCE_NOT_READY,
+        ErrorType.CATALOG_UNREACHABLE,
         ErrorType.SOURCE_UNAVAILABLE,
         ErrorType.SOURCE_TRUNCATED,
         ErrorType.FETCH_IN_PROGRESS,

@@ -1,4 +1,4 @@
-"""`servingops`: crds, worker, bridge, agent, webhook, rollout status / promote / rollback, migrate.
+"""`servingops`: crds, worker, bridge, agent, webhook, catalog-endpoint, rollout status / promote / rollback, migrate.
 
 The local development stack is not part of the installed product: `./dev up | down | status` runs it from
 the checkout (`python -m devstack.cli`)."""
@@ -71,6 +71,13 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_catalog_endpoint(args: argparse.Namespace) -> int:
+    from servingops.ingress.catalog_endpoint import main as catalog_endpoint_main
+
+    catalog_endpoint_main(args.rest)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="servingops", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, text in (("worker", cmd_worker, "run a worker process"),
                              ("bridge", cmd_bridge, "run the CRD bridge process"),
                              ("agent", cmd_agent, "run the node agent (copies model weights onto one node)"),
-                             ("webhook", cmd_webhook, "run the model admission webhook (HTTPS)")):
+                             ("webhook", cmd_webhook, "run the model admission webhook (HTTPS)"),
+                             ("catalog-endpoint", cmd_catalog_endpoint,
+                              "run the catalog endpoint: publishes this cluster's Ready ClusterModels (HTTPS)")):
         proc = sub.add_parser(name, help=text, add_help=False)
         proc.add_argument("rest", nargs=argparse.REMAINDER)
         proc.set_defaults(func=func)
@@ -99,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
-    processes = {"worker": cmd_worker, "bridge": cmd_bridge, "agent": cmd_agent, "webhook": cmd_webhook}
+    processes = {"worker": cmd_worker, "bridge": cmd_bridge, "agent": cmd_agent, "webhook": cmd_webhook,
+                 "catalog-endpoint": cmd_catalog_endpoint}
     if argv and argv[0] in processes:
         # The processes parse their own flags, --help included: argparse's REMAINDER would refuse the first
         # argument that starts with a dash (`servingops bridge --metrics-address ...`, as the Deployment runs it).

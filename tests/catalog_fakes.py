@@ -1,6 +1,7 @@
 """A fake world for CatalogSourceWorkflow: one ModelCatalogSource in memory, a scripted Hub index, a
 recording registry and schedule, under the real activity names (kube.read_object, kube.patch_status,
-catalog.index_huggingface, catalog.store_index, catalog.ensure_schedule, catalog.delete_schedule).
+catalog.index_huggingface, catalog.store_index, catalog.fetch_remote_index,
+catalog.store_remote_index, catalog.ensure_schedule, catalog.delete_schedule).
 
 Used by tests/test_catalog_workflow.py and the recorded scenarios (tests/histories/catalog_scenarios.py):
 it speaks the wire contract only (activity names, JSON payloads)."""
@@ -19,6 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from servingops.activities.catalog.huggingface_index import result_of
+from servingops.activities.catalog.remote import RemoteIndex, index_document
 from servingops.activities.catalog.types import CatalogEntry, ScanCursor, ScanState
 
 SCOPED = {"allowedOrganizations": ["devstack"], "maxIndexedEntries": 100, "refreshBudget": "5m"}
@@ -42,6 +44,14 @@ def yielded(found: list[CatalogEntry], offset: int) -> dict[str, Any]:
     return result_of(state).model_dump(mode="json")
 
 
+def remote_index(*names: str, repository: str = "servingops/models") -> dict[str, Any]:
+    """What catalog.fetch_remote_index returns for a remote publishing `names` (one artifact each)."""
+    found = [{"name": n, "digest": "sha256:" + hashlib.sha256(n.encode()).hexdigest(),
+              "mediaType": "application/vnd.oci.image.manifest.v1+json", "sizeBytes": 1000} for n in names]
+    body, _ = index_document(found, repository)
+    return RemoteIndex.model_validate_json(body).model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def failure(reason: str, message: str, *, permanent: bool) -> ApplicationError:
     return ApplicationError(message, type=reason, non_retryable=permanent)
 
@@ -61,6 +71,9 @@ class FakeCatalogWorld:
     answers: list[Answer] = field(default_factory=list)
     """Scripted index answers, one per attempt; the last one repeats."""
     clock: Callable[[], float] | None = None
+    remote_answers: list[Answer] = field(default_factory=list)
+    """Scripted catalog.fetch_remote_index answers (a type Catalog source), one per attempt; the last repeats."""
+    remote_calls: list[dict[str, Any]] = field(default_factory=list)
     index_calls: list[dict[str, Any]] = field(default_factory=list)
     index_times: list[float] = field(default_factory=list)
     stores: list[dict[str, Any]] = field(default_factory=list)
@@ -146,6 +159,23 @@ class FakeCatalogWorld:
                     "entry_count": request["progress"]["entry_count"],
                     "reference": f"127.0.0.1:5000/servingops/catalog/{request['source']}@{revision}"}
 
+        @activity.defn(name="catalog.fetch_remote_index")
+        async def fetch_remote_index(request: dict[str, Any]) -> dict[str, Any]:
+            self.remote_calls.append(request)
+            answer = (self.remote_answers[min(len(self.remote_calls) - 1, len(self.remote_answers) - 1)]
+                      if self.remote_answers else remote_index("a"))
+            if isinstance(answer, ApplicationError):
+                raise answer
+            return answer(request) if callable(answer) else answer
+
+        @activity.defn(name="catalog.store_remote_index")
+        async def store_remote_index(request: dict[str, Any]) -> dict[str, Any]:
+            self.stores.append(request)
+            revision = "sha256:" + hashlib.sha256(f"manifest:{request['digest']}".encode()).hexdigest()
+            return {"revision": revision, "document_digest": request["digest"],
+                    "entry_count": len(request["index"]["entries"]),
+                    "reference": f"127.0.0.1:5000/servingops/catalog/{request['source']}@{revision}"}
+
         @activity.defn(name="catalog.ensure_schedule")
         async def ensure_schedule(request: dict[str, Any]) -> bool:
             self.schedules.append(request)
@@ -156,4 +186,5 @@ class FakeCatalogWorld:
             self.deleted_schedules.append(request["schedule_id"])
             return True
 
-        return [read_object, patch_status, index_huggingface, store_index, ensure_schedule, delete_schedule]
+        return [read_object, patch_status, index_huggingface, store_index, fetch_remote_index, store_remote_index,
+                ensure_schedule, delete_schedule]

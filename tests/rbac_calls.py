@@ -38,6 +38,7 @@ ENTRY_POINTS = {
     "bridge": ("servingops.crd_bridge.main", "run"),
     "agent": ("servingops.agents.main", "run"),
     "webhook": ("servingops.ingress.model_webhook", "run"),
+    "catalog-endpoint": ("servingops.ingress.catalog_endpoint", "run"),
     # Not a process: the identity the control plane's placement activities talk as in a member
     # cluster (the chart's placementMember role), through a client built from the member's kubeconfig.
     "placement-member": ("servingops.activities.placement.member", "MemberClient"),
@@ -227,6 +228,9 @@ def process_kinds(process: str) -> list[Kind]:
     if process == "webhook":
         # ingress/model_webhook.py reads the Model or ClusterModel a workload names.
         return [Kind(kind.crd.group, kind.crd.plural) for kind in (Model, ClusterModel)]
+    if process == "catalog-endpoint":
+        # ingress/catalog_endpoint.py (KubeClusterModels) lists the ClusterModels it publishes.
+        return [Kind(ClusterModel.crd.group, ClusterModel.crd.plural)]
     routes = list(ROUTES.values())
     if process == "worker":
         routes = [r for r in routes if r.workflow_type in contract.IMPLEMENTED_WORKFLOWS]

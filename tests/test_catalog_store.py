@@ -1,6 +1,7 @@
-"""catalog.store_index against the real registry (the `oci_registry` session fixture): a complete index is
-pushed as one OCI artifact whose manifest digest is the catalogRevision, the same document gives the same
-revision, and an incomplete scan or a digest that does not match stores nothing."""
+"""catalog.store_index (and catalog.store_remote_index, read back by catalog.resolve) against the real registry
+(the `oci_registry` session fixture): a complete index is pushed as one OCI artifact whose manifest digest is the
+catalogRevision, the same document gives the same revision, and an incomplete scan or a digest that does not
+match stores nothing."""
 
 from __future__ import annotations
 
@@ -8,20 +9,28 @@ import json
 import uuid
 
 import pytest
+from kubernetes.client import ApiClient
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from devstack.services import OciRegistry
 from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, index_of, parse_index
+from servingops.activities.catalog.remote import RemoteIndex
+from servingops.activities.catalog.remote import index_document as remote_index_body
+from servingops.activities.catalog.resolve import CatalogResolveActivities, CatalogResolveInput
 from servingops.activities.catalog.store import (
     CURRENT_TAG,
+    REMOTE_INDEX_MEDIA_TYPE,
     CatalogStoreActivities,
     StoreIndexInput,
+    StoreRemoteIndexInput,
     catalog_repository,
+    remote_index_digest,
 )
 from servingops.activities.catalog.types import CatalogEntry, ScanCursor, ScanState
 from servingops.activities.oci.activities import RegistryTarget
 from servingops.activities.oci.registry_client import ModelRegistry
+from servingops.api_models.refs import ObjectRef
 
 
 def _state(*names: str, complete: bool = True) -> ScanState:
@@ -73,3 +82,49 @@ def test_nothing_partial_is_stored(store: CatalogStoreActivities, oci_registry: 
     assert "nothing is stored" in mismatch.value.message
     with ModelRegistry(oci_registry.address, insecure=True) as registry:
         assert registry.fetch_manifest(catalog_repository(source), CURRENT_TAG) is None
+
+
+def test_a_remote_index_is_stored_and_an_entry_resolves_to_its_digest(
+        store: CatalogStoreActivities, oci_registry: OciRegistry) -> None:
+    """A type Catalog source: its RemoteIndex is the stored document (catalog.store_remote_index), the same
+    index gives the same revision, and catalog.resolve reads an entry back from it, pinned by its digest."""
+    source = f"peer-{uuid.uuid4().hex[:6]}"
+    digest = "sha256:" + "1" * 64
+    manifest_type = "application/vnd.oci.image.manifest.v1+json"
+    entries = [{"name": "qwen", "version": "v1", "digest": digest, "mediaType": manifest_type,
+                "artifactType": "application/vnd.cncf.model.manifest.v1+json", "sizeBytes": 1234,
+                "resolved": {"format": "Safetensors"}},
+               {"name": "other", "digest": "sha256:" + "2" * 64, "mediaType": manifest_type}]
+    body, _ = remote_index_body(entries, "servingops/models")
+    index = RemoteIndex.model_validate_json(body)
+    env = ActivityEnvironment()
+    with pytest.raises(ApplicationError) as mismatch:
+        env.run(store.store_remote_index,
+                StoreRemoteIndexInput(source=source, index=index, digest="sha256:" + "0" * 64))
+    assert mismatch.value.type == "InvalidInput" and "nothing is stored" in mismatch.value.message
+    stored = env.run(store.store_remote_index,
+                     StoreRemoteIndexInput(source=source, index=index, digest=remote_index_digest(index)))
+    assert stored.entry_count == 2 and stored.document_digest == remote_index_digest(index)
+    again = env.run(store.store_remote_index,
+                    StoreRemoteIndexInput(source=source, index=index, digest=remote_index_digest(index)))
+    assert again.revision == stored.revision
+    with ModelRegistry(oci_registry.address, insecure=True) as registry:
+        manifest = registry.fetch_manifest(catalog_repository(source), stored.revision)
+        assert manifest is not None and manifest.json["artifactType"] == REMOTE_INDEX_MEDIA_TYPE
+    resolver = CatalogResolveActivities(ApiClient(), "d8-system",
+                                        RegistryTarget(address=oci_registry.address, repository="unused",
+                                                       insecure=True))
+    spec = {"type": "Catalog", "url": "https://peer.example.com", "caSecretName": "ca",
+            "credentialsSecretName": "creds"}
+    model = ObjectRef(group="ai.deckhouse.io", version="v1alpha1", plural="clustermodels", kind="ClusterModel",
+                      name="qwen")
+    found = resolver._remote_entry(CatalogResolveInput(model=model, name="qwen"), source, spec, stored.revision)
+    assert (found.remote_digest, found.version, found.size_bytes) == (digest, "v1", 1234)
+    assert found.media_type == "application/vnd.cncf.model.manifest.v1+json" and found.url is None
+    assert (found.remote_url, found.ca_secret_name, found.credentials_secret_name) == (
+        "https://peer.example.com", "ca", "creds")
+    assert found.resolved == {"format": "Safetensors"}
+    with pytest.raises(ApplicationError) as missing:
+        resolver._remote_entry(CatalogResolveInput(model=model, name="qwen", version="v2"), source, spec,
+                               stored.revision)
+    assert missing.value.type == "CatalogEntryNotFound"

@@ -6,8 +6,9 @@ success stores the index once and writes catalogRevision, entryCount, lastSucces
 observedGeneration and Ready True; a refresh budget that runs out yields and continues from the
 returned progress after a durable pause, without a failure; a provider failure writes its own reason
 and a nextRetryTime that backs off, keeping the last revision, and recovers; a refresh that finds the
-same index stores nothing and writes nothing; a spec change refreshes at once; type Catalog is not
-implemented yet and says so; the schedule follows the interval and the block; delete removes it; the
+same index stores nothing and writes nothing; a spec change refreshes at once; a type Catalog source
+stores the remote endpoint's index (once per change) and a remote failure is its reason with a nextRetryTime;
+the schedule follows the interval and the block; delete removes it; the
 schedule's tick workflow signals the source (and ends quietly when the source is gone)."""
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from servingops.api_models.contract import Query, Signal
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.catalog import rules
-from tests.catalog_fakes import SCOPED, Answer, FakeCatalogWorld, complete, entries, failure, yielded
+from tests.catalog_fakes import (
+    SCOPED,
+    Answer,
+    FakeCatalogWorld,
+    complete,
+    entries,
+    failure,
+    remote_index,
+    yielded,
+)
 from tests.histories.record import start_env
 from tests.rollout_fakes import until
 
@@ -237,13 +247,40 @@ async def test_a_spec_change_refreshes_at_once(running: Running) -> None:
     assert world.schedules[-1]["interval_seconds"] == 7200
 
 
-@pytest.mark.parametrize("running", [FakeCatalogWorld(spec={"url": "https://catalog.example.com"})], indirect=True)
-async def test_a_catalog_type_source_is_not_implemented_yet(running: Running) -> None:
+def remote_world(*answers: Answer) -> FakeCatalogWorld:
+    return FakeCatalogWorld(spec={"type": "Catalog", "url": "https://catalog.example.com", "caSecretName": "ca",
+                                  "credentialsSecretName": "creds", "refreshInterval": "10m"},
+                            remote_answers=list(answers))
+
+
+@pytest.mark.parametrize("running", [remote_world(remote_index("a", "b"))], indirect=True)
+async def test_a_catalog_type_source_stores_the_remote_index(running: Running) -> None:
     world = running.world
-    await until(running.env, lambda: world.ready() is not None, what="the condition")
-    assert world.ready() == ("False", "CatalogBackendNotImplemented")
-    assert "not served by this release" in world.ready_message()
-    assert world.index_calls == [] and world.schedules[-1]["paused"] is True
+    await until(running.env, lambda: world.ready() == ("True", "Refreshed"), what="ready")
+    assert world.index_calls == [] and len(world.remote_calls) == 1
+    assert world.remote_calls[0]["remote"] == {"source": "hub", "url": "https://catalog.example.com",
+                                               "ca_secret_name": "ca", "credentials_secret_name": "creds"}
+    assert len(world.stores) == 1 and world.stores[0]["index"]["entries"][0]["name"] == "a"
+    assert world.status["entryCount"] == 2 and world.status["catalogRevision"].startswith("sha256:")
+    assert "2 entries from https://catalog.example.com" in world.ready_message()
+    assert world.schedules[-1]["paused"] is False
+    patches = len(world.patches)
+    await running.tick()
+    await until(running.env, lambda: len(world.remote_calls) == 2, what="the ticked refresh")
+    await running.settle()
+    assert len(world.stores) == 1 and len(world.patches) == patches, "the same remote index rewrote"
+
+
+@pytest.mark.parametrize("running", [remote_world(
+    failure("CatalogCredentialsRejected", "GET https://catalog.example.com/catalog/v1/index: HTTP 401",
+            permanent=True), remote_index("a"))], indirect=True)
+async def test_a_catalog_type_failure_is_its_reason_with_a_next_retry(running: Running) -> None:
+    world = running.world
+    await until(running.env, lambda: world.ready() == ("False", "CatalogCredentialsRejected"), what="rejected")
+    assert world.status["nextRetryTime"] and world.stores == []
+    assert ("Warning", "CatalogCredentialsRejected") in world.events
+    await until(running.env, lambda: world.ready() == ("True", "Refreshed"), step=10, what="recovered")
+    assert "nextRetryTime" not in world.status and world.status["entryCount"] == 1
 
 
 async def test_delete_removes_the_schedule_and_ends(running: Running) -> None:

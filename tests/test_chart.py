@@ -25,6 +25,8 @@ from servingops.api_models.crdgen import render as render_crd
 from servingops.api_models.operator_config import DEFAULT_CONFIGMAP, parse_configmap_data
 from servingops.api_models.registry import served_kinds
 from servingops.crd_bridge.main import add_arguments as bridge_arguments
+from servingops.ingress.catalog_endpoint import add_arguments as catalog_endpoint_arguments
+from servingops.ingress.catalog_endpoint import from_arguments as catalog_endpoint_settings
 from servingops.workers.settings import add_arguments as worker_arguments
 from servingops.workers.settings import from_arguments as worker_settings
 
@@ -49,6 +51,13 @@ FULL_VALUES: dict[str, Any] = {
 }
 """A value for every switch the templates have."""
 
+CATALOG_VALUES: dict[str, Any] = {
+    "registry": {"address": "registry.example:5000", "repository": "models"},
+    "catalogEndpoint": {"enabled": True, "tls": {"secretName": "catalog-tls"}, "signingKeySecretName": "catalog-key",
+                        "labelSelector": "catalog=public", "clientsSecretName": "peers", "grantTTLSeconds": 600},
+}
+"""The catalog endpoint on (it is off by default), with every switch of its own."""
+
 
 def _by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
@@ -71,7 +80,7 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
 # -- lint and render ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("values", [None, FULL_VALUES], ids=["defaults", "every-switch"])
+@pytest.mark.parametrize("values", [None, FULL_VALUES, CATALOG_VALUES], ids=["defaults", "every-switch", "catalog"])
 def test_helm_lint_strict(values: dict[str, Any] | None, tmp_path: Path) -> None:
     args = ["lint", "--strict", str(identities.CHART)]
     if values:
@@ -103,6 +112,31 @@ def test_every_flag_and_variable_the_chart_sets_is_read_by_its_process() -> None
     code = "\n".join(p.read_text() for d in PRODUCT_SOURCES for p in d.rglob("*.py"))
     for name in (set(_env(worker)) | set(_env(bridge))) - LIBRARY_VARIABLES:
         assert re.search(rf"[\"']{name}[\"']", code), f"nothing reads {name}"
+
+
+def test_the_catalog_endpoint_is_off_by_default_and_reads_what_the_chart_means() -> None:
+    assert not [d for d in identities.render() if "catalog-endpoint" in d["metadata"]["name"]]
+    docs = identities.render("servingops", "ops", CATALOG_VALUES)
+    deployment = _one(docs, "Deployment", "servingops-catalog-endpoint")
+    container = _container(deployment)
+    assert container["args"][0] == "catalog-endpoint"
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    catalog_endpoint_arguments(parser)
+    settings = catalog_endpoint_settings(parser.parse_args(container["args"][1:]))  # an unknown flag raises
+    assert (settings.namespace, settings.clients_secret, settings.registry, settings.repository) == (
+        "ops", "peers", "registry.example:5000", "models")
+    assert settings.label_selector == "catalog=public" and settings.grant_ttl.total_seconds() == 600
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v["secret"]["secretName"] for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes == {"tls": "catalog-tls", "signing": "catalog-key"}
+    assert str(settings.cert_file).startswith(mounts["tls"]) and str(settings.signing_key_file).startswith(
+        mounts["signing"])
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == "servingops-catalog-endpoint"
+    service = _one(docs, "Service", "servingops-catalog-endpoint")
+    assert service["spec"]["ports"][0]["targetPort"] == "https"
+    role = _one(docs, "Role", "servingops-catalog-endpoint")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["peers"],
+                              "verbs": ["get"]}]
 
 
 def test_the_worker_reads_what_the_chart_means(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -45,9 +45,11 @@ from tests import rbac_calls
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
 
-PROCESSES = ("worker", "uploads", "bridge", "agent", "webhook", "placement-member")
-MEMBER = {"placementMember": {"enabled": True}}
-"""Rendered in both: the placement-member identity exists only where a cluster is a member."""
+PROCESSES = ("worker", "uploads", "bridge", "agent", "webhook", "placement-member", "catalog-endpoint")
+MEMBER = {"placementMember": {"enabled": True},
+          "catalogEndpoint": {"enabled": True, "tls": {"secretName": "catalog-tls"}}}
+"""Rendered in both: the placement-member identity exists only where a cluster is a member, the catalog
+endpoint's only where it is on."""
 RENDERINGS = {"defaults": MEMBER, "secret-namespaces": {"rbac": {"secretNamespaces": ["team-a"]}, **MEMBER}}
 
 
@@ -66,7 +68,8 @@ def test_each_identity_is_granted_exactly_what_its_code_calls(process: str, rend
 
 def test_the_call_reader_tells_the_processes_apart() -> None:
     """A control for the test above: the reader attributes each call to the identity that makes it."""
-    worker, uploads, bridge, agent, webhook, member = (rbac_calls.used(p) for p in PROCESSES)
+    worker, uploads, bridge, agent, webhook, member, catalog = (rbac_calls.used(p) for p in PROCESSES)
+    assert catalog == {("ai.deckhouse.io", "clustermodels", "list"), ("", "secrets", "get")}
     assert ("ome.io", "inferenceservices", "delete") in member and ("ome.io", "inferenceservices", "delete") \
         not in worker, "a member's derived service is deleted as the placement-member identity, never the worker"
     assert webhook == {("ai.deckhouse.io", "models", "get"), ("ai.deckhouse.io", "clustermodels", "get")}

@@ -142,3 +142,12 @@ async def test_rollout_histories_before_the_promote_patches_need_them(scenario: 
     monkeypatch.setattr(workflow, "patched", lambda asked: True if asked == patch_id else real(asked))
     with pytest.raises((NondeterminismError, AssertionError)):
         await replay_comparing_activities(load(HISTORIES / "RolloutWorkflow" / f"{scenario}.json"))
+
+
+async def test_the_catalog_history_before_the_backend_needs_its_patch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`catalog-not-implemented` was recorded before `catalog-backend` (a type Catalog source blocked, no
+    fetch): forced to the new branch, its replay schedules other activities than the history's."""
+    real = workflow.patched
+    monkeypatch.setattr(workflow, "patched", lambda asked: True if asked == "catalog-backend" else real(asked))
+    with pytest.raises((NondeterminismError, AssertionError)):
+        await replay_comparing_activities(load(HISTORIES / "CatalogSourceWorkflow" / "catalog-not-implemented.json"))

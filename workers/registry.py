@@ -11,6 +11,7 @@ from kubernetes import client
 from servingops.activities.basemodels.activities import BaseModelActivities
 from servingops.activities.capacity.activities import CapacityActivities
 from servingops.activities.catalog.huggingface_index import CatalogIndexActivities
+from servingops.activities.catalog.remote_activities import CatalogRemoteActivities
 from servingops.activities.catalog.resolve import CatalogResolveActivities
 from servingops.activities.catalog.schedule import CatalogScheduleActivities
 from servingops.activities.catalog.store import CatalogStoreActivities
@@ -86,6 +87,9 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *CatalogIndexActivities(api_client, settings.controller_namespace, settings.hf_endpoint).all(),
         *CatalogStoreActivities(registry_target(settings), kubernetes_secret_credentials(core)).all(),
         *CatalogScheduleActivities().all(),
+        *CatalogRemoteActivities(api_client, settings.controller_namespace, registry_target(settings),
+                                 kubernetes_secret_credentials(core),
+                                 spool_dir=settings.spool_dir).all(),
         *CatalogResolveActivities(api_client, settings.controller_namespace, registry_target(settings),
                                   kubernetes_secret_credentials(core)).all(),
     ]

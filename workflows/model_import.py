@@ -24,6 +24,11 @@ from servingops.workflows import options
 from servingops.workflows.entity import EntitySignals, EntityState
 
 with workflow.unsafe.imports_passed_through():
+    from servingops.activities.catalog.remote_activities import (
+        CatalogRemoteActivities,
+        CatalogRemoteSource,
+        CopyArtifactInput,
+    )
     from servingops.activities.catalog.resolve import CatalogResolution, CatalogResolveActivities, CatalogResolveInput
     from servingops.activities.host import HostClaim
     from servingops.activities.kubernetes import (
@@ -50,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         Artifact,
         CatalogProvenance,
         ModelStatus,
+        ResolvedModel,
         ResolvedSource,
         UploadSession,
     )
@@ -219,7 +225,12 @@ class ModelWorkflow(EntitySignals[ModelState]):
                 model_dir, provider, info = await self._from_upload(claim)
             elif source.get("catalog") and workflow.patched(CATALOG_IMPORTS):
                 frozen = ((obj.get("status") or {}).get("source") or {}).get("catalog") or {}
-                model_dir, provider, info = await self._from_catalog(claim, source["catalog"], frozen)
+                resolution = await self._resolve_catalog(source["catalog"], frozen)
+                if resolution.remote_digest is not None:
+                    # A type Catalog source's entry: copied by digest, nothing to inspect or assemble.
+                    await self._copy_from_catalog(claim, resolution)
+                    return
+                model_dir, provider, info = await self._from_catalog(claim, resolution)
             else:
                 raise ImportFailed(
                     ErrorType.CATALOG_IMPORT_UNAVAILABLE,
@@ -271,8 +282,7 @@ class ModelWorkflow(EntitySignals[ModelState]):
         auth = (source.get("authSecretRef") or {}).get("name")
         return await self._fetch(claim, source["url"], TokenSecret(name=auth) if auth else None)
 
-    async def _from_catalog(self, claim: HostClaim, catalog: dict[str, Any],
-                            frozen: dict[str, Any]) -> tuple[str, SourceType, ProviderInfo]:
+    async def _resolve_catalog(self, catalog: dict[str, Any], frozen: dict[str, Any]) -> CatalogResolution:
         """Resolve the entry once and freeze it (status.source.catalog); a resolution already frozen on
         the object (a new run) is resolved again at that source and catalog revision, never the newest."""
         if self.state.catalog is None:
@@ -290,7 +300,43 @@ class ModelWorkflow(EntitySignals[ModelState]):
                 f"catalog {resolution.source_name} (revision {resolution.catalog_revision}): "
                 f"{resolution.name}@{resolution.version}",
                 ModelStatus(source=ResolvedSource(catalog=self._provenance())))
-        resolution = self.state.catalog
+        return self.state.catalog
+
+    async def _copy_from_catalog(self, claim: HostClaim, resolution: CatalogResolution) -> None:
+        """A type Catalog entry: `catalog.copy_artifact` copies the remote artifact by digest into this cluster's
+        model repository (blobs already present are skipped), then Ready with that digest."""
+        assert resolution.remote_digest is not None
+        remote = CatalogRemoteSource(source=resolution.source_name, url=resolution.remote_url or "",
+                                     ca_secret_name=resolution.ca_secret_name,
+                                     credentials_secret_name=resolution.credentials_secret_name)
+        await self._write(
+            ModelPhase.PUBLISHING, ModelReason.PUBLISHING,
+            f"copying {resolution.remote_digest} from catalog {resolution.source_name}",
+            ModelStatus(source=ResolvedSource(catalog=self._provenance()), progress="0%"))
+        copied = await workflow.execute_activity_method(
+            CatalogRemoteActivities.copy_artifact,
+            CopyArtifactInput(remote=remote, digest=resolution.remote_digest, target=claim.registry,
+                              tag=self._tag()),
+            **options.CATALOG_COPY)
+        media_type = resolution.media_type or copied.artifact_type or copied.media_type
+        self.state.artifact = ArtifactRef(
+            digest=copied.digest, media_type=copied.media_type, artifact_type=media_type,
+            size_bytes=copied.size_bytes, layers_size_bytes=0, manifest_size=0, reference=copied.reference,
+            tag=copied.tag)
+        self.state.progress_percent = 100
+        resolved = ResolvedModel.model_validate(resolution.resolved) if resolution.resolved else None
+        await self._write(
+            ModelPhase.READY, ModelReason.PUBLISHED,
+            f"copied {copied.reference} from catalog {resolution.source_name} ({copied.blobs_copied} blobs "
+            f"copied, {copied.blobs_skipped} already present)",
+            ModelStatus(
+                artifact=Artifact(kind=ArtifactKind.OCI, digest=copied.digest, media_type=media_type,
+                                  size_bytes=copied.size_bytes or resolution.size_bytes),
+                resolved=resolved, progress="100%"))
+
+    async def _from_catalog(self, claim: HostClaim,
+                            resolution: CatalogResolution) -> tuple[str, SourceType, ProviderInfo]:
+        """A HuggingFace entry: the Hugging Face path at the indexed commit."""
         if resolution.url is None:
             raise ImportFailed(ErrorType.CATALOG_IMPORT_UNAVAILABLE,
                                f"catalog {resolution.source_name}: {resolution.name} has nothing to fetch")

@@ -152,3 +152,35 @@ CATALOG_STORE: ActivityOptions = {
     ),
 }
 """Pushing a catalog index artifact (catalog.store_index), and the source's Temporal Schedule calls."""
+
+CATALOG_REMOTE: ActivityOptions = {
+    # One HTTPS call to another cluster's catalog endpoint (30 s per connection and per read, a body of
+    # at most ACTIVITY_MAX_INDEX_BYTES).
+    "start_to_close_timeout": timedelta(minutes=2),
+    # Bounded like CATALOG_INDEX: an endpoint that stays unreachable after a few quick attempts is the
+    # source's condition (Ready False CatalogUnreachable, nextRetryTime) and the workflow's backoff takes over.
+    "retry_policy": _policy(
+        initial_interval=timedelta(seconds=2),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=20),
+        maximum_attempts=3,
+    ),
+}
+"""A type Catalog source's index fetch (catalog.fetch_remote_index)."""
+
+CATALOG_COPY: ActivityOptions = {
+    # A copy by digest of a whole model artifact from the remote registry: as long as a transfer.
+    "start_to_close_timeout": timedelta(hours=6),
+    # catalog.copy_artifact heartbeats a CopyProgress after every blob and every 2 s within one; a retry
+    # resumes after the blobs done (present blobs are skipped anyway).
+    "heartbeat_timeout": timedelta(minutes=2),
+    # Bounded: a remote that stays away fails the import (ImportGaveUp with the last error); a new spec
+    # or a new run of the workflow tries again.
+    "retry_policy": _policy(
+        initial_interval=timedelta(seconds=2),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(minutes=1),
+        maximum_attempts=8,
+    ),
+}
+"""Copying a type Catalog source's entry into this cluster's registry (catalog.copy_artifact)."""

@@ -41,7 +41,6 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -49,6 +48,7 @@ from pydantic.alias_generators import to_camel
 from temporalio.exceptions import ApplicationError
 
 from servingops.api_models.base import DNS1123_SUBDOMAIN
+from servingops.api_models.errors import ErrorType, application_error
 
 # -- the wire format (shared with ingress/catalog_endpoint.py) ---------------------------------------------
 
@@ -156,36 +156,37 @@ class Grant:
 # -- errors --------------------------------------------------------------------------------------------------
 
 
-class CatalogRemoteReason(StrEnum):
-    """The condition reason of each way a remote catalog call fails."""
+class CatalogRemoteReason:
+    """The condition reason of each way a remote catalog call fails: the `ErrorType` members (so
+    `error_type_of` recognises them and `ErrorType.permanent` decides retries)."""
 
-    URL_INVALID = "CatalogURLInvalid"
-    CA_INVALID = "CatalogCAInvalid"
-    UNREACHABLE = "CatalogUnreachable"
-    CERTIFICATE_UNTRUSTED = "CatalogCertificateUntrusted"
-    CREDENTIALS_REJECTED = "CatalogCredentialsRejected"
-    RESPONSE_MALFORMED = "CatalogResponseMalformed"
-    RESPONSE_TOO_LARGE = "CatalogResponseTooLarge"
-    ENDPOINT_ERROR = "CatalogEndpointError"
-    GRANT_REFUSED = "CatalogGrantRefused"
-    ARTIFACT_NOT_FOUND = "CatalogArtifactNotFound"
-    ARTIFACT_UNSUPPORTED = "CatalogArtifactUnsupported"
-    ARTIFACT_DIGEST_MISMATCH = "ArtifactDigestMismatch"
+    URL_INVALID = ErrorType.CATALOG_URL_INVALID
+    CA_INVALID = ErrorType.CATALOG_CA_INVALID
+    UNREACHABLE = ErrorType.CATALOG_UNREACHABLE
+    CERTIFICATE_UNTRUSTED = ErrorType.CATALOG_CERTIFICATE_UNTRUSTED
+    CREDENTIALS_REJECTED = ErrorType.CATALOG_CREDENTIALS_REJECTED
+    RESPONSE_MALFORMED = ErrorType.CATALOG_RESPONSE_MALFORMED
+    RESPONSE_TOO_LARGE = ErrorType.CATALOG_RESPONSE_TOO_LARGE
+    ENDPOINT_ERROR = ErrorType.CATALOG_ENDPOINT_ERROR
+    GRANT_REFUSED = ErrorType.CATALOG_GRANT_REFUSED
+    ARTIFACT_NOT_FOUND = ErrorType.CATALOG_ARTIFACT_NOT_FOUND
+    ARTIFACT_UNSUPPORTED = ErrorType.CATALOG_ARTIFACT_UNSUPPORTED
+    ARTIFACT_DIGEST_MISMATCH = ErrorType.ARTIFACT_DIGEST_MISMATCH
 
 
 class CatalogRemoteError(Exception):
     """A remote catalog call failed; `reason` is the condition reason, `retryable` whether asking again may
     help without anything changing."""
 
-    reason: ClassVar[CatalogRemoteReason]
-    retryable: ClassVar[bool] = False
+    reason: ClassVar[ErrorType]
+
+    @property
+    def retryable(self) -> bool:
+        return not self.reason.permanent
 
     def to_application_error(self) -> ApplicationError:
-        """The activity-boundary form: type = the reason, non-retryable unless `retryable`."""
-        message = str(self)
-        if len(message) > 4096:
-            message = message[:4093] + "..."
-        return ApplicationError(message, type=self.reason.value, non_retryable=not self.retryable)
+        """The activity-boundary form: type = the reason, non-retryable unless the reason is transient."""
+        return application_error(self.reason, str(self))
 
 
 class CatalogURLInvalid(CatalogRemoteError):
@@ -205,7 +206,6 @@ class CatalogUnreachable(CatalogRemoteError):
     certificate, or the endpoint answered 5xx, 408 or 429."""
 
     reason = CatalogRemoteReason.UNREACHABLE
-    retryable = True
 
 
 class CatalogCertificateUntrusted(CatalogRemoteError):

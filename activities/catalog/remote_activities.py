@@ -257,10 +257,7 @@ class CatalogRemoteActivities:
 
 def application_error_of(remote: CatalogRemoteSource, exc: CatalogRemoteError) -> ApplicationError:
     """The ApplicationError of a remote failure, its message prefixed with the source's name."""
-    message = f"catalog source {remote.source}: {exc}"
-    if len(message) > 4096:
-        message = message[:4093] + "..."
-    return ApplicationError(message, type=exc.reason.value, non_retryable=not exc.retryable)
+    return application_error(exc.reason, f"catalog source {remote.source}: {exc}")
 
 
 def _previous_progress(details: Sequence[Any], digest: str) -> CopyProgress | None:

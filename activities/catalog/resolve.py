@@ -15,24 +15,30 @@ them), `CatalogSourceNotReady` (the named source has no stored index yet: transi
 A HuggingFace entry is named by its public name (activities/catalog/names.py: `Qwen/Qwen2.5-7B` is
 `qwen--qwen2.5-7b`), and imports through the Hugging Face path at the indexed commit (the url
 `https://huggingface.co/<repo>/tree/<sha>`, the worker's Hub endpoint applies), with the source's
-token Secret from the controller namespace when it names one. A `type: Catalog` source's entry (a
-copy by digest from the remote registry) is not imported by this release: `CatalogImportUnavailable`.
+token Secret from the controller namespace when it names one. A `type: Catalog` source's entry is read
+from the stored RemoteIndex (activities/catalog/store.py `catalog.store_remote_index`) by name (and
+version; several versions of one name: the greatest) and pinned by its `remote_digest`; the model
+workflow copies that artifact by digest (`catalog.copy_artifact`).
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
 from servingops.activities.catalog.index_document import parse_index
 from servingops.activities.catalog.names import public_names
+from servingops.activities.catalog.remote import CatalogRemoteError
+from servingops.activities.catalog.remote import parse_index as parse_remote_index
 from servingops.activities.catalog.store import catalog_repository
 from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, open_registry
+from servingops.api_models.deckhouse.model import ResolvedModel
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.refs import ObjectRef
 
@@ -63,6 +69,18 @@ class CatalogResolution(BaseModel):
     """HuggingFace: the repository at the indexed commit."""
     token_secret_name: str | None = None
     token_secret_namespace: str | None = None
+    remote_url: str | None = None
+    """Catalog: the source's spec.url (the remote catalog endpoint the copy asks for its grant)."""
+    ca_secret_name: str | None = None
+    """Catalog: spec.caSecretName (a Secret of the controller namespace, read by the copy activity)."""
+    credentials_secret_name: str | None = None
+    """Catalog: spec.credentialsSecretName (likewise)."""
+    media_type: str | None = None
+    """Catalog: the entry's artifactType, else its manifest media type."""
+    size_bytes: int | None = None
+    """Catalog: the entry's size as the remote published it."""
+    resolved: dict[str, Any] | None = None
+    """Catalog: the entry's resolved metadata (status.resolved of the remote model) when it is valid here."""
 
 
 def _ready(source: dict[str, Any]) -> bool:
@@ -117,6 +135,36 @@ class CatalogResolveActivities:
                 registry.pull_blob_to(target.repository, str(layers[0]["digest"]), path)
                 return path.read_bytes()
 
+    def _remote_entry(self, inp: CatalogResolveInput, name: str, spec: dict[str, Any],
+                      revision: str) -> CatalogResolution:
+        """A type Catalog source's entry, from its stored RemoteIndex: pinned by the remote's digest."""
+        try:
+            index = parse_remote_index(json.loads(self._index(name, revision)), f"catalog {name} ({revision})")
+        except CatalogRemoteError as exc:
+            raise application_error(ErrorType.INVALID_INPUT, f"the stored index is unreadable: {exc}") from None
+        except ValueError:
+            raise application_error(ErrorType.INVALID_INPUT,
+                                    f"catalog {name} ({revision}): the stored index is not JSON") from None
+        found = sorted(index.find(inp.name, inp.version), key=lambda e: (e.version or "", e.digest))
+        if not found:
+            at = f" at version {inp.version}" if inp.version else ""
+            raise application_error(ErrorType.CATALOG_ENTRY_NOT_FOUND, (
+                f"catalog {name} (revision {revision}) lists no {inp.name}{at}"))
+        entry = found[-1]
+        resolved = None
+        if entry.resolved:
+            try:
+                resolved = ResolvedModel.model_validate(entry.resolved).model_dump(mode="json", by_alias=True,
+                                                                                   exclude_none=True)
+            except ValidationError:
+                activity.logger.warning("catalog %s: the resolved metadata of %s does not validate; left out",
+                                        name, inp.name)
+        return CatalogResolution(
+            source_name=name, source_type="Catalog", name=inp.name, version=entry.version,
+            catalog_revision=revision, remote_digest=entry.digest, remote_url=str(spec.get("url") or ""),
+            ca_secret_name=spec.get("caSecretName"), credentials_secret_name=spec.get("credentialsSecretName"),
+            media_type=entry.artifact_type or entry.media_type, size_bytes=entry.size_bytes, resolved=resolved)
+
     @activity.defn(name="catalog.resolve")
     def resolve(self, inp: CatalogResolveInput) -> CatalogResolution:
         listed = cast(dict[str, Any], self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL,
@@ -127,9 +175,7 @@ class CatalogResolveActivities:
         source_type = str(spec.get("type") or "Catalog")
         revision = inp.catalog_revision or str(status["catalogRevision"])
         if source_type != "HuggingFace":
-            raise application_error(ErrorType.CATALOG_IMPORT_UNAVAILABLE, (
-                f"ModelCatalogSource {name} is a cluster-to-cluster catalog; copying its entries is not built "
-                "in this release"))
+            return self._remote_entry(inp, name, spec, revision)
         by_id = {e.name: e for e in parse_index(self._index(name, revision))}
         repo_id = public_names(by_id).get(inp.name)
         entry = by_id.get(repo_id) if repo_id else None

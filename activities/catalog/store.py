@@ -30,6 +30,8 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, canonical_json, index_of
+from servingops.activities.catalog.remote import INDEX_CONTENT_TYPE, SCHEMA_VERSION, RemoteIndex
+from servingops.activities.catalog.remote import canonical_json as remote_canonical_json
 from servingops.activities.catalog.types import ScanProgress
 from servingops.activities.oci import media_types as mt
 from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, _registry_failure
@@ -37,6 +39,9 @@ from servingops.activities.oci.registry_client import ModelRegistry, RegistryErr
 from servingops.api_models.errors import ErrorType, application_error
 
 STORE_ACTIVITY = "catalog.store_index"
+STORE_REMOTE_ACTIVITY = "catalog.store_remote_index"
+REMOTE_INDEX_MEDIA_TYPE = INDEX_CONTENT_TYPE
+"""The layer (and artifactType) of a type Catalog source's stored index: the remote's RemoteIndex document."""
 CATALOG_REPOSITORY_PREFIX = "servingops/catalog"
 CURRENT_TAG = "current"
 """The tag of a source's newest index (older revisions stay pullable by digest until GC)."""
@@ -54,15 +59,16 @@ def _digest(data: bytes) -> str:
     return f"sha256:{hashlib.sha256(data).hexdigest()}"
 
 
-def index_manifest(source: str, document_digest: str, document_size: int, entry_count: int) -> bytes:
+def index_manifest(source: str, document_digest: str, document_size: int, entry_count: int,
+                   media_type: str = INDEX_MEDIA_TYPE) -> bytes:
     """The artifact's manifest bytes: a pure function of the document (and the source's name)."""
     manifest = {
         "schemaVersion": 2,
         "mediaType": mt.OCI_MANIFEST,
-        "artifactType": INDEX_MEDIA_TYPE,
+        "artifactType": media_type,
         "config": {"mediaType": mt.OCI_EMPTY, "digest": _digest(EMPTY_CONFIG), "size": len(EMPTY_CONFIG),
                    "data": base64.b64encode(EMPTY_CONFIG).decode()},
-        "layers": [{"mediaType": INDEX_MEDIA_TYPE, "digest": document_digest, "size": document_size,
+        "layers": [{"mediaType": media_type, "digest": document_digest, "size": document_size,
                     "annotations": {mt.ANNOTATION_TITLE: INDEX_FILE}}],
         "annotations": {ANNOTATION_SOURCE: source, ANNOTATION_ENTRIES: str(entry_count)},
     }
@@ -76,6 +82,28 @@ class StoreIndexInput(BaseModel):
     """A complete scan (what `catalog.index_huggingface` returned with complete=True)."""
     digest: str
     """The document digest the index activity reported: the rebuilt document must hash to it."""
+
+
+class StoreRemoteIndexInput(BaseModel):
+    """A type Catalog source's index: the remote's RemoteIndex, stored as its canonical JSON document."""
+
+    source: str
+    index: RemoteIndex
+    digest: str
+    """`remote_index_digest(index)`, as the workflow computed it: the document must hash to it."""
+
+
+def remote_index_document(index: RemoteIndex) -> bytes:
+    """The stored document of a type Catalog source: the RemoteIndex's canonical JSON (camelCase keys, no
+    nulls, schemaVersion), which `remote.parse_index` reads back (and checks its revision)."""
+    body = {**index.model_dump(mode="json", by_alias=True, exclude_none=True), "schemaVersion": SCHEMA_VERSION}
+    return remote_canonical_json(body)
+
+
+def remote_index_digest(index: RemoteIndex) -> str:
+    """The document digest of `remote_index_document(index)`: a pure function, the workflow decides a no-change
+    refresh by it."""
+    return _digest(remote_index_document(index))
 
 
 class StoredIndex(BaseModel):
@@ -95,7 +123,7 @@ class CatalogStoreActivities:
         self._credentials = credentials
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.store_index]
+        return [self.store_index, self.store_remote_index]
 
     def target(self, source: str) -> RegistryTarget:
         return self._registry_target.model_copy(update={"repository": catalog_repository(source)})
@@ -141,6 +169,29 @@ class CatalogStoreActivities:
         return StoredIndex(revision=revision, document_digest=document.digest, entry_count=document.entry_count,
                            reference=target.reference(revision))
 
+    @activity.defn(name=STORE_REMOTE_ACTIVITY)
+    def store_remote_index(self, req: StoreRemoteIndexInput) -> StoredIndex:
+        """Push a type Catalog source's RemoteIndex as its artifact (the same layout, the remote index media type
+        for the layer); its manifest digest."""
+        content = remote_index_document(req.index)
+        digest = _digest(content)
+        if digest != req.digest:
+            raise application_error(ErrorType.INVALID_INPUT,
+                                    f"catalog {req.source}: the remote index document hashes to {digest}, not the "
+                                    f"reported {req.digest}; nothing is stored")
+        target = self.target(req.source)
+        entry_count = len(req.index.entries)
+        manifest = index_manifest(req.source, digest, len(content), entry_count, REMOTE_INDEX_MEDIA_TYPE)
+        with self._registry(target) as registry:
+            registry.put_blob_bytes(target.repository, content, digest)
+            registry.put_blob_bytes(target.repository, EMPTY_CONFIG, _digest(EMPTY_CONFIG))
+            revision = registry.put_manifest(target.repository, CURRENT_TAG, manifest, mt.OCI_MANIFEST)
+        activity.logger.info("catalog %s: stored the remote index %s (%d entries) as %s", req.source,
+                             req.index.revision, entry_count, revision)
+        return StoredIndex(revision=revision, document_digest=digest, entry_count=entry_count,
+                           reference=target.reference(revision))
 
-__all__ = ["CATALOG_REPOSITORY_PREFIX", "CURRENT_TAG", "STORE_ACTIVITY", "CatalogStoreActivities", "StoreIndexInput",
-           "StoredIndex", "catalog_repository", "index_manifest"]
+
+__all__ = ["CATALOG_REPOSITORY_PREFIX", "CURRENT_TAG", "REMOTE_INDEX_MEDIA_TYPE", "STORE_ACTIVITY",
+           "STORE_REMOTE_ACTIVITY", "CatalogStoreActivities", "StoreIndexInput", "StoreRemoteIndexInput",
+           "StoredIndex", "catalog_repository", "index_manifest", "remote_index_digest", "remote_index_document"]

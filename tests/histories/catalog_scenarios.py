@@ -11,7 +11,7 @@ from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
-from tests.catalog_fakes import SCOPED, FakeCatalogWorld, complete, entries, failure, yielded
+from tests.catalog_fakes import SCOPED, FakeCatalogWorld, complete, entries, failure, remote_index, yielded
 from tests.rollout_fakes import until
 
 if TYPE_CHECKING:
@@ -74,6 +74,35 @@ async def catalog_not_implemented(rec: Recording) -> None:
         await rec.save()
 
 
+async def catalog_remote(rec: Recording) -> None:
+    """A type Catalog source (patch `catalog-backend`): the remote endpoint's index fetched and stored, Ready;
+    a tick finds the same index and writes nothing; the credentials rejected: CatalogCredentialsRejected with
+    a nextRetryTime, retried on its timer with a grown index, stored again, Ready; delete."""
+    rejected = failure("CatalogCredentialsRejected", "GET https://catalog.example.com/catalog/v1/index: the "
+                       "endpoint rejected the catalog credential (HTTP 401)", permanent=True)
+    world = FakeCatalogWorld(spec={"type": "Catalog", "url": "https://catalog.example.com", "caSecretName": "ca",
+                                   "credentialsSecretName": "creds", "refreshInterval": "10m"},
+                             remote_answers=[remote_index("a"), remote_index("a"), rejected,
+                                             remote_index("a", "b")])
+    env = rec.env
+    queue = f"catalog-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=world.activities(), workflow_runner=workflow_runner()):
+        handle = await env.client.start_workflow("CatalogSourceWorkflow", {"ref": world.ref()},
+                                                 id=world.workflow_id(), task_queue=queue)
+        await rec.root(handle)
+        await until(env, lambda: world.ready() == ("True", "Refreshed"), what="ready")
+        await handle.signal("refresh-now")
+        await until(env, lambda: len(world.remote_calls) == 2, what="the ticked refresh")
+        await handle.signal("refresh-now")
+        await until(env, lambda: world.ready() == ("False", "CatalogCredentialsRejected"), what="rejected")
+        await until(env, lambda: world.ready() == ("True", "Refreshed") and len(world.stores) == 2, step=10,
+                    what="recovered")
+        await handle.signal("delete", world.event(deleting=True))
+        await handle.result()
+        await rec.save()
+
+
 async def catalog_continue_as_new(rec: Recording) -> None:
     """Ticks until the source workflow continues as new (MAX_REFRESHES_PER_RUN refreshes), carrying its
     revision: the continued run refreshes on the next tick, finds the same index and writes nothing; delete."""
@@ -106,4 +135,4 @@ async def catalog_continue_as_new(rec: Recording) -> None:
 
 
 SCENARIOS = {"catalog-refresh": catalog_refresh, "catalog-not-implemented": catalog_not_implemented,
-             "catalog-continue-as-new": catalog_continue_as_new}
+             "catalog-continue-as-new": catalog_continue_as_new, "catalog-remote": catalog_remote}

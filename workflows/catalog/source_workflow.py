@@ -5,7 +5,10 @@ when the source's Temporal Schedule ticks (`refresh-now`, every spec.refreshInte
 created, updated, paused and deleted by this workflow through `catalog.ensure_schedule` /
 `catalog.delete_schedule`). A refresh:
 
-1. re-reads the source (`kube.read_object`); type Catalog: Ready False `CatalogBackendNotImplemented`;
+1. re-reads the source (`kube.read_object`); type Catalog (patch `catalog-backend`; before it Ready False
+   `CatalogBackendNotImplemented`): `catalog.fetch_remote_index` from the remote catalog endpoint, the
+   RemoteIndex stored as the source's index artifact (`catalog.store_remote_index`) when its document digest
+   moved, then status as in 5; a failure as below;
 2. type HuggingFace: `evaluate_policy(spec.policy)`; blocked: Ready False with the verdict's reason and
    message, no scan, and the schedule paused (its note says why) until the spec changes;
 3. runs `catalog.index_huggingface` until its result is complete, passing the previous result's progress
@@ -41,12 +44,23 @@ from servingops.workflows.entity import EntitySignals, EntityState
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.catalog.huggingface_index import CatalogIndexActivities
     from servingops.activities.catalog.policy import evaluate_policy
+    from servingops.activities.catalog.remote import RemoteIndex
+    from servingops.activities.catalog.remote_activities import (
+        CatalogRemoteActivities,
+        CatalogRemoteSource,
+        FetchRemoteIndexInput,
+    )
     from servingops.activities.catalog.schedule import (
         CatalogScheduleActivities,
         DeleteScheduleInput,
         EnsureScheduleInput,
     )
-    from servingops.activities.catalog.store import CatalogStoreActivities, StoreIndexInput
+    from servingops.activities.catalog.store import (
+        CatalogStoreActivities,
+        StoreIndexInput,
+        StoreRemoteIndexInput,
+        remote_index_digest,
+    )
     from servingops.activities.catalog.types import IndexHuggingFaceInput, IndexHuggingFaceResult, ScanProgress
     from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
     from servingops.api_models.contract import Signal, StartObject, WorkflowType, catalog_schedule_id
@@ -57,6 +71,8 @@ with workflow.unsafe.imports_passed_through():
     from servingops.workflows.visibility import Visibility
 
 CONDITION = "Ready"
+CATALOG_BACKEND_PATCH = "catalog-backend"
+"""type Catalog refreshes from the remote endpoint (before it: blocked CatalogBackendNotImplemented)."""
 YIELD_PAUSE = timedelta(seconds=30)
 """Between two attempts of a scan whose refresh budget ran out: the provider gets a rest."""
 MAX_REFRESHES_PER_RUN = 200
@@ -217,6 +233,9 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
             return True
         interval = rules.refresh_interval(spec.refresh_interval).total_seconds()
         if spec.type != CatalogSourceType.HUGGING_FACE:
+            if workflow.patched(CATALOG_BACKEND_PATCH):
+                await self._refresh_remote(spec, live, generation, interval)
+                return True
             await self._blocked(
                 live, generation, NOT_IMPLEMENTED,
                 "type Catalog (a cluster-to-cluster catalog) is not served by this release yet: nothing is "
@@ -269,6 +288,44 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
         self._phase("Ready", REFRESHED, result.message)
         await self._write_success(live, generation, revision_moved=revision_moved)
         return True
+
+    async def _refresh_remote(self, spec: ModelCatalogSourceSpec, live: dict[str, Any], generation: int,
+                              interval: float) -> None:
+        """A type Catalog source: fetch the remote endpoint's index, store it when its document changed,
+        Ready True; a failure is Ready False with its reason and a nextRetryTime (as a HuggingFace one)."""
+        assert self.ref is not None
+        s = self.state
+        s.resume = None
+        await self._schedule(interval, paused=False)
+        remote = CatalogRemoteSource(source=self.ref.name, url=spec.url or "",
+                                     ca_secret_name=spec.ca_secret_name,
+                                     credentials_secret_name=spec.credentials_secret_name)
+        try:
+            index: RemoteIndex = await workflow.execute_activity_method(
+                CatalogRemoteActivities.fetch_remote_index, FetchRemoteIndexInput(remote=remote),
+                **options.CATALOG_REMOTE)
+        except ActivityError as exc:
+            await self._failed(live, generation, exc)
+            return
+        digest = remote_index_digest(index)
+        revision_moved = digest != s.document_digest or s.catalog_revision is None
+        if revision_moved:
+            try:
+                stored = await workflow.execute_activity_method(
+                    CatalogStoreActivities.store_remote_index,
+                    StoreRemoteIndexInput(source=self.ref.name, index=index, digest=digest),
+                    **options.CATALOG_STORE)
+            except ActivityError as exc:
+                await self._failed(live, generation, exc)
+                return
+            s.catalog_revision, s.document_digest = stored.revision, stored.document_digest
+            s.entry_count, s.stores = stored.entry_count, s.stores + 1
+        s.failures, s.next_retry, s.last_success = 0, None, workflow.now()
+        count = len(index.entries)
+        self._phase("Ready", REFRESHED,
+                    f"{count} {'entry' if count == 1 else 'entries'} from {remote.url} (remote revision "
+                    f"{index.revision})")
+        await self._write_success(live, generation, revision_moved=revision_moved)
 
     async def _write_success(self, live: dict[str, Any], generation: int, *, revision_moved: bool) -> None:
         s = self.state

@@ -70,3 +70,4 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{ .Values.registry.credentials.secretName }}
 {{- end -}}
 {{- end -}}
+{{- define "servingops.catalogEndpoint" -}}{{ include "servingops.name" . }}-catalog-endpoint{{- end -}}
