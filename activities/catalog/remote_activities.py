@@ -21,7 +21,7 @@ import binascii
 import datetime as dt
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from kubernetes import client
@@ -43,7 +43,7 @@ from servingops.activities.catalog.remote import (
     fetch_remote_index,
     request_grant,
 )
-from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, _registry_failure
+from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, _registry_failure, open_registry
 from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
 from servingops.activities.uploads.sessions import DEFAULT_CONTROLLER_NAMESPACE
 from servingops.api_models.errors import ErrorType, application_error
@@ -239,20 +239,8 @@ class CatalogRemoteActivities:
                              result.blobs_skipped)
         return result
 
-    @contextmanager
-    def _registry(self, target: RegistryTarget) -> Iterator[ModelRegistry]:
-        creds = None
-        if target.credentials_secret is not None:
-            if self._credentials is None:
-                raise application_error(ErrorType.NO_CREDENTIALS_RESOLVER,
-                                        "this worker cannot read registry credential Secrets")
-            creds = self._credentials(target.credentials_secret, target.address)
-        registry = ModelRegistry(target.address, insecure=target.insecure, tls_verify=target.tls_verify,
-                                 credentials=creds)
-        try:
-            yield registry
-        finally:
-            registry.close()
+    def _registry(self, target: RegistryTarget) -> AbstractContextManager[ModelRegistry]:
+        return open_registry(target, self._credentials)
 
 
 def application_error_of(remote: CatalogRemoteSource, exc: CatalogRemoteError) -> ApplicationError:

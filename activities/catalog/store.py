@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pydantic import BaseModel
@@ -34,8 +34,8 @@ from servingops.activities.catalog.remote import INDEX_CONTENT_TYPE, SCHEMA_VERS
 from servingops.activities.catalog.remote import canonical_json as remote_canonical_json
 from servingops.activities.catalog.types import ScanProgress
 from servingops.activities.oci import media_types as mt
-from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, _registry_failure
-from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
+from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, open_registry
+from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.errors import ErrorType, application_error
 
 STORE_ACTIVITY = "catalog.store_index"
@@ -128,24 +128,8 @@ class CatalogStoreActivities:
     def target(self, source: str) -> RegistryTarget:
         return self._registry_target.model_copy(update={"repository": catalog_repository(source)})
 
-    @contextmanager
-    def _registry(self, target: RegistryTarget) -> Iterator[ModelRegistry]:
-        creds = None
-        if target.credentials_secret is not None:
-            if self._credentials is None:
-                raise application_error(ErrorType.NO_CREDENTIALS_RESOLVER,
-                                        "this worker cannot read registry credential Secrets")
-            creds = self._credentials(target.credentials_secret, target.address)
-        registry = ModelRegistry(target.address, insecure=target.insecure, tls_verify=target.tls_verify,
-                                 credentials=creds)
-        try:
-            yield registry
-        except RegistryError as exc:
-            raise _registry_failure(exc) from exc
-        except ValueError as exc:
-            raise application_error(ErrorType.INVALID_INPUT, str(exc)) from exc
-        finally:
-            registry.close()
+    def _registry(self, target: RegistryTarget) -> AbstractContextManager[ModelRegistry]:
+        return open_registry(target, self._credentials)
 
     @activity.defn(name=STORE_ACTIVITY)
     def store_index(self, req: StoreIndexInput) -> StoredIndex:
