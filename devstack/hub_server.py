@@ -294,14 +294,16 @@ class _BaseHandler(BaseHTTPRequestHandler):
         self, status: int, body: bytes, headers: Mapping[str, str], content_type: str = "application/json"
     ) -> RequestRecord:
         sent = {"Content-Type": content_type, "Content-Length": str(len(body)), **headers}
+        # Recorded before the body goes out: a client that has read the whole answer finds it in the log
+        # (recorded after, a test reading the log at once could miss it: seen under load).
+        record = self._record(status, sent)
+        record.body_bytes = 0 if self.command == "HEAD" else len(body)
         self.send_response(status)
         for key, value in sent.items():
             self.send_header(key, value)
         self.end_headers()
         if self.command != "HEAD" and body:
             self.wfile.write(body)
-        record = self._record(status, sent)
-        record.body_bytes = 0 if self.command == "HEAD" else len(body)
         return record
 
     def _record(self, status: int, response_headers: Mapping[str, str]) -> RequestRecord:
