@@ -70,7 +70,6 @@ from temporalio.exceptions import ApplicationError
 
 from servingops.activities.catalog.index_document import canonical_json, fit_entry, index_of
 from servingops.activities.catalog.policy import IndexBounds, IndexScope, evaluate_policy
-from servingops.activities.catalog.secrets import read_token
 from servingops.activities.catalog.types import (
     INDEX_ACTIVITY,
     PHASES,
@@ -92,6 +91,7 @@ from servingops.activities.sources.huggingface import (
     LIBRARY_NAME,
     hub_error,
 )
+from servingops.activities.sources.tokens import read_token
 from servingops.activities.uploads.sessions import DEFAULT_CONTROLLER_NAMESPACE
 
 log = logging.getLogger(__name__)
@@ -668,7 +668,8 @@ class CatalogIndexActivities:
                 resume = ScanProgress.model_validate(info.heartbeat_details[-1])
             except ValueError:
                 log.warning("catalog %s: unreadable heartbeat details, starting from the input", req.source)
-        token = read_token(self._core, self.controller_namespace, req.token_secret_name)
+        token = (read_token(self._core, self.controller_namespace, req.token_secret_name)
+                 if req.token_secret_name else None)
         api = self._api(token)
 
         last_beat = [float("-inf")]

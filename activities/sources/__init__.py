@@ -30,7 +30,8 @@ Which files of a Hugging Face repository are the model (`huggingface.select_file
 What an Ollama manifest becomes is described in `ollama`.
 """
 
-from servingops.activities.sources.activities import TOKEN_KEYS, SourceActivities, source_type
+from servingops.activities.sources.activities import SourceActivities, source_type
+from servingops.activities.sources.tokens import TOKEN_KEYS
 from servingops.activities.sources.types import (
     CleanSpoolInput,
     FetchedFile,

@@ -12,8 +12,6 @@ otherwise serialise it as the cause).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import logging
 import os
 import re
@@ -21,7 +19,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -29,6 +26,7 @@ from servingops.activities.model_files import InvalidModel
 from servingops.activities.sources.huggingface import DEFAULT_HF_ENDPOINT, HF_ENDPOINT_ENV, HuggingFaceSource
 from servingops.activities.sources.ollama import DEFAULT_OLLAMA_REGISTRY, OLLAMA_REGISTRY_ENV, OllamaSource
 from servingops.activities.sources.spool import HEARTBEAT_INTERVAL, Expected, FetchResult, Heartbeat, Spool
+from servingops.activities.sources.tokens import TOKEN_KEYS, read_token
 from servingops.activities.sources.types import (
     CleanSpoolInput,
     FetchedFile,
@@ -44,14 +42,10 @@ from servingops.api_models.refs import ObjectRef
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-TOKEN_KEYS = ("token", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
-"""Secret keys holding a Hugging Face token, in the order they are looked up."""
 _HF_URL = re.compile(HUGGING_FACE_URL_PREFIX)
 _OLLAMA_URL = re.compile(r"^https://(www[.])?ollama[.]com/")
 _GIT_OID = re.compile(r"^[0-9a-f]{40}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-# A bearer token is one header value: visible ASCII, no spaces.
-_TOKEN = re.compile(r"^[\x21-\x7e]{1,4096}$")
 
 
 def source_type(url: str) -> SourceType:
@@ -135,33 +129,7 @@ class SourceActivities:
         if namespace is None:
             raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND,
                                     f"{model.describe()} is cluster-scoped and cannot reference a Secret")  # fmt: skip
-        where = f"Secret {namespace}/{secret_name}"
-        if self._core is None:
-            raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND,
-                                    f"{where}: this worker has no Kubernetes client to read it")  # fmt: skip
-        try:
-            secret = self._core.read_namespaced_secret(secret_name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND, f"{where} does not exist") from None
-            # 403 (RBAC) and server trouble: a deployment or transient problem, not the user's input.
-            raise application_error(ErrorType.AUTH_SECRET_UNREADABLE,
-                                    f"{where}: HTTP {exc.status} {exc.reason}") from None  # fmt: skip
-        data = secret.data or {}
-        for key in (secret_key,) if secret_key else TOKEN_KEYS:
-            if key not in data:
-                continue
-            try:
-                token = base64.b64decode(data[key], validate=True).decode("utf-8").strip()
-            except (binascii.Error, UnicodeDecodeError, ValueError):
-                token = ""  # the error text could quote token bytes: say nothing about them
-            if not _TOKEN.match(token):
-                raise application_error(ErrorType.AUTH_SECRET_INVALID,
-                                        f"{where}: the value of key {key!r} is not a token (empty, or not a "
-                                        "single line of visible ASCII)")  # fmt: skip
-            return token
-        keys = ", ".join((secret_key,) if secret_key else TOKEN_KEYS)
-        raise application_error(ErrorType.AUTH_SECRET_INVALID, f"{where} has none of the keys {keys}")
+        return read_token(self._core, namespace, secret_name, (secret_key,) if secret_key else TOKEN_KEYS)
 
     # -- activities ----------------------------------------------------------------------------------
 
