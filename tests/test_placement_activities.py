@@ -22,7 +22,9 @@ from devstack.kube import apply_objects
 from servingops.activities.placement.activities import PlacementActivities
 from servingops.activities.placement.clients import SECRET_RECHECK, MemberClients
 from servingops.activities.placement.member import MemberClient
-from servingops.activities.placement.types import ApplyMemberInput, MemberTarget, SourceInput
+from servingops.activities.placement.types import ApplyMemberInput, CapacityInput, MemberTarget, SourceInput
+from servingops.activities.serving import multinode
+from servingops.activities.serving.render import Unservable
 from servingops.activities.workload_cluster.kubeconfig import MemberAccess, api_client
 from servingops.api_models.refs import ObjectRef
 
@@ -76,6 +78,35 @@ def test_a_request_the_member_refuses_is_an_answer_not_an_endless_retry(
     assert deleted.message == "m1 refused the request: 422 Unprocessable Entity"
     seen = ActivityEnvironment().run(activities.observe_member, target)
     assert (seen.reachable, seen.reason) == (False, "Refused")
+
+
+def test_a_demand_that_does_not_render_is_an_answer_not_an_endless_retry(
+        kube_api: client.ApiClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SplitByCapacity's read of a member: a resolved spec the renderer refuses (render.Unservable, a
+    ValueError) answers DemandUnresolvable with the renderer's words; before, it escaped the activity
+    and the MEMBER policy retried it for ever. The source and the member are faked (unit of the mapping)."""
+    activities = PlacementActivities(kube_api, "servingops-system")
+
+    @contextlib.contextmanager
+    def member(_cluster: str) -> Iterator[client.ApiClient]:
+        yield client.ApiClient()
+
+    def unservable(*_args: object) -> list[object]:
+        raise Unservable("spec.engine.worker.size", "is 0: a gang needs at least one worker")
+
+    source = {"metadata": {"name": "chat", "namespace": "default", "uid": "u1"},
+              "spec": {"engine": {"runner": {"name": "main", "image": "x"}}}}
+    monkeypatch.setattr(activities.objects, "get", lambda _ref: source)
+    monkeypatch.setattr(activities, "_member", member)
+    monkeypatch.setattr(MemberClient, "accelerator_quotas", lambda _self: [{"metadata": {"name": "root"}, "spec": {}}])
+    monkeypatch.setattr(multinode, "runner_templates", unservable)
+    target = MemberTarget(cluster="m1", namespace="default", name="chat", source_uid="u1")
+    ref = ObjectRef(group="ome.io", version="v1beta1", plural="inferenceservices", kind="InferenceService",
+                    name="chat", namespace="default", uid="u1")
+    reading = ActivityEnvironment().run(activities.read_capacity,
+                                        CapacityInput(target=target, source=ref, queue="ome-placement"))
+    assert (reading.sample, reading.reason) == (None, "DemandUnresolvable")
+    assert reading.message and "a gang needs at least one worker" in reading.message
 
 
 # -- the member client cache (activities/placement/clients.py) -----------------------------------------

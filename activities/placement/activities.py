@@ -25,6 +25,7 @@ from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 from temporalio import activity
 from urllib3.exceptions import HTTPError
 
@@ -128,8 +129,7 @@ class PlacementActivities:
             finalizers=list(meta.get("finalizers") or []),
             rollout_policies=any(isinstance(g, dict) and (g.get("policyRef") or {}).get("name")
                                  for g in (spec.get("rollout") or {}).get("groups") or []),
-            autoscaler_policy_components=[c.value for c in _COMPONENTS if isinstance(spec.get(c.value), dict)
-                                          and (spec[c.value].get("autoscalerPolicyRef") or {}).get("name")],
+            autoscaler_policy_components=_autoscaler_policy_consumers(spec),
         )
 
     def _registration(self, cluster: str) -> dict[str, Any]:
@@ -225,11 +225,10 @@ class PlacementActivities:
                 components = [_admission(member, target, c, spec.get(c.value) or {}, pods)
                               for c in _COMPONENTS if spec.get(c.value)]
                 status = current.get("status") or {}
-                consumers = [c.value for c in _COMPONENTS
-                             if ((spec.get(c.value) or {}).get("autoscalerPolicyRef") or {}).get("name")]
                 return MemberObservation(reachable=True, exists=True, components=components, url=status.get("url"),
                                          rollout=mirrors.rollout_mirror(status),
-                                         autoscaling=mirrors.autoscaling_mirror(status, consumers))
+                                         autoscaling=mirrors.autoscaling_mirror(
+                                             status, _autoscaler_policy_consumers(spec)))
         except MemberUnavailable as exc:
             return MemberObservation(reachable=False, reason=exc.reason, message=exc.message)
 
@@ -279,6 +278,11 @@ class PlacementActivities:
         except Unresolvable as exc:
             return CapacityReading(reason="DemandUnresolvable", message=(
                 f"the service cannot be rendered there to learn its demand: {exc.message}"))
+        except (ValidationError, ValueError) as exc:
+            # A resolved spec that does not parse or render (render.Unservable is a ValueError): the same
+            # answer on every attempt, so an answer now, never an activity the MEMBER policy retries for ever.
+            return CapacityReading(reason="DemandUnresolvable", message=(
+                f"the service cannot be rendered there to learn its demand: {_cause(exc)}"))
         except capacity.CapacityUnknown as exc:
             return CapacityReading(reason=exc.reason, message=exc.message)
         contract = PlacementDemandContract(fingerprint=normalized.fingerprint, components=[
@@ -302,6 +306,12 @@ def _registration(item: dict[str, Any]) -> ClusterRegistration:
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     return ClusterRegistration(name=meta["name"], uid=meta.get("uid", ""), labels=dict(meta.get("labels") or {}),
                                ready=ready)
+
+
+def _autoscaler_policy_consumers(spec: dict[str, Any]) -> list[str]:
+    """The components whose spec names an autoscalerPolicyRef (the source's, or a derived copy's)."""
+    return [c.value for c in _COMPONENTS if isinstance(spec.get(c.value), dict)
+            and (spec[c.value].get("autoscalerPolicyRef") or {}).get("name")]
 
 
 def _origin(obj: dict[str, Any]) -> str | None:
