@@ -91,10 +91,10 @@ from servingops.activities.catalog.remote import (
     MAX_GRANT_DIGESTS,
     MAX_MANIFEST_BYTES,
     RemoteEntry,
-    canonical_json,
     index_document,
 )
 from servingops.activities.oci import media_types as mt
+from servingops.api_models.canonical import canonical_json
 from servingops.api_models.deckhouse.model import ClusterModel, ResolvedModel
 from servingops.runtime.kube import load_api_client
 from servingops.runtime.process import start_logging, stop_on_signals

@@ -37,15 +37,14 @@ High-water mark (`advance_high_water_mark`), chosen here and kept by the report 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 from pydantic import BaseModel
 
 from servingops.api_models.base import Quantity
+from servingops.api_models.canonical import canonical_json
 from servingops.api_models.ome.accelerator import AcceleratorCapacityAttribution
 
 DEFAULT_RESOURCE_NAMES = ("nvidia.com/gpu",)
@@ -110,21 +109,17 @@ def quantity(value: Decimal) -> Quantity:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def flavor_set_hash(flavors: Iterable[FlavorView], resource_names: Iterable[str]) -> str:
     body = {
         "flavors": [{"name": f.name, "uid": f.uid or "", "nodeLabels": dict(f.node_labels)}
                     for f in sorted(flavors, key=lambda f: f.name)],
         "resourceNames": sorted(set(resource_names)),
     }
-    return hashlib.sha256(canonical_json(body).encode()).hexdigest()
+    return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
 def flavor_identity(flavor_uid: str | None, node_labels: Mapping[str, str] | None) -> str:
-    return canonical_json({"uid": flavor_uid or "", "nodeLabels": dict(node_labels or {})})
+    return canonical_json({"uid": flavor_uid or "", "nodeLabels": dict(node_labels or {})}).decode()
 
 
 def _subset(small: Mapping[str, str], big: Mapping[str, str]) -> bool:

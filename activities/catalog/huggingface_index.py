@@ -68,7 +68,7 @@ from kubernetes import client
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from servingops.activities.catalog.index_document import canonical_json, fit_entry, index_of
+from servingops.activities.catalog.index_document import fit_entry, index_of
 from servingops.activities.catalog.policy import IndexBounds, IndexScope, evaluate_policy
 from servingops.activities.catalog.types import (
     INDEX_ACTIVITY,
@@ -93,6 +93,7 @@ from servingops.activities.sources.huggingface import (
 )
 from servingops.activities.sources.tokens import read_token
 from servingops.activities.uploads.sessions import DEFAULT_CONTROLLER_NAMESPACE
+from servingops.api_models.canonical import canonical_json
 
 log = logging.getLogger(__name__)
 

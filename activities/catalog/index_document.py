@@ -11,18 +11,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from servingops.activities.catalog.types import OPTIONAL_FIELDS_DROP_ORDER, CatalogEntry, ScanState
+from servingops.api_models.canonical import canonical_json
 
 INDEX_SCHEMA_VERSION = "v1"
 INDEX_MEDIA_TYPE = "application/vnd.deckhouse.ai.catalog.index.v1+json"
-
-
-def canonical_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def entry_json(entry: CatalogEntry) -> bytes:

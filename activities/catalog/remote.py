@@ -48,6 +48,7 @@ from pydantic.alias_generators import to_camel
 from temporalio.exceptions import ApplicationError
 
 from servingops.api_models.base import DNS1123_SUBDOMAIN
+from servingops.api_models.canonical import canonical_json
 from servingops.api_models.errors import ErrorType, application_error
 
 # -- the wire format (shared with ingress/catalog_endpoint.py) ---------------------------------------------
@@ -74,10 +75,6 @@ DEFAULT_TIMEOUT = 30.0
 """Seconds for the connection and for each read; a stalled server fails the call instead of hanging it."""
 
 _TOKEN_TEXT = re.compile(r"^[\x21-\x7e]{1,4096}$")
-
-
-def canonical_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def entry_sort_key(entry: Mapping[str, Any]) -> tuple[str, str, str]:

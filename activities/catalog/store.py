@@ -29,13 +29,13 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio import activity
 
-from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, canonical_json, index_of
+from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, index_of
 from servingops.activities.catalog.remote import INDEX_CONTENT_TYPE, SCHEMA_VERSION, RemoteIndex
-from servingops.activities.catalog.remote import canonical_json as remote_canonical_json
 from servingops.activities.catalog.types import ScanProgress
 from servingops.activities.oci import media_types as mt
 from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, open_registry
 from servingops.activities.oci.registry_client import ModelRegistry
+from servingops.api_models.canonical import canonical_json
 from servingops.api_models.errors import ErrorType, application_error
 
 STORE_ACTIVITY = "catalog.store_index"
@@ -97,7 +97,7 @@ def remote_index_document(index: RemoteIndex) -> bytes:
     """The stored document of a type Catalog source: the RemoteIndex's canonical JSON (camelCase keys, no
     nulls, schemaVersion), which `remote.parse_index` reads back (and checks its revision)."""
     body = {**index.model_dump(mode="json", by_alias=True, exclude_none=True), "schemaVersion": SCHEMA_VERSION}
-    return remote_canonical_json(body)
+    return canonical_json(body)
 
 
 def remote_index_digest(index: RemoteIndex) -> str:

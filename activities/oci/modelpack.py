@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import posixpath
 import re
 from datetime import UTC, datetime
@@ -21,13 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from servingops.activities.oci import media_types as mt
 from servingops.activities.oci.media_types import FileRole
+from servingops.api_models.canonical import canonical_json
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def canonical_json(obj: Any) -> bytes:
-    """The one serialisation we hash and upload: sorted keys, no whitespace, UTF-8."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def sha256_digest(data: bytes) -> str:

@@ -40,7 +40,8 @@ from pydantic import BaseModel
 from requests.adapters import HTTPAdapter
 
 from servingops.activities.oci import media_types as mt
-from servingops.activities.oci.modelpack import canonical_json, normalize_digest, sha256_digest
+from servingops.activities.oci.modelpack import normalize_digest, sha256_digest
+from servingops.api_models.canonical import canonical_json
 
 log = logging.getLogger(__name__)
 

@@ -26,14 +26,14 @@ Read here as:
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from kubernetes.utils.quantity import parse_quantity
+from servingops.activities.capacity.attribution import quantity_value
+from servingops.api_models.canonical import canonical_json
 
 STALE_AFTER = timedelta(minutes=5)
 """A report whose observedAt is older than this says nothing about the member now."""
@@ -55,19 +55,15 @@ class CapacityUnknown(Exception):
 
 
 def canonical_hash(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
-def _quantity(value: Any) -> Decimal:
-    if value is None:
-        return Decimal(0)
-    return Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
     resources = container.get("resources") or {}
-    limits = {k: _quantity(v) for k, v in (resources.get("limits") or {}).items()}
-    requests = {k: _quantity(v) for k, v in (resources.get("requests") or {}).items()}
+    limits = {k: quantity_value(v) for k, v in (resources.get("limits") or {}).items()}
+    requests = {k: quantity_value(v) for k, v in (resources.get("requests") or {}).items()}
     return {**limits, **requests}  # an unset request defaults to the limit
 
 
@@ -171,7 +167,7 @@ def normalize(shapes: Sequence[ComponentShape], root: Mapping[str, Any], now: da
             raise CapacityUnknown("CapacityStale", f"{where} was last observed at {seen}, "
                                                    f"more than {int(STALE_AFTER.total_seconds() // 60)} minutes ago")
         demand = unit[resource]
-        allocatable = _quantity(entry.get("allocatable"))
+        allocatable = quantity_value(entry.get("allocatable"))
         per_resource[resource] = per_resource.get(resource, 0) + int(allocatable // demand)
         pools.append(Pool(resource, flavor, int(demand.to_integral_value(rounding="ROUND_CEILING")),
                           int(allocatable), str(entry.get("observedAt")), attribution))

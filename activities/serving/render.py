@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from servingops.activities.serving.types import revision_name, route_name
+from servingops.api_models.canonical import canonical_json
 from servingops.api_models.ome.components import DecoderSpec, EngineSpec, PodSpec, RouterSpec
 from servingops.api_models.ome.constants import API_VERSION
 from servingops.api_models.ome.enums import ComponentType
@@ -143,10 +143,6 @@ def _template_without_revision(isvc: str, component: ComponentType, spec: Compon
     if spec.annotations:
         metadata["annotations"] = dict(spec.annotations)
     return {"metadata": metadata, "spec": pod}
-
-
-def canonical_json(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def revision_hash(template_without_revision: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from servingops.activities.serving import accelerator_overrides, render
+from servingops.activities.serving import accelerator_overrides
 from servingops.activities.serving.render import MAIN_CONTAINER
 from servingops.activities.serving.runtime_inheritance import RuntimeObject, resolve
 from servingops.activities.serving.runtime_merge import (
@@ -42,6 +42,7 @@ from servingops.activities.serving.runtime_selection import (
     judge,
     select_runtime,
 )
+from servingops.api_models.canonical import canonical_json
 from servingops.api_models.deckhouse import workload
 from servingops.api_models.ome.enums import LifeCycleState
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
@@ -613,7 +614,7 @@ def resolve_service(reader: Reader, isvc: dict[str, Any], artifacts: str | None 
 
 def snapshot_name(runtime: RuntimeCandidate) -> str:
     """`<runtime>-<10 hex of the snapshot's content>`: the same effective spec, the same snapshot."""
-    digest = hashlib.sha256(render.canonical_json(_snapshot_data(runtime))).hexdigest()[:10]
+    digest = hashlib.sha256(canonical_json(_snapshot_data(runtime))).hexdigest()[:10]
     return f"{runtime.name[:242]}-{digest}"
 
 
