@@ -30,6 +30,7 @@ History stays bounded with continue-as-new, carrying the state (a yielded scan's
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -57,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from servingops.activities.catalog.store import (
         CatalogStoreActivities,
+        StoredIndex,
         StoreIndexInput,
         StoreRemoteIndexInput,
         remote_index_digest,
@@ -272,21 +274,10 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
                 continue
             return True  # deleted or a newer spec: the main loop decides
         s.resume = None
-        revision_moved = result.digest != s.document_digest or s.catalog_revision is None
-        if revision_moved:
-            try:
-                stored = await workflow.execute_activity_method(
-                    CatalogStoreActivities.store_index,
-                    StoreIndexInput(source=self.ref.name, progress=result.progress, digest=result.digest),
-                    **options.CATALOG_STORE)
-            except ActivityError as exc:
-                await self._failed(live, generation, exc)
-                return True
-            s.catalog_revision, s.document_digest = stored.revision, stored.document_digest
-            s.entry_count, s.stores = stored.entry_count, s.stores + 1
-        s.failures, s.next_retry, s.last_success = 0, None, workflow.now()
-        self._phase("Ready", REFRESHED, result.message)
-        await self._write_success(live, generation, revision_moved=revision_moved)
+        store = StoreIndexInput(source=self.ref.name, progress=result.progress, digest=result.digest)
+        await self._keep_index(live, generation, result.digest, result.message,
+                               lambda: workflow.execute_activity_method(
+                                   CatalogStoreActivities.store_index, store, **options.CATALOG_STORE))
         return True
 
     async def _refresh_remote(self, spec: ModelCatalogSourceSpec, live: dict[str, Any], generation: int,
@@ -308,23 +299,29 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
             await self._failed(live, generation, exc)
             return
         digest = remote_index_digest(index)
+        count = len(index.entries)
+        message = (f"{count} {'entry' if count == 1 else 'entries'} from {remote.url} (remote revision "
+                   f"{index.revision})")
+        store = StoreRemoteIndexInput(source=self.ref.name, index=index, digest=digest)
+        await self._keep_index(live, generation, digest, message, lambda: workflow.execute_activity_method(
+            CatalogStoreActivities.store_remote_index, store, **options.CATALOG_STORE))
+
+    async def _keep_index(self, live: dict[str, Any], generation: int, digest: str, message: str,
+                          store: Callable[[], Awaitable[StoredIndex]]) -> None:
+        """A complete index of `digest`: stored (`store`) only when its document moved, then Ready True;
+        a failed store is Ready False with its reason and a nextRetryTime."""
+        s = self.state
         revision_moved = digest != s.document_digest or s.catalog_revision is None
         if revision_moved:
             try:
-                stored = await workflow.execute_activity_method(
-                    CatalogStoreActivities.store_remote_index,
-                    StoreRemoteIndexInput(source=self.ref.name, index=index, digest=digest),
-                    **options.CATALOG_STORE)
+                stored = await store()
             except ActivityError as exc:
                 await self._failed(live, generation, exc)
                 return
             s.catalog_revision, s.document_digest = stored.revision, stored.document_digest
             s.entry_count, s.stores = stored.entry_count, s.stores + 1
         s.failures, s.next_retry, s.last_success = 0, None, workflow.now()
-        count = len(index.entries)
-        self._phase("Ready", REFRESHED,
-                    f"{count} {'entry' if count == 1 else 'entries'} from {remote.url} (remote revision "
-                    f"{index.revision})")
+        self._phase("Ready", REFRESHED, message)
         await self._write_success(live, generation, revision_moved=revision_moved)
 
     async def _write_success(self, live: dict[str, Any], generation: int, *, revision_moved: bool) -> None:
