@@ -14,8 +14,9 @@ trust store; a CA given replaces the system store (only certificates it signs ar
 checked. Redirects are not followed. Every response body is read in pieces up to a cap: a body beyond it is
 abandoned (`CatalogResponseTooLarge`), never loaded whole.
 
-Every failure is a `CatalogRemoteError` subclass carrying its own CamelCase reason (`CatalogRemoteReason`), the
-value the workflow writes as the Ready condition's reason; `retryable` says whether asking again may help.
+Every failure is a `CatalogRemoteError` subclass carrying its own reason (an `ErrorType` member,
+api_models/errors.py), the value the workflow writes as the Ready condition's reason; `retryable` says
+whether asking again may help.
 The credential and any grant token are never part of a message, a log line or a repr.
 
 Index document (canonical JSON: sorted keys, no whitespace, UTF-8):
@@ -153,24 +154,6 @@ class Grant:
 # -- errors --------------------------------------------------------------------------------------------------
 
 
-class CatalogRemoteReason:
-    """The condition reason of each way a remote catalog call fails: the `ErrorType` members (so
-    `error_type_of` recognises them and `ErrorType.permanent` decides retries)."""
-
-    URL_INVALID = ErrorType.CATALOG_URL_INVALID
-    CA_INVALID = ErrorType.CATALOG_CA_INVALID
-    UNREACHABLE = ErrorType.CATALOG_UNREACHABLE
-    CERTIFICATE_UNTRUSTED = ErrorType.CATALOG_CERTIFICATE_UNTRUSTED
-    CREDENTIALS_REJECTED = ErrorType.CATALOG_CREDENTIALS_REJECTED
-    RESPONSE_MALFORMED = ErrorType.CATALOG_RESPONSE_MALFORMED
-    RESPONSE_TOO_LARGE = ErrorType.CATALOG_RESPONSE_TOO_LARGE
-    ENDPOINT_ERROR = ErrorType.CATALOG_ENDPOINT_ERROR
-    GRANT_REFUSED = ErrorType.CATALOG_GRANT_REFUSED
-    ARTIFACT_NOT_FOUND = ErrorType.CATALOG_ARTIFACT_NOT_FOUND
-    ARTIFACT_UNSUPPORTED = ErrorType.CATALOG_ARTIFACT_UNSUPPORTED
-    ARTIFACT_DIGEST_MISMATCH = ErrorType.ARTIFACT_DIGEST_MISMATCH
-
-
 class CatalogRemoteError(Exception):
     """A remote catalog call failed; `reason` is the condition reason, `retryable` whether asking again may
     help without anything changing."""
@@ -189,75 +172,75 @@ class CatalogRemoteError(Exception):
 class CatalogURLInvalid(CatalogRemoteError):
     """Not an `https://host[:port][/path]` URL (http, userinfo, query or fragment)."""
 
-    reason = CatalogRemoteReason.URL_INVALID
+    reason = ErrorType.CATALOG_URL_INVALID
 
 
 class CatalogCAInvalid(CatalogRemoteError):
     """The CA given (`ca.crt` of caSecretName) is not a PEM certificate."""
 
-    reason = CatalogRemoteReason.CA_INVALID
+    reason = ErrorType.CATALOG_CA_INVALID
 
 
 class CatalogUnreachable(CatalogRemoteError):
     """No answer: DNS, refused or reset connection, timeout, TLS handshake failure other than an untrusted
     certificate, or the endpoint answered 5xx, 408 or 429."""
 
-    reason = CatalogRemoteReason.UNREACHABLE
+    reason = ErrorType.CATALOG_UNREACHABLE
 
 
 class CatalogCertificateUntrusted(CatalogRemoteError):
     """The server's certificate is not signed by the CA (or not valid for the URL's host)."""
 
-    reason = CatalogRemoteReason.CERTIFICATE_UNTRUSTED
+    reason = ErrorType.CATALOG_CERTIFICATE_UNTRUSTED
 
 
 class CatalogCredentialsRejected(CatalogRemoteError):
     """The endpoint answered 401 or 403 to the catalog credential."""
 
-    reason = CatalogRemoteReason.CREDENTIALS_REJECTED
+    reason = ErrorType.CATALOG_CREDENTIALS_REJECTED
 
 
 class CatalogResponseMalformed(CatalogRemoteError):
     """The answer is not JSON, not the schema, or its revision does not match its entries."""
 
-    reason = CatalogRemoteReason.RESPONSE_MALFORMED
+    reason = ErrorType.CATALOG_RESPONSE_MALFORMED
 
 
 class CatalogResponseTooLarge(CatalogRemoteError):
     """The answer is beyond the size cap (said by Content-Length, or seen while reading)."""
 
-    reason = CatalogRemoteReason.RESPONSE_TOO_LARGE
+    reason = ErrorType.CATALOG_RESPONSE_TOO_LARGE
 
 
 class CatalogEndpointError(CatalogRemoteError):
     """An answer no call expects: a redirect, 404 or another 4xx."""
 
-    reason = CatalogRemoteReason.ENDPOINT_ERROR
+    reason = ErrorType.CATALOG_ENDPOINT_ERROR
 
 
 class CatalogGrantRefused(CatalogRemoteError):
     """The grant exchange refused the artifacts (403: not published, too many), or the grant does not cover
     what a pull needs."""
 
-    reason = CatalogRemoteReason.GRANT_REFUSED
+    reason = ErrorType.CATALOG_GRANT_REFUSED
 
 
 class CatalogArtifactNotFound(CatalogRemoteError):
     """The remote's registry does not have the manifest or a blob it references (the entry vanished)."""
 
-    reason = CatalogRemoteReason.ARTIFACT_NOT_FOUND
+    reason = ErrorType.CATALOG_ARTIFACT_NOT_FOUND
 
 
 class CatalogArtifactUnsupported(CatalogRemoteError):
     """The artifact is not a single OCI image manifest (an index, a schema 1 manifest)."""
 
-    reason = CatalogRemoteReason.ARTIFACT_UNSUPPORTED
+    reason = ErrorType.CATALOG_ARTIFACT_UNSUPPORTED
 
 
 class ArtifactDigestMismatch(CatalogRemoteError):
     """A blob's or the manifest's bytes do not hash to their digest (or not to their declared size)."""
 
-    reason = CatalogRemoteReason.ARTIFACT_DIGEST_MISMATCH
+    reason = ErrorType.ARTIFACT_DIGEST_MISMATCH
 
 
 # -- the connection ------------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ or an error message. For the same reason `catalog.request_grant` returns the gra
 covers and until when): `catalog.copy_artifact` asks for its own grant, renewed once if it expires mid-copy,
 so the pull token never enters Temporal's history either.
 
-Failures are ApplicationErrors whose type is the reason (CatalogRemoteReason values, plus the Secret reasons
-AuthSecretNotFound / AuthSecretInvalid / AuthSecretUnreadable and the local registry's RegistryError /
+Failures are ApplicationErrors whose type is the reason (the ErrorType members of remote.py's errors, plus
+the Secret reasons AuthSecretNotFound / AuthSecretInvalid / AuthSecretUnreadable and the local registry's RegistryError /
 RegistryUnavailable); only CatalogUnreachable, AuthSecretUnreadable and RegistryUnavailable are retryable.
 All three activities are plain `def`s (blocking HTTP: the worker runs them in its thread pool).
 """
