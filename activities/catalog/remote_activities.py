@@ -9,8 +9,9 @@ covers and until when): `catalog.copy_artifact` asks for its own grant, renewed 
 so the pull token never enters Temporal's history either.
 
 Failures are ApplicationErrors whose type is the reason (the ErrorType members of remote.py's errors, plus
-the Secret reasons AuthSecretNotFound / AuthSecretInvalid / AuthSecretUnreadable and the local registry's RegistryError /
-RegistryUnavailable); only CatalogUnreachable, AuthSecretUnreadable and RegistryUnavailable are retryable.
+the Secret reasons AuthSecretNotFound / AuthSecretInvalid / AuthSecretUnreadable and the local registry's
+RegistryError / RegistryUnavailable); only CatalogUnreachable, AuthSecretUnreadable and RegistryUnavailable
+are retryable.
 All three activities are plain `def`s (blocking HTTP: the worker runs them in its thread pool).
 """
 
