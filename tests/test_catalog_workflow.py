@@ -24,6 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from servingops.api_models.contract import Query, Signal
+from servingops.api_models.timestamps import parse_rfc3339, rfc3339
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.catalog import rules
@@ -124,7 +125,7 @@ async def test_a_refresh_stores_the_index_and_writes_its_status(running: Running
     status = world.status
     assert status["catalogRevision"].startswith("sha256:") and status["entryCount"] == 1
     assert status["observedGeneration"] == 1 and "nextRetryTime" not in status
-    assert rules.parse_time(status["lastSuccessfulRefreshTime"]) is not None
+    assert parse_rfc3339(status["lastSuccessfulRefreshTime"]) is not None
     assert world.events == [("Normal", "CatalogRefreshed")]
     assert world.index_calls[0]["policy"]["allowedOrganizations"] == ["devstack"]
     assert world.index_calls[0]["resume"] is None
@@ -172,7 +173,7 @@ async def test_a_provider_failure_backs_off_keeps_the_last_revision_and_recovers
     revision = world.status["catalogRevision"]
     await running.tick()
     await until(running.env, lambda: world.ready() == ("False", "SourceUnavailable"), what="the failure")
-    first_retry = rules.parse_time(world.status["nextRetryTime"])
+    first_retry = parse_rfc3339(world.status["nextRetryTime"])
     failed_at = await running.env.get_current_time()
     assert first_retry is not None and timedelta(seconds=20) <= first_retry - failed_at <= timedelta(seconds=31)
     assert world.status["catalogRevision"] == revision and world.status["entryCount"] == 2
@@ -182,9 +183,9 @@ async def test_a_provider_failure_backs_off_keeps_the_last_revision_and_recovers
     await running.tick()
     await running.settle(1)
     assert len(world.index_calls) == 4
-    await until(running.env, lambda: world.status.get("nextRetryTime") not in (None, rules.rfc3339(first_retry)),
+    await until(running.env, lambda: world.status.get("nextRetryTime") not in (None, rfc3339(first_retry)),
                 what="the second failure")
-    second_retry = rules.parse_time(world.status["nextRetryTime"])
+    second_retry = parse_rfc3339(world.status["nextRetryTime"])
     assert second_retry is not None
     now = await running.env.get_current_time()
     assert timedelta(seconds=50) <= second_retry - now <= timedelta(seconds=61)
@@ -318,7 +319,7 @@ async def test_rules() -> None:
     assert rules.refresh_interval("90m") == timedelta(minutes=90)
     assert [rules.retry_delay(n).total_seconds() for n in (1, 2, 3, 8, 50)] == [30, 60, 120, 3600, 3600]
     now = datetime.fromisoformat("2026-12-01T07:00:00+00:00")
-    assert rules.rfc3339(now) == "2026-12-01T07:00:00Z"
+    assert rfc3339(now) == "2026-12-01T07:00:00Z"
     assert rules.refresh_time_stale({}, now)
     assert not rules.refresh_time_stale({"lastSuccessfulRefreshTime": "2026-12-01T06:00:00Z"}, now)
     assert rules.refresh_time_stale({"lastSuccessfulRefreshTime": "2026-12-01T00:00:00Z"}, now)

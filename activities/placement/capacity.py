@@ -34,6 +34,7 @@ from typing import Any
 
 from servingops.activities.capacity.attribution import quantity_value
 from servingops.api_models.canonical import canonical_json
+from servingops.api_models.timestamps import parse_rfc3339
 
 STALE_AFTER = timedelta(minutes=5)
 """A report whose observedAt is older than this says nothing about the member now."""
@@ -103,15 +104,6 @@ def root_quota(quotas: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     return roots[0]
 
 
-def _time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 @dataclass(frozen=True)
 class Pool:
     resource_name: str
@@ -161,7 +153,7 @@ def normalize(shapes: Sequence[ComponentShape], root: Mapping[str, Any], now: da
         if not attribution.get("complete") or not attribution.get("flavorUID"):
             raise CapacityUnknown("CapacityIncomplete", f"{where} is not a complete attribution of nodes to an "
                                                         "identified flavor")
-        observed = _time(entry.get("observedAt"))
+        observed = parse_rfc3339(entry.get("observedAt"))
         if observed is None or now - observed > STALE_AFTER:
             seen = entry.get("observedAt") or "never"
             raise CapacityUnknown("CapacityStale", f"{where} was last observed at {seen}, "

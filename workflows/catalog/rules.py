@@ -3,10 +3,11 @@ is worth making. No Temporal, no I/O: unit-tested directly."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from servingops.api_models.durations import parse_duration
+from servingops.api_models.timestamps import parse_rfc3339
 
 DEFAULT_REFRESH_INTERVAL = timedelta(hours=1)
 """spec.refreshInterval omitted (or not a positive duration)."""
@@ -39,20 +40,6 @@ def retry_delay(failures: int) -> timedelta:
     return min(RETRY_BASE * (1 << exponent), RETRY_MAX)
 
 
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 def ready_of(status: dict[str, Any]) -> dict[str, Any] | None:
     return next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
 
@@ -69,10 +56,10 @@ def fields_moved(status: dict[str, Any], wanted: dict[str, Any]) -> bool:
 
 
 def refresh_time_stale(status: dict[str, Any], now: datetime) -> bool:
-    last = parse_time(status.get("lastSuccessfulRefreshTime"))
+    last = parse_rfc3339(status.get("lastSuccessfulRefreshTime"))
     return last is None or now - last >= REFRESH_TIME_RESOLUTION
 
 
 __all__ = ["DEFAULT_REFRESH_INTERVAL", "MIN_REFRESH_INTERVAL", "REFRESH_TIME_RESOLUTION", "RETRY_BASE", "RETRY_MAX",
-           "condition_moved", "fields_moved", "parse_time", "ready_of", "refresh_interval", "refresh_time_stale",
-           "retry_delay", "rfc3339"]
+           "condition_moved", "fields_moved", "ready_of", "refresh_interval", "refresh_time_stale",
+           "retry_delay"]

@@ -70,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.deckhouse.enums import CatalogSourceType
     from servingops.api_models.errors import error_message, error_type_of
     from servingops.api_models.refs import ConditionUpdate, ObjectRef
+    from servingops.api_models.timestamps import rfc3339
     from servingops.workflows.visibility import Visibility
 
 CONDITION = "Ready"
@@ -380,7 +381,7 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
         reason = kind.value if kind is not None else REFRESH_FAILED
         s.failures += 1
         s.next_retry = (workflow.now() + rules.retry_delay(s.failures)).replace(microsecond=0)
-        message = f"{error_message(exc)} (attempt {s.failures}; retrying at {rules.rfc3339(s.next_retry)})"
+        message = f"{error_message(exc)} (attempt {s.failures}; retrying at {rfc3339(s.next_retry)})"
         self._phase("Failed", reason, message)
         before = rules.ready_of(live)
         events = [] if before is not None and before.get("reason") == reason else [
