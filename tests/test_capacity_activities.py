@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.testing import ActivityEnvironment
 
 from devstack.identities import Identities
-from servingops.activities.capacity.activities import CapacityActivities
+from servingops.activities.capacity.activities import CapacityActivities, _readable
 from servingops.activities.capacity.types import ObserveInput, WriteInput
 from servingops.api_models.ome import AcceleratorQuota
 from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus
@@ -192,3 +192,12 @@ def test_write_status_merge_patches_capacity_and_returns_the_resource_version(
     gone = env.run(activities.write_status, WriteInput(
         quota=ObjectRef.of(AcceleratorQuota, f"cap-{world.suffix}-nothing", uid="x"), capacity=[]))
     assert not gone.present
+
+
+def test_an_unreadable_reported_entry_is_left_out_not_retried_for_ever() -> None:
+    """The report already on the root only seeds a new run's high-water marks: an entry that does not parse
+    (written by another version, say) is dropped, where a ValidationError would have been retried for ever
+    under the KUBE policy with the report stuck."""
+    good = {"resourceName": "nvidia.com/gpu", "resourceFlavor": "a100", "allocatable": 8, "highWaterMark": 8}
+    kept = _readable([{"resourceName": ["not", "a", "name"]}, good])
+    assert [(e.resource_name, e.resource_flavor) for e in kept] == [("nvidia.com/gpu", "a100")]

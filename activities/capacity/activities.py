@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 from temporalio import activity
 
 from servingops.activities.capacity.attribution import FlavorView, NodeView, observe_capacity
@@ -64,6 +65,19 @@ def flavor_view(flavor: dict[str, Any]) -> FlavorView:
                       node_labels=dict((flavor.get("spec") or {}).get("nodeLabels") or {}))
 
 
+def _readable(entries: list[Any]) -> list[AcceleratorCapacityStatus]:
+    """The report's entries that parse. They only seed a new run's high-water marks: an entry someone else
+    wrote badly is left out (and overwritten by the next write), never an error the KUBE policy would
+    retry for ever."""
+    readable = []
+    for entry in entries:
+        try:
+            readable.append(AcceleratorCapacityStatus.model_validate(entry))
+        except ValidationError:
+            continue
+    return readable
+
+
 def budget_resource_names(quotas: list[dict[str, Any]]) -> set[str]:
     return {str(b["resourceName"]) for q in quotas for b in (q.get("spec") or {}).get("budgets") or []
             if b.get("resourceName")}
@@ -83,8 +97,7 @@ class CapacityActivities:
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return ObserveOutput(present=False)
         meta = obj["metadata"]
-        reported = [AcceleratorCapacityStatus.model_validate(e)
-                    for e in (obj.get("status") or {}).get("capacity") or []]
+        reported = _readable((obj.get("status") or {}).get("capacity") or [])
         known = ObserveOutput(present=True, generation=int(meta.get("generation", 0)),
                               resource_version=str(meta.get("resourceVersion", "")), reported=reported)
         if ((obj.get("spec") or {}).get("parentRef") or {}).get("name"):
