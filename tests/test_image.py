@@ -59,8 +59,10 @@ def commit() -> Commit:
     return Commit(_git("rev-parse", "HEAD") + dirty, _git("log", "-1", "--format=%ct"))
 
 
-def _build(registry: OciRegistry, layout: Path, commit: Commit, *extra: str) -> dict[str, Any]:
-    result = subprocess.run(["bash", str(BUILD), "--registry", registry.address, "--repository", REPOSITORY,
+def _build(registry: OciRegistry, layout: Path, commit: Commit, *extra: str,
+           checkout: Path = REPO_ROOT) -> dict[str, Any]:
+    result = subprocess.run(["bash", str(checkout / BUILD.relative_to(REPO_ROOT)), "--registry", registry.address,
+                             "--repository", REPOSITORY,
                              "--layout", str(layout), "--json", "--revision", commit.revision, *extra],
                             env={**os.environ, "SOURCE_DATE_EPOCH": commit.epoch},
                             capture_output=True, text=True, timeout=1500)
@@ -223,7 +225,13 @@ def test_worker_and_bridge_start_in_the_image(image_processes: tuple[ManagedProc
 
 def test_a_rebuild_of_every_layer_gives_the_same_digest(built: dict[str, Any], oci_registry: OciRegistry,
                                                         tmp_path: Path, commit: Commit) -> None:
-    again = _build(oci_registry, tmp_path / "layout", commit, "--no-cache")
+    """Rebuilt from a copy of the checkout elsewhere, its venv reached by another path: two CI clones differ
+    so, and a layer cached by one must equal the other's (pip writes the venv's path into what it installs)."""
+    elsewhere = tmp_path / "another-checkout"
+    shutil.copytree(REPO_ROOT, elsewhere, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", "__pycache__", "*.egg-info", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".stack", "build"))
+    (elsewhere / ".venv").symlink_to(REPO_ROOT / ".venv")
+    again = _build(oci_registry, tmp_path / "layout", commit, "--no-cache", checkout=elsewhere)
     assert again["cached"] == {"base": False, "dependencies": False, "servingops": False}
     assert again["digest"] == built["digest"], _layer_differences(Path(built["layout"]), Path(again["layout"]))
 

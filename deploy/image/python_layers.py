@@ -9,6 +9,7 @@ fixed hash seed, one file after the other in sorted order: a pyc then depends on
 from __future__ import annotations
 
 import configparser
+import csv
 import os
 import shutil
 import subprocess
@@ -42,6 +43,28 @@ def install_dependencies(root: Path, requirements: list[str], constraints: Path,
          *platform_args, "-c", str(constraints), *requirements, pip_cache=pip_cache)
     for name in PRUNE:
         shutil.rmtree(root / SITE / name, ignore_errors=True)
+    forget_absent_files(root / SITE)
+
+
+def forget_absent_files(site: Path) -> None:
+    """Every RECORD in `site` rewritten to list only the files the layer holds (pip's bytes otherwise).
+
+    pip records the scripts it wrote in the target's bin/ (pruned above) with their hashes, and those
+    scripts name the build machine's interpreter on their shebang line: kept, they would make the layer's
+    digest depend on where the checkout lies (a layer cached by a build from another path then differs from a
+    rebuild). Lines for pruned trees would likewise name files the image lacks.
+    """
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        lines = record.read_bytes().decode().splitlines(keepends=True)
+        kept = [line for line in lines if _holds(site, next(csv.reader([line]), [""])[0])]
+        if kept != lines:
+            record.write_bytes("".join(kept).encode())
+
+
+def _holds(site: Path, recorded: str) -> bool:
+    """Whether a RECORD path (relative to site-packages, as pip writes it) is a file inside `site`."""
+    path = (site / recorded).resolve()
+    return bool(recorded) and path.is_relative_to(site.resolve()) and path.exists()
 
 
 def build_wheel(source: Path, out_dir: Path, pip_cache: Path) -> Path:
@@ -62,9 +85,7 @@ def install_product(root: Path, wheel: Path, pip_cache: Path) -> str:
     [dist_info] = site.glob("servingops-*.dist-info")
     # direct_url.json names the wheel's path on the build machine: different on every build.
     (dist_info / "direct_url.json").unlink(missing_ok=True)
-    record = dist_info / "RECORD"
-    record.write_text("".join(line for line in record.read_text().splitlines(keepends=True)
-                              if not line.startswith(f"{dist_info.name}/direct_url.json,")))
+    forget_absent_files(site)
     with zipfile.ZipFile(wheel) as archive:
         entry_points = archive.read(f"{dist_info.name}/entry_points.txt").decode()
     parser = configparser.ConfigParser()
