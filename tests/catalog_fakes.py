@@ -1,7 +1,7 @@
 """A fake world for CatalogSourceWorkflow: one ModelCatalogSource in memory, a scripted Hub index, a
 recording registry and schedule, under the real activity names (kube.read_object, kube.patch_status,
 catalog.index_huggingface, catalog.store_index, catalog.fetch_remote_index,
-catalog.store_remote_index, catalog.ensure_schedule, catalog.delete_schedule).
+catalog.store_remote_index, catalog.refresh_remote_index, catalog.ensure_schedule, catalog.delete_schedule).
 
 Used by tests/test_catalog_workflow.py and the recorded scenarios (tests/histories/catalog_scenarios.py):
 it speaks the wire contract only (activity names, JSON payloads)."""
@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 
 from servingops.activities.catalog.huggingface_index import result_of
 from servingops.activities.catalog.remote import RemoteIndex, index_document
+from servingops.activities.catalog.store import remote_index_digest
 from servingops.activities.catalog.types import CatalogEntry, ScanCursor, ScanState
 
 SCOPED = {"allowedOrganizations": ["devstack"], "maxIndexedEntries": 100, "refreshBudget": "5m"}
@@ -31,10 +32,15 @@ def entries(*names: str, revision: str = "a" * 40) -> list[CatalogEntry]:
     return [CatalogEntry(name=f"devstack/{n}", revision=revision, tags=("text-generation",)) for n in names]
 
 
-def complete(found: list[CatalogEntry]) -> dict[str, Any]:
-    """What catalog.index_huggingface returns for a finished scan of `found`."""
+def complete(found: list[CatalogEntry], *, offloaded: bool = False) -> dict[str, Any]:
+    """What catalog.index_huggingface returns for a finished scan of `found`; `offloaded`: as a worker with a
+    registry returns it, the body replaced by its digest (scan_store.py)."""
     state = ScanState(scope_digest="s" * 64, cursor=None, entries={e.name: e for e in found})
-    return result_of(state).model_dump(mode="json")
+    result = result_of(state).model_dump(mode="json")
+    if offloaded:
+        body = result["progress"]["packed"]
+        result["progress"].update(packed="", packed_digest="sha256:" + hashlib.sha256(body.encode()).hexdigest())
+    return result
 
 
 def yielded(found: list[CatalogEntry], offset: int) -> dict[str, Any]:
@@ -176,6 +182,22 @@ class FakeCatalogWorld:
                     "entry_count": len(request["index"]["entries"]),
                     "reference": f"127.0.0.1:5000/servingops/catalog/{request['source']}@{revision}"}
 
+        @activity.defn(name="catalog.refresh_remote_index")
+        async def refresh_remote_index(request: dict[str, Any]) -> dict[str, Any]:
+            # The same scripted answers as fetch_remote_index; stored (recorded in `stores`) as the real
+            # activity does: only when the document differs from the known one.
+            index = RemoteIndex.model_validate(await fetch_remote_index(request))
+            digest = remote_index_digest(index)
+            found = {"remote_revision": index.revision, "document_digest": digest, "entry_count": len(index.entries)}
+            if digest == request.get("known_document_digest"):
+                return found
+            self.stores.append({"source": request["remote"]["source"], "digest": digest,
+                                "index": index.model_dump(mode="json", by_alias=True, exclude_none=True)})
+            revision = "sha256:" + hashlib.sha256(f"manifest:{digest}".encode()).hexdigest()
+            return {**found, "stored": {
+                "revision": revision, "document_digest": digest, "entry_count": len(index.entries),
+                "reference": f"127.0.0.1:5000/servingops/catalog/{request['remote']['source']}@{revision}"}}
+
         @activity.defn(name="catalog.ensure_schedule")
         async def ensure_schedule(request: dict[str, Any]) -> bool:
             self.schedules.append(request)
@@ -187,4 +209,4 @@ class FakeCatalogWorld:
             return True
 
         return [read_object, patch_status, index_huggingface, store_index, fetch_remote_index, store_remote_index,
-                ensure_schedule, delete_schedule]
+                refresh_remote_index, ensure_schedule, delete_schedule]

@@ -17,16 +17,21 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 from huggingface_hub import HfApi
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
 from devstack import model_repos
 from devstack.hub_server import HubServer, repo_dir
-from servingops.activities.catalog import huggingface_index
+from devstack.services import OciRegistry
+from servingops.activities.catalog import huggingface_index, scan_store
 from servingops.activities.catalog.huggingface_index import CatalogIndexActivities, scan
 from servingops.activities.catalog.index_document import index_of
 from servingops.activities.catalog.policy import evaluate_policy
 from servingops.activities.catalog.types import IndexHuggingFaceInput, IndexHuggingFaceResult, ScanState
+from servingops.activities.oci.activities import RegistryTarget
+from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.deckhouse.catalog_source import CatalogPolicy
 from tests.fixtures.hub import HubRepos
 
@@ -241,3 +246,63 @@ def test_the_stand_in_counts_an_organisations_public_models(hub_server: HubServe
         assert getattr(getattr(exc, "response", None), "status_code", None) == 404
     else:
         raise AssertionError("an unknown organisation has no overview")
+
+
+def test_with_a_registry_the_scan_body_leaves_the_payload_and_a_no_change_refresh_does_not_read_it(
+    hub_server: HubServer, hub_repos: HubRepos, oci_registry: OciRegistry, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker with a registry offloads every scan body (scan_store.py): the result carries its digest and
+    travels in a few hundred bytes. The next refresh gets that as `previous`: unchanged, it answers from the
+    summary without reading the body back; changed, it reads the body back and gives a full scan's index; a
+    body the registry lost costs a full listing, not a failure."""
+    reads: list[str | None] = []
+    real_hydrate = scan_store.hydrate
+
+    def counted(registry: Any, source: str, progress: Any) -> Any:
+        reads.append(progress.packed_digest)
+        return real_hydrate(registry, source, progress)
+
+    monkeypatch.setattr(scan_store, "hydrate", counted)
+    acts = CatalogIndexActivities(
+        hf_endpoint=hub_server.url,
+        registry=RegistryTarget(address=oci_registry.address, repository="unused", insecure=True))
+    org, _ = _three(hub_repos)
+    policy = CatalogPolicy(allowed_organizations=[org], max_indexed_entries=10)
+    source = f"hub-{uuid.uuid4().hex[:6]}"
+
+    def run(previous: IndexHuggingFaceResult | None) -> IndexHuggingFaceResult:
+        req = IndexHuggingFaceInput(source=source, policy=policy, previous=previous.progress if previous else None)
+        result: IndexHuggingFaceResult = ActivityEnvironment().run(acts.index_huggingface, req)
+        assert result.complete and result.progress is not None
+        assert result.progress.packed == "" and result.progress.packed_digest is not None
+        assert len(pydantic_data_converter.payload_converter.to_payloads([result])[0].data) < 2048
+        return result
+
+    first = run(None)
+    assert reads == []
+    mark = hub_server.mark()
+    unchanged = run(first)
+    assert _incremental(_listings(hub_server, mark)) and reads == []
+    assert unchanged.digest == first.digest
+    assert unchanged.progress is not None and first.progress is not None
+    assert unchanged.progress.packed_digest == first.progress.packed_digest  # nothing pushed again
+
+    new_sha = _commit(hub_server, f"{org}/m1", tmp_path, b"changed weights")
+    changed = run(unchanged)
+    assert reads == [first.progress.packed_digest]
+    assert changed.digest != first.digest and changed.digest == _activity_run(hub_server, policy, None).digest
+    with ModelRegistry(oci_registry.address, insecure=True) as registry:
+        whole = scan_store.hydrate(registry, source, changed.progress)  # type: ignore[arg-type]
+    assert whole is not None and whole.unpack().entries[f"{org}/m1"].revision == new_sha
+
+    assert changed.progress is not None
+    lost = changed.model_copy(update={"progress": changed.progress.model_copy(
+        update={"packed_digest": "sha256:" + "0" * 64})})
+    # Unchanged, a lost body is not even noticed (the summary answers); changed, it costs a full listing.
+    assert run(lost).digest == changed.digest
+    _commit(hub_server, f"{org}/m2", tmp_path, b"changed again")
+    mark = hub_server.mark()
+    again = run(lost)
+    assert not _incremental(_listings(hub_server, mark))  # a full listing
+    assert again.digest == _activity_run(hub_server, policy, None).digest

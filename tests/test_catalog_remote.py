@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import hashlib
 import http.client
 import http.server
 import ipaddress
@@ -39,6 +40,7 @@ from temporalio.testing import ActivityEnvironment
 
 from devstack.kube import LocalKubeCluster
 from devstack.services import OciRegistry
+from servingops.activities.catalog.artifacts import catalog_repository
 from servingops.activities.catalog.copy import CopyProgress, CopyResult, copy_artifact
 from servingops.activities.catalog.remote import (
     GRANTS_PATH,
@@ -65,8 +67,11 @@ from servingops.activities.catalog.remote_activities import (
     CopyArtifactInput,
     FetchRemoteIndexInput,
     GrantSummary,
+    RefreshRemoteIndexInput,
+    RemoteRefresh,
     RequestGrantInput,
 )
+from servingops.activities.catalog.store import CURRENT_TAG, REMOTE_INDEX_MEDIA_TYPE
 from servingops.activities.oci import media_types as mt
 from servingops.activities.oci.activities import RegistryTarget
 from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, sha256_digest
@@ -762,3 +767,60 @@ def test_the_endpoint_process_serves_until_stopped(kube_cluster: LocalKubeCluste
         stop.set()
         thread.join(timeout=15)
     assert not thread.is_alive()
+
+
+# -- catalog.refresh_remote_index: a large index stored without crossing Temporal's payload limit ---------------
+
+
+def _many_entries(count: int) -> list[dict[str, Any]]:
+    return [{"name": f"model-{i:05d}", "version": "v1", "digest": "sha256:" + hashlib.sha256(b"%d" % i).hexdigest(),
+             "mediaType": mt.OCI_MANIFEST, "sizeBytes": 1000 + i} for i in range(count)]
+
+
+def test_a_large_remote_index_is_stored_in_the_activity_and_only_when_it_moved(
+        kube_api: client.ApiClient, kube_world: dict[str, str], pki: Pki, registry_b: OciRegistry) -> None:
+    """12,000 entries (about 2 MB of JSON, over Temporal's 2 MB payload limit once in a result): the index is
+    parsed, validated and pushed inside the activity, which hands back digests and a count only. The same
+    document again stores nothing; a malformed answer stores nothing."""
+    source = f"peer-{uuid.uuid4().hex[:6]}"
+    activities = CatalogRemoteActivities(
+        kube_api, kube_world["namespace"],
+        RegistryTarget(address=registry_b.address, repository="unused", insecure=True))
+    entries = _many_entries(12_000)
+    document = _document(entries)
+    assert len(document) > 2 << 20
+    env = ActivityEnvironment()
+    with _Stub(pki, _json_answer(document)) as url:
+        remote = CatalogRemoteSource(source=source, url=url, ca_secret_name="remote-ca",
+                                     credentials_secret_name="remote-credentials")
+        first = env.run(activities.refresh_remote_index, RefreshRemoteIndexInput(remote=remote))
+        assert isinstance(first, RemoteRefresh) and first.entry_count == 12_000 and first.stored is not None
+        assert first.remote_revision == index_revision(entries)
+        assert first.stored.document_digest == first.document_digest
+        assert first.stored.reference == f"{registry_b.address}/{catalog_repository(source)}@{first.stored.revision}"
+        assert len(pydantic_data_converter.payload_converter.to_payloads([first])[0].data) < 2048
+        with ModelRegistry(registry_b.address, insecure=True) as registry:
+            stored = registry.fetch_manifest(catalog_repository(source), first.stored.revision)
+            assert stored is not None and stored.json["artifactType"] == REMOTE_INDEX_MEDIA_TYPE
+            (layer,) = stored.json["layers"]
+            assert layer["digest"] == first.document_digest
+            body = registry.read_blob_bytes(catalog_repository(source), layer["digest"], max_bytes=16 << 20)
+        assert body is not None
+        read_back = parse_index(json.loads(body))
+        assert [e.name for e in read_back.entries] == [e["name"] for e in entries]
+        assert read_back.revision == first.remote_revision
+
+        again = env.run(activities.refresh_remote_index,
+                        RefreshRemoteIndexInput(remote=remote, known_document_digest=first.document_digest))
+        assert again.stored is None
+        assert (again.document_digest, again.entry_count) == (first.document_digest, 12_000)
+
+    bad = _document(entries[:10], revision="sha256:" + "0" * 64)
+    other = f"peer-{uuid.uuid4().hex[:6]}"
+    with _Stub(pki, _json_answer(bad)) as url, pytest.raises(ApplicationError) as refused:
+        remote = CatalogRemoteSource(source=other, url=url, ca_secret_name="remote-ca",
+                                     credentials_secret_name="remote-credentials")
+        env.run(activities.refresh_remote_index, RefreshRemoteIndexInput(remote=remote))
+    assert refused.value.type == "CatalogResponseMalformed"
+    with ModelRegistry(registry_b.address, insecure=True) as registry:
+        assert registry.fetch_manifest(catalog_repository(other), CURRENT_TAG) is None

@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from devstack.services import OciRegistry
+from servingops.activities.catalog import scan_store
 from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, index_of, parse_index
 from servingops.activities.catalog.remote import RemoteIndex
 from servingops.activities.catalog.remote import index_document as remote_index_body
@@ -29,7 +30,7 @@ from servingops.activities.catalog.store import (
 )
 from servingops.activities.catalog.types import CatalogEntry, ScanCursor, ScanState
 from servingops.activities.oci.activities import RegistryTarget
-from servingops.activities.oci.registry_client import ModelRegistry
+from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
 from servingops.api_models.refs import ObjectRef
 
 
@@ -128,3 +129,55 @@ def test_a_remote_index_is_stored_and_an_entry_resolves_to_its_digest(
         resolver._remote_entry(CatalogResolveInput(model=model, name="qwen", version="v2"), source, spec,
                                stored.revision)
     assert missing.value.type == "CatalogEntryNotFound"
+
+
+# -- scan bodies kept in the registry (scan_store.py) ------------------------------------------------------------
+
+
+def test_a_scan_body_is_offloaded_under_its_tag_and_read_back_verified(oci_registry: OciRegistry) -> None:
+    source = f"hub-{uuid.uuid4().hex[:6]}"
+    whole, partial = _state("a", "b"), _state("c", complete=False)
+    with ModelRegistry(oci_registry.address, insecure=True) as registry:
+        offloaded = scan_store.offload(registry, source, whole.pack())
+        assert offloaded.packed == "" and offloaded.packed_digest is not None
+        with pytest.raises(ValueError, match="hydrate it first"):
+            offloaded.unpack()
+        assert scan_store.offload(registry, source, offloaded) == offloaded  # nothing left to push
+        tagged = registry.fetch_manifest(catalog_repository(source), scan_store.COMPLETE_TAG)
+        assert tagged is not None and tagged.json["artifactType"] == scan_store.SCAN_MEDIA_TYPE
+        assert [layer["digest"] for layer in tagged.json["layers"]] == [offloaded.packed_digest]
+        back = scan_store.hydrate(registry, source, offloaded)
+        assert back is not None and back.packed_digest is None and back.unpack() == whole
+
+        kept = scan_store.offload(registry, source, partial.pack())
+        tagged_partial = registry.fetch_manifest(catalog_repository(source), scan_store.PARTIAL_TAG)
+        assert tagged_partial is not None
+        assert [layer["digest"] for layer in tagged_partial.json["layers"]] == [kept.packed_digest]
+        back_partial = scan_store.hydrate(registry, source, kept)
+        assert back_partial is not None and back_partial.unpack() == partial
+
+        # A body the registry does not hold (collected, or another registry): None, for the caller to decide.
+        gone = offloaded.model_copy(update={"packed_digest": "sha256:" + "0" * 64})
+        assert scan_store.hydrate(registry, source, gone) is None
+        # A blob over the cap is refused before it is read whole.
+        with pytest.raises(RegistryError, match="larger than"):
+            registry.read_blob_bytes(catalog_repository(source), offloaded.packed_digest, max_bytes=8)
+
+
+def test_store_index_reads_an_offloaded_scan_back(store: CatalogStoreActivities, oci_registry: OciRegistry) -> None:
+    source = f"hub-{uuid.uuid4().hex[:6]}"
+    state = _state("b", "a")
+    document = index_of(state)
+    with ModelRegistry(oci_registry.address, insecure=True) as registry:
+        offloaded = scan_store.offload(registry, source, state.pack())
+    env = ActivityEnvironment()
+    stored = env.run(store.store_index, StoreIndexInput(source=source, progress=offloaded, digest=document.digest))
+    inline = env.run(store.store_index, StoreIndexInput(source=source, progress=state.pack(), digest=document.digest))
+    assert stored.revision == inline.revision and stored.entry_count == 2
+    gone = offloaded.model_copy(update={"packed_digest": "sha256:" + "0" * 64})
+    other = f"hub-{uuid.uuid4().hex[:6]}"
+    with pytest.raises(ApplicationError) as refused:
+        env.run(store.store_index, StoreIndexInput(source=other, progress=gone, digest=document.digest))
+    assert refused.value.type == "InvalidInput" and "gone from the registry" in refused.value.message
+    with ModelRegistry(oci_registry.address, insecure=True) as registry:
+        assert registry.fetch_manifest(catalog_repository(other), CURRENT_TAG) is None

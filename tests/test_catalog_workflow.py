@@ -234,6 +234,25 @@ async def test_a_refresh_that_finds_nothing_changed_writes_nothing(running: Runn
     assert len(world.stores) == stores
 
 
+@pytest.mark.parametrize("running", [FakeCatalogWorld(answers=[
+    complete(entries("a", "b"), offloaded=True), complete(entries("a", "b", "c"), offloaded=True),
+    complete(entries("a", "b", "c"))])], indirect=True)
+async def test_each_refresh_is_given_the_last_kept_scan_as_previous(running: Running) -> None:
+    """The incremental refresh's input: the last complete scan whose index was kept, offloaded (a digest and a
+    summary, never the body); a scan returned inline is not kept (it would grow the history by the index)."""
+    world = running.world
+    await until(running.env, lambda: world.ready() == ("True", "Refreshed"), what="ready")
+    assert world.index_calls[0].get("previous") is None
+    for expected in (2, 3, 4):
+        await running.tick()
+        await until(running.env, lambda n=expected: len(world.index_calls) == n, what="the tick's refresh")  # type: ignore[misc]
+    first, second = (world.index_calls[i]["previous"] for i in (1, 2))
+    assert first["packed"] == "" and first["packed_digest"].startswith("sha256:") and first["entry_count"] == 2
+    assert second["entry_count"] == 3 and second["packed_digest"] != first["packed_digest"]
+    assert world.index_calls[3].get("previous") is None, "an inline scan body was kept in the workflow"
+    assert len(world.stores) == 2 and world.stores[1]["progress"]["packed_digest"] == second["packed_digest"]
+
+
 async def test_a_spec_change_refreshes_at_once(running: Running) -> None:
     world = running.world
     await until(running.env, lambda: world.ready() == ("True", "Refreshed"), what="ready")
@@ -270,6 +289,9 @@ async def test_a_catalog_type_source_stores_the_remote_index(running: Running) -
     await until(running.env, lambda: len(world.remote_calls) == 2, what="the ticked refresh")
     await running.settle()
     assert len(world.stores) == 1 and len(world.patches) == patches, "the same remote index rewrote"
+    # One activity fetches and stores (patch catalog-remote-stored), told what is stored already.
+    assert world.remote_calls[0].get("known_document_digest") is None
+    assert world.remote_calls[1]["known_document_digest"] == world.stores[0]["digest"]
 
 
 @pytest.mark.parametrize("running", [remote_world(

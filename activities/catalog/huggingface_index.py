@@ -58,6 +58,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -68,6 +69,8 @@ from kubernetes import client
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from servingops.activities.catalog import scan_store
+from servingops.activities.catalog.artifacts import catalog_repository
 from servingops.activities.catalog.index_document import fit_entry, index_of
 from servingops.activities.catalog.policy import IndexBounds, IndexScope, evaluate_policy
 from servingops.activities.catalog.types import (
@@ -83,6 +86,8 @@ from servingops.activities.catalog.types import (
     ScanState,
     ScanSummary,
 )
+from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, open_registry
+from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.activities.sources.activities import _without_token_in_errors
 from servingops.activities.sources.huggingface import (
     API_TIMEOUT,
@@ -94,6 +99,7 @@ from servingops.activities.sources.huggingface import (
 from servingops.activities.sources.tokens import read_token
 from servingops.activities.uploads.sessions import DEFAULT_CONTROLLER_NAMESPACE
 from servingops.api_models.canonical import canonical_json
+from servingops.api_models.errors import ErrorType, application_error
 
 log = logging.getLogger(__name__)
 
@@ -637,13 +643,19 @@ class CatalogIndexActivities:
         controller_namespace: str = DEFAULT_CONTROLLER_NAMESPACE,
         hf_endpoint: str | None = None,
         *,
+        registry: RegistryTarget | None = None,
+        credentials: CredentialsResolver | None = None,
         clock: Callable[[], float] = time.monotonic,
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
     ) -> None:
+        """`registry`: the worker's registry (its repository is replaced by the source's catalog repository),
+        where scan bodies are offloaded (scan_store.py); without it, results carry their bodies inline."""
         self._core = client.CoreV1Api(api_client) if api_client is not None else None
         self._heartbeat_interval = heartbeat_interval
         self.controller_namespace = controller_namespace
         self.endpoint = (hf_endpoint or os.environ.get(HF_ENDPOINT_ENV) or DEFAULT_HF_ENDPOINT).rstrip("/")
+        self._registry_target = registry
+        self._credentials = credentials
         self._clock = clock
 
     def all(self) -> list[Callable[..., Any]]:
@@ -653,6 +665,34 @@ class CatalogIndexActivities:
         # token=False: never the worker's own HF_TOKEN or saved login.
         return HfApi(endpoint=self.endpoint, token=token or False, library_name=LIBRARY_NAME)
 
+    @contextmanager
+    def _registry(self, source: str) -> Iterator[ModelRegistry]:
+        if self._registry_target is None:
+            raise application_error(ErrorType.INVALID_INPUT, f"catalog {source}: a scan body is offloaded to the "
+                                    "registry, and this worker has no registry configured")
+        target = self._registry_target.model_copy(update={"repository": catalog_repository(source)})
+        with open_registry(target, self._credentials) as registry:
+            yield registry
+
+    def _hydrate(self, source: str, progress: ScanProgress | None, what: str) -> ScanProgress | None:
+        """`progress` with its body read back when it was offloaded; None (with a log line) when the registry
+        lost the body: a lost `previous` costs a full listing, a lost `resume` restarts the scan."""
+        if progress is None or progress.packed or progress.packed_digest is None:
+            return progress
+        with self._registry(source) as registry:
+            whole = scan_store.hydrate(registry, source, progress)
+        if whole is None:
+            log.warning("catalog %s: the %s scan body %s is gone from the registry; scanning without it", source,
+                        what, progress.packed_digest)
+        return whole
+
+    def _offload(self, source: str, result: IndexHuggingFaceResult) -> IndexHuggingFaceResult:
+        if self._registry_target is None or result.progress is None or not result.progress.packed:
+            return result
+        with self._registry(source) as registry:
+            progress = scan_store.offload(registry, source, result.progress)
+        return result.model_copy(update={"progress": progress})
+
     @activity.defn(name=INDEX_ACTIVITY)
     def index_huggingface(self, req: IndexHuggingFaceInput) -> IndexHuggingFaceResult:
         """Index the source within its policy, until done or until its refresh budget is spent."""
@@ -661,7 +701,7 @@ class CatalogIndexActivities:
             return IndexHuggingFaceResult(blocked_reason=verdict.reason.value, message=verdict.message)
         scope, bounds = verdict.scope, verdict.bounds
         deadline = self._clock() + bounds.refresh_budget_seconds
-        resume: ScanProgress | None = req.resume
+        resume: ScanProgress | None = None
         info = activity.info()
         if info.heartbeat_details:
             # A retried attempt continues from the last heartbeat of the one before (newer than `resume`).
@@ -669,6 +709,8 @@ class CatalogIndexActivities:
                 resume = ScanProgress.model_validate(info.heartbeat_details[-1])
             except ValueError:
                 log.warning("catalog %s: unreadable heartbeat details, starting from the input", req.source)
+        if resume is None:
+            resume = self._hydrate(req.source, req.resume, "resumed")
         token = (read_token(self._core, self.controller_namespace, req.token_secret_name)
                  if req.token_secret_name else None)
         api = self._api(token)
@@ -683,7 +725,9 @@ class CatalogIndexActivities:
                 last_beat[0] = now
                 activity.heartbeat(state.pack().model_dump(mode="json"))
 
-        previous = None if resume else req.previous
+        previous = None if resume or req.resume else req.previous
+        if previous is not None and previous.scope_digest != scope_digest(scope, bounds):
+            previous = None  # of another scope or bounds (a spec change): no use, so not even read back
 
         def run() -> ScanState | ScanProgress:
             if token:
@@ -692,20 +736,22 @@ class CatalogIndexActivities:
                 except Exception as exc:
                     raise hub_error(exc, "checking the source's token") from None
             if previous is not None:
+                # Reads only the summary: an offloaded previous is not read back when nothing changed.
                 same = unchanged_progress(api, scope, bounds, deadline, previous, clock=self._clock)
                 if same is not None:
                     return same
-            return scan(api, scope, bounds, deadline, resume, previous=previous,
+            whole = self._hydrate(req.source, previous, "previous")
+            return scan(api, scope, bounds, deadline, resume, previous=whole,
                         clock=self._clock, on_progress=heartbeat)  # fmt: skip
 
         outcome = _without_token_in_errors(token, run)
         if isinstance(outcome, ScanProgress):
             result = unchanged_result(outcome)
             log.info("catalog %s: unchanged: %s", req.source, result.message)
-            return result
+            return self._offload(req.source, result)  # offloaded already, unless given inline
         state = outcome
         if not state.complete:
             activity.heartbeat(state.pack().model_dump(mode="json"))
         result = result_of(state)
         log.info("catalog %s: %s", req.source, result.message)
-        return result
+        return self._offload(req.source, result)

@@ -1,5 +1,7 @@
-"""The Temporal activities of a `type: Catalog` ModelCatalogSource: `catalog.fetch_remote_index`,
-`catalog.request_grant` and `catalog.copy_artifact` (library calls in remote.py and copy.py).
+"""The Temporal activities of a `type: Catalog` ModelCatalogSource: `catalog.refresh_remote_index` (fetch the
+remote index and store it when it moved, in one attempt), `catalog.fetch_remote_index` (the index as a result:
+for histories recorded before the patch `catalog-remote-stored`, and for tools), `catalog.request_grant` and
+`catalog.copy_artifact` (library calls in remote.py, copy.py and store.py).
 
 The Secrets a source names live in the controller's namespace and are read here, by the activity, for the
 calls of one attempt: `caSecretName` (key `ca.crt`, a PEM CA) and `credentialsSecretName` (key `token`, the
@@ -12,7 +14,7 @@ Failures are ApplicationErrors whose type is the reason (the ErrorType members o
 the Secret reasons AuthSecretNotFound / AuthSecretInvalid / AuthSecretUnreadable and the local registry's
 RegistryError / RegistryUnavailable); only CatalogUnreachable, AuthSecretUnreadable and RegistryUnavailable
 are retryable.
-All three activities are plain `def`s (blocking HTTP: the worker runs them in its thread pool).
+All four activities are plain `def`s (blocking HTTP: the worker runs them in its thread pool).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+from servingops.activities.catalog.artifacts import catalog_repository, sha256_of
 from servingops.activities.catalog.copy import CopyProgress, CopyResult, copy_artifact
 from servingops.activities.catalog.remote import (
     DIGEST_PATTERN,
@@ -44,12 +47,19 @@ from servingops.activities.catalog.remote import (
     fetch_remote_index,
     request_grant,
 )
+from servingops.activities.catalog.store import (
+    REMOTE_INDEX_MEDIA_TYPE,
+    StoredIndex,
+    push_index,
+    remote_index_document,
+)
 from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, _registry_failure, open_registry
 from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
 from servingops.activities.uploads.sessions import DEFAULT_CONTROLLER_NAMESPACE
 from servingops.api_models.errors import ErrorType, application_error
 
 FETCH_INDEX_ACTIVITY = "catalog.fetch_remote_index"
+REFRESH_INDEX_ACTIVITY = "catalog.refresh_remote_index"
 REQUEST_GRANT_ACTIVITY = "catalog.request_grant"
 COPY_ARTIFACT_ACTIVITY = "catalog.copy_artifact"
 
@@ -83,6 +93,28 @@ class FetchRemoteIndexInput(BaseModel):
     max_response_bytes: int = Field(default=ACTIVITY_MAX_INDEX_BYTES, ge=1024, le=MAX_INDEX_BYTES)
     """The index answer's cap (`CatalogResponseTooLarge` beyond). Raising it past Temporal's payload limit
     (about 2 MB) only moves the failure: the RemoteIndex travels back as the activity's result."""
+
+
+class RefreshRemoteIndexInput(BaseModel):
+    remote: CatalogRemoteSource
+    known_document_digest: str | None = None
+    """The document digest of the source's last stored index: an index that hashes the same is not pushed
+    again. None stores whatever is fetched."""
+    max_response_bytes: int = Field(default=MAX_INDEX_BYTES, ge=1024, le=MAX_INDEX_BYTES)
+    """The index answer's cap (`CatalogResponseTooLarge` beyond): the index stays in this activity, so only
+    the worker's memory bounds it, not Temporal's payload limit."""
+
+
+class RemoteRefresh(BaseModel):
+    """What a refresh of a type Catalog source found, without the index itself."""
+
+    remote_revision: str
+    """The remote's own revision of the index (its RemoteIndex.revision)."""
+    document_digest: str
+    """The digest of the stored document (`store.remote_index_document`)."""
+    entry_count: int
+    stored: StoredIndex | None = None
+    """Set when the document differed from `known_document_digest` and was pushed: the new catalogRevision."""
 
 
 class RequestGrantInput(BaseModel):
@@ -132,7 +164,7 @@ class CatalogRemoteActivities:
         self._timeout = timeout
 
     def all(self) -> list[Callable[..., Any]]:
-        return [self.fetch_remote_index, self.request_grant, self.copy_artifact]
+        return [self.fetch_remote_index, self.refresh_remote_index, self.request_grant, self.copy_artifact]
 
     # -- the Secrets -----------------------------------------------------------------------------------------
 
@@ -198,6 +230,36 @@ class CatalogRemoteActivities:
         activity.logger.info("catalog %s: remote index %s, %d entries", req.remote.source, index.revision,
                              len(index.entries))
         return index
+
+    @activity.defn(name=REFRESH_INDEX_ACTIVITY)
+    def refresh_remote_index(self, req: RefreshRemoteIndexInput) -> RemoteRefresh:
+        """Fetch the remote's index and, when its document moved, store it as the source's index artifact,
+        all in this attempt: the index never travels in a Temporal payload (the workflow gets digests and a
+        count), so its size is bounded by `max_response_bytes` only. Nothing partial is stored: the document
+        is pushed only once the whole answer parsed and validated."""
+        target = self.local_target
+        if target is None:
+            raise application_error(ErrorType.INVALID_INPUT, "no registry target: this worker has none configured")
+        with self._failures(req.remote):
+            index = fetch_remote_index(req.remote.url, self._ca(req.remote), self._credential(req.remote),
+                                       max_bytes=req.max_response_bytes, timeout=self._timeout)
+        content = remote_index_document(index)
+        digest = sha256_of(content)
+        found = RemoteRefresh(remote_revision=index.revision, document_digest=digest,
+                              entry_count=len(index.entries))
+        if digest == req.known_document_digest:
+            activity.logger.info("catalog %s: remote index %s unchanged (%d entries)", req.remote.source,
+                                 index.revision, found.entry_count)
+            return found
+        repository = catalog_repository(req.remote.source)
+        with self._registry(target.model_copy(update={"repository": repository})) as registry:
+            revision = push_index(registry, req.remote.source, content, digest, found.entry_count,
+                                  REMOTE_INDEX_MEDIA_TYPE)
+        activity.logger.info("catalog %s: stored the remote index %s (%d entries) as %s", req.remote.source,
+                             index.revision, found.entry_count, revision)
+        stored = StoredIndex(revision=revision, document_digest=digest, entry_count=found.entry_count,
+                             reference=target.model_copy(update={"repository": repository}).reference(revision))
+        return found.model_copy(update={"stored": stored})
 
     @activity.defn(name=REQUEST_GRANT_ACTIVITY)
     def request_grant(self, req: RequestGrantInput) -> GrantSummary:

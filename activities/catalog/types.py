@@ -6,7 +6,9 @@ Nothing here is a secret: a token is reached through `token_secret_name`, which 
 The scan state crosses attempts in two ways, both as a `ScanProgress`: in the heartbeat details (a retried
 attempt reads `activity.info().heartbeat_details`) and in the result of an attempt whose refresh budget ran
 out (the caller passes it back as `resume`). Its entries are packed (canonical JSON, zlib, base64): a
-10,000-entry index would otherwise approach Temporal's 2 MB payload limit.
+10,000-entry index would otherwise approach Temporal's 2 MB payload limit. What the activity returns has its
+packed body offloaded to the registry (scan_store.py), so results, `resume` and `previous` stay small in the
+workflow's history; heartbeat details keep the body inline (they are not history events).
 """
 
 from __future__ import annotations
@@ -166,10 +168,15 @@ class ScanProgress(BaseModel):
     truncated: bool = False
     entry_count: int = 0
     packed: str = ""
+    packed_digest: str | None = None
+    """Set instead of `packed` when the body was offloaded to the registry (`scan_store.offload`): the digest
+    of its zlib bytes there. `scan_store.hydrate` reads it back before the progress is unpacked."""
     summary: ScanSummary | None = None
     """Set on the progress of a complete scan (`result_of`)."""
 
     def unpack(self) -> ScanState:
+        if self.packed_digest is not None and not self.packed:
+            raise ValueError(f"the scan body {self.packed_digest} is in the registry: hydrate it first")
         body: dict[str, Any] = json.loads(zlib.decompress(base64.b64decode(self.packed))) if self.packed else {}
         entries = [CatalogEntry.model_validate(e) for e in body.get("entries", [])]
         return ScanState(
@@ -196,7 +203,10 @@ class IndexHuggingFaceInput(BaseModel):
     """The progress of the last complete refresh of this source (optional): with it, a refresh of a scope
     without tags lists only the models changed since (a no-change refresh reads one short page per
     organisation), falling back to a full scan whenever it cannot be sure (see `huggingface_index`). Ignored
-    while `resume` is set."""
+    while `resume` is set.
+
+    Both may be offloaded (`packed_digest`, see scan_store.py): the activity reads their bodies back from
+    the registry, and offloads the body of the progress it returns when it has a registry."""
 
 
 class IndexHuggingFaceResult(BaseModel):

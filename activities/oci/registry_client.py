@@ -556,6 +556,26 @@ class ModelRegistry(Registry):  # type: ignore[misc]  # oras ships no type infor
             raise self._error(response, f"PUT blob {digest}")
         return True
 
+    def read_blob_bytes(self, repository: str, digest: str, *, max_bytes: int) -> bytes | None:
+        """A small blob's bytes, verified against its digest; None when the repository lacks it. A blob over
+        `max_bytes` is refused (RegistryError) before it is read whole."""
+        digest = normalize_digest(digest)
+        url = f"{self._repo_url(repository)}/blobs/{digest}"
+        response = self._request("GET", url, stream=True)
+        with response:
+            if response.status_code == 404:
+                return None
+            if response.status_code != 200:
+                raise self._error(response, f"GET blob {digest}")
+            data = bytearray()
+            for block in response.iter_content(chunk_size=READ_BLOCK):
+                data += block
+                if len(data) > max_bytes:
+                    raise RegistryError(f"GET blob {digest}: larger than {max_bytes} bytes")
+        if sha256_digest(bytes(data)) != digest:
+            raise BlobDigestMismatch(f"GET blob {digest}: content hashes to {sha256_digest(bytes(data))}")
+        return bytes(data)
+
     def pull_blob_to(self, repository: str, digest: str, path: str | os.PathLike[str],
                      *, block_size: int = READ_BLOCK) -> int:
         """Stream a blob into `path` (via a temporary file), verifying its digest; returns its size."""

@@ -6,14 +6,20 @@ created, updated, paused and deleted by this workflow through `catalog.ensure_sc
 `catalog.delete_schedule`). A refresh:
 
 1. re-reads the source (`kube.read_object`); type Catalog (patch `catalog-backend`; before it Ready False
-   `CatalogBackendNotImplemented`): `catalog.fetch_remote_index` from the remote catalog endpoint, the
-   RemoteIndex stored as the source's index artifact (`catalog.store_remote_index`) when its document digest
-   moved, then status as in 5; a failure as below;
+   `CatalogBackendNotImplemented`): `catalog.refresh_remote_index` fetches the remote catalog endpoint's
+   index and stores it as the source's index artifact when its document digest moved, returning digests and
+   a count only (patch `catalog-remote-stored`; before it `catalog.fetch_remote_index` returned the whole
+   index, which Temporal's payload limit capped near 1.5 MB, and `catalog.store_remote_index` stored it),
+   then status as in 5; a failure as below;
 2. type HuggingFace: `evaluate_policy(spec.policy)`; blocked: Ready False with the verdict's reason and
    message, no scan, and the schedule paused (its note says why) until the spec changes;
 3. runs `catalog.index_huggingface` until its result is complete, passing the previous result's progress
    back as `resume`; an attempt whose refreshBudget ran out yields: a durable pause of YIELD_PAUSE, then
-   the next attempt continues where it stopped (a spec change or delete during the pause ends the refresh);
+   the next attempt continues where it stopped (a spec change or delete during the pause ends the refresh).
+   The last complete scan whose index was kept goes with it as `previous`, so a refresh reads only what
+   changed (a no-change refresh: one organisation count and one short page per organisation). Scan bodies
+   are offloaded to the registry by the activity (activities/catalog/scan_store.py): what this workflow
+   carries is a digest and a summary, never the index;
 4. stores the complete index (`catalog.store_index`: an OCI artifact, its manifest digest the
    catalogRevision) only when its document digest differs from the last stored one;
 5. writes status (catalogRevision, entryCount, lastSuccessfulRefreshTime, observedGeneration, Ready True)
@@ -50,6 +56,8 @@ with workflow.unsafe.imports_passed_through():
         CatalogRemoteActivities,
         CatalogRemoteSource,
         FetchRemoteIndexInput,
+        RefreshRemoteIndexInput,
+        RemoteRefresh,
     )
     from servingops.activities.catalog.schedule import (
         CatalogScheduleActivities,
@@ -76,6 +84,10 @@ with workflow.unsafe.imports_passed_through():
 CONDITION = "Ready"
 CATALOG_BACKEND_PATCH = "catalog-backend"
 """type Catalog refreshes from the remote endpoint (before it: blocked CatalogBackendNotImplemented)."""
+REMOTE_STORED_PATCH = "catalog-remote-stored"
+"""type Catalog: one activity fetches and stores the remote index (`catalog.refresh_remote_index`); before it
+the index came back as a result (`catalog.fetch_remote_index`, capped by Temporal's payload limit) and was
+stored by `catalog.store_remote_index`."""
 YIELD_PAUSE = timedelta(seconds=30)
 """Between two attempts of a scan whose refresh budget ran out: the provider gets a rest."""
 MAX_REFRESHES_PER_RUN = 200
@@ -122,7 +134,10 @@ class CatalogState(EntityState):
     """Consecutive failed refreshes."""
     next_retry: datetime | None = None
     resume: ScanProgress | None = None
-    """The progress of a scan that yielded at its refresh budget."""
+    """The progress of a scan that yielded at its refresh budget (its body offloaded: a digest)."""
+    last_scan: ScanProgress | None = None
+    """The progress of the last complete scan whose index is kept, its body offloaded to the registry (a few
+    hundred bytes here): passed as `previous`, it makes the next refresh incremental."""
     yields: int = 0
     """Budget yields of the current (or last) refresh."""
     refreshes: int = 0
@@ -256,7 +271,7 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
                 result: IndexHuggingFaceResult = await workflow.execute_activity_method(
                     CatalogIndexActivities.index_huggingface,
                     IndexHuggingFaceInput(source=self.ref.name, policy=spec.policy, token_secret_name=token,
-                                          resume=s.resume),
+                                          resume=s.resume, previous=s.last_scan),
                     **options.CATALOG_INDEX)
             except ActivityError as exc:
                 await self._failed(live, generation, exc)
@@ -276,9 +291,13 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
             return True  # deleted or a newer spec: the main loop decides
         s.resume = None
         store = StoreIndexInput(source=self.ref.name, progress=result.progress, digest=result.digest)
-        await self._keep_index(live, generation, result.digest, result.message,
-                               lambda: workflow.execute_activity_method(
-                                   CatalogStoreActivities.store_index, store, **options.CATALOG_STORE))
+        kept = await self._keep_index(live, generation, result.digest, result.message,
+                                      lambda: workflow.execute_activity_method(
+                                          CatalogStoreActivities.store_index, store, **options.CATALOG_STORE))
+        if kept:
+            # Only an offloaded body is kept between refreshes: an inline one (a worker without a registry)
+            # would grow every later event and the continue-as-new input by the whole index.
+            s.last_scan = result.progress if result.progress.packed_digest is not None else None
         return True
 
     async def _refresh_remote(self, spec: ModelCatalogSourceSpec, live: dict[str, Any], generation: int,
@@ -292,6 +311,9 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
         remote = CatalogRemoteSource(source=self.ref.name, url=spec.url or "",
                                      ca_secret_name=spec.ca_secret_name,
                                      credentials_secret_name=spec.credentials_secret_name)
+        if workflow.patched(REMOTE_STORED_PATCH):
+            await self._refresh_and_store_remote(remote, live, generation)
+            return
         try:
             index: RemoteIndex = await workflow.execute_activity_method(
                 CatalogRemoteActivities.fetch_remote_index, FetchRemoteIndexInput(remote=remote),
@@ -307,10 +329,33 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
         await self._keep_index(live, generation, digest, message, lambda: workflow.execute_activity_method(
             CatalogStoreActivities.store_remote_index, store, **options.CATALOG_STORE))
 
+    async def _refresh_and_store_remote(self, remote: CatalogRemoteSource, live: dict[str, Any],
+                                        generation: int) -> None:
+        """`catalog.refresh_remote_index`: the activity stores the index itself when its document moved (the
+        same rule as `_keep_index`, so the two agree on whether this refresh stored)."""
+        s = self.state
+        known = s.document_digest if s.catalog_revision is not None else None
+        try:
+            refreshed: RemoteRefresh = await workflow.execute_activity_method(
+                CatalogRemoteActivities.refresh_remote_index,
+                RefreshRemoteIndexInput(remote=remote, known_document_digest=known), **options.CATALOG_REMOTE)
+        except ActivityError as exc:
+            await self._failed(live, generation, exc)
+            return
+        count = refreshed.entry_count
+        message = (f"{count} {'entry' if count == 1 else 'entries'} from {remote.url} (remote revision "
+                   f"{refreshed.remote_revision})")
+
+        async def stored() -> StoredIndex:
+            assert refreshed.stored is not None, "the activity stores whenever the document moved"
+            return refreshed.stored
+
+        await self._keep_index(live, generation, refreshed.document_digest, message, stored)
+
     async def _keep_index(self, live: dict[str, Any], generation: int, digest: str, message: str,
-                          store: Callable[[], Awaitable[StoredIndex]]) -> None:
+                          store: Callable[[], Awaitable[StoredIndex]]) -> bool:
         """A complete index of `digest`: stored (`store`) only when its document moved, then Ready True;
-        a failed store is Ready False with its reason and a nextRetryTime."""
+        a failed store is Ready False with its reason and a nextRetryTime (False)."""
         s = self.state
         revision_moved = digest != s.document_digest or s.catalog_revision is None
         if revision_moved:
@@ -318,12 +363,13 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
                 stored = await store()
             except ActivityError as exc:
                 await self._failed(live, generation, exc)
-                return
+                return False
             s.catalog_revision, s.document_digest = stored.revision, stored.document_digest
             s.entry_count, s.stores = stored.entry_count, s.stores + 1
         s.failures, s.next_retry, s.last_success = 0, None, workflow.now()
         self._phase("Ready", REFRESHED, message)
         await self._write_success(live, generation, revision_moved=revision_moved)
+        return True
 
     async def _write_success(self, live: dict[str, Any], generation: int, *, revision_moved: bool) -> None:
         s = self.state
