@@ -22,9 +22,10 @@ holds only the client side: its peak memory is the refresh's.
     the index equal a full refresh's.
 (e) the baseline of (b): the same no-change refresh without the previous result (a full re-listing).
 
-Also printed: what the stand-in costs for (b)'s two requests with the smallest answers: its listing reads
-its whole root on every request (10,000 repo.json stats and a sort), which the Hub does not, so that cost
-is a floor under any refresh here, whatever the client does; (a) makes eleven requests.
+Also printed: what the stand-in costs for (b)'s two requests with the smallest answers, a floor under any
+refresh here whatever the client does. The stand-in answers listings from an index it rebuilds only when a
+writer announces a change (`bump_generation`, as `generate` and `model_repos` do), as the Hub answers from
+its database; each listing still filters and sorts all 10,000 entries. (a) makes eleven requests.
 
 The ratio (b)/(a) is the issue's goal: a no-change refresh costs < 10% of a full one. Exits 1 when a goal is
 missed (bench/goals.py).
@@ -55,7 +56,7 @@ from temporalio.testing import ActivityEnvironment
 
 from bench.goals import Goals
 from devstack import model_repos
-from devstack.hub_server import COMMITS_DIR, REPO_META, repo_dir
+from devstack.hub_server import COMMITS_DIR, REPO_META, bump_generation, repo_dir
 from devstack.kube import REPO_ROOT
 from servingops.activities.catalog.huggingface_index import CatalogIndexActivities
 from servingops.activities.catalog.types import IndexHuggingFaceInput, IndexHuggingFaceResult
@@ -97,6 +98,7 @@ def generate(root: Path, entries: int) -> list[str]:
         }  # fmt: skip
         (base / REPO_META).write_text(json.dumps(meta))
         ids.append(repo_id)
+    bump_generation(root)
     return ids
 
 
@@ -239,6 +241,10 @@ def main() -> None:
             f"VmHWM growth {full_rss / MB:.1f} MiB; document {full.digest}",
             flush=True,
         )
+        # A long scan's heartbeat carries its progress with the body inline (a retried attempt resumes from it).
+        assert full.progress is not None
+        heartbeat = len(json.dumps(full.progress.model_dump(mode="json")))
+        print(f"    its progress with the body inline (a heartbeat's size): {heartbeat / MB:.2f} MiB", flush=True)
 
         # (b) no-change refresh given (a)'s result (when the activity's input can carry it)
         same_s, same_cpu, same = timed(lambda: refresh(full), args.repeat)
@@ -289,7 +295,7 @@ def main() -> None:
 
         # (d) one repo deleted
         deleted = ids[len(ids) // 3]
-        shutil.rmtree(repo_dir(root, deleted))
+        model_repos.delete_repo(root, deleted)
         deleted_s, _, after_delete = timed(lambda: refresh(after_change), 1)
         print(
             f"(d) after deleting {deleted}: {deleted_s:.3f} s wall; digest differs: "

@@ -18,6 +18,11 @@ from its repo at request time (as the Hub does), leaving out repos that are gone
 private collection is visible only with one of its `tokens` (which must also be valid tokens: a repo's or a
 user's).
 
+Every devstack writer (`devstack.model_repos`) replaces `<root>/.generation` after it changes a repo
+(`bump_generation`): the server keeps its repo index (what `list_models`, the organisation overview and the
+token check read) until that marker or a namespace directory changes, as the Hub answers listings from an
+index rather than by reading every repo. A root without the marker is rescanned on every listing.
+
 A renamed repo leaves `{"moved_to": "<new id>"}` as the repo.json at its old place; the server answers
 it with a relative 307, as the Hub does, which the client follows with its auth header.
 
@@ -59,6 +64,10 @@ log = logging.getLogger(__name__)
 REPO_META = "repo.json"
 COMMITS_DIR = "commits"
 COLLECTIONS_DIR = "_collections"
+GENERATION = ".generation"  # replaced by every writer after a change: the server's index is stale
+# The list_models parameters that choose and order the models (the others shape pages and fields).
+_LISTING_QUERY = ("author", "direction", "filter", "gated", "pipeline_tag", "search", "sort")
+_LISTINGS_KEPT = 32
 MAX_PAGE = 1000  # the Hub's own cap on list pages
 MAX_EXPANDED_TREE_PAGE = 50  # the Hub's cap on tree pages with expand=true
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -69,6 +78,15 @@ _API_SUBPATHS = {"revision", "tree", "paths-info", "refs", "commits", "auth-chec
 _CHUNK = 1 << 20
 # The Hub's own wording; the client matches some of these strings.
 _INVALID_CREDENTIALS = "Invalid credentials in Authorization header"
+
+
+def bump_generation(root: Path) -> None:
+    """Tell a server over `root` (in any process) that its repos changed: call it after every write."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"{GENERATION}.{secrets.token_hex(8)}"  # a dot name: never taken for a repo
+    tmp.write_text(secrets.token_hex(16))  # new content every time: inode numbers and mtimes can repeat
+    os.replace(tmp, root / GENERATION)
 
 
 def repo_dir(root: Path, repo_id: str) -> Path:
@@ -185,6 +203,7 @@ class _Store:
         self._lock = threading.Lock()
         self._cache: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
         self._trees: dict[tuple[str, str], dict[str, str]] = {}
+        self._index: tuple[tuple[Any, ...], list[tuple[str, dict[str, Any]]]] | None = None
 
     def load(self, repo_id: str) -> dict[str, Any] | None:
         try:
@@ -217,6 +236,39 @@ class _Store:
                 continue
             ids.extend(f"{first.name}/{d.name}" for d in sorted(first.iterdir()) if (d / REPO_META).is_file())
         return ids
+
+    def _index_key(self) -> tuple[Any, ...] | None:
+        """What the index is valid for: the writers' generation marker, and the mtimes of the root and every
+        namespace directory (a repo directory created or removed by hand changes its parent's). None without
+        a marker: nothing announces changes, so nothing may be cached."""
+        try:
+            generation = (self.root / GENERATION).read_text()
+            with os.scandir(self.root) as children:
+                dirs = sorted(
+                    (c.name, c.stat().st_mtime_ns)
+                    for c in children
+                    if c.is_dir() and not c.name.startswith((".", "_"))
+                )
+            return (generation, self.root.stat().st_mtime_ns, tuple(dirs))
+        except OSError:
+            return None
+
+    def indexed(self) -> tuple[tuple[Any, ...] | None, list[tuple[str, dict[str, Any]]]]:
+        """Every readable repo.json under the root as (repo id, meta), ordered by id, moved ones included, with
+        the key it is valid for (None: valid for this call only). The key is taken before the scan, so a cached
+        index is never older than the key it is kept under."""
+        key = self._index_key()
+        with self._lock:
+            if key is not None and self._index is not None and self._index[0] == key:
+                return self._index
+        repos = [(repo_id, meta) for repo_id in self.repo_ids() if (meta := self.load(repo_id)) is not None]
+        if key is not None:
+            with self._lock:
+                self._index = (key, repos)
+        return key, repos
+
+    def repos(self) -> list[tuple[str, dict[str, Any]]]:
+        return self.indexed()[1]
 
     def tree_oids(self, repo_id: str, sha: str, files: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
         # A commit never changes, so its directory oids are computed once.
@@ -575,13 +627,33 @@ class _Handler(_BaseHandler):
     def _list_models(self, access: _Access, path: str, query: dict[str, list[str]]) -> None:
         hub = self.hub
         first = {k: v[0] for k, v in query.items() if v}
+        version, repos = hub.store.indexed()
+        # The models a query selects, in order, kept per index version and query: while nothing is written,
+        # a listing's later pages and a repeated query cost a slice, not a filter and sort of every repo.
+        shape = (access.token, tuple((k, tuple(query[k])) for k in sorted(_LISTING_QUERY) if k in query))
+        items = hub.cached_listing(version, shape)
+        if items is None:
+            items = self._matching_models(access, first, query, repos)
+            hub.keep_listing(version, shape, items)
+        limit = first.get("limit")
+        size = min(int(limit), MAX_PAGE) if limit and limit.isdigit() and int(limit) > 0 else hub.list_page_size
+        page, headers = self._page(items, query, path, size)
+        self._json([_list_item(m, query) for m in page], headers)
+
+    def _matching_models(
+        self,
+        access: _Access,
+        first: dict[str, str],
+        query: dict[str, list[str]],
+        repos: list[tuple[str, dict[str, Any]]],
+    ) -> list[dict[str, Any]]:
+        hub = self.hub
         search = first.get("search", "").lower()
         author = first.get("author")
         filters = query.get("filter", [])
         items: list[dict[str, Any]] = []
-        for repo_id in hub.store.repo_ids():
-            meta = hub.store.load(repo_id)
-            if meta is None or meta.get("moved_to") or not meta.get("branches", {}).get("main"):
+        for repo_id, meta in repos:
+            if meta.get("moved_to") or not meta.get("branches", {}).get("main"):
                 continue
             if meta.get("private") and access.token not in (meta.get("tokens") or {}):
                 continue
@@ -602,24 +674,19 @@ class _Handler(_BaseHandler):
         if sort in {"lastModified", "createdAt", "downloads", "likes", "trendingScore", "id"}:
             # The Hub sorts descending unless told direction=1.
             items.sort(key=lambda m: (m.get(sort) or 0, m["id"]), reverse=first.get("direction") != "1")
-        limit = first.get("limit")
-        size = min(int(limit), MAX_PAGE) if limit and limit.isdigit() and int(limit) > 0 else hub.list_page_size
-        page, headers = self._page(items, query, path, size)
-        self._json([_list_item(m, query) for m in page], headers)
+        return items
 
     def _organization_overview(self, org: str) -> None:
         """`/api/organizations/{org}/overview` (`HfApi.get_organization_overview`): `numModels` counts the
         namespace's public models (the Hub calls it the organisation's public profile), whoever asks. Any
         namespace holding a repo answers as an organisation (the stand-in has no users' namespaces apart)."""
         count, found = 0, False
-        base = self.hub.root / org
-        if not _SEGMENT.match(org) or not base.is_dir():
+        if not _SEGMENT.match(org):
             raise HubError(404, None, "Organization not found")
-        with os.scandir(base) as children:  # only this namespace's directory, as `repo_ids` would filter it
-            names = sorted(c.name for c in children if c.is_dir() and not c.name.startswith((".", "_")))
-        for name in names:
-            meta = self.hub.store.load(f"{org}/{name}")
-            if meta is None or meta.get("moved_to") or not meta.get("branches", {}).get("main"):
+        for repo_id, meta in self.hub.store.repos():
+            if not repo_id.startswith(f"{org}/"):
+                continue
+            if meta.get("moved_to") or not meta.get("branches", {}).get("main"):
                 continue
             found = True
             count += not meta.get("private")
@@ -899,6 +966,7 @@ class HubServer:
         self._lock = threading.Lock()
         self._faults: dict[tuple[str, str], _Fault] = {}
         self._listing_cache: dict[str, tuple[dict[str, Any], str, dict[str, Any]]] = {}
+        self._listings: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         self._servers: list[tuple[_HTTPServer, threading.Thread]] = []
         # Signs CDN URLs; fresh per server, so a URL from another run is refused like a forged one.
         self._url_key = secrets.token_bytes(32)
@@ -947,10 +1015,8 @@ class HubServer:
     def known_tokens(self) -> dict[str, str]:
         """token -> user name, for every token the server accepts."""
         tokens = dict(self.users)
-        for repo_id in self.store.repo_ids():
-            meta = self.store.load(repo_id)
-            if meta:
-                tokens.update(meta.get("tokens") or {})
+        for _, meta in self.store.repos():
+            tokens.update(meta.get("tokens") or {})
         return tokens
 
     def fail_next_download(self, repo_id: str, filename: str, after_bytes: int, times: int = 1) -> None:
@@ -1129,10 +1195,26 @@ class HubServer:
 
     # -- model info -----------------------------------------------------------------------------------
 
+    def cached_listing(self, version: tuple[Any, ...] | None, shape: tuple[Any, ...]) -> list[dict[str, Any]] | None:
+        if version is None:
+            return None
+        with self._lock:
+            return self._listings.get((version, shape))
+
+    def keep_listing(
+        self, version: tuple[Any, ...] | None, shape: tuple[Any, ...], items: list[dict[str, Any]]
+    ) -> None:
+        if version is None:
+            return
+        with self._lock:
+            self._listings[(version, shape)] = items
+            while len(self._listings) > _LISTINGS_KEPT:
+                del self._listings[next(iter(self._listings))]
+
     def listing_payload(self, meta: dict[str, Any], sha: str) -> dict[str, Any]:
         """`model_payload(meta, sha, ..., {})` for listings, kept per repo while its repo.json and `sha` stay the
         same (`_Store.load` returns the same dict until the file changes; a commit's files never change), so a
-        listing page does not rebuild 10,000 payloads (it still reads every repo.json's stat). Read-only."""
+        listing does not rebuild 10,000 payloads when its index is rebuilt. Read-only."""
         repo_id: str = meta["id"]
         with self._lock:
             cached = self._listing_cache.get(repo_id)

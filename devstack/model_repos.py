@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-from devstack.hub_server import COMMITS_DIR, REPO_META, git_tree_oids, repo_dir
+from devstack.hub_server import COMMITS_DIR, REPO_META, bump_generation, git_tree_oids, repo_dir
 
 DEFAULT_LFS_THRESHOLD = 10 * 1024 * 1024
 # Commit dates start here and advance a minute per commit, so commit shas are the same on every run.
@@ -210,6 +210,7 @@ def register_repo(
     if library_name is not None:
         meta["library_name"] = library_name
     _write_json_atomic(meta_path, meta)
+    bump_generation(root)
     return sha
 
 
@@ -221,6 +222,7 @@ def set_branch(root: Path, repo_id: str, branch: str, sha: str) -> None:
         raise KeyError(sha)
     meta["branches"][branch] = sha
     _write_json_atomic(meta_path, meta)
+    bump_generation(Path(root))
 
 
 def rename_repo(root: Path, old_id: str, new_id: str) -> None:
@@ -234,6 +236,13 @@ def rename_repo(root: Path, old_id: str, new_id: str) -> None:
     _write_json_atomic(new / REPO_META, meta)
     old.mkdir(parents=True)
     _write_json_atomic(old / REPO_META, {"moved_to": new_id})
+    bump_generation(root)
+
+
+def delete_repo(root: Path, repo_id: str) -> None:
+    """Delete a repo with all its commits (as deleting it on the Hub does)."""
+    shutil.rmtree(repo_dir(Path(root), repo_id))
+    bump_generation(Path(root))
 
 
 def _safetensors_summary(snapshot: Path, files: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -10,7 +10,6 @@ here are committed with the current time, as the Hub would stamp them.
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +22,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
 from devstack import model_repos
-from devstack.hub_server import HubServer, repo_dir
+from devstack.hub_server import HubServer
 from devstack.services import OciRegistry
 from servingops.activities.catalog import huggingface_index, scan_store
 from servingops.activities.catalog.huggingface_index import CatalogIndexActivities, scan
@@ -123,7 +122,7 @@ def test_a_deleted_model_makes_the_count_disagree_and_the_organisation_is_listed
 ) -> None:
     org, _ = _three(hub_repos)
     first = _scan(hub_server, allowed_organizations=[org])
-    shutil.rmtree(repo_dir(hub_server.root, f"{org}/m2"))
+    model_repos.delete_repo(hub_server.root, f"{org}/m2")
     mark = hub_server.mark()
     second = _scan(hub_server, first, allowed_organizations=[org])
     assert not _incremental(_listings(hub_server, mark))
@@ -136,7 +135,7 @@ def test_a_deleted_and_a_new_model_together_are_not_mistaken_for_no_deletion(
 ) -> None:
     org, _ = _three(hub_repos)
     first = _scan(hub_server, allowed_organizations=[org])
-    shutil.rmtree(repo_dir(hub_server.root, f"{org}/m0"))
+    model_repos.delete_repo(hub_server.root, f"{org}/m0")
     _commit(hub_server, f"{org}/added", tmp_path, b"another model")
     second = _scan(hub_server, first, allowed_organizations=[org])
     assert sorted(second.entries) == [f"{org}/added", f"{org}/m1", f"{org}/m2"]
@@ -229,7 +228,7 @@ def test_the_activity_sees_a_change_among_the_newest_models_and_a_deletion(
     assert second.digest == _activity_run(hub_server, policy, None).digest
     unchanged = _activity_run(hub_server, policy, second)
     assert unchanged.digest == second.digest
-    shutil.rmtree(repo_dir(hub_server.root, f"{org}/m0"))
+    model_repos.delete_repo(hub_server.root, f"{org}/m0")
     third = _activity_run(hub_server, policy, unchanged)
     assert third.progress is not None and f"{org}/m0" not in third.progress.unpack().entries
     assert third.digest == _activity_run(hub_server, policy, None).digest

@@ -360,6 +360,45 @@ def test_list_models_follows_link_pagination(
     assert full.siblings is not None and any(s.rfilename.endswith(".gguf") for s in full.siblings)
 
 
+def test_listings_see_every_write_through_the_index(tmp_path: Path) -> None:
+    """The stand-in answers listings from an index kept while nothing is written: every devstack write
+    (register, branch reset, rename, delete) makes the next listing and count see it, and a root no writer
+    announces its changes in (no generation marker) is read afresh on every listing."""
+    root = tmp_path / "hub"
+    with HubServer(root=root, lfs_redirect=False) as hub:
+        api = _api(hub)
+        (root / "org" / "hand" / "commits").mkdir(parents=True)
+        sha = "a" * 40
+        meta = {"id": "org/hand", "private": False, "gated": False, "tags": [], "tokens": {},
+                "branches": {"main": sha}, "created_at": "2025-01-01T00:00:00.000Z",
+                "commits": {sha: {"parents": [], "title": "t", "message": "", "author": "a",
+                                  "date": "2025-01-01T00:00:00.000Z", "files": {}}}}  # fmt: skip
+        (root / "org" / "hand" / "repo.json").write_text(json.dumps(meta))
+        assert not (root / ".generation").exists()
+        assert [m.id for m in api.list_models(author="org")] == ["org/hand"]
+        meta["tags"] = ["edited"]
+        (root / "org" / "hand" / "repo.json").write_text(json.dumps(meta))  # in place, no marker: seen
+        assert [m.id for m in api.list_models(author="org", filter="edited")] == ["org/hand"]
+
+        one = model_repos.make_blob_repo(root, "org/one", {"a.json": b"{}"})
+        assert (root / ".generation").exists()
+        assert sorted(m.id for m in api.list_models(author="org")) == ["org/hand", "org/one"]
+        assert api.get_organization_overview("org").num_models == 2
+        assert sorted(m.id for m in api.list_models(author="org")) == ["org/hand", "org/one"]  # cached, same
+
+        second = model_repos.make_blob_repo(root, "org/one", {"a.json": b"{ }"}, title="second")
+        listed = next(iter(api.list_models(author="org", search="one", expand=["sha"])))
+        assert second.commit != one.commit and listed.sha == second.commit
+        model_repos.set_branch(root, "org/one", "main", one.commit)
+        assert next(iter(api.list_models(author="org", search="one", expand=["sha"]))).sha == one.commit
+
+        model_repos.rename_repo(root, "org/one", "org/renamed")
+        assert sorted(m.id for m in api.list_models(author="org")) == ["org/hand", "org/renamed"]
+        model_repos.delete_repo(root, "org/renamed")
+        assert [m.id for m in api.list_models(author="org")] == ["org/hand"]
+        assert api.get_organization_overview("org").num_models == 1
+
+
 def test_get_collection_derives_model_items_from_the_repos(hub_server: HubServer, hub_repos: HubRepos) -> None:
     public = hub_repos.safetensors(num_shards=1)
     token = f"hf_private_{uuid.uuid4().hex}"
