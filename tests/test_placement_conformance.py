@@ -60,7 +60,7 @@ from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster, apply_objects
 from devstack.members import PLACEMENT_QUEUE, MemberCluster
 from devstack.services import TemporalDevServer
-from servingops.activities.placement.activities import EXECUTION_ANNOTATION, ORIGIN_LABEL, PlacementActivities
+from servingops.activities.placement.activities import PlacementActivities
 from servingops.activities.placement.types import (
     ApplyMemberInput,
     CapacityInput,
@@ -73,6 +73,7 @@ from servingops.activities.placement.types import (
     SourceInput,
 )
 from servingops.activities.replica.kueue import QUEUE_LABEL
+from servingops.api_models.ome.placement import EXECUTION_ANNOTATION, ORIGIN_LABEL
 from servingops.api_models.refs import ObjectRef
 from tests.fixtures.kube import api_as
 from tests.placement_fakes import FakeFleet, FakeMember

@@ -31,9 +31,9 @@ from devstack.kube import LocalKubeCluster
 from devstack.members import PLACEMENT_QUEUE, MemberCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
-from servingops.activities.placement.activities import EXECUTION_ANNOTATION, ORIGIN_LABEL
 from servingops.activities.replica.kueue import ADMISSION_GATE, QUEUE_LABEL
 from servingops.api_models.contract import Query, placement_workflow_id
+from servingops.api_models.ome.placement import EXECUTION_ANNOTATION, ORIGIN_LABEL
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.test_replica_e2e import restart
 from tests.test_rollout_e2e import _wait, worker_and_bridge

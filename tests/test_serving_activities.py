@@ -34,6 +34,7 @@ from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.refs import ObjectRef
 from servingops.api_models.serving import TrafficWeight
 from tests.crd_helpers import create, manifest, new_namespace
+from tests.test_placement_demand import execution, rendering_hash
 
 ENGINE, ROUTER = ComponentType.ENGINE, ComponentType.ROUTER
 # Generous: the suite may run on a loaded 2-core machine. Only an upper bound, never asserted.
@@ -262,6 +263,33 @@ def test_ome_sample_without_its_model_is_held_not_refused(kube_api: client.ApiCl
     assert _run(acts.revision_status, key).replicas == 0
     assert not client.CoreV1Api(kube_api).list_namespaced_service(
         ns, label_selector=f"{render.LABEL_REVISION}={key.revision}").items
+
+
+def test_a_placed_copy_whose_rendering_placement_did_not_accept_projects_nothing(
+    kube_api: client.ApiClient, ns: str, acts: ServingActivities
+) -> None:
+    """A derived service in a member (SplitByCapacity) carries the plan's demand contract: observed with
+    the rendering placement accepted it renders as any service; with another (a runtime changed in the
+    member since placement read it) it is held with PlacementDemandMismatch, and a revision asked for
+    anyway is superseded before anything is created. placement_demand.py; pure cases in
+    tests/test_placement_demand.py."""
+    body = manifest(InferenceService, SPEC)
+    name = body["metadata"]["name"]
+    accepted = rendering_hash(name, SPEC)
+    body["metadata"]["annotations"] = execution({"engine": accepted})
+    obj = create(kube_api, InferenceService, body, ns)
+    ref = ObjectRef.of(InferenceService, name, ns, obj["metadata"]["uid"])
+    seen = _run(acts.observe, ObserveInput(isvc=ref))
+    assert seen.held is None and [c.component for c in seen.components] == [ENGINE, ROUTER]
+
+    _set_image(kube_api, ref, "registry.invalid/engine:v2")  # renders other pods than the plan counted
+    held = _run(acts.observe, ObserveInput(isvc=ref))
+    assert held.held is not None and held.held.reason == "PlacementDemandMismatch", held.held
+    assert "plan p1 revision 3 accepted rendering " + accepted[:12] in held.held.message
+    key = RevisionKey(isvc=ref, component=ENGINE, revision=seen.components[0].desired_revision)
+    refused = _refused(acts.ensure_revision, EnsureRevisionInput(key=key, replicas=1))
+    assert refused.type == ErrorType.REVISION_SUPERSEDED and "PlacementDemandMismatch" in refused.message
+    assert _run(acts.revision_status, key).replicas == 0, "nothing was projected"
 
 
 # -- pure rendering ---------------------------------------------------------------------------

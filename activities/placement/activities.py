@@ -54,13 +54,16 @@ from servingops.api_models.ome.accelerator import AcceleratorCapacityAttribution
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.ome.instance_columns import status_rows
-from servingops.api_models.ome.placement import PlacementComponentDemand, PlacementDemandContract
+from servingops.api_models.ome.placement import (
+    EXECUTION_ANNOTATION,
+    ORIGIN_LABEL,
+    PlacementComponentDemand,
+    PlacementDemandContract,
+)
 from servingops.api_models.ome.placement_status import PlacementCapacityPool, PlacementCapacitySample
 from servingops.api_models.ome.replica import InferenceReplicaStatus
 
 GROUP, VERSION = "ome.io", "v1beta1"
-ORIGIN_LABEL = "ome.io/placement-origin"
-EXECUTION_ANNOTATION = "ome.io/placement-execution"
 _COMPONENTS = (ComponentType.ENGINE, ComponentType.DECODER, ComponentType.ROUTER)
 _RAW_NAME, _RAW_COMPONENT = "app.kubernetes.io/name", "app.kubernetes.io/component"
 

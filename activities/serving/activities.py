@@ -25,6 +25,7 @@ from temporalio import activity
 
 from servingops.activities.serving import multinode, omenative, render, scaling
 from servingops.activities.serving.omenative import OMENATIVE, ProjectedReplicas, deployment_mode
+from servingops.activities.serving.placement_demand import demand_hold
 from servingops.activities.serving.resolution import KubeReader, ResolvedService, Unresolvable, resolve_service
 from servingops.activities.serving.types import (
     ComponentObservation,
@@ -233,6 +234,9 @@ class ServingActivities:
             return self._observation(obj, [], held=ServingHold(reason=exc.reason.value, message=exc.message))
         components = []
         annotations = obj["metadata"].get("annotations") or {}
+        demand = demand_hold(owner.name, annotations, spec)
+        if demand is not None:
+            return self._observation(obj, [], held=demand, resolved=resolved)
         for component, cspec in render.set_components(spec):
             route = self._route(owner.name, owner.namespace, component)
             native = deployment_mode(spec, cspec, annotations) == OMENATIVE
@@ -287,6 +291,11 @@ class ServingActivities:
         deployment = self._read(self._deployment, name, namespace)
         service = self._read(self._service_exists, name, namespace)
         owner, spec, annotations = live.result()
+        demand = demand_hold(owner.name, annotations, spec)
+        if demand is not None:
+            # Placement accepted another rendering since the workflow observed (placement_demand.py):
+            # nothing is projected; the workflow reads again and sees the hold.
+            raise application_error(ErrorType.REVISION_SUPERSEDED, f"{demand.reason}: {demand.message}")
         cspec = render.component_spec(spec, key.component)
         if cspec is not None and deployment_mode(spec, cspec, annotations) == OMENATIVE:
             return self._ensure_native(owner, key, spec, cspec, inp.replicas)

@@ -10,6 +10,11 @@ from pydantic import ConfigDict, Field
 from servingops.api_models.base import ApiModel, Duration, cel, validations
 from servingops.api_models.ome.enums import ComponentType, PlacementMode, PlacementPolicy
 
+ORIGIN_LABEL = "ome.io/placement-origin"
+"""On a derived InferenceService in a member: the uid of the control plane's source it serves."""
+EXECUTION_ANNOTATION = "ome.io/placement-execution"
+"""On a derived InferenceService in a member: the plan's PlacementExecutionPolicy, as JSON."""
+
 
 class ClusterSelectorRequirement(ApiModel):
     """ClusterSelectorRequirement tests one label or supported object field."""
