@@ -46,6 +46,9 @@ class FakeMember:
     """The whole replicas its capacity report holds for the source (SplitByCapacity); None: no root
     AcceleratorQuota reports anything (NoCapacityReport)."""
     capacity_reads: int = 0
+    rendering: str = "1"
+    """How the member renders the source's engine (a runtime changed there renders it otherwise): its
+    reading's renderingHash and demand fingerprint follow it."""
     rollout: dict[str, Any] | None = None
     """What its derived service's rollout mirror says (CandidateRolloutStatus JSON), when it exists."""
 
@@ -181,11 +184,12 @@ class FakeFleet:
                 return {"reason": "NoCapacityReport", "message": (
                     "no root AcceleratorQuota (one without spec.parentRef) exists, so nothing "
                     "reports this cluster's capacity")}
-            fingerprint = hashlib.sha256(f"{member.name}/1".encode()).hexdigest()
+            fingerprint = hashlib.sha256(f"{member.name}/{member.rendering}".encode()).hexdigest()
+            rendering = hashlib.sha256(f"engine/{member.rendering}".encode()).hexdigest()
             return {"sample": {
                 "demandFingerprint": fingerprint, "replicas": member.capacity,
                 "demandContract": {"fingerprint": fingerprint, "components": [
-                    {"component": "engine", "renderingHash": hashlib.sha256(b"engine").hexdigest()}]},
+                    {"component": "engine", "renderingHash": rendering}]},
                 "pools": [{"resourceName": "nvidia.com/gpu", "resourceFlavor": "default", "demand": 1,
                            "allocatable": member.capacity, "observedAt": "2026-12-01T00:00:00Z",
                            "reportUID": member.uid, "reportResourceVersion": str(member.capacity),

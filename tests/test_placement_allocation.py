@@ -339,3 +339,22 @@ def test_the_capacity_digest_follows_the_capacities() -> None:
     reported: dict[str, int | None] = {"a": 1, "b": 2, "c": 3}
     assert _digest(spec, capacities=reported) == _digest(spec, capacities=dict(reversed(reported.items())))
     assert _digest(spec, capacities={**reported, "c": 4}) != _digest(spec, capacities=reported)
+
+
+def test_the_capacity_digest_follows_each_members_demand_fingerprint() -> None:
+    """A member rendering the service otherwise at the same whole replicas is a new plan (a new contract
+    for its copy); without fingerprints (plans accepted before they counted) the digest is as it was."""
+    spec = _spec("SplitByCapacity", replicas=4)
+    reported: dict[str, int | None] = {"a": 1, "b": 2, "c": 3}
+    matches = match_clusters(spec, MEMBERS)
+
+    def digest(demands: dict[str, str] | None) -> str:
+        plan = allocate(spec, matches, ENGINE_ONLY, reported, demands)
+        assert isinstance(plan, Plan)
+        return plan.input_digest
+
+    same = {"a": "1" * 64, "b": "2" * 64, "c": "3" * 64}
+    assert digest(same) == digest(dict(reversed(same.items())))
+    assert digest({**same, "b": "4" * 64}) != digest(same)
+    assert digest(None) == _digest(spec, capacities=reported) != digest(same)
+    assert _plan(spec, capacities=reported).homes == allocate(spec, matches, ENGINE_ONLY, reported, same).homes

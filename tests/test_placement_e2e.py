@@ -130,6 +130,13 @@ def _pods(member: MemberCluster, ns: str) -> list[client.V1Pod]:
             if p.metadata.deletion_timestamp is None]
 
 
+def _condition(member: MemberCluster, ns: str, name: str, kind: str) -> tuple[str | None, str]:
+    """The reason and message of a condition of the derived copy in the member."""
+    conditions = ((_derived(member, ns, name) or {}).get("status") or {}).get("conditions") or []
+    found = next((c for c in conditions if c.get("type") == kind), {})
+    return found.get("reason"), found.get("message") or ""
+
+
 def _events(api: client.ApiClient, ns: str, name: str) -> list[tuple[str, str, str]]:
     items = client.CoreV1Api(api).list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
     return [(e.type, e.reason, e.message) for e in items]
@@ -548,6 +555,35 @@ def test_split_by_capacity_divides_by_what_each_member_reports(kube_api: client.
                           and p.get("phase") == "Placed" and p, worker, 240)
         assert {r["cluster"]: r["allocation"]["desiredReplicas"] for r in replanned["candidates"]} == {
             a.name: 2, b.name: 1}
+
+        # The demand contract, enforced by the member: b's copy edited in b renders pods the plan did not
+        # count, so b's own servingops holds it (RolloutReady False and a Warning there; nothing new is
+        # projected, the pods already serving keep serving: Ready stays True).
+        client.CustomObjectsApi(b.api).patch_namespaced_custom_object(
+            GROUP, VERSION, ns, "inferenceservices", name, {"spec": {"engine": {"runner": {"image": "edited:v1"}}}})
+        _wait("b holds its edited copy",
+              lambda: _condition(b, ns, name, "RolloutReady")[0] == "PlacementDemandMismatch", worker, 120)
+        _, message = _condition(b, ns, name, "RolloutReady")
+        assert f"plan {replanned['plan']['id']} revision 2 accepted rendering" in message, message
+        assert _condition(b, ns, name, "Ready")[0] == "ComponentsReady"
+        assert any(t == "Warning" and r == "PlacementDemandMismatch" for t, r, _ in _events(b.api, ns, name))
+        pods = client.CoreV1Api(b.api).list_namespaced_pod(ns, label_selector=QUEUE_LABEL).items
+        assert pods and all(c.image != "edited:v1" for p in pods for c in p.spec.containers), "nothing projected"
+        # A spec change of the source renders otherwise at the same capacity: a new revision carries the new
+        # contract to both homes, b's copy is the source's again and projects (admitted) under it.
+        client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
+            GROUP, VERSION, ns, "inferenceservices", name, {"spec": {"engine": {"runner": {"image": "vllm:v2"}}}})
+        renewed = _wait("revision 3 placed", lambda: (p := _placement(kube_api, ns, name))["plan"]["revision"] == 3
+                        and p.get("phase") == "Placed" and p, worker, 240)
+        rows = {r["cluster"]: r for r in renewed["candidates"]}
+        assert {n: r["allocation"]["desiredReplicas"] for n, r in rows.items()} == {a.name: 2, b.name: 1}
+        assert rows[b.name]["allocation"]["capacity"]["demandFingerprint"] != sample["demandFingerprint"]
+        _wait("b's hold is over", lambda: _condition(b, ns, name, "RolloutReady")[0] != "PlacementDemandMismatch",
+              worker, 120)
+        derived = _derived(b, ns, name) or {}
+        assert derived["spec"]["engine"]["runner"]["image"] == "vllm:v2"
+        assert json.loads(derived["metadata"]["annotations"][EXECUTION_ANNOTATION])["demand"] == rows[b.name][
+            "allocation"]["capacity"]["demandContract"]
     finally:
         _cordon(a, cordoned, False)
         with contextlib.suppress(ApiException):

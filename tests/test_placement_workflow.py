@@ -418,6 +418,32 @@ async def test_split_by_capacity_divides_by_reported_capacity_and_keeps_the_plan
         assert not any(r["allocation"].get("homeInputsPending") for r in fleet.placed()["candidates"])
 
 
+async def test_split_by_capacity_a_member_rendering_otherwise_gets_a_new_revision_with_its_contract(
+        env: WorkflowEnvironment) -> None:
+    """The member holds a copy whose rendering differs from the plan's demand contract
+    (activities/serving/placement_demand.py), so a changed rendering with the same whole replicas (a runtime
+    changed in the member, or a spec change) must still be a new plan revision carrying the new contract."""
+    fleet = FakeFleet(three_members(), split_by_capacity("gpu-a", "gpu-b", replicas=4))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    a.admit = b.admit = True
+    a.capacity, b.capacity = 6, 2
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        first = a.derived["execution"]["demand"]
+        a.rendering = "2"
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: fleet.placed()["plan"]["revision"] == 2 and phase(fleet) == "Placed", "revision 2")
+        rows = {r["cluster"]: r for r in fleet.placed()["candidates"]}
+        assert {n: r["allocation"]["desiredReplicas"] for n, r in rows.items()} == {"gpu-a": 3, "gpu-b": 1}
+        renewed = rows["gpu-a"]["allocation"]["capacity"]["demandContract"]
+        assert renewed != first and a.derived["execution"]["demand"] == renewed
+        assert a.derived["execution"]["revision"] == 2 and b.derived["execution"]["revision"] == 2
+        # Nothing changed since: no further revision.
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: a.capacity_reads >= 3, "read again")
+        assert fleet.placed()["plan"]["revision"] == 2
+
+
 async def test_a_homes_rollout_provenance_is_mirrored_only_when_the_source_names_a_rollout_policy(
         env: WorkflowEnvironment) -> None:
     fleet = FakeFleet(three_members(), single("gpu"))

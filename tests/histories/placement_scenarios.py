@@ -141,5 +141,28 @@ async def placement_split_by_capacity(rec: Recording) -> None:
         await rec.save()
 
 
+async def placement_split_by_capacity_demand(rec: Recording) -> None:
+    """SplitByCapacity (6 and 2 whole replicas, floor 4: 3/1, Placed); gpu-a renders the service otherwise at the
+    same capacity (a runtime changed there): revision 2 carries its new demand contract; delete. Recorded with
+    the demand fingerprint in the input digest (workflow patch placement-demand-in-digest)."""
+    env = rec.env
+    fleet = FakeFleet(three_members(), split_by_capacity("gpu-a", "gpu-b", replicas=4))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    a.admit = b.admit = True
+    a.capacity, b.capacity = 6, 2
+    async with placing(rec, fleet) as handle:
+        await until(env, lambda: fleet.placed().get("phase") == "Placed", step=1, what="placed")
+        a.rendering = "2"
+        await handle.signal("object-changed", fleet.event())
+        await until(env, lambda: fleet.placed()["plan"]["revision"] == 2 and fleet.placed()["phase"] == "Placed",
+                    step=1, what="revision 2")
+        fleet.deleting = True
+        await handle.signal("delete", fleet.event(deleting=True))
+        await handle.result()
+        assert a.derived is None and b.derived is None
+        await rec.save()
+
+
 SCENARIOS = {"placement-single-race": placement_single_race, "placement-split": placement_split,
-             "placement-single-move": placement_single_move, "placement-split-by-capacity": placement_split_by_capacity}
+             "placement-single-move": placement_single_move, "placement-split-by-capacity": placement_split_by_capacity,
+             "placement-split-by-capacity-demand": placement_split_by_capacity_demand}

@@ -173,9 +173,13 @@ def _held_plan(spec: PlacementSpec, held: Held, inputs: Mapping[str, Any]) -> Pl
 
 
 def allocate(spec: PlacementSpec, matches: MatchResult, components: Components,
-             capacities: Mapping[str, int | None] | None = None) -> Plan | KeepLast:
+             capacities: Mapping[str, int | None] | None = None,
+             demands: Mapping[str, str] | None = None) -> Plan | KeepLast:
     """The plan for `spec` over `matches`. `capacities` (SplitByCapacity only) maps a cluster name to
-    the whole replicas it verifiably reports, None or absent when it has not."""
+    the whole replicas it verifiably reports, None or absent when it has not. `demands` (SplitByCapacity)
+    maps a cluster name to the demand fingerprint of its reading: part of the input digest, so a member
+    that renders the service otherwise (a changed spec, or a runtime changed there) gets a new plan
+    revision whose demand contract it can project under, even when its whole replicas stay the same."""
     if spec.mode == PlacementMode.SINGLE:
         raise ValueError("Single has no allocation: its admission race picks the home")
     base = {"mode": spec.mode.value, "policy": spec.policy.value, "components": _component_inputs(components)}
@@ -184,6 +188,8 @@ def allocate(spec: PlacementSpec, matches: MatchResult, components: Components,
         return _held_plan(spec, matches.held, {**base, "componentClusters": sets})
     if spec.mode == PlacementMode.ALL:
         return _all(spec, matches.candidates, components, base)
+    if demands is not None:
+        base = {**base, "demands": {c.cluster: demands.get(c.cluster) for c in matches.candidates}}
     return _split(spec, matches.candidates, components, capacities, base)
 
 

@@ -105,6 +105,10 @@ SPREAD_PATCH = "placement-spread-concurrent"
 """All / Split keep their homes at once (before: one home after the other)."""
 CAPACITY_PATCH = "placement-split-by-capacity"
 """SplitByCapacity reads each member's capacity (before: held CapacityUnknown, no activity)."""
+DEMAND_PATCH = "placement-demand-in-digest"
+"""SplitByCapacity's input digest covers each member's demand fingerprint: a changed rendering is a new plan
+revision carrying the contract the member checks (before: only whole replicas counted, and the member, once it
+enforced the contract, would hold a copy whose spec changed under an unchanged plan)."""
 FINALIZER = "servingops.io/placement"
 """On the source while derived copies may exist: its deletion waits for their withdrawal."""
 WITHDRAW_RETRY_FIRST = timedelta(seconds=5)
@@ -586,7 +590,10 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         if spec.mode == PlacementMode.SPLIT_BY_CAPACITY and matches.held is None:
             samples, unknown = await self._capacities(ref, source, [c.cluster for c in matches.candidates])
             capacities = {cluster: sample.replicas for cluster, sample in samples.items()}
-        result = allocate(spec, matches, components, capacities)
+        demands = None
+        if samples and workflow.patched(DEMAND_PATCH):
+            demands = {cluster: sample.demand_fingerprint or "" for cluster, sample in samples.items()}
+        result = allocate(spec, matches, components, capacities, demands)
         if isinstance(result, KeepLast) and unknown:
             # Which member, and why: the operator reads this on the object, not in a log.
             result = KeepLast(Held(result.held.reason, "no verified capacity from " + "; ".join(
