@@ -255,6 +255,15 @@ def split_by_capacity(*names: str, replicas: int | None = None, ceiling: int | N
     return placement
 
 
+def capacity_fleet() -> FakeFleet:
+    """SplitByCapacity over gpu-a and gpu-b with a floor of 4; both admit and report 6 and 2 whole replicas (3/1)."""
+    fleet = FakeFleet(three_members(), split_by_capacity("gpu-a", "gpu-b", replicas=4))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    a.admit = b.admit = True
+    a.capacity, b.capacity = 6, 2
+    return fleet
+
+
 def three_members() -> dict[str, FakeMember]:
     """gpu-a and gpu-b match tier=gpu, cpu-c does not; race order is by name: gpu-a, gpu-b."""
     return {m.name: m for m in (FakeMember("gpu-a", {"tier": "gpu"}, url="http://chat.gpu-a.example"),

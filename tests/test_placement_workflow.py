@@ -19,7 +19,7 @@ from temporalio.worker import Worker
 from servingops.api_models import contract
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
-from tests.placement_fakes import FakeFleet, single, split, split_by_capacity, three_members
+from tests.placement_fakes import FakeFleet, capacity_fleet, single, split, split_by_capacity, three_members
 from tests.rollout_fakes import until
 from tests.rollout_harness import start_env
 
@@ -381,10 +381,8 @@ async def test_split_by_capacity_without_capacity_reports_holds_and_writes_nothi
 
 async def test_split_by_capacity_divides_by_reported_capacity_and_keeps_the_plan_while_one_is_unknown(
         env: WorkflowEnvironment) -> None:
-    fleet = FakeFleet(three_members(), split_by_capacity("gpu-a", "gpu-b", replicas=4))
+    fleet = capacity_fleet()
     a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
-    a.admit = b.admit = True
-    a.capacity, b.capacity = 6, 2
     async with placing(env, fleet) as handle:
         await wait(env, lambda: phase(fleet) == "Placed", "placed")
         plan = fleet.placed()["plan"]
@@ -423,10 +421,8 @@ async def test_split_by_capacity_a_member_rendering_otherwise_gets_a_new_revisio
     """The member holds a copy whose rendering differs from the plan's demand contract
     (activities/serving/placement_demand.py), so a changed rendering with the same whole replicas (a runtime
     changed in the member, or a spec change) must still be a new plan revision carrying the new contract."""
-    fleet = FakeFleet(three_members(), split_by_capacity("gpu-a", "gpu-b", replicas=4))
+    fleet = capacity_fleet()
     a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
-    a.admit = b.admit = True
-    a.capacity, b.capacity = 6, 2
     async with placing(env, fleet) as handle:
         await wait(env, lambda: phase(fleet) == "Placed", "placed")
         first = a.derived["execution"]["demand"]

@@ -14,7 +14,7 @@ from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
-from tests.placement_fakes import FakeFleet, single, split, split_by_capacity, three_members
+from tests.placement_fakes import FakeFleet, capacity_fleet, single, split, three_members
 from tests.rollout_fakes import until
 
 if TYPE_CHECKING:
@@ -33,6 +33,15 @@ async def placing(rec: Recording, fleet: FakeFleet) -> AsyncIterator[WorkflowHan
             task_queue=queue)
         await rec.root(handle)
         yield handle
+
+
+async def delete_and_save(rec: Recording, handle: WorkflowHandle[Any, Any], fleet: FakeFleet) -> None:
+    """Every scenario's ending: the source deleted, the workflow done with every copy withdrawn, saved."""
+    fleet.deleting = True
+    await handle.signal("delete", fleet.event(deleting=True))
+    await handle.result()
+    assert all(m.derived is None for m in fleet.members.values())
+    await rec.save()
 
 
 async def placement_single_race(rec: Recording) -> None:
@@ -62,10 +71,7 @@ async def placement_single_race(rec: Recording) -> None:
         fleet.placement, fleet.generation = None, 3
         await handle.signal("object-changed", fleet.event())
         await until(env, lambda: a.derived is None, step=1, what="withdrawn")
-        fleet.deleting = True
-        await handle.signal("delete", fleet.event(deleting=True))
-        await handle.result()
-        await rec.save()
+        await delete_and_save(rec, handle, fleet)
 
 
 async def placement_split(rec: Recording) -> None:
@@ -84,11 +90,7 @@ async def placement_split(rec: Recording) -> None:
         fleet.placement, fleet.generation = split({"gpu-a": 1}, replicas=4), 3
         await handle.signal("object-changed", fleet.event())
         await until(env, lambda: b.derived is None, step=1, what="drained")
-        fleet.deleting = True
-        await handle.signal("delete", fleet.event(deleting=True))
-        await handle.result()
-        assert a.derived is None
-        await rec.save()
+        await delete_and_save(rec, handle, fleet)
 
 
 async def placement_single_move(rec: Recording) -> None:
@@ -110,21 +112,15 @@ async def placement_single_move(rec: Recording) -> None:
         await until(env, lambda: fleet.placed()["plan"]["winner"] == "gpu-a" and b.derived is None, step=5,
                     what="moved to gpu-a")
         await until(env, lambda: "singleMove" not in fleet.placed()["plan"], step=1, what="move record cleared")
-        fleet.deleting = True
-        await handle.signal("delete", fleet.event(deleting=True))
-        await handle.result()
-        assert a.derived is None and c.derived is None
-        await rec.save()
+        await delete_and_save(rec, handle, fleet)
 
 
 async def placement_split_by_capacity(rec: Recording) -> None:
     """SplitByCapacity over two members reporting 6 and 2 whole replicas (floor 4: 3/1, Placed); gpu-b's
     report gone (CapacityUnknown, the plan kept); back with 6 (revision 2, 2/2); delete."""
     env = rec.env
-    fleet = FakeFleet(three_members(), split_by_capacity("gpu-a", "gpu-b", replicas=4))
-    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
-    a.admit = b.admit = True
-    a.capacity, b.capacity = 6, 2
+    fleet = capacity_fleet()
+    b = fleet.members["gpu-b"]
     async with placing(rec, fleet) as handle:
         await until(env, lambda: fleet.placed().get("phase") == "Placed", step=1, what="placed")
         b.capacity = None
@@ -134,11 +130,7 @@ async def placement_split_by_capacity(rec: Recording) -> None:
         await handle.signal("object-changed", fleet.event())
         await until(env, lambda: fleet.placed()["plan"]["revision"] == 2 and fleet.placed()["phase"] == "Placed",
                     step=1, what="revision 2")
-        fleet.deleting = True
-        await handle.signal("delete", fleet.event(deleting=True))
-        await handle.result()
-        assert a.derived is None and b.derived is None
-        await rec.save()
+        await delete_and_save(rec, handle, fleet)
 
 
 async def placement_split_by_capacity_demand(rec: Recording) -> None:
@@ -146,21 +138,15 @@ async def placement_split_by_capacity_demand(rec: Recording) -> None:
     same capacity (a runtime changed there): revision 2 carries its new demand contract; delete. Recorded with
     the demand fingerprint in the input digest (workflow patch placement-demand-in-digest)."""
     env = rec.env
-    fleet = FakeFleet(three_members(), split_by_capacity("gpu-a", "gpu-b", replicas=4))
-    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
-    a.admit = b.admit = True
-    a.capacity, b.capacity = 6, 2
+    fleet = capacity_fleet()
+    a = fleet.members["gpu-a"]
     async with placing(rec, fleet) as handle:
         await until(env, lambda: fleet.placed().get("phase") == "Placed", step=1, what="placed")
         a.rendering = "2"
         await handle.signal("object-changed", fleet.event())
         await until(env, lambda: fleet.placed()["plan"]["revision"] == 2 and fleet.placed()["phase"] == "Placed",
                     step=1, what="revision 2")
-        fleet.deleting = True
-        await handle.signal("delete", fleet.event(deleting=True))
-        await handle.result()
-        assert a.derived is None and b.derived is None
-        await rec.save()
+        await delete_and_save(rec, handle, fleet)
 
 
 SCENARIOS = {"placement-single-race": placement_single_race, "placement-split": placement_split,
