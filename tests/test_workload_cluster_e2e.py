@@ -13,6 +13,7 @@ without any privilege. Statuses are read where kubectl reads them: status.condit
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import sys
 import uuid
@@ -25,12 +26,21 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from temporalio.testing import ActivityEnvironment
 
 from devstack import identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import TemporalDevServer
+from servingops.activities.workload_cluster.activities import (
+    MEMBER_REFUSED_AFTER,
+    MemberRefusedDuringWarmUp,
+    WorkloadClusterActivities,
+)
+from servingops.activities.workload_cluster.types import CheckInput
 from servingops.api_models.contract.workload_cluster import RECHECK_ANNOTATION
+from servingops.api_models.ome.workload_cluster import WorkloadCluster
+from servingops.api_models.refs import ObjectRef
 from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.kube import own_identities
 from tests.test_rollout_e2e import _wait
@@ -143,6 +153,11 @@ class Health:
     def events(self, name: str) -> list[tuple[str, str]]:
         found = self.core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={name}").items
         return sorted((e.type, e.reason) for e in found if e.involved_object.kind == "WorkloadCluster")
+
+    def event_messages(self, name: str) -> list[tuple[str, str, int, str]]:
+        found = self.core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={name}").items
+        return sorted((e.type, e.reason, e.count or 1, e.message or "") for e in found
+                      if e.involved_object.kind == "WorkloadCluster")
 
 
 @pytest.fixture(scope="module")
@@ -259,5 +274,33 @@ def test_an_apiserver_outage_is_seen_on_the_interval_and_so_is_its_return(health
     finally:
         member.start_apiserver()
     health.wait_ready(name, "True", "Connected")
-    _wait("one Warning for the outage", lambda: health.events(name) == [
-        ("Normal", "Connected"), ("Warning", "Unreachable")], health.worker, 60)
+    seen: list[list[tuple[str, str]]] = []
+
+    def one_warning() -> bool:
+        seen.append(health.events(name))
+        return seen[-1] == [("Normal", "Connected"), ("Warning", "Unreachable")]
+
+    try:
+        _wait("one Warning for the outage", one_warning, health.worker, 60)
+    except AssertionError as exc:
+        raise AssertionError(f"events {health.event_messages(name)}") from exc
+
+
+def test_a_member_refusal_is_retried_through_the_warm_up_and_then_is_the_verdict(health: Health) -> None:
+    """The activity itself, against the real member: a 401 on attempts 1-4 raises (retried with the
+    MEMBER backoff, in case the member's authorizer is still syncing after a restart), and from
+    attempt MEMBER_REFUSED_AFTER on it is the verdict Unauthorized, the member's answer in the message."""
+    config = yaml.safe_load(health.kubeconfig)
+    config["users"][0]["user"]["token"] = "a-token-the-member-never-issued"
+    health.secret("member-refused", {"kubeconfig": yaml.safe_dump(config)})
+    name = health.register("refused", health.kube_config("member-refused"))
+    activities = WorkloadClusterActivities(health.api, health.namespace)
+    ref = ObjectRef.of(WorkloadCluster, name)
+    early, late = ActivityEnvironment(), ActivityEnvironment()
+    early.info = dataclasses.replace(early.info, attempt=MEMBER_REFUSED_AFTER - 1)
+    late.info = dataclasses.replace(late.info, attempt=MEMBER_REFUSED_AFTER)
+    with pytest.raises(MemberRefusedDuringWarmUp, match="answered 401"):
+        early.run(activities.check, CheckInput(cluster=ref))
+    found = late.run(activities.check, CheckInput(cluster=ref))
+    assert found.verdict is not None and found.verdict.reason == "Unauthorized", found
+    assert "answered 401" in found.verdict.message and "never-issued" not in found.verdict.message

@@ -11,6 +11,15 @@ reading the WorkloadCluster or the Secret (connection errors, 5xx, 409, 429): th
 known yet. A 403 on the Secret is retried for the first attempts, as every 403 is
 (workers/kubernetes_errors.py: an apiserver that has just restarted denies until its RBAC caches
 sync), then becomes the verdict SecretForbidden.
+
+The member's own refusal (401/403, the verdict Unauthorized) gets the same warm-up: a member
+apiserver that has just come back answers 403 even to GET /readyz, which every identity may
+read, until its authorizer has synced (seen on a loaded machine in
+tests/test_workload_cluster_e2e.py: an outage ended in a false Unauthorized Warning). So the
+first attempts raise MemberRefusedDuringWarmUp, retried with the MEMBER backoff (1 + 2 + 4 + 8 s),
+and only a refusal that outlives them is the verdict. Credentials that are really wrong are
+therefore reported about 15 s later than they are seen; a false alarm after every member restart
+would cost more.
 """
 
 from __future__ import annotations
@@ -32,6 +41,13 @@ SECRET_FORBIDDEN_AFTER = 5
 """The attempt from which a 403 on the Secret is the verdict SecretForbidden rather than retried:
 the same warm-up the worker's error classifier allows every 403 (workers/kubernetes_errors.py
 FORBIDDEN_AFTER; activities cannot import workers)."""
+MEMBER_REFUSED_AFTER = SECRET_FORBIDDEN_AFTER
+"""The attempt from which the member's 401/403 is the verdict Unauthorized rather than retried."""
+
+
+class MemberRefusedDuringWarmUp(Exception):
+    """The member refused the probe on an early attempt: retried, in case its authorizer is still
+    syncing after a restart. Carries the refusal the verdict would have said."""
 
 
 def _verdict(reason: ConnectionReason, message: str) -> ConnectionVerdict:
@@ -68,10 +84,13 @@ class WorkloadClusterActivities:
                                 f"the worker may not read Secret {location.namespace}/{location.name} (403): add "
                                 f"{location.namespace} to the chart's rbac.secretNamespaces")
             raise
-        return probe(access)
+        verdict = probe(access)
+        if verdict.reason is ConnectionReason.UNAUTHORIZED and activity.info().attempt < MEMBER_REFUSED_AFTER:
+            raise MemberRefusedDuringWarmUp(verdict.message)
+        return verdict
 
     def all(self) -> list[object]:
         return [self.check]
 
 
-__all__ = ["SECRET_FORBIDDEN_AFTER", "WorkloadClusterActivities"]
+__all__ = ["MEMBER_REFUSED_AFTER", "SECRET_FORBIDDEN_AFTER", "MemberRefusedDuringWarmUp", "WorkloadClusterActivities"]
