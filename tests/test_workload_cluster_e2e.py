@@ -33,7 +33,7 @@ from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import TemporalDevServer
 from servingops.activities.workload_cluster.activities import (
-    MEMBER_REFUSED_AFTER,
+    REFUSAL_IS_VERDICT_FROM,
     MemberRefusedDuringWarmUp,
     WorkloadClusterActivities,
 )
@@ -150,14 +150,14 @@ class Health:
         columns = [c["name"] for c in table["columnDefinitions"]]
         return str(table["rows"][0]["cells"][columns.index("Ready")])
 
-    def events(self, name: str) -> list[tuple[str, str]]:
-        found = self.core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={name}").items
-        return sorted((e.type, e.reason) for e in found if e.involved_object.kind == "WorkloadCluster")
-
     def event_messages(self, name: str) -> list[tuple[str, str, int, str]]:
+        """(type, reason, count, message) of every Event about the WorkloadCluster, sorted."""
         found = self.core.list_event_for_all_namespaces(field_selector=f"involvedObject.name={name}").items
-        return sorted((e.type, e.reason, e.count or 1, e.message or "") for e in found
+        return sorted((e.type or "", e.reason or "", e.count or 1, e.message or "") for e in found
                       if e.involved_object.kind == "WorkloadCluster")
+
+    def events(self, name: str) -> list[tuple[str, str]]:
+        return [(kind, reason) for kind, reason, _, _ in self.event_messages(name)]
 
 
 @pytest.fixture(scope="module")
@@ -274,22 +274,17 @@ def test_an_apiserver_outage_is_seen_on_the_interval_and_so_is_its_return(health
     finally:
         member.start_apiserver()
     health.wait_ready(name, "True", "Connected")
-    seen: list[list[tuple[str, str]]] = []
-
-    def one_warning() -> bool:
-        seen.append(health.events(name))
-        return seen[-1] == [("Normal", "Connected"), ("Warning", "Unreachable")]
-
     try:
-        _wait("one Warning for the outage", one_warning, health.worker, 60)
-    except AssertionError as exc:
+        _wait("one Warning for the outage", lambda: health.events(name) == [
+            ("Normal", "Connected"), ("Warning", "Unreachable")], health.worker, 60)
+    except AssertionError as exc:  # say which Events there were (a warm-up 403 was one: 1656ac3)
         raise AssertionError(f"events {health.event_messages(name)}") from exc
 
 
 def test_a_member_refusal_is_retried_through_the_warm_up_and_then_is_the_verdict(health: Health) -> None:
     """The activity itself, against the real member: a 401 on attempts 1-4 raises (retried with the
     MEMBER backoff, in case the member's authorizer is still syncing after a restart), and from
-    attempt MEMBER_REFUSED_AFTER on it is the verdict Unauthorized, the member's answer in the message."""
+    attempt REFUSAL_IS_VERDICT_FROM on it is the verdict Unauthorized, the member's answer in the message."""
     config = yaml.safe_load(health.kubeconfig)
     config["users"][0]["user"]["token"] = "a-token-the-member-never-issued"
     health.secret("member-refused", {"kubeconfig": yaml.safe_dump(config)})
@@ -297,8 +292,8 @@ def test_a_member_refusal_is_retried_through_the_warm_up_and_then_is_the_verdict
     activities = WorkloadClusterActivities(health.api, health.namespace)
     ref = ObjectRef.of(WorkloadCluster, name)
     early, late = ActivityEnvironment(), ActivityEnvironment()
-    early.info = dataclasses.replace(early.info, attempt=MEMBER_REFUSED_AFTER - 1)
-    late.info = dataclasses.replace(late.info, attempt=MEMBER_REFUSED_AFTER)
+    early.info = dataclasses.replace(early.info, attempt=REFUSAL_IS_VERDICT_FROM - 1)
+    late.info = dataclasses.replace(late.info, attempt=REFUSAL_IS_VERDICT_FROM)
     with pytest.raises(MemberRefusedDuringWarmUp, match="answered 401"):
         early.run(activities.check, CheckInput(cluster=ref))
     found = late.run(activities.check, CheckInput(cluster=ref))

@@ -37,12 +37,11 @@ from servingops.activities.workload_cluster.registration import RegistrationUnus
 from servingops.activities.workload_cluster.types import CheckInput, CheckOutput
 from servingops.api_models.contract.workload_cluster import ConnectionReason, ConnectionVerdict
 
-SECRET_FORBIDDEN_AFTER = 5
-"""The attempt from which a 403 on the Secret is the verdict SecretForbidden rather than retried:
-the same warm-up the worker's error classifier allows every 403 (workers/kubernetes_errors.py
-FORBIDDEN_AFTER; activities cannot import workers)."""
-MEMBER_REFUSED_AFTER = SECRET_FORBIDDEN_AFTER
-"""The attempt from which the member's 401/403 is the verdict Unauthorized rather than retried."""
+REFUSAL_IS_VERDICT_FROM = 5
+"""The attempt from which a refusal is the verdict rather than retried - a 403 on the Secret
+(SecretForbidden) and the member's 401/403 (Unauthorized) alike: the same warm-up the worker's
+error classifier allows every 403 (workers/kubernetes_errors.py FORBIDDEN_AFTER; activities cannot
+import workers)."""
 
 
 class MemberRefusedDuringWarmUp(Exception):
@@ -79,13 +78,13 @@ class WorkloadClusterActivities:
             return _verdict(exc.reason, exc.message)
         except ApiException as exc:
             location = secret_location(spec, self._namespace)
-            if exc.status == 403 and location is not None and activity.info().attempt >= SECRET_FORBIDDEN_AFTER:
+            if exc.status == 403 and location is not None and activity.info().attempt >= REFUSAL_IS_VERDICT_FROM:
                 return _verdict(ConnectionReason.SECRET_FORBIDDEN,
                                 f"the worker may not read Secret {location.namespace}/{location.name} (403): add "
                                 f"{location.namespace} to the chart's rbac.secretNamespaces")
             raise
         verdict = probe(access)
-        if verdict.reason is ConnectionReason.UNAUTHORIZED and activity.info().attempt < MEMBER_REFUSED_AFTER:
+        if verdict.reason is ConnectionReason.UNAUTHORIZED and activity.info().attempt < REFUSAL_IS_VERDICT_FROM:
             raise MemberRefusedDuringWarmUp(verdict.message)
         return verdict
 
@@ -93,4 +92,4 @@ class WorkloadClusterActivities:
         return [self.check]
 
 
-__all__ = ["MEMBER_REFUSED_AFTER", "SECRET_FORBIDDEN_AFTER", "MemberRefusedDuringWarmUp", "WorkloadClusterActivities"]
+__all__ = ["REFUSAL_IS_VERDICT_FROM", "MemberRefusedDuringWarmUp", "WorkloadClusterActivities"]
