@@ -8,7 +8,8 @@ Each member holds at most one derived service per source; `admit` says whether t
 admits it (a fake of "every component has an admitted Instance confirmed by live pods");
 `reachable` False makes every call answer Unreachable, as the real activities do. A member's
 `derived` whose `origin` is not the source's uid is a same-named object someone else made
-(`foreign`): never written or deleted, NameInUse. A member dropped from `members` is deregistered
+(`foreign`): never written or deleted, NameInUse, unless the target names its uid for adoption
+(`adopt_uid`, after `inventory_member` identified it; `standing()` makes one). A member dropped from `members` is deregistered
 (its WorkloadCluster deleted): RegistrationNotFound.
 
 tests/test_placement_conformance.py runs the same cases against these and against the real
@@ -51,6 +52,15 @@ class FakeMember:
     reading's renderingHash and demand fingerprint follow it."""
     rollout: dict[str, Any] | None = None
     """What its derived service's rollout mirror says (CandidateRolloutStatus JSON), when it exists."""
+    inventories: int = 0
+
+    def standing(self, replicas: int, origin: str | None = None) -> str:
+        """A same-named InferenceService made here without this source (by hand: no origin; or derived from
+        an earlier source `origin`), running `replicas` engine Instances; returns its uid."""
+        uid = str(uuid.uuid4())
+        self.derived = {"uid": uid, "origin": origin, "execution": None, "queue": None, "generation": 0,
+                        "floors": {"engine": replicas}}
+        return uid
 
 
 @dataclass
@@ -66,6 +76,8 @@ class FakeFleet:
     """The source's metadata.finalizers: a deleting source is gone once the last one is removed."""
     rollout_policies: bool = False
     """A spec.rollout group of the source names a RolloutPolicy."""
+    adopt: bool = False
+    """The source carries servingops.io/placement-adopt: "true"."""
     observation_grace: str = "2m"
     min_replicas: dict[str, int] = field(default_factory=lambda: {"engine": 1})
     writes: list[dict[str, Any]] = field(default_factory=list)
@@ -103,7 +115,16 @@ class FakeFleet:
             return None
 
         def ours(member: FakeMember, target: dict[str, Any]) -> bool:
-            return member.derived is not None and member.derived.get("origin") == target["source_uid"]
+            if member.derived is None:
+                return False
+            return member.derived.get("origin") == target["source_uid"] or (
+                bool(target.get("adopt_uid")) and member.derived.get("uid") == target["adopt_uid"])
+
+        def engine_counts(member: FakeMember) -> tuple[int, int]:
+            """(desired, admitted) of the copy there: Kueue admits every Instance of it or none."""
+            derived = member.derived or {}
+            desired = (derived.get("floors") or {}).get("engine", fleet.min_replicas.get("engine", 1))
+            return desired, desired if member.admit else 0
 
         @activity.defn(name="placement.read_source")
         async def read_source(inp: dict[str, Any]) -> dict[str, Any] | None:
@@ -115,7 +136,8 @@ class FakeFleet:
                     "registrations": [{"name": m.name, "uid": m.uid, "labels": m.labels, "ready": m.ready}
                                       for m in fleet.members.values()],
                     "status_placement": copy.deepcopy(fleet.status_placement),
-                    "finalizers": list(fleet.finalizers), "rollout_policies": fleet.rollout_policies}
+                    "finalizers": list(fleet.finalizers), "rollout_policies": fleet.rollout_policies,
+                    "adopt": fleet.adopt}
 
         @activity.defn(name="placement.apply_member")
         async def apply_member(inp: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +152,8 @@ class FakeFleet:
             if member.derived is not None and not ours(member, target):
                 return {"done": False, "reason": "NameInUse", "message": (
                     f"{member.name} already has InferenceService {target['namespace']}/{target['name']} not "
-                    "derived from this source; it is left alone")}
+                    "derived from this source; it is left alone (annotate the source "
+                    "servingops.io/placement-adopt=true to adopt it as a home)")}
             member.applies += 1
             uid = (member.derived or {}).get("uid") or str(uuid.uuid4())
             member.derived = {"uid": uid, "origin": target["source_uid"], "execution": inp["execution"],
@@ -147,13 +170,26 @@ class FakeFleet:
                 return {"reachable": False, **(why or {})}
             if member.derived is None or not ours(member, target):
                 return {"reachable": True, "exists": False}
-            # Kueue admits every Instance of the copy (its floor, or the source's minReplicas) or none.
-            desired = (member.derived.get("floors") or {}).get("engine", fleet.min_replicas.get("engine", 1))
-            admitted = desired if member.admit else 0
+            desired, admitted = engine_counts(member)
             return {"reachable": True, "exists": True, "url": member.url if member.admit else None,
                     "rollout": copy.deepcopy(member.rollout),
                     "components": [{"component": "engine", "admitted": admitted, "ready": admitted,
                                     "desired": desired}]}
+
+        @activity.defn(name="placement.inventory_member")
+        async def inventory_member(target: dict[str, Any]) -> dict[str, Any]:
+            member = member_of(target)
+            why = unavailable(member, target["cluster"])
+            if member is None or why is not None:
+                return {"identified": False, **(why or {})}
+            member.inventories += 1
+            if member.derived is None:
+                return {"identified": True}
+            _, admitted = engine_counts(member)
+            mine = member.derived.get("origin") == target["source_uid"]
+            return {"identified": True, "ours": mine, "standing_uid": None if mine else member.derived["uid"],
+                    "standing_origin": None if mine else member.derived.get("origin"), "replicas": admitted,
+                    "admitted": admitted > 0, "url": member.url if admitted else None}
 
         @activity.defn(name="placement.delete_member")
         async def delete_member(target: dict[str, Any]) -> dict[str, Any]:
@@ -225,8 +261,8 @@ class FakeFleet:
         async def operator_config() -> dict[str, Any]:
             return {"placement": {"observationGrace": fleet.observation_grace}}
 
-        return [read_source, apply_member, observe_member, delete_member, read_capacity, patch_status,
-                ensure_finalizer, remove_finalizer, operator_config]
+        return [read_source, apply_member, observe_member, delete_member, read_capacity, inventory_member,
+                patch_status, ensure_finalizer, remove_finalizer, operator_config]
 
 
 def single(*values: str, key: str = "tier") -> dict[str, Any]:

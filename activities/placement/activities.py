@@ -12,7 +12,9 @@ The derived InferenceService is the source's spec without `placement`, the same 
 labelled `ome.io/placement-origin=<source uid>` and annotated `ome.io/placement-execution` with the
 plan's PlacementExecutionPolicy; each component's pods name the member's Kueue LocalQueue, so
 admission is Kueue's decision. A derived object is only ever changed or deleted while it carries
-this source's origin label: a same-named object someone else made is NameInUse, never touched.
+this source's origin label: a same-named object someone else made is NameInUse, never touched, unless
+the source opts in to adoption (servingops.io/placement-adopt) and this member's inventory
+(`inventory_member`) identified that very object (its uid) as a standing home to adopt.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from servingops.activities.placement.types import (
     CapacityReading,
     ClusterRegistration,
     ComponentAdmission,
+    MemberInventory,
     MemberObservation,
     MemberTarget,
     MemberWrite,
@@ -49,6 +52,7 @@ from servingops.activities.replica.kueue import ADMISSION_GATE, QUEUE_LABEL
 from servingops.activities.serving import multinode, render
 from servingops.activities.serving.resolution import Unresolvable, resolve_service
 from servingops.activities.workload_cluster.registration import RegistrationUnusable, versioned_member_access
+from servingops.api_models.contract.placement import ADOPT_ANNOTATION, ADOPT_VALUE
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.accelerator import AcceleratorCapacityAttribution
 from servingops.api_models.ome.enums import ComponentType
@@ -105,7 +109,8 @@ class PlacementActivities:
         """Member clients kept for the life of the worker (clients.py)."""
 
     def all(self) -> list[Any]:
-        return [self.read_source, self.apply_member, self.observe_member, self.delete_member, self.read_capacity]
+        return [self.read_source, self.apply_member, self.observe_member, self.delete_member, self.read_capacity,
+                self.inventory_member]
 
     # -- the control plane ------------------------------------------------------------------
 
@@ -133,6 +138,7 @@ class PlacementActivities:
             rollout_policies=any(isinstance(g, dict) and (g.get("policyRef") or {}).get("name")
                                  for g in (spec.get("rollout") or {}).get("groups") or []),
             autoscaler_policy_components=_autoscaler_policy_consumers(spec),
+            adopt=(meta.get("annotations") or {}).get(ADOPT_ANNOTATION) == ADOPT_VALUE,
         )
 
     def _registration(self, cluster: str) -> dict[str, Any]:
@@ -199,10 +205,11 @@ class PlacementActivities:
         try:
             with self._session(target.cluster) as member:
                 current = member.service(target.namespace, target.name)
-                if current is not None and _origin(current) != target.source_uid:
+                if current is not None and not _owned(current, target):
                     return MemberWrite(done=False, reason="NameInUse", message=(
                         f"{target.cluster} already has InferenceService {target.namespace}/{target.name} not "
-                        "derived from this source; it is left alone"))
+                        f"derived from this source; it is left alone (annotate the source {ADOPT_ANNOTATION}="
+                        f"{ADOPT_VALUE} to adopt it as a home)"))
                 try:
                     member.apply_service(body)
                 except ApiException as exc:
@@ -221,19 +228,32 @@ class PlacementActivities:
         try:
             with self._session(target.cluster) as member:
                 current = member.service(target.namespace, target.name)
-                if current is None or _origin(current) != target.source_uid:
+                if current is None or not _owned(current, target):
                     return MemberObservation(reachable=True, exists=False)
-                pods = member.pods(target.namespace)
-                spec = current.get("spec") or {}
-                components = [_admission(member, target, c, spec.get(c.value) or {}, pods)
-                              for c in _COMPONENTS if spec.get(c.value)]
-                status = current.get("status") or {}
-                return MemberObservation(reachable=True, exists=True, components=components, url=status.get("url"),
-                                         rollout=mirrors.rollout_mirror(status),
-                                         autoscaling=mirrors.autoscaling_mirror(
-                                             status, _autoscaler_policy_consumers(spec)))
+                return _observation(member, target, current)
         except MemberUnavailable as exc:
             return MemberObservation(reachable=False, reason=exc.reason, message=exc.message)
+
+    @activity.defn(name="placement.inventory_member")
+    def inventory_member(self, target: MemberTarget) -> MemberInventory:
+        """What stands in the member under the source's name, read before placement plans a home there:
+        nothing, the source's own copy, or a standing copy (its uid, origin and the Instances its Kueue
+        admitted: the resources it holds). Read-only; an unreachable member is an answer (pending)."""
+        try:
+            with self._session(target.cluster) as member:
+                current = member.service(target.namespace, target.name)
+                if current is None:
+                    return MemberInventory(identified=True)
+                meta = current.get("metadata") or {}
+                seen = _observation(member, target, current)
+        except MemberUnavailable as exc:
+            return MemberInventory(identified=False, reason=exc.reason, message=exc.message)
+        engine = next((c for c in seen.components if c.component == ComponentType.ENGINE.value), None)
+        counted = engine or (seen.components[0] if seen.components else None)
+        ours = _origin(current) == target.source_uid
+        return MemberInventory(identified=True, ours=ours, standing_uid=None if ours else meta.get("uid"),
+                               standing_origin=None if ours else _origin(current),
+                               replicas=counted.admitted if counted else 0, admitted=seen.admitted, url=seen.url)
 
     @activity.defn(name="placement.delete_member")
     def delete_member(self, target: MemberTarget) -> MemberWrite:
@@ -243,7 +263,7 @@ class PlacementActivities:
                 current = member.service(target.namespace, target.name)
                 if current is None:
                     return MemberWrite(done=True)
-                if _origin(current) != target.source_uid:
+                if not _owned(current, target):
                     return MemberWrite(done=True, reason="NameInUse", message=(
                         f"{target.cluster}'s {target.namespace}/{target.name} is not derived from this source: kept"))
                 try:
@@ -319,6 +339,27 @@ def _autoscaler_policy_consumers(spec: dict[str, Any]) -> list[str]:
 
 def _origin(obj: dict[str, Any]) -> str | None:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL)
+
+
+def _owned(obj: dict[str, Any], target: MemberTarget) -> bool:
+    """The object is this source's to write, read and delete: derived from it (its origin label), or the
+    very standing copy an inventory identified for adoption (its uid; a same-named object made since is not)."""
+    if _origin(obj) == target.source_uid:
+        return True
+    return bool(target.adopt_uid) and (obj.get("metadata") or {}).get("uid") == target.adopt_uid
+
+
+def _observation(member: MemberClient, target: MemberTarget, current: dict[str, Any]) -> MemberObservation:
+    """The service in the member as placement counts it: each component's admitted Instances confirmed by
+    live pods, its ready count, its url and the mirrors."""
+    pods = member.pods(target.namespace)
+    spec = current.get("spec") or {}
+    components = [_admission(member, target, c, spec.get(c.value) or {}, pods)
+                  for c in _COMPONENTS if spec.get(c.value)]
+    status = current.get("status") or {}
+    return MemberObservation(reachable=True, exists=True, components=components, url=status.get("url"),
+                             rollout=mirrors.rollout_mirror(status),
+                             autoscaling=mirrors.autoscaling_mirror(status, _autoscaler_policy_consumers(spec)))
 
 
 def derived_service(source: dict[str, Any], target: MemberTarget, execution: dict[str, Any],

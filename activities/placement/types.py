@@ -48,6 +48,9 @@ class PlacementSource(BaseModel):
     """A spec.rollout group names a RolloutPolicy: each home's rollout provenance is mirrored."""
     autoscaler_policy_components: list[str] = []
     """The components whose spec names an autoscalerPolicyRef: each home's autoscaling is mirrored."""
+    adopt: bool = False
+    """The source carries servingops.io/placement-adopt: "true": standing copies in matched members are
+    inventoried and adopted (api_models/contract/placement.py)."""
 
 
 class MemberTarget(BaseModel):
@@ -58,6 +61,9 @@ class MemberTarget(BaseModel):
     namespace: str
     name: str
     source_uid: str
+    adopt_uid: str | None = None
+    """The uid of a standing copy this member's inventory identified for adoption: that object (and no
+    other of the name) is written, observed and deleted as if derived from the source."""
 
 
 class ApplyMemberInput(BaseModel):
@@ -108,6 +114,27 @@ class MemberObservation(BaseModel):
     def admitted(self) -> bool:
         """Every component has at least one confirmed admitted Instance."""
         return self.exists and bool(self.components) and all(c.admitted > 0 for c in self.components)
+
+
+class MemberInventory(BaseModel):
+    """What stands in a member under the source's name before placement plans a home there. An answer,
+    not an error: an unreachable member's inventory is pending (`identified` False)."""
+
+    identified: bool
+    reason: str | None = None
+    message: str | None = None
+    standing_uid: str | None = None
+    """The uid of a same-named InferenceService not derived from this source (none: nothing stands)."""
+    standing_origin: str | None = None
+    """Its ome.io/placement-origin label (an earlier source of that name), when it has one."""
+    ours: bool = False
+    """The object there is already derived from this source."""
+    replicas: int = 0
+    """The engine (else first component) Instances its Kueue admitted, confirmed by live pods: the
+    standing resources the home holds now (its originalReplicas)."""
+    admitted: bool = False
+    """Every component has an admitted Instance: it serves (with `url`) or can."""
+    url: str | None = None
 
 
 class CapacityInput(BaseModel):

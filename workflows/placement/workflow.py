@@ -40,6 +40,14 @@ name order after plan.singleMove.cursor; a probe past replacementTimeout is with
 one nominated; the first admitted probe is singleMove.selected and becomes the winner once it serves
 (endpoint), persisted before the old home is withdrawn. A spec change that still matches the winner
 is applied to it in place.
+
+Adoption (workflows/placement/adoption.py holds the rules), for a source annotated
+servingops.io/placement-adopt: "true": every matched member is inventoried before a plan is accepted; a
+standing copy of the service there is a home it already has (originalReplicas: its admitted Instances),
+adopted by uid instead of refused as NameInUse; one that already serves wins a Single plan at once. A member
+that cannot be read is inventoryPending (nothing written there, no free capacity) and the plan's
+adoptionDigest holds the initial intent until it answers; a changed intent that would add homes meanwhile is
+held (InventoryPending). Standing copies the plan does not keep serve until its homes do, then are drained.
 """
 
 from __future__ import annotations
@@ -52,7 +60,7 @@ from temporalio import workflow
 
 from servingops.workflows import options
 from servingops.workflows.entity import EntitySignals, EntityState
-from servingops.workflows.placement import move, race, spread
+from servingops.workflows.placement import adoption, move, race, spread
 from servingops.workflows.placement.allocation import Components, KeepLast, allocate
 from servingops.workflows.placement.held import Held
 from servingops.workflows.placement.matching import Candidate, Registration, match_clusters
@@ -66,6 +74,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.activities.placement.types import (
         ApplyMemberInput,
         CapacityInput,
+        MemberInventory,
         MemberObservation,
         MemberTarget,
         MemberWrite,
@@ -132,6 +141,8 @@ class PlacementState(EntityState):
     gone); unreachable is the winner row's observationFailingSince."""
     move_note: str | None = None
     """What was last said about a Single move that cannot go on (said once per distinct message)."""
+    inventory: dict[str, MemberInventory] = {}
+    """Adoption: per matched member, what its inventory found (not identified: pending)."""
     last_revision: int = 0
     """The revision of the latest plan accepted for this source (0: none), so revisions only grow."""
     passes: int = 0
@@ -234,8 +245,13 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
                        "SplitByCapacity divides by the capacity each member verifiably reports, and no member "
                        "reports capacity to this release: the last plan is kept (none yet), nothing is written")
             return None
+        if source.adopt:
+            await self._inventory(ref, source, spec)
         if spec.mode != PlacementMode.SINGLE:
-            return await self._spread(ref, source, spec)
+            poll = await self._spread(ref, source, spec)
+            if source.adopt:
+                adoption.mark(self.state.status, self.state.inventory, True)
+            return poll
         grace_left: timedelta | None = None
         for _ in range(2):  # a winner lost in this pass races again in the same pass
             plan = self.state.status.plan
@@ -243,7 +259,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
                 candidates = self._match(spec, source)
                 if not candidates:
                     return PENDING_POLL
-                await self._start_race(ref, source, candidates)
+                await self._start_race(ref, source, candidates, spec)
             if not (self.state.status.plan and self.state.status.plan.winner):
                 await self._race(ref, source)
             if not (self.state.status.plan and self.state.status.plan.winner):
@@ -253,6 +269,9 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
                 break
         moving = False
         status = self.state.status
+        if source.adopt and status.plan is not None:
+            await self._adopt_single(ref, source, spec)
+            status = self.state.status
         if grace_left is None and status.plan is not None and status.plan.winner and not race.losers(status):
             moving = await self._move(ref, source, spec)
         self.state.status.phase = race.phase(self.state.status)
@@ -282,22 +301,40 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             self._notes.append(EventNote(type="Warning", reason=reason, message=message))
             self.state.held = said
 
-    async def _start_race(self, ref: ObjectRef, source: PlacementSource, candidates: list[Candidate]) -> None:
+    async def _start_race(self, ref: ObjectRef, source: PlacementSource, candidates: list[Candidate],
+                          spec: PlacementSpec) -> None:
         draining = [r for r in self.state.status.candidates or [] if race.draining(r)]
+        pending = adoption.pending(self.state.inventory) if source.adopt else []
+        candidates = [c for c in candidates if c.cluster not in pending]  # nothing is written to an unknown home
         self.state.last_revision += 1
         self.state.status = race.new_race(str(workflow.uuid4()), source.uid, source.generation, candidates,
                                           revision=self.state.last_revision, draining=draining)
-        self.state.why.update({c.cluster: "fanned out, waiting for its Kueue to admit" for c in candidates})
         self.state.applied_generation = {}
-        self._notes.append(EventNote(reason="PlacementRacing", message=(
-            f"plan {self.state.status.plan.id if self.state.status.plan else ''}: the derived service races in "
-            f"{', '.join(c.cluster for c in candidates)}; the first to admit it wins")))
+        winner = None
+        if source.adopt:
+            matched = match_clusters(spec, _registrations(source)).candidates
+            winner = adoption.single_start(self.state.status, matched, self.state.inventory)
+            adoption.mark(self.state.status, self.state.inventory, True)
+        plan_id = self.state.status.plan.id if self.state.status.plan else ""
+        if winner is not None:
+            found = self.state.inventory[winner]
+            self.state.why[winner] = "adopted: its standing InferenceService serves already"
+            self._notes.append(EventNote(reason="PlacementAdopted", message=(
+                f"plan {plan_id}: the InferenceService standing in {winner} serves already "
+                f"({found.replicas} admitted Instances): adopted as the home, nothing races")))
+        else:
+            self.state.why.update({c.cluster: "fanned out, waiting for its Kueue to admit" for c in candidates})
+            self._notes.append(EventNote(reason="PlacementRacing", message=(
+                f"plan {plan_id}: the derived service races in "
+                f"{', '.join(c.cluster for c in candidates) or 'no member yet'}; the first to admit it wins")))
         # Persisted before any member is written: a crash from here on resumes this plan.
         await self._persist(ref, force=True)
 
     async def _race(self, ref: ObjectRef, source: PlacementSource) -> None:
         status = self.state.status
-        names = race.racing(status)
+        # Rows listed but not raced (an adoption's pending or standing members) get no copy.
+        names = [c for c in race.racing(status)
+                 if (r := race.row(status, c)) is not None and r.allocation is not None and r.allocation.race_candidate]
         # Every member at once: a race's pass costs one member round trip, not one per candidate.
         await asyncio.gather(*(self._apply(ref, source, cluster) for cluster in names
                                if self.state.applied_generation.get(cluster) != source.generation))
@@ -399,9 +436,85 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         drained = [race.drain(r) for r in old.candidates or []]
         self.state.status = PlacementStatus(plan=None, candidates=drained)
         self.state.missing_since = None
+        self.state.inventory = {}  # what stood before is stale: the new race's members are read again
         self.state.applied_generation.pop(winner, None)
         self.state.last_revision = max(self.state.last_revision, (old.plan.revision or 1) if old.plan else 1)
         return timedelta(0)
+
+    # -- adoption (workflows/placement/adoption.py holds the rules) ------------------------------
+
+    async def _inventory(self, ref: ObjectRef, source: PlacementSource, spec: PlacementSpec) -> None:
+        """Read what stands in the members this pass needs: every matched one before a plan (afresh), the
+        pending ones after it (and members matched since, once nothing is pending). All at once."""
+        matches = match_clusters(spec, _registrations(source))
+        if matches.held is not None:
+            return
+        plan = self.state.status.plan
+        planned = plan is not None and plan.source_uid == source.uid
+        if not planned:
+            self.state.inventory = {}
+        target = MemberTarget(cluster="", namespace=ref.namespace or "", name=ref.name, source_uid=source.uid)
+        # Twice at most: the pending members, then (once none is) the members matched meanwhile, so a plan
+        # never takes a home whose member was not read.
+        for _ in range(2):
+            clusters = adoption.to_read(self.state.inventory, matches.names(), planned)
+            if not clusters:
+                return
+            found = await asyncio.gather(*(workflow.execute_activity_method(
+                PlacementActivities.inventory_member, target.model_copy(update={"cluster": cluster}),
+                **options.MEMBER) for cluster in clusters))
+            self._inventoried(ref, clusters, found)
+            planned = True  # every matched member has been read once now
+            if adoption.pending(self.state.inventory):
+                return
+
+    def _inventoried(self, ref: ObjectRef, clusters: list[str], found: list[MemberInventory]) -> None:
+        for cluster, entry in zip(clusters, found, strict=True):
+            self.state.inventory[cluster] = entry
+            if not entry.identified:
+                self.state.why[cluster] = f"inventory pending: {entry.reason}"
+                self._member_trouble(cluster, MemberWrite(done=False, reason=entry.reason, message=(
+                    f"{entry.message}; its inventory is pending: nothing is written there and it counts as no "
+                    "free capacity until it answers")))
+                continue
+            self.state.trouble.pop(cluster, None)
+            if entry.standing_uid:
+                origin = (f"derived from an earlier source ({entry.standing_origin})" if entry.standing_origin
+                          else "not derived by placement")
+                self._notes.append(EventNote(reason="PlacementInventoried", message=(
+                    f"{cluster} has InferenceService {ref.namespace}/{ref.name} standing, {origin}, with "
+                    f"{entry.replicas} admitted Instances: it is counted as a home the service has and adopted "
+                    "(uid " + entry.standing_uid + ")")))
+
+    async def _adopt_single(self, ref: ObjectRef, source: PlacementSource, spec: PlacementSpec) -> None:
+        """A Single plan under adoption, each pass: members whose inventory answered since join the race (no
+        winner yet, Ready) or stay listed as standing homes; standing copies the plan does not keep are
+        drained once the winner serves."""
+        status = self.state.status
+        ready = {c.cluster for c in match_clusters(spec, _registrations(source)).race_order()}
+        joined = adoption.single_pass(status, self.state.inventory, ready)
+        for cluster in joined:
+            self.state.why[cluster] = "inventoried: races now"
+        adoption.mark(status, self.state.inventory, True)
+        await self._drain_retained(ref, source)
+
+    async def _drain_retained(self, ref: ObjectRef, source: PlacementSource) -> None:
+        """Standing copies the accepted plan does not keep: once its homes serve (phase Placed; a Single
+        winner serving), withdrawn and deleted. Until then they keep serving: no gap is made by adopting."""
+        status = self.state.status
+        winner_row = race.row(status, status.plan.winner) if status.plan and status.plan.winner else None
+        serving = (winner_row is not None and winner_row.phase == CandidatePlacementPhase.PLACED) if (
+            status.plan is not None and status.plan.mode == PlacementMode.SINGLE) else status.phase == "Placed"
+        retained = adoption.retained(status, self.state.inventory)
+        if not (serving and retained):
+            return
+        for cluster in retained:
+            self._withdraw_probe(cluster, "a standing copy the plan does not keep: its homes serve now")
+        self._notes.append(EventNote(reason="PlacementStandingDrained", message=(
+            f"the plan's homes serve: the standing {'copy' if len(retained) == 1 else 'copies'} in "
+            f"{', '.join(retained)} {'is' if len(retained) == 1 else 'are'} withdrawn")))
+        await self._persist(ref, force=True)  # the drain before the deletion
+        await self._remove_drained(ref, source)
 
     # -- Single moves (workflows/placement/move.py holds the rules) ------------------------------
 
@@ -418,6 +531,12 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             return move.moving(status)
         if winner in matches.names():
             return await self._cancel_move(ref, winner)
+        if source.adopt and (waiting := adoption.pending(self.state.inventory)):
+            # A changed intent cannot expand an incomplete inventory: no probe until it is complete.
+            self._say_once(adoption.HELD_REASON, (
+                f"{winner} no longer matches spec.placement, but the standing homes of {', '.join(waiting)} are "
+                f"not inventoried yet: no replacement is probed until they answer; {winner} keeps serving"))
+            return move.moving(status)
         if plan.single_move is None:
             plan.single_move = PlacementSingleMoveStatus()
             self._notes.append(EventNote(reason="PlacementMoveStarted", message=(
@@ -589,6 +708,10 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         unknown: dict[str, str] = {}
         if spec.mode == PlacementMode.SPLIT_BY_CAPACITY and matches.held is None:
             samples, unknown = await self._capacities(ref, source, [c.cluster for c in matches.candidates])
+            for cluster in adoption.pending(self.state.inventory) if source.adopt else []:
+                # Seed: inventoryPending "prevents unknown standing resources from becoming free capacity".
+                samples.pop(cluster, None)
+                unknown[cluster] = f"{adoption.HELD_REASON} (what stands there is not known yet)"
             capacities = {cluster: sample.replicas for cluster, sample in samples.items()}
         demands = None
         if samples and workflow.patched(DEMAND_PATCH):
@@ -605,7 +728,11 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             if row.allocation is not None and not race.draining(row):
                 row.allocation.home_inputs_pending = (row.cluster in unknown) or None
         held = result.held
-        if held is None and not isinstance(result, KeepLast) and not matches.candidates:
+        added = [] if isinstance(result, KeepLast) or held is not None or not source.adopt else adoption.expansion(
+            status, [h.cluster for h in result.homes if h.desired_replicas > 0], self.state.inventory)
+        if added:
+            self._hold(adoption.HELD_REASON, adoption.held_message(added, self.state.inventory))
+        elif held is None and not isinstance(result, KeepLast) and not matches.candidates:
             self._hold("NoMatchingCluster", "no WorkloadCluster matches spec.placement")
         elif held is not None:
             self._hold(held.reason, held.message + ("; the last accepted plan is kept" if status.plan else ""))
@@ -620,8 +747,14 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             self._notes.append(EventNote(reason="PlacementPlanned", message=(
                 f"plan revision {revision} ({spec.mode.value}): {shares or 'no home'}; "
                 f"{result.unassigned_replicas} of {result.requested_replicas} unassigned")))
+            if source.adopt:
+                adoption.mark(status, self.state.inventory, True)
             await self._persist(ref, force=True)  # before any member is written
-        homes = [r for r in status.candidates or [] if spread.holds(r)]
+        if source.adopt:
+            adoption.mark(status, self.state.inventory, True)
+        # A home whose inventory is pending keeps its floor but gets no write until it is known.
+        homes = [r for r in status.candidates or [] if spread.holds(r)
+                 and not (r.allocation is not None and r.allocation.inventory_pending)]
         if workflow.patched(SPREAD_PATCH):
             # Every home at once: a pass costs one member round trip, not one per home.
             await asyncio.gather(*(self._keep_home(ref, source, status, row) for row in homes))
@@ -642,6 +775,9 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         if status.phase == "Placed" and before != "Placed":
             self._notes.append(EventNote(reason="Placed", message="every home admitted its floor: " + ", ".join(
                 f"{r.cluster}={r.admitted_replicas}" for r in status.candidates or [] if spread.holds(r))))
+        if source.adopt:
+            await self._drain_retained(ref, source)
+            status = self.state.status
         return PLACED_POLL if status.phase == "Placed" else RACE_POLL
 
     async def _keep_home(self, ref: ObjectRef, source: PlacementSource, status: PlacementStatus,
@@ -678,7 +814,9 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
     # -- members ------------------------------------------------------------------------------
 
     def _target(self, ref: ObjectRef, source: PlacementSource, cluster: str) -> MemberTarget:
-        return MemberTarget(cluster=cluster, namespace=ref.namespace or "", name=ref.name, source_uid=source.uid)
+        found = adoption.standing(self.state.inventory, cluster) if source.adopt else None
+        return MemberTarget(cluster=cluster, namespace=ref.namespace or "", name=ref.name, source_uid=source.uid,
+                            adopt_uid=found.standing_uid if found is not None else None)
 
     async def _apply(self, ref: ObjectRef, source: PlacementSource, cluster: str,
                      floors: dict[str, int] | None = None) -> None:
