@@ -21,7 +21,12 @@ What each case covers:
   admitted while the member has no quota; once it has quota, admitted and ready with a url.
 - delete_member: removes our copy, gone is done; a same-named object without our origin label is
   NameInUse for apply (not written) and delete (kept, done) and not ours for observe.
-- a member that cannot be reached: every call answers Unreachable (done False / reachable False).
+- inventory_member: nothing stands (identified, no uid); a same-named object not derived from the source
+  is identified as standing (its uid, no origin, its admitted Instances); a target naming that uid
+  (adopt_uid) observes, writes (the same object, now with our origin label) and deletes it, and the
+  inventory then says it is ours; a target naming another uid still gets NameInUse.
+- a member that cannot be reached: every call answers Unreachable (done False / reachable False;
+  the inventory not identified).
 - a deregistered member (its WorkloadCluster deleted): every call answers RegistrationNotFound,
   and read_source lists it no more.
 
@@ -66,6 +71,7 @@ from servingops.activities.placement.types import (
     CapacityInput,
     CapacityReading,
     ClusterRegistration,
+    MemberInventory,
     MemberObservation,
     MemberTarget,
     MemberWrite,
@@ -158,6 +164,7 @@ class Backend(Protocol):
 
 
 _RESULTS: dict[str, Any] = {"read_source": PlacementSource, "apply_member": MemberWrite,
+                            "inventory_member": MemberInventory,
                             "observe_member": MemberObservation, "delete_member": MemberWrite,
                             "read_capacity": CapacityReading}
 
@@ -318,6 +325,8 @@ class RealBackend:
     def put_foreign(self, target: MemberTarget) -> None:
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
                 "metadata": {"name": target.name, "namespace": target.namespace}, "spec": _engine_spec()}
+        # Its pods in the member's queue, as a copy made by hand for that member would be: Kueue decides.
+        body["spec"]["engine"]["labels"] = {QUEUE_LABEL: PLACEMENT_QUEUE}
         client.CustomObjectsApi(self.cluster.api).create_namespaced_custom_object(
             GROUP, VERSION, target.namespace, "inferenceservices", body)
 
@@ -590,6 +599,40 @@ def test_a_same_named_object_not_derived_from_the_source_is_never_touched(backen
     assert backend.derived(target) == foreign, "kept as it was"
 
 
+def inventory(backend: Backend, target: MemberTarget) -> MemberInventory:
+    answer: MemberInventory = backend.call("inventory_member", target)
+    return answer
+
+
+def test_inventory_identifies_a_standing_copy_and_adoption_takes_over_that_object_only(backend: Backend) -> None:
+    backend.set_quota("0")  # nothing is admitted: both backends count 0 Instances
+    source = backend.create_source(_placement(backend))
+    target = _target(source, backend.member)
+    nothing = inventory(backend, target)
+    assert (nothing.identified, nothing.standing_uid, nothing.ours, nothing.replicas) == (True, None, False, 0)
+    backend.put_foreign(target)
+    foreign = backend.derived(target)
+    assert foreign is not None
+    found = inventory(backend, target)
+    assert (found.identified, found.standing_uid, found.standing_origin, found.ours) == (True, foreign.uid, None, False)
+    assert (found.replicas, found.admitted) == (0, False)
+
+    other = target.model_copy(update={"adopt_uid": "not-" + foreign.uid})
+    refused = apply(backend, source, other, _execution(source, backend.member, "p1"))
+    assert (refused.done, refused.reason) == (False, "NameInUse"), "only the inventoried object is adopted"
+    adopting = target.model_copy(update={"adopt_uid": foreign.uid})
+    with withdrawn(backend, source, adopting):
+        assert observe(backend, adopting).exists is True
+        execution = _execution(source, backend.member, "p1")
+        assert apply(backend, source, adopting, execution).done is True
+        adopted = backend.derived(target)
+        assert adopted is not None and (adopted.uid, adopted.origin, adopted.execution) == (
+            foreign.uid, source.uid, execution)
+        assert inventory(backend, target).ours is True
+        assert delete(backend, adopting).done is True
+        backend.until(lambda: backend.derived(target) is None, "the adopted copy deleted")
+
+
 def test_a_member_that_cannot_be_reached_is_an_answer_not_an_error(backend: Backend) -> None:
     dead = backend.register_unreachable()
     source = backend.create_source(_placement(backend))
@@ -600,6 +643,8 @@ def test_a_member_that_cannot_be_reached_is_an_answer_not_an_error(backend: Back
     assert (seen.reachable, seen.reason, seen.exists) == (False, "Unreachable", False)
     deleted = delete(backend, target)
     assert (deleted.done, deleted.reason) == (False, "Unreachable")
+    unknown = inventory(backend, target)
+    assert (unknown.identified, unknown.reason) == (False, "Unreachable")
 
 
 def test_a_deregistered_member_answers_registration_not_found(backend: Backend) -> None:
