@@ -9,8 +9,8 @@ admits it (a fake of "every component has an admitted Instance confirmed by live
 `reachable` False makes every call answer Unreachable, as the real activities do. A member's
 `derived` whose `origin` is not the source's uid is a same-named object someone else made
 (`foreign`): never written or deleted, NameInUse, unless the target names its uid for adoption
-(`adopt_uid`, after `inventory_member` identified it; `standing()` makes one). A member dropped from `members` is deregistered
-(its WorkloadCluster deleted): RegistrationNotFound.
+(`adopt_uid`, after `inventory_member` identified it; `standing()` makes one). A member dropped from
+`members` is deregistered (its WorkloadCluster deleted): RegistrationNotFound.
 
 tests/test_placement_conformance.py runs the same cases against these and against the real
 activities on a real member cluster (what it changed here is listed there).

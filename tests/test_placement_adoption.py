@@ -156,7 +156,8 @@ async def test_a_standing_copy_with_no_share_serves_until_the_homes_do(env: Work
         listed = [w["status"]["placement"] for w in fleet.writes if "placement" in (w.get("status") or {})]
         first = next(r for r in listed[0]["candidates"] if r["cluster"] == "gpu-b")["allocation"]
         assert (first["originalReplicas"], first["currentReplicas"], first["desiredReplicas"]) == (2, 2, 0)
-        assert fleet.log.index("delete gpu-b") > next(i for i, w in enumerate(fleet.log) if w.startswith("status Placed"))
+        placed_at = next(i for i, w in enumerate(fleet.log) if w.startswith("status Placed"))
+        assert fleet.log.index("delete gpu-b") > placed_at
         assert "PlacementStandingDrained" in [r for _, r, _ in fleet.events()]
 
 
@@ -175,3 +176,19 @@ async def test_split_by_capacity_counts_a_pending_member_as_unknown_not_free(env
         await wait(env, lambda: phase(fleet) == "Placed", "placed once gpu-b is inventoried")
         assert {r["cluster"]: r["allocation"]["desiredReplicas"] for r in fleet.placed()["candidates"]} == {
             "gpu-a": 3, "gpu-b": 1}
+
+
+async def test_a_single_plan_lists_a_pending_member_until_it_is_given_up(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"), adopt=True)
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    a.reachable, b.admit = False, True
+    b.standing(replicas=1)
+    async with placing(env, fleet):
+        await wait(env, lambda: phase(fleet) == "Placed", "placed in gpu-b")
+        plan = fleet.placed()["plan"]
+        assert plan["winner"] == "gpu-b" and plan["adoptionDigest"] == plan["inputDigest"]
+        pending = row(fleet, "gpu-a")["allocation"]
+        assert pending["inventoryPending"] is True and not pending.get("raceCandidate") and a.applies == 0
+        del fleet.members["gpu-a"]  # its WorkloadCluster deleted: no longer waited for
+        await wait(env, lambda: clusters(fleet) == ["gpu-b"], "gpu-a's row gone")
+        assert not fleet.placed()["plan"].get("adoptionDigest") and fleet.placed()["plan"]["id"] == plan["id"]

@@ -10,8 +10,10 @@ LocalQueue and ask for one cpu, and a member whose ClusterQueue has no cpu quota
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,6 +35,7 @@ from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.replica.kueue import ADMISSION_GATE, QUEUE_LABEL
 from servingops.api_models.contract import Query, placement_workflow_id
+from servingops.api_models.contract.placement import ADOPT_ANNOTATION
 from servingops.api_models.ome.placement import EXECUTION_ANNOTATION, ORIGIN_LABEL
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.test_replica_e2e import restart
@@ -472,6 +475,94 @@ def test_no_matching_member_holds_with_a_reason_and_nothing_is_written(
     assert warning == ["no WorkloadCluster matches spec.placement"]
     assert not _placement(kube_api, ns, name).get("plan")
     assert all(_derived(m, ns, name) is None for m in fleet.members.values())
+
+
+# -- adoption of standing homes ----------------------------------------------------------------------
+
+
+def _engine_pods(member: MemberCluster, ns: str, name: str) -> list[client.V1Pod]:
+    return [p for p in _pods(member, ns) if p.metadata.labels.get("ome.io/inferencereplica") == f"{name}-engine"]
+
+
+def _register_unreachable(kube_api: client.ApiClient, fleet: Fleet, member: MemberCluster) -> str:
+    """A WorkloadCluster matching the module's tier whose apiserver refuses every connection (member's
+    credentials, a loopback port nothing listens on): its inventory can never be read."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = member.member_kubeconfig()
+    server = next(line.split("server:", 1)[1].strip() for line in config.splitlines() if "server:" in line)
+    config = config.replace(server, f"https://127.0.0.1:{port}")
+    name = f"{member.name}-dead"
+    secret = client.V1Secret(metadata=client.V1ObjectMeta(name=name), type="Opaque",
+                             data={"kubeconfig": base64.b64encode(config.encode()).decode()})
+    client.CoreV1Api(kube_api).create_namespaced_secret(identities.NAMESPACE, secret)
+    client.CustomObjectsApi(kube_api).create_cluster_custom_object(GROUP, VERSION, "workloadclusters", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "WorkloadCluster",
+        "metadata": {"name": name, "labels": {fleet.tier: "yes"}},
+        "spec": {"clusterSource": {"kubeConfig": {"secretRef": {"name": name, "namespace": identities.NAMESPACE}}}}})
+    return name
+
+
+def test_a_standing_copy_is_adopted_as_the_home_without_a_race(kube_api: client.ApiClient, fleet: Fleet) -> None:
+    """Copies made by hand in a and b before placement existed (b's serves, a's is held by a's Kueue) and a
+    matched member that cannot be read: the source annotated servingops.io/placement-adopt is placed in b at
+    once, b's object adopted in place (same uid, same pods), a's standing copy withdrawn once b serves, the
+    unreadable member inventoryPending with the plan's adoptionDigest until its registration is deleted."""
+    ns, worker = fleet.namespace, fleet.worker
+    a, b = fleet.members["a"], fleet.members["b"]
+    _quotas(fleet, a="0", b="4")
+    name = f"adopt-{uuid.uuid4().hex[:5]}"
+    standing = {k: v for k, v in _spec(fleet).items() if k != "placement"}
+    standing["engine"] = {**standing["engine"], "labels": {QUEUE_LABEL: PLACEMENT_QUEUE}}
+    for member in (a, b):
+        client.CustomObjectsApi(member.api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
+            "metadata": {"name": name, "namespace": ns}, "spec": standing})
+    serving = _wait("b's standing copy admitted", lambda: [p.metadata.uid for p in _engine_pods(b, ns, name)
+                                                          if not any(g.name == ADMISSION_GATE for g in
+                                                                     p.spec.scheduling_gates or [])], worker, 180)
+    standing_uid = (_derived(b, ns, name) or {})["metadata"]["uid"]
+    dead = _register_unreachable(kube_api, fleet, b)
+    try:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
+                "metadata": {"name": name, "namespace": ns, "annotations": {ADOPT_ANNOTATION: "true"}},
+                "spec": _spec(fleet)}
+        uid = client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
+            GROUP, VERSION, ns, "inferenceservices", body)["metadata"]["uid"]
+        placed = _wait("Placed in b, a's standing copy withdrawn", lambda: (
+            p := _placement(kube_api, ns, name)).get("phase") == "Placed" and _derived(a, ns, name) is None and p,
+            worker, 180)
+        plan = placed["plan"]
+        assert (plan["winner"], plan["revision"]) == (b.name, 1)
+        assert plan["adoptionDigest"] == plan["inputDigest"], "the unreadable member's inventory is pending"
+        rows = {r["cluster"]: r for r in placed["candidates"]}
+        assert set(rows) == {b.name, dead}
+        home = rows[b.name]["allocation"]
+        assert (home["originalReplicas"], home["currentReplicas"], home["raceCandidate"]) == (1, 1, False)
+        assert rows[dead]["allocation"]["inventoryPending"] is True
+        # Adopted in place: the same object and the same serving pods, now labelled as the source's copy.
+        adopted = _derived(b, ns, name)
+        assert adopted is not None and adopted["metadata"]["uid"] == standing_uid
+        assert adopted["metadata"]["labels"][ORIGIN_LABEL] == uid
+        assert json.loads(adopted["metadata"]["annotations"][EXECUTION_ANNOTATION])["planID"] == plan["id"]
+        assert sorted(p.metadata.uid for p in _engine_pods(b, ns, name)) == sorted(serving)
+        reasons = [r for _, r, _ in _events(kube_api, ns, name)]
+        assert "PlacementRacing" not in reasons
+        for expected in ("PlacementInventoried", "PlacementAdopted", "Placed", "PlacementStandingDrained"):
+            assert expected in reasons, reasons
+        said = [m for _, r, m in _events(kube_api, ns, name) if r == "PlacementInventoried"]
+        assert any(a.name in m for m in said) and any(b.name in m and "1 admitted Instances" in m for m in said)
+
+        client.CustomObjectsApi(kube_api).delete_cluster_custom_object(GROUP, VERSION, "workloadclusters", dead)
+        after = _wait("the pending member given up", lambda: (p := _placement(kube_api, ns, name)) and not p[
+            "plan"].get("adoptionDigest") and [r["cluster"] for r in p["candidates"]] == [b.name] and p, worker, 120)
+        assert after["plan"]["id"] == plan["id"] and after["plan"]["winner"] == b.name
+    finally:
+        with contextlib.suppress(ApiException):
+            client.CustomObjectsApi(kube_api).delete_cluster_custom_object(GROUP, VERSION, "workloadclusters", dead)
+        with contextlib.suppress(ApiException):
+            client.CoreV1Api(kube_api).delete_namespaced_secret(dead, identities.NAMESPACE)
 
 
 # -- SplitByCapacity ---------------------------------------------------------------------------------

@@ -161,14 +161,17 @@ def single_start(status: PlacementStatus, matched: Sequence[Candidate],
 def single_pass(status: PlacementStatus, inventory: Mapping[str, MemberInventory], ready: set[str]) -> list[str]:
     """A Single plan's members whose inventory answered since it began: with no winner yet, a Ready one races
     (a standing copy there is adopted if it wins); with a winner, a standing copy stays listed until the
-    winner serves, and a member with nothing standing is no longer listed. Returns the members that join
-    the race."""
+    winner serves, and a member with nothing standing is no longer listed (nor one whose inventory was
+    awaited and that is no longer matched). Returns the members that join the race."""
     winner = status.plan.winner if status.plan is not None else None
     joined: list[str] = []
     rows: list[CandidatePlacement] = []
     for row in status.candidates or []:
         entry = inventory.get(row.cluster or "")
         allocation = row.allocation
+        if allocation is not None and allocation.inventory_pending and not allocation.race_candidate and (
+                entry is None and row.cluster != winner and not race.draining(row)):
+            continue  # listed only while its inventory was awaited; it is no longer matched
         if (allocation is None or race.draining(row) or not allocation.inventory_pending or entry is None
                 or not entry.identified):
             rows.append(row)

@@ -451,8 +451,9 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             return
         plan = self.state.status.plan
         planned = plan is not None and plan.source_uid == source.uid
-        if not planned:
-            self.state.inventory = {}
+        # Afresh before a plan; after it, a member no longer matched (deregistered, relabelled) is no
+        # longer waited for.
+        self.state.inventory = {c: e for c, e in self.state.inventory.items() if planned and c in matches.names()}
         target = MemberTarget(cluster="", namespace=ref.namespace or "", name=ref.name, source_uid=source.uid)
         # Twice at most: the pending members, then (once none is) the members matched meanwhile, so a plan
         # never takes a home whose member was not read.
