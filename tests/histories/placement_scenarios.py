@@ -149,6 +149,47 @@ async def placement_split_by_capacity_demand(rec: Recording) -> None:
         await delete_and_save(rec, handle, fleet)
 
 
+async def placement_adopt_single(rec: Recording) -> None:
+    """Adoption (servingops.io/placement-adopt), Single: serving copies in gpu-a (derived from an earlier source)
+    and gpu-b (made by hand): gpu-a, first by name, is the home at once (adopted in place), gpu-b's standing copy
+    is drained once gpu-a serves; delete."""
+    env = rec.env
+    fleet = FakeFleet(three_members(), single("gpu"), adopt=True)
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    a.admit = b.admit = True
+    a.standing(replicas=1, origin="an-earlier-source")
+    b.standing(replicas=2)
+    async with placing(rec, fleet) as handle:
+        await until(env, lambda: fleet.placed().get("phase") == "Placed" and b.derived is None, step=1,
+                    what="placed in gpu-a, gpu-b drained")
+        await delete_and_save(rec, handle, fleet)
+
+
+async def placement_adopt_split_pending(rec: Recording) -> None:
+    """Adoption, Split 1:1 over gpu-a (a standing copy of 3) and gpu-b (unreachable: inventory pending): the
+    plan with adoptionDigest; a changed intent adding cpu-c held InventoryPending; gpu-b answers (nothing
+    stands there): the held intent is revision 2, Placed; delete."""
+    env = rec.env
+    fleet = FakeFleet(three_members(), split({"gpu-a": 1, "gpu-b": 1}, replicas=4), adopt=True)
+    a, b, c = fleet.members["gpu-a"], fleet.members["gpu-b"], fleet.members["cpu-c"]
+    a.admit = b.admit = c.admit = True
+    a.standing(replicas=3)
+    b.reachable = False
+    async with placing(rec, fleet) as handle:
+        await until(env, lambda: (fleet.placed().get("plan") or {}).get("adoptionDigest") and a.applies > 0, step=1,
+                    what="planned with gpu-b pending")
+        fleet.placement = split({"gpu-a": 1, "gpu-b": 1, "cpu-c": 1}, replicas=4)
+        fleet.generation += 1
+        await handle.signal("object-changed", fleet.event())
+        await until(env, lambda: any(r == "InventoryPending" for _, r, _ in fleet.events()), step=1, what="held")
+        b.reachable = True
+        await until(env, lambda: fleet.placed()["plan"]["revision"] == 2 and fleet.placed()["phase"] == "Placed",
+                    step=1, what="revision 2 placed")
+        await delete_and_save(rec, handle, fleet)
+
+
 SCENARIOS = {"placement-single-race": placement_single_race, "placement-split": placement_split,
              "placement-single-move": placement_single_move, "placement-split-by-capacity": placement_split_by_capacity,
-             "placement-split-by-capacity-demand": placement_split_by_capacity_demand}
+             "placement-split-by-capacity-demand": placement_split_by_capacity_demand,
+             "placement-adopt-single": placement_adopt_single,
+             "placement-adopt-split-pending": placement_adopt_split_pending}
