@@ -192,3 +192,19 @@ async def test_a_single_plan_lists_a_pending_member_until_it_is_given_up(env: Wo
         del fleet.members["gpu-a"]  # its WorkloadCluster deleted: no longer waited for
         await wait(env, lambda: clusters(fleet) == ["gpu-b"], "gpu-a's row gone")
         assert not fleet.placed()["plan"].get("adoptionDigest") and fleet.placed()["plan"]["id"] == plan["id"]
+
+
+async def test_removing_the_annotation_drops_what_adoption_only_listed(env: WorkflowEnvironment) -> None:
+    fleet = FakeFleet(three_members(), single("gpu"), adopt=True)
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    a.reachable, b.admit = False, True
+    b.standing(replicas=1)
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed" and sorted(clusters(fleet)) == ["gpu-a", "gpu-b"], "placed")
+        fleet.adopt = False
+        fleet.generation += 1  # an annotation moves no generation; a spec edit beside it does
+        await handle.signal("object-changed", fleet.event())
+        await wait(env, lambda: clusters(fleet) == ["gpu-b"], "the pending row dropped")
+        plan = fleet.placed()["plan"]
+        assert plan["winner"] == "gpu-b" and not plan.get("adoptionDigest")
+        assert b.derived is not None and b.derived["origin"] == fleet.source_uid, "the adopted home stays ours"

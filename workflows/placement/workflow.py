@@ -247,6 +247,8 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             return None
         if source.adopt:
             await self._inventory(ref, source, spec)
+        elif self.state.inventory:
+            self._abandon_adoption()
         if spec.mode != PlacementMode.SINGLE:
             poll = await self._spread(ref, source, spec)
             if source.adopt:
@@ -486,6 +488,16 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
                     f"{cluster} has InferenceService {ref.namespace}/{ref.name} standing, {origin}, with "
                     f"{entry.replicas} admitted Instances: it is counted as a home the service has and adopted "
                     "(uid " + entry.standing_uid + ")")))
+
+    def _abandon_adoption(self) -> None:
+        """The annotation was removed: what adoption listed but never wrote is not ours, so those rows go
+        (their objects stay as they are), pending flags and the adoption digest are cleared."""
+        status = self.state.status
+        kept = adoption.held_clusters(status)
+        status.candidates = [r for r in status.candidates or []
+                             if r.cluster in kept or race.draining(r) or r.applied_plan_id] or None
+        adoption.mark(status, {}, False)
+        self.state.inventory = {}
 
     async def _adopt_single(self, ref: ObjectRef, source: PlacementSource, spec: PlacementSpec) -> None:
         """A Single plan under adoption, each pass: members whose inventory answered since join the race (no
