@@ -486,8 +486,9 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
                           else "not derived by placement")
                 self._notes.append(EventNote(reason="PlacementInventoried", message=(
                     f"{cluster} has InferenceService {ref.namespace}/{ref.name} standing, {origin}, with "
-                    f"{entry.replicas} admitted Instances: it is counted as a home the service has and adopted "
-                    "(uid " + entry.standing_uid + ")")))
+                    f"{entry.replicas} admitted Instances: a home the service already has (uid "
+                    f"{entry.standing_uid}), adopted if the plan keeps it, else withdrawn once the plan's homes "
+                    "serve")))
 
     def _abandon_adoption(self) -> None:
         """The annotation was removed: what adoption listed but never wrote is not ours, so those rows go
