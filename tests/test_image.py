@@ -68,7 +68,7 @@ def _build(registry: OciRegistry, layout: Path, commit: Commit, *extra: str,
                             capture_output=True, text=True, timeout=1500)
     assert result.returncode == 0, result.stderr[-4000:]
     report: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
-    print(result.stderr.strip().splitlines()[-2:])  # the build's summary: sizes, packages, cache hits, time
+    print(result.stderr.strip().splitlines()[-3:])  # the build's summary: phases, sizes, packages, cache hits, time
     return report
 
 

@@ -35,12 +35,35 @@ def _pip(*args: str, pip_cache: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", *args], check=True, env=env)
 
 
-def install_dependencies(root: Path, requirements: list[str], constraints: Path, pip_cache: Path) -> None:
-    """The product's dependencies at the versions constraints.txt pins, into the image's site-packages."""
+def _for_the_image(requirements: list[str], constraints: Path) -> list[str]:
+    """pip's arguments that choose the image's wheels: its interpreter and platforms, the pins."""
     platform_args = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
-    _pip("install", "--quiet", "--no-compile", "--target", str(root / SITE), "--only-binary=:all:",
-         "--implementation", "cp", "--python-version", PYTHON_VERSION, "--abi", f"cp{PYTHON_VERSION.replace('.', '')}",
-         *platform_args, "-c", str(constraints), *requirements, pip_cache=pip_cache)
+    return ["--only-binary=:all:", "--implementation", "cp", "--python-version", PYTHON_VERSION,
+            "--abi", f"cp{PYTHON_VERSION.replace('.', '')}", *platform_args, "-c", str(constraints), *requirements]
+
+
+def download_dependencies(requirements: list[str], constraints: Path, wheels: Path, pip_cache: Path) -> Path:
+    """The wheels the dependency layer installs, downloaded once into `wheels` (a directory named by what
+    chooses them: the caller's key) and kept: a rebuild installs from them without asking the index again.
+    Every version is pinned, so the directory's wheels are what the index would give."""
+    if wheels.is_dir():
+        return wheels
+    part = wheels.with_name(f".{wheels.name}.{os.getpid()}.part")  # complete, or never under its name
+    shutil.rmtree(part, ignore_errors=True)
+    _pip("download", "--quiet", "--dest", str(part), *_for_the_image(requirements, constraints), pip_cache=pip_cache)
+    try:
+        part.rename(wheels)
+    except OSError:  # another build finished the same download first
+        shutil.rmtree(part, ignore_errors=True)
+    return wheels
+
+
+def install_dependencies(root: Path, requirements: list[str], constraints: Path, wheels: Path,
+                         pip_cache: Path) -> None:
+    """The product's dependencies at the versions constraints.txt pins, from the downloaded `wheels` (no
+    index), into the image's site-packages under `root`."""
+    _pip("install", "--quiet", "--no-compile", "--target", str(root / SITE), "--no-index", "--find-links",
+         str(wheels), *_for_the_image(requirements, constraints), pip_cache=pip_cache)
     for name in PRUNE:
         shutil.rmtree(root / SITE / name, ignore_errors=True)
     forget_absent_files(root / SITE)
