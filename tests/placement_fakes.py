@@ -185,11 +185,11 @@ class FakeFleet:
             member.inventories += 1
             if member.derived is None:
                 return {"identified": True}
+            if member.derived.get("origin") == target["source_uid"]:
+                return {"identified": True, "ours": True}
             _, admitted = engine_counts(member)
-            mine = member.derived.get("origin") == target["source_uid"]
-            return {"identified": True, "ours": mine, "standing_uid": None if mine else member.derived["uid"],
-                    "standing_origin": None if mine else member.derived.get("origin"), "replicas": admitted,
-                    "admitted": admitted > 0, "url": member.url if admitted else None}
+            return {"identified": True, "standing_uid": member.derived["uid"],
+                    "standing_origin": member.derived.get("origin"), "replicas": admitted, "admitted": admitted > 0}
 
         @activity.defn(name="placement.delete_member")
         async def delete_member(target: dict[str, Any]) -> dict[str, Any]:

@@ -244,16 +244,15 @@ class PlacementActivities:
                 current = member.service(target.namespace, target.name)
                 if current is None:
                     return MemberInventory(identified=True)
-                meta = current.get("metadata") or {}
+                if _origin(current) == target.source_uid:
+                    return MemberInventory(identified=True, ours=True)  # its counts are the observation's
                 seen = _observation(member, target, current)
         except MemberUnavailable as exc:
             return MemberInventory(identified=False, reason=exc.reason, message=exc.message)
-        engine = next((c for c in seen.components if c.component == ComponentType.ENGINE.value), None)
-        counted = engine or (seen.components[0] if seen.components else None)
-        ours = _origin(current) == target.source_uid
-        return MemberInventory(identified=True, ours=ours, standing_uid=None if ours else meta.get("uid"),
-                               standing_origin=None if ours else _origin(current),
-                               replicas=counted.admitted if counted else 0, admitted=seen.admitted, url=seen.url)
+        counted = seen.counted
+        return MemberInventory(identified=True, standing_uid=(current.get("metadata") or {}).get("uid"),
+                               standing_origin=_origin(current), replicas=counted.admitted if counted else 0,
+                               admitted=seen.admitted)
 
     @activity.defn(name="placement.delete_member")
     def delete_member(self, target: MemberTarget) -> MemberWrite:

@@ -115,6 +115,12 @@ class MemberObservation(BaseModel):
         """Every component has at least one confirmed admitted Instance."""
         return self.exists and bool(self.components) and all(c.admitted > 0 for c in self.components)
 
+    @property
+    def counted(self) -> ComponentAdmission | None:
+        """The component whose Instances a home's replica counts report: the engine, else the first one."""
+        engine = next((c for c in self.components if c.component == "engine"), None)
+        return engine or (self.components[0] if self.components else None)
+
 
 class MemberInventory(BaseModel):
     """What stands in a member under the source's name before placement plans a home there. An answer,
@@ -133,8 +139,7 @@ class MemberInventory(BaseModel):
     """The engine (else first component) Instances its Kueue admitted, confirmed by live pods: the
     standing resources the home holds now (its originalReplicas)."""
     admitted: bool = False
-    """Every component has an admitted Instance: it serves (with `url`) or can."""
-    url: str | None = None
+    """Every component has an admitted Instance: it serves already."""
 
 
 class CapacityInput(BaseModel):

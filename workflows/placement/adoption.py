@@ -106,15 +106,21 @@ def listed_row(candidate: Candidate, inventory: Mapping[str, MemberInventory]) -
     there: a pending inventory, or a standing copy kept until the plan's homes serve."""
     allocation: CandidateAllocationStatus = candidate.allocation_status()
     allocation.race_candidate = False
-    entry = inventory.get(candidate.cluster)
-    phase = None
-    if entry is not None and entry.identified and entry.standing_uid:
-        allocation.original_replicas = allocation.current_replicas = entry.replicas
-        allocation.desired_replicas = 0
-        phase = CandidatePlacementPhase.ADMITTED if entry.admitted else CandidatePlacementPhase.ADMITTING
+    row = CandidatePlacement(cluster=candidate.cluster, allocation=allocation, observation_known=False)
+    found = standing(inventory, candidate.cluster)
+    if found is not None:
+        _hold_standing(row, allocation, found)
     else:
         allocation.inventory_pending = True
-    return CandidatePlacement(cluster=candidate.cluster, phase=phase, allocation=allocation, observation_known=False)
+    return row
+
+
+def _hold_standing(row: CandidatePlacement, allocation: CandidateAllocationStatus, found: MemberInventory) -> None:
+    """The row of a standing copy the plan does not keep: what it holds is its original and authorized floor,
+    it is moving to none, and it serves (Admitted) or waits for its Kueue (Admitting) as the inventory saw."""
+    allocation.original_replicas = allocation.current_replicas = found.replicas
+    allocation.desired_replicas = 0
+    row.phase = CandidatePlacementPhase.ADMITTED if found.admitted else CandidatePlacementPhase.ADMITTING
 
 
 def retained(status: PlacementStatus, inventory: Mapping[str, MemberInventory]) -> list[str]:
@@ -169,11 +175,12 @@ def single_pass(status: PlacementStatus, inventory: Mapping[str, MemberInventory
     for row in status.candidates or []:
         entry = inventory.get(row.cluster or "")
         allocation = row.allocation
-        if allocation is not None and allocation.inventory_pending and not allocation.race_candidate and (
-                entry is None and row.cluster != winner and not race.draining(row)):
-            continue  # listed only while its inventory was awaited; it is no longer matched
-        if (allocation is None or race.draining(row) or not allocation.inventory_pending or entry is None
-                or not entry.identified):
+        if allocation is None or race.draining(row) or not allocation.inventory_pending:
+            rows.append(row)
+            continue
+        if entry is None and not allocation.race_candidate and row.cluster != winner:
+            continue  # listed only while its inventory was awaited, and no longer matched: not waited for
+        if entry is None or not entry.identified:
             rows.append(row)
             continue
         allocation.inventory_pending = None
@@ -183,9 +190,7 @@ def single_pass(status: PlacementStatus, inventory: Mapping[str, MemberInventory
             joined.append(row.cluster or "")
             rows.append(row)
         elif entry.standing_uid:
-            allocation.original_replicas = allocation.current_replicas = entry.replicas
-            allocation.desired_replicas = 0
-            row.phase = CandidatePlacementPhase.ADMITTED if entry.admitted else CandidatePlacementPhase.ADMITTING
+            _hold_standing(row, allocation, entry)
             rows.append(row)
         # otherwise nothing stands there and the race is decided: the row goes
     status.candidates = rows

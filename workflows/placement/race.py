@@ -64,6 +64,13 @@ def racing(status: PlacementStatus) -> list[str]:
     return [c.cluster or "" for c in status.candidates or [] if not draining(c)]
 
 
+def race_copies(status: PlacementStatus) -> list[str]:
+    """The racing rows that get a race copy: an adoption's rows listed for a pending inventory or a standing
+    copy (not race candidates) get none."""
+    return [c.cluster or "" for c in status.candidates or []
+            if not draining(c) and c.allocation is not None and c.allocation.race_candidate]
+
+
 def draining(row: CandidatePlacement) -> bool:
     return bool(row.allocation is not None and row.allocation.drain_requested)
 

@@ -250,10 +250,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         elif self.state.inventory:
             self._abandon_adoption()
         if spec.mode != PlacementMode.SINGLE:
-            poll = await self._spread(ref, source, spec)
-            if source.adopt:
-                adoption.mark(self.state.status, self.state.inventory, True)
-            return poll
+            return await self._spread(ref, source, spec)
         grace_left: timedelta | None = None
         for _ in range(2):  # a winner lost in this pass races again in the same pass
             plan = self.state.status.plan
@@ -334,9 +331,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
 
     async def _race(self, ref: ObjectRef, source: PlacementSource) -> None:
         status = self.state.status
-        # Rows listed but not raced (an adoption's pending or standing members) get no copy.
-        names = [c for c in race.racing(status)
-                 if (r := race.row(status, c)) is not None and r.allocation is not None and r.allocation.race_candidate]
+        names = race.race_copies(status)
         # Every member at once: a race's pass costs one member round trip, not one per candidate.
         await asyncio.gather(*(self._apply(ref, source, cluster) for cluster in names
                                if self.state.applied_generation.get(cluster) != source.generation))
@@ -742,6 +737,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             if row.allocation is not None and not race.draining(row):
                 row.allocation.home_inputs_pending = (row.cluster in unknown) or None
         held = result.held
+        plan_accepted = False
         added = [] if isinstance(result, KeepLast) or held is not None or not source.adopt else adoption.expansion(
             status, [h.cluster for h in result.homes if h.desired_replicas > 0], self.state.inventory)
         if added:
@@ -761,11 +757,11 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             self._notes.append(EventNote(reason="PlacementPlanned", message=(
                 f"plan revision {revision} ({spec.mode.value}): {shares or 'no home'}; "
                 f"{result.unassigned_replicas} of {result.requested_replicas} unassigned")))
-            if source.adopt:
-                adoption.mark(status, self.state.inventory, True)
-            await self._persist(ref, force=True)  # before any member is written
+            plan_accepted = True
         if source.adopt:
             adoption.mark(status, self.state.inventory, True)
+        if plan_accepted:
+            await self._persist(ref, force=True)  # before any member is written
         # A home whose inventory is pending keeps its floor but gets no write until it is known.
         homes = [r for r in status.candidates or [] if spread.holds(r)
                  and not (r.allocation is not None and r.allocation.inventory_pending)]
@@ -873,8 +869,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
         # Seed: each mirror is "set only when" the source references a policy of its kind.
         row.rollout = seen.rollout if source.rollout_policies and seen.exists else None
         row.autoscaling = seen.autoscaling if source.autoscaler_policy_components and seen.exists else None
-        engine = next((c for c in seen.components if c.component == "engine"), None)
-        counted = engine or (seen.components[0] if seen.components else None)
+        counted = seen.counted
         row.admitted_replicas = counted.admitted if counted else 0
         row.ready_replicas = counted.ready if counted else 0
         if not seen.exists:
