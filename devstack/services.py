@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import sys
 import urllib.parse
 import urllib.request
@@ -72,8 +73,26 @@ class TemporalDevServer:
         for key in search_attributes.ALL:
             argv += ["--search-attribute", f"{key.name}=Keyword"]
         self.process = ManagedProcess("temporal", argv, self.log_dir).start()
-        self.process.wait_ready(lambda: tcp_open("127.0.0.1", self.port), timeout)
+        self.process.wait_ready(lambda: self._frontend_serves(binary), timeout)
         return self
+
+    def _frontend_serves(self, binary: str) -> bool:
+        """True once a WorkflowService call succeeds, not merely once the port is open.
+
+        The frontend opens its port and even answers the gRPC health service before its health
+        interceptor lets WorkflowService calls through ("Frontend is not healthy yet"); after a
+        restart on an existing SQLite file that gap lasts long enough for a client connecting at
+        once to fail. DescribeNamespace goes through that interceptor and also proves the
+        namespace the stack serves exists.
+        """
+        if not tcp_open("127.0.0.1", self.port):
+            return False
+        probe = [binary, "operator", "namespace", "describe", "--namespace", self.namespace,
+                 "--address", self.address, "--command-timeout", "2s"]
+        try:
+            return subprocess.run(probe, capture_output=True, timeout=5).returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
 
     def stop(self) -> None:
         if self.process:
