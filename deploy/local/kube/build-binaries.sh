@@ -77,32 +77,33 @@ build() {
 # resolve DIR PACKAGE...: add the requirements of the named packages to DIR's go.mod,
 # downloading what is missing from the module cache.
 resolve() {
-  local dir="$1" start; shift
-  start="$(now)"
-  echo ">> resolving modules for $*"
+  local dir="$1"; shift
   # `go: added ...` lines are noise; keep the downloads and any error.
   (cd "$dir" && go get "$@" 2> >(grep -v '^go: added' >&2))
-  echo "<< resolved in $(($(now) - start))s"
+}
+
+# Each group is one throwaway module: prepare_GROUP resolves it (downloads only), build_GROUP
+# compiles and links what is missing of it.
+KUBE_DIR="$WORK/kubernetes"
+KUBE_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+
+prepare_etcd() {
+  # etcd's server module replaces its sibling modules with ../ paths (ignored here); its
+  # requirements already name the published versions, so no replace is needed.
+  new_module "$WORK/etcd"
+  resolve "$WORK/etcd" "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
 }
 
 build_etcd() {
-  # etcd's server module replaces its sibling modules with ../ paths (ignored here); its
-  # requirements already name the published versions, so no replace is needed.
-  local dir="$WORK/etcd"
-  new_module "$dir"
-  resolve "$dir" "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
-  build etcd "$ETCD_VERSION" "$dir" go.etcd.io/etcd/server/v3
+  build etcd "$ETCD_VERSION" "$WORK/etcd" go.etcd.io/etcd/server/v3
 }
 
-KUBE_DIR=""
-kube_module() {
+prepare_kube() {
   # k8s.io/kubernetes requires its ~30 staging modules at v0.0.0 and replaces them with
   # ./staging paths, which a dependent module ignores: replace each with the published
   # v0.<minor>.<patch> twin of v1.<minor>.<patch>, reading the list from upstream go.mod.
-  [[ -n "$KUBE_DIR" ]] && return
-  KUBE_DIR="$WORK/kubernetes"
   new_module "$KUBE_DIR"
-  local gomod staging_version="v0.${KUBERNETES_VERSION#v1.}"
+  local gomod staging_version="v0.${KUBERNETES_VERSION#v1.}" name pkgs=()
   gomod="$(mod_field "k8s.io/kubernetes@$KUBERNETES_VERSION" GoMod)"
   {
     # Same language version and GODEBUG defaults as the upstream build.
@@ -112,15 +113,14 @@ kube_module() {
     echo ")"
   } >>"$KUBE_DIR/go.mod"
   (cd "$KUBE_DIR" && go mod edit -go="$(awk '$1 == "go" { print $2; exit }' "$gomod")")
-  resolve "$KUBE_DIR" "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" \
-    "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBERNETES_VERSION" \
-    "k8s.io/kubernetes/cmd/kube-scheduler@$KUBERNETES_VERSION" \
-    "k8s.io/kubernetes/cmd/kubectl@$KUBERNETES_VERSION"
+  for name in "${KUBE_BINARIES[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$name@$KUBERNETES_VERSION"); done
+  resolve "$KUBE_DIR" "${pkgs[@]}"
 }
 
+# build_kube NAME...: the missing Kubernetes binaries in one `go build`, so the packages
+# they share are planned once and one binary's link overlaps the next one's compiling.
 build_kube() {
-  local name="$1" minor major=1 x
-  kube_module
+  local minor major=1 x p name start out="$BIN_DIR/.kube.$$" pkgs=()
   minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
   # What hack/lib/version.sh stamps, so /version reports the real release.
   x=""
@@ -128,13 +128,27 @@ build_kube() {
     x+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor"
     x+=" -X $p.gitTreeState=clean"
   done
-  build "$name" "$KUBERNETES_VERSION" "$KUBE_DIR" "k8s.io/kubernetes/cmd/$name" "$x"
+  for name in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
+  start="$(now)"
+  echo ">> building $* $KUBERNETES_VERSION"
+  # Link into a private folder, then rename: a running copy or a parallel build is unharmed.
+  mkdir -p "$out"
+  (cd "$KUBE_DIR" && go build -trimpath -ldflags="$LDFLAGS_BASE $x" -o "$out/" "${pkgs[@]}")
+  for name in "$@"; do
+    mv -f "$out/$name" "$BIN_DIR/$name"
+    echo "$KUBERNETES_VERSION" >"$STAMP_DIR/$name"
+  done
+  rmdir "$out"
+  echo "<< built $* in $(($(now) - start))s -> $BIN_DIR"
+}
+
+prepare_helm() {
+  new_module "$WORK/helm"
+  resolve "$WORK/helm" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 }
 
 build_helm() {
-  local dir="$WORK/helm" client_go major minor x
-  new_module "$dir"
-  resolve "$dir" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  local dir="$WORK/helm" client_go major minor x p
   # What helm's Makefile stamps: its release, and the Kubernetes version its lint and
   # template assume by default, derived from the client-go it was built with (v0.X -> 1.X).
   client_go="$(cd "$dir" && go list -m -f '{{.Version}}' k8s.io/client-go)"
@@ -146,24 +160,30 @@ build_helm() {
   build helm "$HELM_VERSION" "$dir" helm.sh/helm/v3/cmd/helm "$x"
 }
 
+prepare_kwok() {
+  new_module "$WORK/kwok"
+  resolve "$WORK/kwok" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+}
+
 build_kwok() {
-  local dir="$WORK/kwok"
-  new_module "$dir"
-  resolve "$dir" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
-  build kwok "$KWOK_VERSION" "$dir" sigs.k8s.io/kwok/cmd/kwok
+  build kwok "$KWOK_VERSION" "$WORK/kwok" sigs.k8s.io/kwok/cmd/kwok
+}
+
+prepare_kueue() {
+  # Kueue's go.mod has no replace directives and needs Go 1.25.
+  new_module "$WORK/kueue"
+  resolve "$WORK/kueue" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
 }
 
 build_kueue() {
-  # Kueue's go.mod has no replace directives and needs Go 1.25; the version stamp is the one
-  # its Makefile sets, so the controller logs the release it is.
-  local dir="$WORK/kueue"
-  new_module "$dir"
-  resolve "$dir" "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION"
-  build kueue "$KUEUE_VERSION" "$dir" sigs.k8s.io/kueue/cmd/kueue \
+  # The version stamp is the one its Makefile sets, so the controller logs the release it is.
+  build kueue "$KUEUE_VERSION" "$WORK/kueue" sigs.k8s.io/kueue/cmd/kueue \
     "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
 }
 
 total_start="$(now)"
+missing_kube=()
+groups=()
 for spec in "etcd $ETCD_VERSION" "kube-apiserver $KUBERNETES_VERSION" \
   "kube-controller-manager $KUBERNETES_VERSION" "kube-scheduler $KUBERNETES_VERSION" "kwok $KWOK_VERSION" \
   "kubectl $KUBERNETES_VERSION" "helm $HELM_VERSION" "kueue $KUEUE_VERSION"; do
@@ -173,11 +193,31 @@ for spec in "etcd $ETCD_VERSION" "kube-apiserver $KUBERNETES_VERSION" \
     continue
   fi
   case "$name" in
-    etcd) build_etcd ;;
-    kwok) build_kwok ;;
-    helm) build_helm ;;
-    kueue) build_kueue ;;
-    *) build_kube "$name" ;;
+    kube-* | kubectl)
+      [[ ${#missing_kube[@]} -eq 0 ]] && groups+=(kube)
+      missing_kube+=("$name") ;;
+    *) groups+=("$name") ;;
   esac
+done
+
+# Resolve every group at once, in the background: resolving is downloads (minutes on an empty
+# module cache) and building is CPU, so the later groups' downloads hide behind the first
+# builds. The module cache is safe for concurrent go commands.
+declare -A resolving
+for group in "${groups[@]}"; do
+  ("prepare_$group" >"$WORK/$group.resolve.log" 2>&1) &
+  resolving[$group]=$!
+done
+
+for group in "${groups[@]}"; do
+  wait_start="$(now)"
+  if ! wait "${resolving[$group]}"; then
+    cat "$WORK/$group.resolve.log" >&2
+    echo "!! resolving the $group modules failed" >&2
+    exit 1
+  fi
+  cat "$WORK/$group.resolve.log"
+  echo "== $group modules resolved (waited $(($(now) - wait_start))s)"
+  if [[ "$group" == kube ]]; then build_kube "${missing_kube[@]}"; else "build_$group"; fi
 done
 echo "== done in $(($(now) - total_start))s; binaries in $BIN_DIR"
