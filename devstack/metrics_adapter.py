@@ -15,7 +15,7 @@ How it is wired on a machine without kube-proxy (facts, checked here):
 
 The metric rules: every Prometheus series with a `namespace` label is an external metric of that
 namespace under its own name (its other labels are the selector); every series with `namespace` and
-`pod` labels is also a per-pod custom metric. Built by deploy/local/kube/build-adapter.sh.
+`pod` labels is also a per-pod custom metric. Built by deploy/local/kube/build-binaries.sh.
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from devstack.kube import REPO_ROOT, LocalKubeCluster, apply_objects, issue_serving_cert
+from devstack.kube import BUILD_SCRIPT, LocalKubeCluster, apply_objects, issue_serving_cert
 from devstack.process import ManagedProcess, built_binary, free_port
 
 log = logging.getLogger(__name__)
 
-BUILD_SCRIPT = REPO_ROOT / "deploy" / "local" / "kube" / "build-adapter.sh"
 BINARY = "prometheus-adapter"
 NAMESPACE = "servingops-metrics"
 SERVICE = "prometheus-adapter"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kwok, kubectl for the end-to-end tests, helm, which lints, renders and
-# installs deploy/chart, and the Kueue controller, started only by the admission tests) from
-# their upstream Go modules at the pinned versions below.
+# installs deploy/chart, the Kueue controller, started only by the admission tests, and
+# prometheus-adapter, which serves the metrics APIs the real HPA controller reads) from their
+# upstream Go modules at the pinned versions below.
 #
 # A binary already in $SERVINGOPS_KUBE_BIN_DIR or on PATH is used as is; one in the cache
 # counts only when it was built at the pinned version (a stamp file records it), so bumping
@@ -19,6 +20,7 @@ HELM_VERSION=v3.22.0       # go 1.26.0; its go.mod has no replace directives
 GATEWAY_API_VERSION=v1.4.1 # standard channel, incl. HTTPRoute (not built)
 KUEUE_VERSION=v0.17.0      # CRDs copied; the controller (cmd/kueue) built for devstack/kueue.py
 KEDA_VERSION=v2.18.3       # only the ScaledObject CRD is copied (the KEDA operator is not run)
+PROMETHEUS_ADAPTER_VERSION=v0.12.0 # the newest release; no replace directives (k8s.io/* v0.30.0)
 
 CACHE="${SERVINGOPS_CACHE:-$HOME/.cache/servingops}"
 BIN_DIR="$CACHE/bin"
@@ -181,12 +183,22 @@ build_kueue() {
     "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
 }
 
+prepare_adapter() {
+  new_module "$WORK/adapter"
+  resolve "$WORK/adapter" "sigs.k8s.io/prometheus-adapter/cmd/adapter@$PROMETHEUS_ADAPTER_VERSION"
+}
+
+build_adapter() {
+  build prometheus-adapter "$PROMETHEUS_ADAPTER_VERSION" "$WORK/adapter" sigs.k8s.io/prometheus-adapter/cmd/adapter
+}
+
 total_start="$(now)"
 missing_kube=()
 groups=()
 for spec in "etcd $ETCD_VERSION" "kube-apiserver $KUBERNETES_VERSION" \
   "kube-controller-manager $KUBERNETES_VERSION" "kube-scheduler $KUBERNETES_VERSION" "kwok $KWOK_VERSION" \
-  "kubectl $KUBERNETES_VERSION" "helm $HELM_VERSION" "kueue $KUEUE_VERSION"; do
+  "kubectl $KUBERNETES_VERSION" "helm $HELM_VERSION" "kueue $KUEUE_VERSION" \
+  "prometheus-adapter $PROMETHEUS_ADAPTER_VERSION"; do
   read -r name version <<<"$spec"
   if found="$(existing "$name" "$version")" && [[ -n "$found" ]]; then
     echo "== $name: using $found"
@@ -196,6 +208,7 @@ for spec in "etcd $ETCD_VERSION" "kube-apiserver $KUBERNETES_VERSION" \
     kube-* | kubectl)
       [[ ${#missing_kube[@]} -eq 0 ]] && groups+=(kube)
       missing_kube+=("$name") ;;
+    prometheus-adapter) groups+=(adapter) ;;
     *) groups+=("$name") ;;
   esac
 done
