@@ -87,8 +87,10 @@ class TemporalDevServer:
         """
         if not tcp_open("127.0.0.1", self.port):
             return False
+        # No profile or TEMPORAL_* variable of the developer's (or a test's TLS settings) may redirect it.
         probe = [binary, "operator", "namespace", "describe", "--namespace", self.namespace,
-                 "--address", self.address, "--command-timeout", "2s"]
+                 "--address", self.address, "--command-timeout", "2s",
+                 "--disable-config-env", "--disable-config-file"]
         try:
             return subprocess.run(probe, capture_output=True, timeout=5).returncode == 0
         except subprocess.TimeoutExpired:
