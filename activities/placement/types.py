@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from servingops.api_models.ome.autoscaling import CandidateAutoscalingStatus
+from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.placement_status import PlacementCapacitySample
 from servingops.api_models.ome.rollout_status import CandidateRolloutStatus
 from servingops.api_models.refs import ObjectRef
@@ -118,7 +119,7 @@ class MemberObservation(BaseModel):
     @property
     def counted(self) -> ComponentAdmission | None:
         """The component whose Instances a home's replica counts report: the engine, else the first one."""
-        engine = next((c for c in self.components if c.component == "engine"), None)
+        engine = next((c for c in self.components if c.component == ComponentType.ENGINE.value), None)
         return engine or (self.components[0] if self.components else None)
 
 

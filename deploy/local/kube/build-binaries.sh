@@ -64,16 +64,28 @@ new_module() {
   (cd "$1" && go mod init servingops.local/kube-build >/dev/null 2>&1)
 }
 
-# build NAME VERSION MODDIR PACKAGE [extra ldflags]
+# build VERSION MODDIR EXTRA_LDFLAGS NAME=PACKAGE...: the named main packages in one `go build`
+# (several: the packages they share are planned once, and one binary's link overlaps the next
+# one's compiling), each installed under NAME with VERSION's stamp.
 build() {
-  local name="$1" version="$2" dir="$3" pkg="$4" ldflags="$LDFLAGS_BASE ${5:-}" start
+  local version="$1" dir="$2" ldflags="$LDFLAGS_BASE $3" out="$BIN_DIR/.build.$$" start pair name pkg base
+  local names=() pkgs=()
+  shift 3
+  for pair in "$@"; do names+=("${pair%%=*}"); pkgs+=("${pair#*=}"); done
   start="$(now)"
-  echo ">> building $name $version ($pkg)"
-  # Link under a private name, then rename: a running copy or a parallel build is unharmed.
-  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$BIN_DIR/.$name.$$" "$pkg")
-  mv -f "$BIN_DIR/.$name.$$" "$BIN_DIR/$name"
-  echo "$version" >"$STAMP_DIR/$name"
-  echo "<< built $name in $(($(now) - start))s -> $BIN_DIR/$name"
+  echo ">> building ${names[*]} $version (${pkgs[*]})"
+  # Link into a private folder, then rename: a running copy or a parallel build is unharmed.
+  mkdir -p "$out"
+  (cd "$dir" && go build -trimpath -ldflags="$ldflags" -o "$out/" "${pkgs[@]}")
+  for pair in "$@"; do
+    name="${pair%%=*}" pkg="${pair#*=}" base="${pair##*/}"
+    # go build names a binary after its package's last element, or the one before a major version (/v3).
+    [[ "$base" =~ ^v[0-9]+$ ]] && pkg="${pkg%/*}" && base="${pkg##*/}"
+    mv -f "$out/$base" "$BIN_DIR/$name"
+    echo "$version" >"$STAMP_DIR/$name"
+  done
+  rmdir "$out"
+  echo "<< built ${names[*]} in $(($(now) - start))s -> $BIN_DIR"
 }
 
 # resolve DIR PACKAGE...: add the requirements of the named packages to DIR's go.mod,
@@ -97,7 +109,7 @@ prepare_etcd() {
 }
 
 build_etcd() {
-  build etcd "$ETCD_VERSION" "$WORK/etcd" go.etcd.io/etcd/server/v3
+  build "$ETCD_VERSION" "$WORK/etcd" "" etcd=go.etcd.io/etcd/server/v3
 }
 
 prepare_kube() {
@@ -119,10 +131,9 @@ prepare_kube() {
   resolve "$KUBE_DIR" "${pkgs[@]}"
 }
 
-# build_kube NAME...: the missing Kubernetes binaries in one `go build`, so the packages
-# they share are planned once and one binary's link overlaps the next one's compiling.
+# build_kube NAME...: the missing Kubernetes binaries, in one build.
 build_kube() {
-  local minor major=1 x p name start out="$BIN_DIR/.kube.$$" pkgs=()
+  local minor major=1 x p name pairs=()
   minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
   # What hack/lib/version.sh stamps, so /version reports the real release.
   x=""
@@ -130,18 +141,8 @@ build_kube() {
     x+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor"
     x+=" -X $p.gitTreeState=clean"
   done
-  for name in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$name"); done
-  start="$(now)"
-  echo ">> building $* $KUBERNETES_VERSION"
-  # Link into a private folder, then rename: a running copy or a parallel build is unharmed.
-  mkdir -p "$out"
-  (cd "$KUBE_DIR" && go build -trimpath -ldflags="$LDFLAGS_BASE $x" -o "$out/" "${pkgs[@]}")
-  for name in "$@"; do
-    mv -f "$out/$name" "$BIN_DIR/$name"
-    echo "$KUBERNETES_VERSION" >"$STAMP_DIR/$name"
-  done
-  rmdir "$out"
-  echo "<< built $* in $(($(now) - start))s -> $BIN_DIR"
+  for name in "$@"; do pairs+=("$name=k8s.io/kubernetes/cmd/$name"); done
+  build "$KUBERNETES_VERSION" "$KUBE_DIR" "$x" "${pairs[@]}"
 }
 
 prepare_helm() {
@@ -159,7 +160,7 @@ build_helm() {
   for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
     x+=" -X $p.k8sVersionMajor=$major -X $p.k8sVersionMinor=$minor"
   done
-  build helm "$HELM_VERSION" "$dir" helm.sh/helm/v3/cmd/helm "$x"
+  build "$HELM_VERSION" "$dir" "$x" helm=helm.sh/helm/v3/cmd/helm
 }
 
 prepare_kwok() {
@@ -168,7 +169,7 @@ prepare_kwok() {
 }
 
 build_kwok() {
-  build kwok "$KWOK_VERSION" "$WORK/kwok" sigs.k8s.io/kwok/cmd/kwok
+  build "$KWOK_VERSION" "$WORK/kwok" "" kwok=sigs.k8s.io/kwok/cmd/kwok
 }
 
 prepare_kueue() {
@@ -179,8 +180,8 @@ prepare_kueue() {
 
 build_kueue() {
   # The version stamp is the one its Makefile sets, so the controller logs the release it is.
-  build kueue "$KUEUE_VERSION" "$WORK/kueue" sigs.k8s.io/kueue/cmd/kueue \
-    "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION"
+  build "$KUEUE_VERSION" "$WORK/kueue" "-X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+    kueue=sigs.k8s.io/kueue/cmd/kueue
 }
 
 prepare_adapter() {
@@ -189,7 +190,7 @@ prepare_adapter() {
 }
 
 build_adapter() {
-  build prometheus-adapter "$PROMETHEUS_ADAPTER_VERSION" "$WORK/adapter" sigs.k8s.io/prometheus-adapter/cmd/adapter
+  build "$PROMETHEUS_ADAPTER_VERSION" "$WORK/adapter" "" prometheus-adapter=sigs.k8s.io/prometheus-adapter/cmd/adapter
 }
 
 total_start="$(now)"
