@@ -3,12 +3,19 @@
 Level-triggered: each thread hands every object it learns about to a sink, relists on 410 Gone and after
 any error (with backoff), and reports objects that vanished while it was not watching as gone. A kind
 whose CRD is not installed (404) counts as empty and is listed again every 30 s until it appears.
+
+A watch resumes from a resourceVersion the apiserver's watch cache still holds: a list's (the collection's,
+which is current) or the last event's or bookmark's. Never from an object's own resourceVersion read by a
+GET: that is the version of the object's last write, which the cache forgets once enough other objects of
+the kind change (kwok's node heartbeats), so every such watch ends at once with 410 Gone. An idle agent
+did exactly that, a GET and a WATCH of its Node about 30 times a second, until this was understood.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -22,6 +29,10 @@ log = logging.getLogger("servingops.agent.watch")
 WATCH_TIMEOUT_SECONDS = 240
 LIST_PAGE = 500
 CRD_MISSING_RETRY_SECONDS = 30.0
+MIN_BACKOFF_SECONDS = 0.5
+MAX_BACKOFF_SECONDS = 30.0
+HEALTHY_CYCLE_SECONDS = 60.0
+"""A cycle that ran this long before it failed resets the backoff."""
 
 ObjectSink = Callable[[ModelKey, dict[str, Any] | None], None]
 """(key, object or None when it is gone)."""
@@ -43,20 +54,26 @@ class _Loop(threading.Thread):
         raise NotImplementedError
 
     def run(self) -> None:
-        backoff = 0.5
+        backoff = MIN_BACKOFF_SECONDS
         while not self.stop_event.is_set():
+            started = time.monotonic()
             try:
                 self.cycle()
-                backoff = 0.5
+                backoff = MIN_BACKOFF_SECONDS
                 continue
             except ApiException as exc:
                 if exc.status == 410:
-                    continue
-                log.warning("%s: API error %s, retrying in %.1fs", self.name, exc.status, backoff)
+                    # Expected now and then (a watch resumed after a long quiet spell); the next cycle starts
+                    # from a fresh version. Still waited for: a 410 that repeats must never spin.
+                    log.info("%s: resource version gone, starting again in %.1fs", self.name, backoff)
+                else:
+                    log.warning("%s: API error %s, retrying in %.1fs", self.name, exc.status, backoff)
             except Exception:
                 log.exception("%s: failed, retrying in %.1fs", self.name, backoff)
+            if time.monotonic() - started >= HEALTHY_CYCLE_SECONDS:
+                backoff = MIN_BACKOFF_SECONDS  # a long healthy watch before this failure: not a failing streak
             self.stop_event.wait(backoff)
-            backoff = min(backoff * 2, 30)
+            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
 
 class KindWatcher(_Loop):
@@ -126,7 +143,9 @@ class KindWatcher(_Loop):
 
 
 class NodeWatcher(_Loop):
-    """The agent's own Node: a get, then a watch narrowed to it by name."""
+    """The agent's own Node: a get (so a missing Node is known at once), then a watch narrowed to it by name
+    that starts with no resourceVersion (the apiserver sends the Node as it is now, then every change; the
+    agent's role may get and watch Nodes but not list them) and resumes from the last version it saw."""
 
     def __init__(self, api_client: client.ApiClient, node_name: str, sink: NodeSink, stop: threading.Event) -> None:
         super().__init__("watch-node", stop)
@@ -147,12 +166,13 @@ class NodeWatcher(_Loop):
         raw = self.core.api_client.sanitize_for_serialization(node)
         self.sink(raw)
         self.synced.set()
-        version = raw["metadata"]["resourceVersion"]
+        version: str | None = None
         while not self.stop_event.is_set():
+            since: dict[str, Any] = {"resource_version": version} if version else {}
             stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-                self.core.list_node, field_selector=f"metadata.name={self.node_name}", resource_version=version,
+                self.core.list_node, field_selector=f"metadata.name={self.node_name}",
                 allow_watch_bookmarks=True, timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                _request_timeout=WATCH_TIMEOUT_SECONDS + 30)
+                _request_timeout=WATCH_TIMEOUT_SECONDS + 30, **since)
             for event in stream:
                 if event["type"] == "ERROR":
                     raw_obj = event.get("raw_object") or {}

@@ -71,7 +71,7 @@ from servingops.api_models.contract import Signal
 from servingops.api_models.ome.instance_keys import INSTANCE_LABEL, REPLICA_LABEL
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.fixtures.bridge import BridgeLauncher
-from tests.test_model_import_e2e import start_worker
+from tests.support.model_import import start_worker
 
 GROUP, VERSION = "ome.io", "v1beta1"
 NAMESPACE, SERVICE = "bench-migration", "mig"

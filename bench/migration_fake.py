@@ -24,7 +24,7 @@ from datetime import datetime
 
 from servingops.api_models.operator_config import LifecycleDefaults
 from tests.rollout_harness import start_env
-from tests.test_migration_workflow import stack
+from tests.support.migration_world import stack
 
 
 def _at(text: str) -> datetime:

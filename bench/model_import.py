@@ -47,8 +47,7 @@ from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.fixtures.bridge import BridgeLauncher
-from tests.test_model_import_e2e import Stack, start_worker
-from tests.test_model_import_resume import (
+from tests.support.import_resume import (
     KILL_AT,
     TransferReport,
     hub_served_bytes,
@@ -56,6 +55,7 @@ from tests.test_model_import_resume import (
     peak_rss_bytes,
     process_written_bytes,
 )
+from tests.support.model_import import Stack, start_worker
 
 REPO_ID = "bench/llama-synthetic"
 BASELINE_REPOSITORY = "baseline/llama-synthetic"

@@ -49,13 +49,10 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import re
 import shutil
-import ssl
 import statistics
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -85,7 +82,7 @@ from servingops.api_models.contract import (
     replica_workflow_id,
 )
 from tests.fixtures.bridge import BridgeLauncher
-from tests.test_model_import_e2e import start_worker
+from tests.support.model_import import start_worker
 
 GROUP, VERSION = "ome.io", "v1beta1"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -97,7 +94,6 @@ MK_CONTROLLER = "kueue.x-k8s.io/multikueue"
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "DELETECOLLECTION", "APPLY"})
 NOT_COUNTED = frozenset({"leases", "selfsubjectreviews", "tokenreviews", "subjectaccessreviews",
                          "selfsubjectaccessreviews", "localsubjectaccessreviews", "selfsubjectrulesreviews"})
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 # -- counting writes -------------------------------------------------------------------------------
@@ -105,23 +101,15 @@ _LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 def apiserver_writes(cluster: LocalKubeCluster) -> Counter[str]:
     """The apiserver's write requests so far, by resource[/subresource], as its /metrics counts them."""
-    context = ssl.create_default_context(cafile=str(cluster.pki / "ca.crt"))
-    context.load_cert_chain(str(cluster.pki / "admin.crt"), str(cluster.pki / "admin.key"))
-    with urllib.request.urlopen(f"{cluster.api_url}/metrics", timeout=30, context=context) as response:
-        text = response.read().decode()
     counts: Counter[str] = Counter()
-    for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels_text, value = line[len("apiserver_request_total{"):].rsplit("} ", 1)
-        labels = dict(_LABEL.findall(labels_text))
+    for labels, value in cluster.request_counts():
         resource, sub = labels.get("resource", ""), labels.get("subresource", "")
         if labels.get("verb") not in WRITE_VERBS or resource in NOT_COUNTED or sub == "token":
             continue
         key = f"{resource}/{sub}" if sub else resource
         # A refused write (404 deleting what is gone, 409 on a conflict) is a request but stores nothing.
         code = labels.get("code", "")
-        counts[key if code.startswith("2") else f"{key} [{code}]"] += int(float(value))
+        counts[key if code.startswith("2") else f"{key} [{code}]"] += value
     return counts
 
 

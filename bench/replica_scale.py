@@ -60,7 +60,7 @@ from servingops.api_models.ome.instance_keys import INSTANCE_LABEL, REPLICA_LABE
 from servingops.api_models.ome.replica import InferenceReplicaStatus
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.fixtures.bridge import BridgeLauncher
-from tests.test_model_import_e2e import start_worker
+from tests.support.model_import import start_worker
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "inferencereplicas"
 OLD_IMAGE, NEW_IMAGE = "vllm/vllm-openai:v0.9", "vllm/vllm-openai:v0.10"

@@ -49,7 +49,7 @@ from devstack.process import ManagedProcess, free_port
 from servingops.api_models import contract
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.fixtures.bridge import BridgeLauncher
-from tests.test_model_import_e2e import start_worker
+from tests.support.model_import import start_worker
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "inferenceservices"
 PROMOTE = "ome.io/rollout-promote"

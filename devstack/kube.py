@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -113,6 +114,9 @@ _RUNNING_NOT_READY = (
     "phase: Running\n"
     "startTime: {{ $now | Quote }}\n")
 """A running pod whose containers are not ready (the status a stage that holds a pod unready sets)."""
+
+
+_METRIC_LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
 def _condition(kind: str) -> str:
@@ -842,6 +846,18 @@ class LocalKubeCluster:
         raise TimeoutError(f"{what}: not reached in {timeout}s; logs in {self.log_dir}")
 
     # -- API --
+
+    def request_counts(self) -> list[tuple[dict[str, str], int]]:
+        """The apiserver's own `apiserver_request_total` samples so far: (labels: verb, resource,
+        subresource, code, ...; count). What a test bounds when it says how much a process asks."""
+        with urllib.request.urlopen(f"{self.api_url}/metrics", timeout=30, context=self._ssl_context()) as response:
+            text = response.read().decode()
+        samples = []
+        for line in text.splitlines():
+            if line.startswith("apiserver_request_total{"):
+                labels_text, value = line[len("apiserver_request_total{"):].rsplit("} ", 1)
+                samples.append((dict(_METRIC_LABEL.findall(labels_text)), int(float(value))))
+        return samples
 
     def api_client(self) -> client.ApiClient:
         """A fresh ApiClient for the admin user (the same identity as the kubeconfig)."""

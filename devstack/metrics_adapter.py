@@ -5,9 +5,11 @@ HPA controller scales on metrics a test feeds (tests/metrics_exporter.py -> Prom
 How it is wired on a machine without kube-proxy (facts, checked here):
 - kube-apiserver runs with the front-proxy flags and --enable-aggregator-routing
   (devstack/kube.py), so it proxies to an APIService's *endpoint* address, not its ClusterIP;
-- Endpoints validation rejects loopback addresses, so the adapter listens on a non-loopback address
-  of this machine (the first global IPv4 address) and a selectorless Service plus an Endpoints object
-  (mirrored into an EndpointSlice by the controller-manager) point at it;
+- Endpoints validation rejects loopback addresses, and tests never dial the machine's own address: the
+  adapter listens on loopback, and a relay (devstack/relay.py) listens on the address of a network
+  namespace the stack makes (devstack/netns.py) and passes each connection on to it; a selectorless
+  Service plus an Endpoints object (mirrored into an EndpointSlice by the controller-manager) point at
+  the namespace's address, which the apiserver reaches over the namespace's veth pair;
 - its serving certificate is issued by the cluster CA for `<service>.<namespace>.svc` (the name the
   aggregator verifies) and the APIServices carry that CA as caBundle;
 - it authenticates the proxied requests with the front-proxy CA and asks the apiserver (admin
@@ -23,8 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import socket
-import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from devstack.kube import BUILD_SCRIPT, LocalKubeCluster, apply_objects, issue_serving_cert
-from devstack.process import ManagedProcess, built_binary, free_port
+from devstack.kube import BUILD_SCRIPT, REPO_ROOT, LocalKubeCluster, apply_objects, issue_serving_cert
+from devstack.netns import NetworkNamespace
+from devstack.process import ManagedProcess, built_binary, free_port, tcp_open
 
 log = logging.getLogger(__name__)
 
@@ -60,19 +62,6 @@ RULES: dict[str, Any] = {
 }
 
 
-def host_address() -> str:
-    """A non-loopback IPv4 address of this machine (Endpoints refuse loopback ones)."""
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "scope", "global"], capture_output=True, text=True,
-                         check=False).stdout
-    for line in out.splitlines():
-        fields = line.split()
-        if "inet" in fields:
-            return fields[fields.index("inet") + 1].split("/")[0]
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:  # no packet is sent
-        probe.connect(("192.0.2.1", 9))
-        return str(probe.getsockname()[0])
-
-
 def ensure_binary() -> str:
     return built_binary(BINARY, BUILD_SCRIPT, "SERVINGOPS_KUBE_BIN_DIR")
 
@@ -85,13 +74,23 @@ class MetricsAdapter:
         self.prometheus_url = prometheus_url
         self.workdir = Path(workdir)
         self.log_dir = Path(log_dir)
-        self.address = host_address()
         self.port = free_port()
+        """The adapter's port on loopback, and the relay's in the namespace."""
+        self.netns: NetworkNamespace | None = None
         self.process: ManagedProcess | None = None
+        self.relay: ManagedProcess | None = None
+
+    @property
+    def address(self) -> str:
+        """Where the apiserver dials the adapter: the stack namespace's address (set once started)."""
+        if self.netns is None:
+            raise RuntimeError("the adapter has not been started")
+        return self.netns.address
 
     def start(self, timeout: float = 120.0) -> MetricsAdapter:
         binary = ensure_binary()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.netns = NetworkNamespace.create()
         pki = self.cluster.pki
         cert, key = issue_serving_cert(pki, SERVICE, [f"{SERVICE}.{NAMESPACE}.svc", "localhost"],
                                        [self.address, "127.0.0.1"])
@@ -105,7 +104,7 @@ class MetricsAdapter:
             f"--prometheus-url={self.prometheus_url}",
             f"--config={self.workdir / 'config.yaml'}",
             "--metrics-relist-interval=2s",  # a series fed by a test is listed within 2 s
-            f"--bind-address={self.address}",
+            "--bind-address=127.0.0.1",
             f"--secure-port={self.port}",
             f"--tls-cert-file={self.workdir / 'tls.crt'}",
             f"--tls-private-key-file={self.workdir / 'tls.key'}",
@@ -116,6 +115,11 @@ class MetricsAdapter:
             f"--client-ca-file={pki / 'ca.crt'}",
             "--v=1",
         ], self.log_dir).start()
+        self.relay = ManagedProcess("prometheus-adapter-relay", [
+            sys.executable, "-m", "devstack.relay", "--netns", self.netns.name,
+            "--listen", f"{self.address}:{self.port}", "--to", f"127.0.0.1:{self.port}",
+        ], self.log_dir, cwd=REPO_ROOT).start()
+        self.relay.wait_ready(lambda: tcp_open(self.address, self.port), timeout=30)
         self._register()
         self._wait_available(timeout)
         return self
@@ -179,5 +183,8 @@ class MetricsAdapter:
             log.warning("could not remove the metrics APIServices", exc_info=True)
         finally:
             api.close()  # type: ignore[no-untyped-call]
-        if self.process is not None:
-            self.process.stop()
+        for process in (self.relay, self.process):
+            if process is not None:
+                process.stop()
+        if self.netns is not None:
+            self.netns.delete()

@@ -41,11 +41,12 @@ def find_binary(name: str, dir_env: str | None = None) -> str | None:
 
 
 def built_binary(name: str, build_script: Path, dir_env: str | None = None) -> str:
-    """find_binary, or run the pinned build script that puts `name` in the cache (minutes when cold)."""
+    """find_binary, or have the pinned build script put just `name` in the cache (minutes when cold). The
+    script takes a lock: two askers at once build it once (the second waits, then finds it)."""
     found = find_binary(name, dir_env)
     if found is None:
         print(f"building {name} with {build_script} (minutes on a cold cache)", flush=True)
-        subprocess.run(["bash", str(build_script)], check=True)
+        subprocess.run(["bash", str(build_script), name], check=True)
         found = find_binary(name, dir_env)
     if found is None:
         raise RuntimeError(f"{name} still missing after {build_script}")

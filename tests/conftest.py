@@ -4,6 +4,7 @@ Each part lives in its own plugin module under tests/fixtures/.
 """
 
 pytest_plugins = [
+    "tests.fixtures.tiers",
     "tests.fixtures.kube",
     "tests.fixtures.hub",
     "tests.fixtures.services",

@@ -40,8 +40,8 @@ from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import create, manifest
 from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.kube import own_identities
-from tests.test_model_import_e2e import start_worker
-from tests.test_rollout_e2e import _route_weights
+from tests.support.model_import import start_worker
+from tests.support.rollout_stack import route_weights
 
 DEADLINE = 240.0
 OLD_IMAGE = "vllm/vllm-openai:v0.9"
@@ -194,7 +194,7 @@ class LiveIsvc:
 
     def weights(self, name: str = "engine") -> dict[str, int]:
         """The HTTPRoute's backendRefs: backend Service -> weight ({} without a route)."""
-        return _route_weights(self.stack.api, self.ns, f"{self.name}-{name}")
+        return route_weights(self.stack.api, self.ns, f"{self.name}-{name}")
 
     def serving(self, name: str = "engine") -> dict[str, int]:
         """The backends the route actually sends traffic to (weight > 0)."""

@@ -3,10 +3,14 @@ and chosen by the service's accelerator class (activities/serving/resolution.py)
 
 from __future__ import annotations
 
+import pytest
+
 from servingops.activities.serving.accelerator_overrides import apply, merge_args
 from servingops.activities.serving.resolution import resolve_service
 from servingops.api_models.ome.runtimes import AcceleratorModelConfig
-from tests.test_serving_resolution import Cluster, ready_model, sample_service, sglang_runtime
+from tests.support.serving_world import Cluster, ready_model, sample_service, sglang_runtime
+
+pytestmark = pytest.mark.unit
 
 
 def test_args_merge_by_flag_keeping_order() -> None:

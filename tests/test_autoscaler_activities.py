@@ -105,6 +105,7 @@ def _ensure(acts: AutoscalerActivities, ref: ObjectRef) -> dict[str, object] | N
     return seen.status
 
 
+@pytest.mark.integration
 def test_hpa_then_keda_then_external_then_none(kube_api: client.ApiClient, ns: str,
                                                acts: AutoscalerActivities) -> None:
     ref = _isvc(kube_api, ns, _engine({"class": "HPA"}))
@@ -160,6 +161,7 @@ def test_hpa_then_keda_then_external_then_none(kube_api: client.ApiClient, ns: s
     assert _hpa(kube_api, ref) is None, "removing the autoscaler deletes ours"
 
 
+@pytest.mark.integration
 def test_a_scaler_that_is_not_ours_is_never_touched(kube_api: client.ApiClient, ns: str,
                                                     acts: AutoscalerActivities) -> None:
     ref = _isvc(kube_api, ns, _engine({"class": "External"}))
@@ -179,6 +181,7 @@ def test_a_scaler_that_is_not_ours_is_never_touched(kube_api: client.ApiClient, 
     assert (_hpa(kube_api, ref) or {})["spec"]["maxReplicas"] == 9, "never applied over"
 
 
+@pytest.mark.integration
 def test_a_raw_deployment_component_gets_no_scaler(kube_api: client.ApiClient, ns: str,
                                                    acts: AutoscalerActivities) -> None:
     ref = _isvc(kube_api, ns, _engine({"class": "HPA"}), mode="RawDeployment")
@@ -208,6 +211,7 @@ def _scale(kube_api: client.ApiClient, ref: ObjectRef, replicas: int) -> None:
         {"spec": {"replicas": replicas}})
 
 
+@pytest.mark.integration
 def test_the_projection_leaves_replicas_to_the_autoscaler(kube_api: client.ApiClient, ns: str) -> None:
     block = {"class": "HPA", "hpa": {"metrics": [EXTERNAL_METRIC],
                                      "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}}}}
@@ -235,6 +239,7 @@ def test_the_projection_leaves_replicas_to_the_autoscaler(kube_api: client.ApiCl
     assert "autoscaler" not in replica["spec"]
 
 
+@pytest.mark.integration
 def test_the_scaler_keeps_the_replicas_block_and_gives_the_count_back(kube_api: client.ApiClient, ns: str,
                                                                        acts: AutoscalerActivities) -> None:
     """An autoscaler edit moves no revision's capacity, so the projection does not write the replica:
@@ -257,6 +262,7 @@ def test_the_scaler_keeps_the_replicas_block_and_gives_the_count_back(kube_api: 
     assert _replica(kube_api, ref)["spec"]["replicas"] == 3
 
 
+@pytest.mark.unit
 def test_rules() -> None:
     assert bounds(EngineSpec(min_replicas=None, max_replicas=None)) == (1, 1)
     assert bounds(EngineSpec(min_replicas=0, max_replicas=3)) == (1, 3)

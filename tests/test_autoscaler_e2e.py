@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from devstack.metrics_adapter import MetricsAdapter
@@ -21,9 +22,12 @@ from servingops.api_models.ome import InferenceService
 from servingops.api_models.ome.instance_keys import INSTANCE_LABEL, REPLICA_LABEL
 from tests.crd_helpers import create, manifest
 from tests.metrics_exporter import Exporter
-from tests.test_omenative_service_e2e import native_stack  # noqa: F401  (the module's worker and bridge)
-from tests.test_replica_e2e import Replica
-from tests.test_rollout_e2e import _wait
+from tests.support.native_stack import native_stack
+from tests.support.replica_stack import Replica
+from tests.support.waiting import wait_until
+
+__all__ = ["native_stack"]  # the fixture, reused
+pytestmark = pytest.mark.e2e
 
 GROUP, VERSION = "ome.io", "v1beta1"
 METRIC = "servingops_test_queue_depth"
@@ -79,7 +83,7 @@ def _live_instances(api: client.ApiClient, ns: str, replica: str) -> list[str]:
 
 
 def test_the_real_hpa_scales_the_projected_replica_up_and_down(
-        kube_api: client.ApiClient, native_stack: tuple[str, ManagedProcess],  # noqa: F811
+        kube_api: client.ApiClient, native_stack: tuple[str, ManagedProcess],
         metrics_adapter: MetricsAdapter, exporter: Exporter) -> None:
     ns, worker = native_stack
     name = f"scaled-{uuid.uuid4().hex[:5]}"
@@ -87,36 +91,36 @@ def test_the_real_hpa_scales_the_projected_replica_up_and_down(
     _feed(exporter, ns, name, 1)
     create(kube_api, InferenceService, manifest(InferenceService, _spec(name), name=name), ns)
 
-    hpa = _wait("the service's HPA", lambda: _get(kube_api, ns, "horizontalpodautoscalers", replica,
+    hpa = wait_until("the service's HPA", lambda: _get(kube_api, ns, "horizontalpodautoscalers", replica,
                                                   "autoscaling", "v2"), worker)
     assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "ome.io/v1beta1", "kind": "InferenceReplica",
                                              "name": replica}
     assert hpa["metadata"]["ownerReferences"][0]["name"] == name
-    _wait("one Ready Instance", lambda: _ready_instances(kube_api, ns, replica) == ["0"], worker, SCALE_TIMEOUT)
-    _wait("the HPA reads the fed metric", lambda: any(
+    wait_until("one Ready Instance", lambda: _ready_instances(kube_api, ns, replica) == ["0"], worker, SCALE_TIMEOUT)
+    wait_until("the HPA reads the fed metric", lambda: any(
         c.get("type") == "ScalingActive" and c.get("status") == "True"
         for c in (_get(kube_api, ns, "horizontalpodautoscalers", replica, "autoscaling", "v2").get("status") or {})
         .get("conditions") or []), worker, SCALE_TIMEOUT)
 
     _feed(exporter, ns, name, 3)
-    _wait("the HPA scales the replica to 3", lambda: (
+    wait_until("the HPA scales the replica to 3", lambda: (
         _get(kube_api, ns, "inferencereplicas", replica).get("spec") or {}).get("replicas") == 3, worker,
         SCALE_TIMEOUT)
-    _wait("three Ready Instances", lambda: _ready_instances(kube_api, ns, replica) == ["0", "1", "2"], worker,
+    wait_until("three Ready Instances", lambda: _ready_instances(kube_api, ns, replica) == ["0", "1", "2"], worker,
           SCALE_TIMEOUT)
     # The service's passes (every replica status change wakes it) must not write its minReplicas back.
     assert (_get(kube_api, ns, "inferencereplicas", replica).get("spec") or {}).get("replicas") == 3
-    engine = _wait("status.components.engine.autoscaler mirrors the HPA", lambda: (
+    engine = wait_until("status.components.engine.autoscaler mirrors the HPA", lambda: (
         (e := ((_get(kube_api, ns, "inferenceservices", name).get("status") or {}).get("components") or {})
          .get("engine") or {}).get("autoscaler", {}).get("desiredReplicas") == 3 and e), worker, SCALE_TIMEOUT)
     assert (engine["autoscaler"]["class"], engine["autoscaler"]["managedBy"]) == ("HPA", "ome")
     assert {c["type"] for c in engine["autoscaler"]["conditions"]} >= {"AbleToScale", "ScalingActive"}
 
     _feed(exporter, ns, name, 1)
-    _wait("the HPA scales the replica back to 1", lambda: (
+    wait_until("the HPA scales the replica back to 1", lambda: (
         _get(kube_api, ns, "inferencereplicas", replica).get("spec") or {}).get("replicas") == 1, worker,
         SCALE_TIMEOUT)
-    _wait("the highest indexes went first", lambda: _live_instances(kube_api, ns, replica) == ["0"], worker,
+    wait_until("the highest indexes went first", lambda: _live_instances(kube_api, ns, replica) == ["0"], worker,
           SCALE_TIMEOUT)
     assert _ready_instances(kube_api, ns, replica) == ["0"]
 
@@ -127,20 +131,20 @@ def test_the_real_hpa_scales_the_projected_replica_up_and_down(
         "threshold": "1"}}], "pollingInterval": 5}}
     client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
         GROUP, VERSION, ns, "inferenceservices", name, {"spec": {"engine": {"autoscaler": {**keda, "hpa": None}}}})
-    scaled = _wait("the ScaledObject", lambda: _get(kube_api, ns, "scaledobjects", f"scaledobject-{replica}",
+    scaled = wait_until("the ScaledObject", lambda: _get(kube_api, ns, "scaledobjects", f"scaledobject-{replica}",
                                                     "keda.sh", "v1alpha1"), worker, SCALE_TIMEOUT)
     assert scaled["spec"]["scaleTargetRef"]["name"] == replica
     assert scaled["spec"]["triggers"] == keda["keda"]["triggers"]
-    _wait("the HPA gone", lambda: not _get(kube_api, ns, "horizontalpodautoscalers", replica, "autoscaling", "v2"),
+    wait_until("the HPA gone", lambda: not _get(kube_api, ns, "horizontalpodautoscalers", replica, "autoscaling", "v2"),
           worker, SCALE_TIMEOUT)
-    _wait("status says KEDA", lambda: (((_get(kube_api, ns, "inferenceservices", name).get("status") or {})
+    wait_until("status says KEDA", lambda: (((_get(kube_api, ns, "inferenceservices", name).get("status") or {})
                                         .get("components") or {}).get("engine") or {}).get("autoscaler", {})
           .get("class") == "KEDA", worker, SCALE_TIMEOUT)
     assert (_get(kube_api, ns, "inferencereplicas", replica).get("spec") or {}).get("autoscaler") == keda
 
 
 def test_a_users_hpa_scales_a_standalone_replica(
-        kube_api: client.ApiClient, native_stack: tuple[str, ManagedProcess],  # noqa: F811
+        kube_api: client.ApiClient, native_stack: tuple[str, ManagedProcess],
         metrics_adapter: MetricsAdapter, exporter: Exporter) -> None:
     """Class External on a standalone replica: nothing is rendered (seed: only the InferenceService
     controller creates a scaler); the user's own HPA drives /scale (spec.replicas, status.labelSelector)."""
@@ -149,8 +153,8 @@ def test_a_users_hpa_scales_a_standalone_replica(
     _feed(exporter, ns, name, 2)
     replica = Replica(kube_api, ns, worker, name)
     replica.create(replicas=1, autoscaler={"class": "External"})
-    _wait("one Ready Instance", lambda: _ready_instances(kube_api, ns, name) == ["0"], worker, SCALE_TIMEOUT)
-    _wait("the /scale selector published", lambda: replica.status.get("labelSelector"), worker)
+    wait_until("one Ready Instance", lambda: _ready_instances(kube_api, ns, name) == ["0"], worker, SCALE_TIMEOUT)
+    wait_until("the /scale selector published", lambda: replica.status.get("labelSelector"), worker)
     hpa = {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": name},
            "spec": {"scaleTargetRef": {"apiVersion": "ome.io/v1beta1", "kind": "InferenceReplica", "name": name},
                     "minReplicas": 1, "maxReplicas": 3,
@@ -160,11 +164,11 @@ def test_a_users_hpa_scales_a_standalone_replica(
                     "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}}}}
     client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
         "autoscaling", "v2", ns, "horizontalpodautoscalers", hpa)
-    _wait("the user's HPA scales the replica to 2", lambda: _ready_instances(kube_api, ns, name) == ["0", "1"],
+    wait_until("the user's HPA scales the replica to 2", lambda: _ready_instances(kube_api, ns, name) == ["0", "1"],
           worker, SCALE_TIMEOUT)
     assert replica.get()["spec"]["replicas"] == 2
     _feed(exporter, ns, name, 1)
-    _wait("and back to 1, Instance 1 removed", lambda: _live_instances(kube_api, ns, name) == ["0"], worker,
+    wait_until("and back to 1, Instance 1 removed", lambda: _live_instances(kube_api, ns, name) == ["0"], worker,
           SCALE_TIMEOUT)
     live = _get(kube_api, ns, "horizontalpodautoscalers", name, "autoscaling", "v2")
     assert not live["metadata"].get("ownerReferences"), "the user's HPA, never adopted"

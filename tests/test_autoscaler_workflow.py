@@ -31,6 +31,8 @@ from servingops.workflows.rollout.service_workflow import ServiceInput
 from tests.rollout_fakes import NAME, NAMESPACE, FakeCluster, until
 from tests.rollout_harness import start_env
 
+pytestmark = pytest.mark.timeskip
+
 ENGINE, ROUTER = ComponentType.ENGINE, ComponentType.ROUTER
 
 

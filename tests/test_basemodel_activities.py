@@ -50,6 +50,8 @@ from tests.node_agent_support import (
     write_content,
 )
 
+pytestmark = pytest.mark.integration
+
 
 def _run(fn: Any, *args: Any) -> Any:
     return ActivityEnvironment().run(fn, *args)

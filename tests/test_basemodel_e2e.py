@@ -36,9 +36,10 @@ from tests.node_agent_support import (
     node_labels,
     unique,
 )
-from tests.test_rollout_e2e import _wait, worker_and_bridge
+from tests.support.rollout_stack import worker_and_bridge
+from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.timeout(400)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "clusterbasemodels"
 
 
@@ -105,7 +106,7 @@ def test_hf_cluster_base_model_is_imported_annotated_and_copied_to_the_selected_
             modelArchitecture="UserSaysSo")
     key = ModelKey(ModelKind.CLUSTER_BASE_MODEL, "", name)
     try:
-        annotated = _wait("the artifact annotation",
+        annotated = wait_until("the artifact annotation",
                           lambda: ((_get(kube_api, name) or {}).get("metadata", {}).get("annotations") or {}).get(
                               ARTIFACT_ANNOTATION), worker, timeout=180)
         registry, _, digest = annotated.rpartition("@")
@@ -113,7 +114,7 @@ def test_hf_cluster_base_model_is_imported_annotated_and_copied_to_the_selected_
         with ModelRegistry(oci_registry.address, insecure=True) as reg:
             assert reg.fetch_manifest(registry.removeprefix(oci_registry.address + "/"), digest) is not None
 
-        obj = _wait("Ready with node a", lambda: (lambda o: o if (o.get("status") or {}).get("state") == "Ready"
+        obj = wait_until("Ready with node a", lambda: (lambda o: o if (o.get("status") or {}).get("state") == "Ready"
                                                   else None)(_get(kube_api, name) or {}), worker, timeout=120)
         status, spec = obj["status"], obj["spec"]
         assert status["nodesReady"] == [node_a] and status.get("nodesFailed") == []
@@ -128,10 +129,10 @@ def test_hf_cluster_base_model_is_imported_annotated_and_copied_to_the_selected_
         assert obj["metadata"]["finalizers"] == ["servingops.io/basemodel-cleanup"]
 
         client.CustomObjectsApi(kube_api).delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
-        _wait("the object gone (finalizer removed)", lambda: _get(kube_api, name) is None, worker)
+        wait_until("the object gone (finalizer removed)", lambda: _get(kube_api, name) is None, worker)
         with ModelRegistry(oci_registry.address, insecure=True) as reg:
             assert reg.fetch_manifest(registry.removeprefix(oci_registry.address + "/"), digest) is None
-        _wait("node a's copy removed", lambda: not (root_a / path.lstrip("/") / "config.json").exists(), agent_a)
+        wait_until("node a's copy removed", lambda: not (root_a / path.lstrip("/") / "config.json").exists(), agent_a)
         assert agent_a.alive and agent_b.alive
     finally:
         delete_model(kube_api, ModelKind.CLUSTER_BASE_MODEL, name)
@@ -143,18 +144,18 @@ def test_an_unsupported_scheme_is_failed_with_a_condition_and_an_event(
     name = unique("s3-model")
     _create(kube_api, name, {"storageUri": "s3://bucket/llama"})
     try:
-        obj = _wait("Failed", lambda: (lambda o: o if (o.get("status") or {}).get("state") == "Failed" else None)(
+        obj = wait_until("Failed", lambda: (lambda o: o if (o.get("status") or {}).get("state") == "Failed" else None)(
             _get(kube_api, name) or {}), worker)
         ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "UnsupportedStorage")
         assert "s3://" in ready["message"] and "hf://" in ready["message"]
-        events = _wait("the Warning Event", lambda: [
+        events = wait_until("the Warning Event", lambda: [
             e for e in client.CoreV1Api(kube_api).list_event_for_all_namespaces(
                 field_selector=f"involvedObject.name={name},reason=UnsupportedStorage").items], worker)
         assert events[0].type == "Warning"
     finally:
         delete_model(kube_api, ModelKind.CLUSTER_BASE_MODEL, name)
-        _wait("deleted", lambda: _get(kube_api, name) is None, worker)
+        wait_until("deleted", lambda: _get(kube_api, name) is None, worker)
 
 
 def test_a_private_repo_is_imported_with_the_token_of_the_controller_namespace(
@@ -173,10 +174,10 @@ def test_a_private_repo_is_imported_with_the_token_of_the_controller_namespace(
                                  "parameters": {"secretKey": "my-token"}})
     _create(kube_api, without, {"storageUri": f"hf://{repo.repo_id}"})
     try:
-        _wait("the private repo imported and annotated",
+        wait_until("the private repo imported and annotated",
               lambda: ((_get(kube_api, with_key) or {}).get("metadata", {}).get("annotations") or {}).get(
                   ARTIFACT_ANNOTATION), worker, timeout=180)
-        refused = _wait("the anonymous import Failed", lambda: (lambda o: o if (o.get("status") or {}).get(
+        refused = wait_until("the anonymous import Failed", lambda: (lambda o: o if (o.get("status") or {}).get(
             "state") == "Failed" else None)(_get(kube_api, without) or {}), worker, timeout=180)
         ready = next(c for c in refused["status"]["conditions"] if c["type"] == "Ready")
         assert ready["reason"] in ("SourceNotFound", "SourceAccessDenied"), ready
@@ -185,5 +186,5 @@ def test_a_private_repo_is_imported_with_the_token_of_the_controller_namespace(
         for name in (with_key, without):
             delete_model(kube_api, ModelKind.CLUSTER_BASE_MODEL, name)
         for name in (with_key, without):
-            _wait(f"{name} deleted", lambda name=name: _get(kube_api, name) is None, worker)
+            wait_until(f"{name} deleted", lambda name=name: _get(kube_api, name) is None, worker)
         client.CoreV1Api(kube_api).delete_namespaced_secret(secret, chart_identities.namespace)

@@ -11,6 +11,8 @@ from servingops.activities.basemodels.storage import BadStorage, StorageReason, 
 from servingops.activities.basemodels.types import NodeEntry
 from servingops.api_models.ome.enums import LifeCycleState
 
+pytestmark = pytest.mark.unit
+
 
 def test_hf_uris() -> None:
     source = parse_storage_uri("hf://meta-llama/Llama-3.2-1B-Instruct")

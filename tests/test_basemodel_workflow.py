@@ -28,7 +28,7 @@ from tests.histories.model_fakes import REGISTRY, sha
 from tests.histories.record import start_env
 from tests.rollout_fakes import until
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.timeskip, pytest.mark.asyncio]
 
 MANIFEST = f"sha256:{sha('manifest')}"
 IMPORTED = f"{REGISTRY['address']}/{REGISTRY['repository']}@{MANIFEST}"

@@ -29,6 +29,8 @@ from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
 
+pytestmark = pytest.mark.e2e
+
 # How long "eventually" may take. A bridge started by a test follows every namespace, so it first
 # relists (and re-signals) the thousand-odd objects earlier tests left behind; on a loaded 2-core
 # machine that alone has taken over 30 s. A bound for a wait, not a claim about speed (bench/ measures that).
@@ -225,6 +227,8 @@ async def test_temporal_down_then_up_drains_the_backlog(kube_api: client.ApiClie
         # other Models there too): its own count is every run the server has.
         await _assert_each_started_once(temporal, query, 60, bridges=[bridge])
         started = await _settled_starts(bridge)
+        # Visibility trails the starts a little on a loaded machine: wait for it, then the two agree.
+        await _wait_for_count(temporal, 'ServingopsKind = "Model"', started)
         assert started == (await temporal.count_workflows('ServingopsKind = "Model"')).count
     finally:
         server.stop()

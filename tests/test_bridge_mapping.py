@@ -7,6 +7,8 @@ import json
 import threading
 from typing import Any
 
+import pytest
+
 from servingops.api_models.contract import (
     IMPLEMENTED_WORKFLOWS,
     AnnotationEvent,
@@ -20,6 +22,8 @@ from servingops.crd_bridge.metrics import BridgeMetrics
 from servingops.crd_bridge.queue import CoalescingQueue
 from servingops.crd_bridge.routes import NOT_SERVED, ROUTES, not_served, plan
 from servingops.crd_bridge.watcher import Observed
+
+pytestmark = pytest.mark.unit
 
 MODEL = ROUTES["Model"]
 ISVC = ROUTES["InferenceService"]

@@ -53,7 +53,7 @@ from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
 from tests.fixtures.kube import api_as
 from tests.pods_changed_workflow import COUNT, PodsChangedCounter
-from tests.test_models_ome import replica_spec
+from tests.support.ome_objects import replica_spec
 
 REPLICA_UID = "7d0c1c7e-0000-4000-8000-000000000001"
 WORKFLOW_ID = f"replica/team/engine/{REPLICA_UID}"
@@ -100,6 +100,7 @@ def _seen(pod: dict[str, Any]) -> PodState:
 # -- the mapping -----------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_an_owned_pod_maps_to_its_replica_workflow() -> None:
     assert replica_workflow_of(_pod()) == WORKFLOW_ID == contract.replica_workflow_id("team", "engine", REPLICA_UID)
     change = pod_change(_pod(), None, gone=False)
@@ -107,6 +108,7 @@ def test_an_owned_pod_maps_to_its_replica_workflow() -> None:
     assert change.state == PodState(WORKFLOW_ID, fingerprint(_pod()))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("owners", [
     None,
     [],
@@ -151,6 +153,7 @@ NEWS: dict[str, Callable[[dict[str, Any]], None]] = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("edit", NO_NEWS.values(), ids=NO_NEWS.keys())
 def test_what_the_engine_does_not_read_is_no_news(edit: Callable[[dict[str, Any]], None]) -> None:
     before = _seen(_pod())
@@ -161,6 +164,7 @@ def test_what_the_engine_does_not_read_is_no_news(edit: Callable[[dict[str, Any]
     assert change.state == before
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("edit", NEWS.values(), ids=NEWS.keys())
 def test_what_the_engine_reads_wakes_it(edit: Callable[[dict[str, Any]], None]) -> None:
     before = _seen(_pod())
@@ -173,6 +177,7 @@ def test_what_the_engine_reads_wakes_it(edit: Callable[[dict[str, Any]], None]) 
     assert pod_change(copy.deepcopy(after), change.state, gone=False).wake == ()
 
 
+@pytest.mark.unit
 def test_a_deletion_always_counts() -> None:
     before = _seen(_pod())
     assert pod_change(_pod(), before, gone=True) == PodChange(None, (WORKFLOW_ID,))
@@ -183,6 +188,7 @@ def test_a_deletion_always_counts() -> None:
     assert pod_change(stand_in, before, gone=True).wake == (WORKFLOW_ID,)
 
 
+@pytest.mark.unit
 def test_a_pod_that_changes_hands_wakes_the_replica_it_left() -> None:
     before = _seen(_pod())
     orphaned = pod_change(_pod(**{"metadata.ownerReferences": []}), before, gone=False)
@@ -196,6 +202,7 @@ def test_a_pod_that_changes_hands_wakes_the_replica_it_left() -> None:
 # -- coalescing on a fake clock --------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_a_burst_of_marks_becomes_one_signal_and_one_more_after_it() -> None:
     coalescer = Coalescer(interval=0.2)
     assert coalescer.take(0.0) is None
@@ -212,6 +219,7 @@ def test_a_burst_of_marks_becomes_one_signal_and_one_more_after_it() -> None:
     assert coalescer.take(0.2) == Due("r", 0.01)
 
 
+@pytest.mark.unit
 def test_replicas_do_not_pace_each_other() -> None:
     coalescer = Coalescer(interval=0.2)
     coalescer.mark("a", 0.0)
@@ -220,6 +228,7 @@ def test_replicas_do_not_pace_each_other() -> None:
     assert taken == {Due("a", 0.0), Due("b", 0.0)}
 
 
+@pytest.mark.unit
 def test_two_hundred_pods_turning_ready_over_a_second_make_a_handful_of_signals() -> None:
     """200 Ready events 5 ms apart, each send taking 30 ms: every change is covered by a send
     that began after it, and no two sends begin less than 200 ms apart."""
@@ -246,6 +255,7 @@ def test_two_hundred_pods_turning_ready_over_a_second_make_a_handful_of_signals(
     assert coalescer.tracked() == 0, "an idle replica is forgotten"
 
 
+@pytest.mark.unit
 def test_a_failed_send_is_retried_with_backoff_and_keeps_its_changes() -> None:
     coalescer = Coalescer(interval=0.2, max_backoff=1.0)
     coalescer.mark("r", 1.0)
@@ -295,6 +305,7 @@ def _sample(metrics: BridgeMetrics, name: str) -> float:
 SENT = 'servingops_bridge_signals_sent_total{workflow_type="InferenceReplicaWorkflow",signal="pods-changed"}'
 
 
+@pytest.mark.unit
 async def test_the_lane_sends_drops_when_no_workflow_and_retries_failures() -> None:
     clock = FakeClock()
     metrics = BridgeMetrics()
@@ -327,6 +338,7 @@ async def test_the_lane_sends_drops_when_no_workflow_and_retries_failures() -> N
     assert _sample(metrics, SENT) == 2
 
 
+@pytest.mark.unit
 async def test_a_slow_send_holds_its_own_replica_only() -> None:
     clock = FakeClock()
     release = asyncio.Event()
@@ -361,6 +373,7 @@ async def _until(condition: Callable[[], bool]) -> None:
     raise AssertionError("never happened")
 
 
+@pytest.mark.unit
 def test_the_bridge_asks_only_to_list_and_watch_pods() -> None:
     """The pod watch is reached from the bridge's entry point, and needs nothing on pods but
     list and watch (the chart grants exactly what the code calls: tests/test_identities.py)."""
@@ -471,6 +484,7 @@ async def _engine(kube_api: client.ApiClient, bridges: BridgeLauncher, temporal:
                 await handle.terminate()
 
 
+@pytest.mark.e2e
 async def test_pod_changes_wake_the_replica_workflow(kube_api: client.ApiClient, bridges: BridgeLauncher,
                                                      temporal: Client) -> None:
     core = client.CoreV1Api(kube_api)
@@ -517,6 +531,7 @@ async def test_pod_changes_wake_the_replica_workflow(kube_api: client.ApiClient,
         assert _metric(bridge, SENT) >= counted
 
 
+@pytest.mark.e2e
 async def test_a_burst_of_pods_is_paced_per_replica(kube_api: client.ApiClient, bridges: BridgeLauncher,
                                                     temporal: Client) -> None:
     """Twenty pods created at once, each seen several times on its way to Ready: the sends to
@@ -555,6 +570,7 @@ def _pod_events(bridge: BridgeProcess) -> float:
                for t in ("ADDED", "MODIFIED"))
 
 
+@pytest.mark.integration
 def test_the_bridge_identity_lists_pods_and_does_nothing_else_with_them(kube_api: client.ApiClient,
                                                                         chart_identities: Identities) -> None:
     """The chart's bridge role on the real apiserver: list and watch pods, nothing more."""

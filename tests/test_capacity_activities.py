@@ -120,6 +120,7 @@ def _mine(world: World, capacity: list[Any], resource: str | None = None) -> dic
             if c.resource_name == (resource or world.resource) and c.resource_flavor in names}
 
 
+@pytest.mark.integration
 def test_observe_attributes_nodes_and_sums_the_schedulable_ones(world: World,
                                                                  activities: CapacityActivities) -> None:
     seen = ActivityEnvironment().run(activities.observe,
@@ -138,6 +139,7 @@ def test_observe_attributes_nodes_and_sums_the_schedulable_ones(world: World,
     assert len({c.attribution.flavor_set_hash for c in seen.capacity}) == 1
 
 
+@pytest.mark.integration
 def test_an_ambiguous_flavor_makes_the_sample_incomplete(kube_api: client.ApiClient, world: World,
                                                          activities: CapacityActivities) -> None:
     custom = client.CustomObjectsApi(kube_api)
@@ -151,6 +153,7 @@ def test_an_ambiguous_flavor_makes_the_sample_incomplete(kube_api: client.ApiCli
     assert _mine(world, seen.capacity) == {"a": (0, False), "az": (4, True)}
 
 
+@pytest.mark.integration
 def test_observe_a_leaf_or_a_gone_quota(world: World, activities: CapacityActivities) -> None:
     env = ActivityEnvironment()
     leaf = env.run(activities.observe, ObserveInput(quota=world.ref(world.leaf)))
@@ -159,6 +162,7 @@ def test_observe_a_leaf_or_a_gone_quota(world: World, activities: CapacityActivi
     assert not reused.present
 
 
+@pytest.mark.integration
 def test_write_status_merge_patches_capacity_and_returns_the_resource_version(
         kube_api: client.ApiClient, world: World, activities: CapacityActivities) -> None:
     env = ActivityEnvironment()
@@ -194,6 +198,7 @@ def test_write_status_merge_patches_capacity_and_returns_the_resource_version(
     assert not gone.present
 
 
+@pytest.mark.unit
 def test_an_unreadable_reported_entry_is_left_out_not_retried_for_ever() -> None:
     """The report already on the root only seeds a new run's high-water marks: an entry that does not parse
     (written by another version, say) is dropped, where a ValidationError would have been retried for ever

@@ -23,6 +23,8 @@ from servingops.activities.capacity.attribution import (
     quantity_value,
 )
 
+pytestmark = pytest.mark.unit
+
 GPU = "nvidia.com/gpu"
 TPU = "google.com/tpu"
 

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from servingops.api_models.contract import ObjectEvent, Signal, WorkflowType
 from servingops.crd_bridge.routes import DEFAULT_KINDS, ROUTES, plan
+
+pytestmark = pytest.mark.unit
 
 QUOTA = ROUTES["AcceleratorQuota"]
 

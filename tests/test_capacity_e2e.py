@@ -29,7 +29,9 @@ from devstack.services import TemporalDevServer
 from servingops.api_models.contract import capacity_workflow_id
 from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.kube import own_identities
-from tests.test_rollout_e2e import _wait
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "acceleratorquotas"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -102,7 +104,7 @@ def stack(kube_cluster: LocalKubeCluster, temporal_server: TemporalDevServer, st
             flavor = custom.create_cluster_custom_object(*KUEUE, "resourceflavors", flavor_body)
             worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
             launcher.start(task_queue=task_queue, kinds="AcceleratorQuota")
-            _wait("kwok makes the nodes Ready", lambda: all(
+            wait_until("kwok makes the nodes Ready", lambda: all(
                 any(c.type == "Ready" and c.status == "True" for c in (core.read_node(n).status.conditions or []))
                 for n in nodes), worker, 60)
             yield Stack(api, worker, temporal_server.address, suffix, resource, flavor, nodes)
@@ -135,7 +137,7 @@ def test_the_root_reports_its_clusters_capacity_and_a_leaf_nothing(stack: Stack)
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "AcceleratorQuota", "metadata": {"name": leaf_name},
         "spec": {"role": "ClusterQueue", "parentRef": {"name": root_name}, "budgets": [budget]}})
 
-    entry = _wait("the root's capacity report", lambda: stack.mine(root_name), stack.worker)
+    entry = wait_until("the root's capacity report", lambda: stack.mine(root_name), stack.worker)
     assert entry["allocatable"] == 16 and entry["highWaterMark"] == 16
     assert entry["attribution"]["complete"] is True
     assert entry["attribution"]["flavorUID"] == stack.flavor["metadata"]["uid"]
@@ -149,7 +151,7 @@ def test_the_root_reports_its_clusters_capacity_and_a_leaf_nothing(stack: Stack)
     client.CoreV1Api(stack.api).patch_node(stack.nodes[0], {"spec": {"unschedulable": True}})
     stack.custom.patch_cluster_custom_object(GROUP, VERSION, PLURAL, root_name,
                                              {"spec": {"budgets": [{**budget, "nominal": 12}]}})
-    entry = _wait("the cordon reported", lambda: (e := stack.mine(root_name)) and e["allocatable"] == 8 and e,
+    entry = wait_until("the cordon reported", lambda: (e := stack.mine(root_name)) and e["allocatable"] == 8 and e,
                   stack.worker, 60)
     assert entry["highWaterMark"] == 16  # held: one sample is not a lasting drop
 

@@ -29,9 +29,12 @@ from servingops.workers.sandbox import workflow_runner
 from tests.histories.record import start_env
 from tests.rollout_fakes import until
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.timeskip, pytest.mark.asyncio]
 
 INTERVAL = 30.0
+SLACK = 2
+"""Seconds a timeline may run late: the time-skipping clock skips only while nothing runs, so each activity's
+real time (a second or more on a loaded machine) is added to the workflow's clock."""
 GPU = "nvidia.com/gpu"
 
 
@@ -153,10 +156,10 @@ async def test_first_sample_is_written_then_refreshed_every_120_seconds_only(run
     assert first["observedAt"]
     await running.sampled(10, "ten samples")
     gaps = [round(b - a) for a, b in zip(cluster.samples, cluster.samples[1:], strict=False)]
-    assert set(gaps[:8]) == {INTERVAL}, gaps
+    assert len(gaps) >= 8 and all(INTERVAL <= gap <= INTERVAL + SLACK for gap in gaps[:8]), gaps
     # Nothing changed: rewritten only when the written observedAt is 120 s old.
     times = [round(t - cluster.writes[0][0]) for t, _ in cluster.writes]
-    assert times[:3] == [0, 120, 240], times
+    assert len(times) >= 3 and all(0 <= t - want <= SLACK for t, want in zip(times, [0, 120, 240], strict=False)), times
     observed = [datetime.fromisoformat(w[1][0]["observedAt"]) for w in cluster.writes if w[1]]
     assert observed[1] > observed[0]
     state = await running.handle.query(Query.STATE)
@@ -167,7 +170,7 @@ async def test_a_change_is_written_at_the_next_sample_and_the_mark_follows_the_h
     cluster = running.cluster
     cluster.allocatable = 24
     await until(running.env, lambda: cluster.last()["allocatable"] == 24, step=5, what="the rise written")
-    assert round(cluster.writes[-1][0] - cluster.writes[0][0]) <= INTERVAL
+    assert round(cluster.writes[-1][0] - cluster.writes[0][0]) <= INTERVAL + SLACK
     assert cluster.last()["highWaterMark"] == 24
     # A drain: allocatable drops by more than 10 %; the mark holds for two samples, lowered at the third.
     cluster.allocatable = 8

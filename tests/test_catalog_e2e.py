@@ -42,6 +42,8 @@ from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.hub import HubRepos
 from tests.fixtures.kube import own_identities
 
+pytestmark = pytest.mark.e2e
+
 GROUP, VERSION, PLURAL = "ai.deckhouse.io", "v1alpha1", "modelcatalogsources"
 
 

@@ -34,6 +34,8 @@ from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.deckhouse.catalog_source import CatalogPolicy
 from tests.fixtures.hub import HubRepos
 
+pytestmark = pytest.mark.integration
+
 FAR = float("inf")
 
 

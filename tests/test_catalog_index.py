@@ -108,6 +108,7 @@ def _run(acts: CatalogIndexActivities, req: IndexHuggingFaceInput,
 # -- policy (pure) ---------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "policy",
     [
@@ -129,12 +130,14 @@ def test_a_source_without_scope_is_blocked(policy: CatalogPolicy | None) -> None
         assert "allowedTags only narrows" in verdict.message
 
 
+@pytest.mark.unit
 def test_a_scoped_source_without_max_indexed_entries_is_blocked() -> None:
     verdict = evaluate_policy(CatalogPolicy(allowed_organizations=["google"]))
     assert not verdict.allowed and verdict.reason is PolicyReason.BOUNDS_MISSING
     assert "spec.policy.maxIndexedEntries" in verdict.message and "1..10000" in verdict.message
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("fields", "needle"),
     [
@@ -155,6 +158,7 @@ def test_a_source_beyond_its_bounds_is_blocked(fields: dict[str, Any], needle: s
     assert needle in verdict.message
 
 
+@pytest.mark.unit
 def test_an_allowed_policy_is_normalised_with_safe_defaults() -> None:
     verdict = evaluate_policy(
         CatalogPolicy(allowed_organizations=["b", "a", "b", " "], allowed_tags=["gguf", "gguf"], max_indexed_entries=5)
@@ -178,6 +182,7 @@ def _entry(name: str = "org/model", **fields: Any) -> CatalogEntry:
     return CatalogEntry(name=name, **{**values, **fields})
 
 
+@pytest.mark.unit
 def test_an_oversized_entry_loses_optional_fields_in_order_then_is_skipped() -> None:
     small = _entry()
     assert fit_entry(small, 1024) == small
@@ -194,6 +199,7 @@ def test_an_oversized_entry_loses_optional_fields_in_order_then_is_skipped() -> 
     assert fit_entry(big, just_required - 1) is None
 
 
+@pytest.mark.unit
 def test_the_index_document_is_canonical_and_its_digest_follows_the_content() -> None:
     a, b = _entry("org/a"), _entry("org/b", tags=None, library=None)
     first, second = build_index([a, b]), build_index([b, a, a])
@@ -208,6 +214,7 @@ def test_the_index_document_is_canonical_and_its_digest_follows_the_content() ->
     assert build_index([a, b], truncated=True).digest != first.digest
 
 
+@pytest.mark.unit
 def test_scan_progress_round_trips_packed() -> None:
     state = ScanState(
         scope_digest="d", cursor=ScanCursor(phase="organizations", item=1, listing=2, offset=3),
@@ -222,6 +229,7 @@ def test_scan_progress_round_trips_packed() -> None:
 # -- the scan against the Hub-compatible server ------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_organizations_bound_the_scan(hub_server: HubServer, hub_repos: HubRepos) -> None:
     org, other = _org(), _org()
     commits = {f"{org}/m{i}": _repo(hub_repos, f"{org}/m{i}") for i in range(3)}
@@ -237,6 +245,7 @@ def test_organizations_bound_the_scan(hub_server: HubServer, hub_repos: HubRepos
     assert listing and all(f"author={org}" in r.path for r in listing)
 
 
+@pytest.mark.integration
 def test_repositories_bound_the_scan_and_a_missing_one_is_reported(hub_server: HubServer, hub_repos: HubRepos) -> None:
     org = _org()
     for name in ("a", "b", "c"):
@@ -246,6 +255,7 @@ def test_repositories_bound_the_scan_and_a_missing_one_is_reported(hub_server: H
     assert state.missing == [f"repo:{org}/gone"]
 
 
+@pytest.mark.integration
 def test_collections_bound_the_scan(hub_server: HubServer, hub_repos: HubRepos) -> None:
     org, other = _org(), _org()
     for repo_id in (f"{org}/in-1", f"{org}/out", f"{other}/in-2"):
@@ -258,6 +268,7 @@ def test_collections_bound_the_scan(hub_server: HubServer, hub_repos: HubRepos) 
     assert state.missing == [f"collection:{org}/nothing-0123456789abcdef01234567"]
 
 
+@pytest.mark.integration
 def test_tags_narrow_every_scope(hub_server: HubServer, hub_repos: HubRepos) -> None:
     org = _org()
     _repo(hub_repos, f"{org}/chat", tags=["chat"])
@@ -274,6 +285,7 @@ def test_tags_narrow_every_scope(hub_server: HubServer, hub_repos: HubRepos) -> 
     assert sorted(parse_qs(urlsplit(r.path).query)["filter"][0] for r in listings) == ["chat", "code"]
 
 
+@pytest.mark.integration
 def test_max_indexed_entries_truncates_and_stops_reading(hub_server: HubServer, hub_repos: HubRepos) -> None:
     org = _org()
     for i in range(6):
@@ -288,6 +300,7 @@ def test_max_indexed_entries_truncates_and_stops_reading(hub_server: HubServer, 
     assert index_of(state).entry_count == 3 and json.loads(index_of(state).content)["truncated"] is True
 
 
+@pytest.mark.integration
 def test_max_metadata_bytes_trims_an_entry_with_huge_metadata(hub_server: HubServer, hub_repos: HubRepos) -> None:
     org = _org()
     _repo(hub_repos, f"{org}/huge", tags=[f"tag-{i:04d}-{'y' * 50}" for i in range(200)])
@@ -301,6 +314,7 @@ def test_max_metadata_bytes_trims_an_entry_with_huge_metadata(hub_server: HubSer
     assert _scan(hub_server, _policy(allowed_organizations=[org])).entries[f"{org}/huge"].tags is not None
 
 
+@pytest.mark.integration
 def test_a_budget_spent_mid_scan_resumes_to_the_same_index(hub_server: HubServer, hub_repos: HubRepos) -> None:
     org, other = _org(), _org()
     for i in range(7):
@@ -335,6 +349,7 @@ def test_a_budget_spent_mid_scan_resumes_to_the_same_index(hub_server: HubServer
     assert restarted.entries.keys() == _scan(hub_server, other_policy).entries.keys()
 
 
+@pytest.mark.integration
 def test_same_digest_without_change_and_another_after_a_repo_change(
     hub_server: HubServer, hub_repos: HubRepos, tmp_path: Path
 ) -> None:
@@ -357,6 +372,7 @@ def test_same_digest_without_change_and_another_after_a_repo_change(
 # -- the activity ------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_the_activity_blocks_an_unscoped_source_without_asking_the_provider(hub_server: HubServer) -> None:
     acts = CatalogIndexActivities(None, "unused", hub_server.url)
     mark = hub_server.mark()
@@ -369,6 +385,7 @@ def test_the_activity_blocks_an_unscoped_source_without_asking_the_provider(hub_
     assert hub_server.requests_for("/", since=mark) == []
 
 
+@pytest.mark.integration
 def test_the_activity_yields_at_its_budget_and_a_retry_continues_from_the_heartbeat(
     hub_server: HubServer, hub_repos: HubRepos
 ) -> None:
@@ -438,6 +455,7 @@ def _secret(api: client.ApiClient, namespace: str, data: dict[str, str]) -> str:
     return name
 
 
+@pytest.mark.integration
 def test_a_gated_repo_needs_the_token_from_the_secret(
     hub_server: HubServer, hub_repos: HubRepos, kube_api: client.ApiClient, controller_ns: str
 ) -> None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from servingops.activities.catalog.names import DNS1123_SUBDOMAIN, public_name, public_names
+
+pytestmark = pytest.mark.unit
 
 
 def test_a_repository_id_becomes_a_dns_subdomain() -> None:

@@ -15,7 +15,6 @@ import datetime as dt
 import hashlib
 import http.client
 import http.server
-import ipaddress
 import json
 import logging
 import socket
@@ -29,10 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from kubernetes import client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
@@ -74,7 +69,7 @@ from servingops.activities.catalog.remote_activities import (
 from servingops.activities.catalog.store import CURRENT_TAG, REMOTE_INDEX_MEDIA_TYPE
 from servingops.activities.oci import media_types as mt
 from servingops.activities.oci.activities import RegistryTarget
-from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, sha256_digest
+from servingops.activities.oci.modelpack import sha256_digest
 from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.deckhouse.model import ClusterModel
 from servingops.ingress.catalog_endpoint import (
@@ -90,8 +85,10 @@ from servingops.ingress.catalog_endpoint import (
 )
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.secret_scan import register_token
+from tests.support.catalog_remote import REPOSITORY, Pki, Pushed, catalog_cluster_model, catalog_secret, pki, push_model
 
-REPOSITORY = "servingops/models"
+__all__ = ["pki"]  # the fixture, reused
+
 CREDENTIAL = f"catalog-cred-{uuid.uuid4().hex}"
 OTHER_CREDENTIAL = f"catalog-other-{uuid.uuid4().hex}"
 register_token(CREDENTIAL, OTHER_CREDENTIAL)
@@ -100,68 +97,16 @@ register_token(CREDENTIAL, OTHER_CREDENTIAL)
 # -- a test PKI ------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Pki:
-    ca_pem: str
-    other_ca_pem: str
-    cert_file: Path
-    key_file: Path
-    elsewhere_cert_file: Path
-    """Signed by the same CA, for the name elsewhere.example only."""
-    elsewhere_key_file: Path
 
 
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
-def _ca(cn: str) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn)).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                         content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                         key_agreement=False, encipher_only=False, decipher_only=False),
-                           critical=True)
-            .sign(key, hashes.SHA256()))
-    return cert, key
 
 
-def _pem(cert: x509.Certificate) -> str:
-    return cert.public_bytes(serialization.Encoding.PEM).decode()
 
 
-def _server_cert(directory: Path, stem: str, ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey,
-                 names: list[x509.GeneralName]) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(_name("catalog endpoint")).issuer_name(ca.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .sign(ca_key, hashes.SHA256()))
-    cert_file, key_file = directory / f"{stem}.crt", directory / f"{stem}.key"
-    cert_file.write_text(_pem(cert))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_file, key_file
 
 
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    directory = tmp_path_factory.mktemp("catalog-pki")
-    ca, ca_key = _ca("catalog test CA")
-    other, _ = _ca("another CA")
-    cert_file, key_file = _server_cert(directory, "tls", ca, ca_key, [
-        x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
-    elsewhere_cert, elsewhere_key = _server_cert(directory, "elsewhere", ca, ca_key,
-                                                 [x509.DNSName("elsewhere.example")])
-    return Pki(ca_pem=_pem(ca), other_ca_pem=_pem(other), cert_file=cert_file, key_file=key_file,
-               elsewhere_cert_file=elsewhere_cert, elsewhere_key_file=elsewhere_key)
 
 
 # -- two registries and the artifacts of cluster A -----------------------------------------------------------
@@ -181,32 +126,10 @@ def registry_b(tmp_path_factory: pytest.TempPathFactory, stack_logs: Path) -> It
     registry.stop()
 
 
-@dataclass(frozen=True)
-class Pushed:
-    digest: str
-    size: int
-    blobs: dict[str, bytes]
-    """Every blob (config and layers) by digest."""
 
 
-def _push_model(registry: OciRegistry, name: str, weights: bytes) -> Pushed:
-    files = {"config.json": canonical_json({"model_type": "llama", "name": name}),
-             "model.safetensors": weights, "README.md": f"# {name}\n".encode()}
-    layers = [LayerFile(path=path, role=_role(path), sha256=sha256_digest(data), size=len(data))
-              for path, data in files.items()]
-    built = build_artifact(layers, ModelPackMeta(name=name, family="llama", format="safetensors"))
-    blobs = {sha256_digest(data): data for data in files.values()}
-    blobs[built.config_descriptor.digest] = built.config
-    with ModelRegistry(registry.address, insecure=True) as client_a:
-        for digest, data in blobs.items():
-            client_a.put_blob_bytes(REPOSITORY, data, digest)
-        digest = client_a.put_manifest(REPOSITORY, built.manifest_descriptor.digest, built.manifest, mt.OCI_MANIFEST)
-    return Pushed(digest=digest, size=len(built.manifest) + sum(len(b) for b in blobs.values()), blobs=blobs)
 
 
-def _role(path: str) -> mt.FileRole:
-    return {"config.json": mt.FileRole.WEIGHT_CONFIG, "model.safetensors": mt.FileRole.WEIGHT}.get(
-        path, mt.FileRole.DOC)
 
 
 def _corrupt(registry: OciRegistry, digest: str) -> None:
@@ -226,31 +149,17 @@ class ClusterA:
     models: list[dict[str, Any]]
 
 
-def _cluster_model(name: str, pushed: Pushed, *, phase: str = "Ready", version: str | None = "rev-1",
-                   ready: str = "True") -> dict[str, Any]:
-    status: dict[str, Any] = {
-        "phase": phase,
-        "artifact": {"digest": pushed.digest, "kind": "OCI", "mediaType": mt.OCI_MANIFEST, "sizeBytes": pushed.size},
-        "resolved": {"format": "Safetensors", "family": "llama", "parameterCount": 1000,
-                     "supportedEndpointTypes": ["Chat"]},
-        "conditions": [{"type": "Ready", "status": ready, "reason": "Published", "message": "published",
-                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-    }
-    if version:
-        status["source"] = {"resolvedRevision": version}
-    return {"apiVersion": ClusterModel.crd.api_version, "kind": "ClusterModel", "metadata": {"name": name},
-            "spec": {"source": {"url": f"https://huggingface.co/org/{name}"}}, "status": status}
 
 
 @pytest.fixture(scope="module")
 def cluster_a(registry_a: OciRegistry) -> ClusterA:
-    tiny = _push_model(registry_a, "tiny", b"tiny weights " * 5000)
-    corrupt = _push_model(registry_a, "corrupt", b"weights that will be damaged " * 3000)
-    hidden = _push_model(registry_a, "hidden", b"not published " * 100)
+    tiny = push_model(registry_a, "tiny", b"tiny weights " * 5000)
+    corrupt = push_model(registry_a, "corrupt", b"weights that will be damaged " * 3000)
+    hidden = push_model(registry_a, "hidden", b"not published " * 100)
     weights = next(d for d, data in corrupt.blobs.items() if data.startswith(b"weights that"))
     _corrupt(registry_a, weights)
-    models = [_cluster_model("tiny", tiny), _cluster_model("corrupt", corrupt),
-              _cluster_model("hidden", hidden, phase="Publishing", ready="False")]
+    models = [catalog_cluster_model("tiny", tiny), catalog_cluster_model("corrupt", corrupt),
+              catalog_cluster_model("hidden", hidden, phase="Publishing", ready="False")]
     return ClusterA(tiny=tiny, corrupt=corrupt, hidden=hidden, models=models)
 
 
@@ -274,6 +183,7 @@ def _raw(server_url: str, ca_pem: str, method: str, path: str, headers: dict[str
 # -- index, grant, copy ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_index_publishes_ready_models_at_a_stable_revision(endpoint: CatalogEndpointServer, pki: Pki,
                                                            cluster_a: ClusterA) -> None:
     index = fetch_remote_index(endpoint.url, pki.ca_pem, CREDENTIAL)
@@ -288,10 +198,11 @@ def test_index_publishes_ready_models_at_a_stable_revision(endpoint: CatalogEndp
     again = fetch_remote_index(endpoint.url, pki.ca_pem, CREDENTIAL)
     assert again.revision == index.revision
     assert build_index(list(reversed(cluster_a.models)), REPOSITORY).revision == index.revision
-    changed = [*cluster_a.models[:1], _cluster_model("corrupt", cluster_a.corrupt, version="rev-2")]
+    changed = [*cluster_a.models[:1], catalog_cluster_model("corrupt", cluster_a.corrupt, version="rev-2")]
     assert build_index(changed, REPOSITORY).revision != index.revision
 
 
+@pytest.mark.integration
 def test_grant_then_copy_into_another_registry(endpoint: CatalogEndpointServer, pki: Pki, cluster_a: ClusterA,
                                                registry_b: OciRegistry, tmp_path: Path) -> None:
     digest = cluster_a.tiny.digest
@@ -321,6 +232,7 @@ def test_grant_then_copy_into_another_registry(endpoint: CatalogEndpointServer, 
     assert (second.blobs_copied, second.blobs_skipped, second.bytes_copied) == (0, len(cluster_a.tiny.blobs), 0)
 
 
+@pytest.mark.integration
 def test_wrong_credentials_are_rejected(endpoint: CatalogEndpointServer, pki: Pki, cluster_a: ClusterA) -> None:
     for credential in (OTHER_CREDENTIAL, None):
         with pytest.raises(CatalogCredentialsRejected) as index_error:
@@ -338,6 +250,7 @@ def test_wrong_credentials_are_rejected(endpoint: CatalogEndpointServer, pki: Pk
         fetch_remote_index(endpoint.url, pki.ca_pem, grant.token)
 
 
+@pytest.mark.integration
 def test_a_ca_that_did_not_sign_the_server_is_refused(endpoint: CatalogEndpointServer, pki: Pki) -> None:
     with pytest.raises(CatalogCertificateUntrusted) as error:
         fetch_remote_index(endpoint.url, pki.other_ca_pem, CREDENTIAL)
@@ -351,6 +264,7 @@ def test_a_ca_that_did_not_sign_the_server_is_refused(endpoint: CatalogEndpointS
     assert "127.0.0.1" in str(mismatch.value)
 
 
+@pytest.mark.integration
 def test_only_https_urls_are_reachable(endpoint: CatalogEndpointServer, pki: Pki) -> None:
     for url in (endpoint.url.replace("https://", "http://"), f"https://user:pw@127.0.0.1:{endpoint.port}",
                 f"{endpoint.url}/?x=1", "ftp://example.com", "not a url"):
@@ -359,6 +273,7 @@ def test_only_https_urls_are_reachable(endpoint: CatalogEndpointServer, pki: Pki
         assert error.value.reason == "CatalogURLInvalid" and "pw" not in str(error.value)
 
 
+@pytest.mark.unit
 def test_an_unreachable_endpoint(pki: Pki) -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -372,6 +287,7 @@ def test_an_unreachable_endpoint(pki: Pki) -> None:
     assert application.type == "CatalogUnreachable" and not application.non_retryable
 
 
+@pytest.mark.integration
 def test_a_grant_for_an_unpublished_digest_is_refused(endpoint: CatalogEndpointServer, pki: Pki,
                                                       cluster_a: ClusterA) -> None:
     hidden = cluster_a.hidden.digest  # in the registry, but its ClusterModel is not Ready
@@ -390,6 +306,7 @@ def test_a_grant_for_an_unpublished_digest_is_refused(endpoint: CatalogEndpointS
     assert _raw(endpoint.url, pki.ca_pem, "POST", GRANTS_PATH, auth, b" " * (65 << 10))[0] == 413
 
 
+@pytest.mark.integration
 def test_the_registry_subset_serves_exactly_the_grant(endpoint: CatalogEndpointServer, pki: Pki,
                                                       cluster_a: ClusterA) -> None:
     tiny, corrupt = cluster_a.tiny, cluster_a.corrupt
@@ -423,6 +340,7 @@ def test_the_registry_subset_serves_exactly_the_grant(endpoint: CatalogEndpointS
     assert status("GET", "/nothing", {}) == 404
 
 
+@pytest.mark.integration
 def test_a_blob_that_does_not_match_its_digest_is_never_committed(endpoint: CatalogEndpointServer, pki: Pki,
                                                                   cluster_a: ClusterA, registry_b: OciRegistry,
                                                                   tmp_path: Path) -> None:
@@ -440,6 +358,7 @@ def test_a_blob_that_does_not_match_its_digest_is_never_committed(endpoint: Cata
         assert b.blob_size("copies/corrupt", damaged) is None
 
 
+@pytest.mark.integration
 def test_copy_refuses_a_digest_outside_its_grant(endpoint: CatalogEndpointServer, pki: Pki, cluster_a: ClusterA,
                                                  registry_b: OciRegistry) -> None:
     grant = request_grant(endpoint.url, pki.ca_pem, CREDENTIAL, [cluster_a.tiny.digest])
@@ -448,6 +367,7 @@ def test_copy_refuses_a_digest_outside_its_grant(endpoint: CatalogEndpointServer
                       "copies/other")
 
 
+@pytest.mark.integration
 def test_nothing_secret_is_logged(endpoint: CatalogEndpointServer, pki: Pki, cluster_a: ClusterA,
                                   registry_b: OciRegistry, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG):
@@ -463,6 +383,7 @@ def test_nothing_secret_is_logged(endpoint: CatalogEndpointServer, pki: Pki, clu
         assert secret not in logged
 
 
+@pytest.mark.integration
 def test_an_expired_grant_is_renewed(pki: Pki, registry_a: OciRegistry, registry_b: OciRegistry,
                                      cluster_a: ClusterA) -> None:
     with CatalogEndpointServer("127.0.0.1", 0, pki.cert_file, pki.key_file, models=lambda: cluster_a.models,
@@ -488,6 +409,7 @@ def test_an_expired_grant_is_renewed(pki: Pki, registry_a: OciRegistry, registry
     assert result.digest == digest and renewals
 
 
+@pytest.mark.integration
 def test_activity_results_survive_the_data_converter(cluster_a: ClusterA) -> None:
     index = parse_index(json.loads(build_index(cluster_a.models, REPOSITORY).content))
     converter = pydantic_data_converter.payload_converter
@@ -553,6 +475,7 @@ def _document(entries: list[dict[str, Any]], revision: str | None = None) -> byt
 GOOD_ENTRY = {"name": "m", "digest": "sha256:" + "a" * 64, "mediaType": mt.OCI_MANIFEST}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("body", [
     b"<html>not json</html>",
     b'{"schemaVersion": "v2", "entries": []}',
@@ -569,12 +492,14 @@ def test_a_malformed_index_is_refused(pki: Pki, body: bytes) -> None:
     assert error.value.reason == "CatalogResponseMalformed"
 
 
+@pytest.mark.unit
 def test_a_well_formed_stub_index_is_accepted(pki: Pki) -> None:
     with _Stub(pki, _json_answer(_document([GOOD_ENTRY]))) as url:
         index = fetch_remote_index(url + "/", pki.ca_pem, CREDENTIAL)
     assert [e.digest for e in index.entries] == [GOOD_ENTRY["digest"]]
 
 
+@pytest.mark.unit
 def test_an_oversized_index_is_abandoned_while_streaming(pki: Pki) -> None:
     sent = [0]
 
@@ -606,6 +531,7 @@ def test_an_oversized_index_is_abandoned_while_streaming(pki: Pki) -> None:
         fetch_remote_index(url, pki.ca_pem, CREDENTIAL)
 
 
+@pytest.mark.unit
 def test_server_errors_are_retryable_and_redirects_are_not_followed(pki: Pki) -> None:
     with _Stub(pki, _json_answer(b'{"error": "boom"}', status=503)) as url:
         with pytest.raises(CatalogUnreachable):
@@ -626,9 +552,6 @@ def test_server_errors_are_retryable_and_redirects_are_not_followed(pki: Pki) ->
 # -- the real apiserver and the activities --------------------------------------------------------------------
 
 
-def _secret(api: client.ApiClient, namespace: str, name: str, data: dict[str, str]) -> None:
-    client.CoreV1Api(api).create_namespaced_secret(namespace, client.V1Secret(
-        metadata=client.V1ObjectMeta(name=name), string_data=data))
 
 
 @pytest.fixture(scope="module")
@@ -637,16 +560,16 @@ def kube_world(kube_api: client.ApiClient, pki: Pki, cluster_a: ClusterA) -> Ite
     Ready ClusterModel (labelled for this module) whose artifact is `tiny` in registry A."""
     namespace = new_namespace(kube_api, "catalog-remote")
     label = f"t{uuid.uuid4().hex[:8]}"
-    _secret(kube_api, namespace, DEFAULT_CLIENTS_SECRET, {"cluster-b": CREDENTIAL, "too-short": "abc"})
-    _secret(kube_api, namespace, "remote-ca", {"ca.crt": pki.ca_pem})
-    _secret(kube_api, namespace, "other-ca", {"ca.crt": pki.other_ca_pem})
-    _secret(kube_api, namespace, "remote-credentials", {"token": CREDENTIAL})
-    _secret(kube_api, namespace, "wrong-credentials", {"token": OTHER_CREDENTIAL})
+    catalog_secret(kube_api, namespace, DEFAULT_CLIENTS_SECRET, {"cluster-b": CREDENTIAL, "too-short": "abc"})
+    catalog_secret(kube_api, namespace, "remote-ca", {"ca.crt": pki.ca_pem})
+    catalog_secret(kube_api, namespace, "other-ca", {"ca.crt": pki.other_ca_pem})
+    catalog_secret(kube_api, namespace, "remote-credentials", {"token": CREDENTIAL})
+    catalog_secret(kube_api, namespace, "wrong-credentials", {"token": OTHER_CREDENTIAL})
     body = manifest(ClusterModel, {"source": {"url": "https://huggingface.co/org/tiny"}}, f"catalog-{label}")
     body["metadata"]["labels"] = {"servingops.io/catalog-remote-test": label}
     created = create(kube_api, ClusterModel, body)
     name = created["metadata"]["name"]
-    status = _cluster_model(name, cluster_a.tiny)["status"]
+    status = catalog_cluster_model(name, cluster_a.tiny)["status"]
     custom = client.CustomObjectsApi(kube_api)
     info = ClusterModel.crd
     custom.patch_cluster_custom_object_status(info.group, info.version, info.plural, name, {"status": status})
@@ -667,6 +590,7 @@ def kube_endpoint(kube_api: client.ApiClient, kube_world: dict[str, str], pki: P
     server.stop()
 
 
+@pytest.mark.integration
 def test_activities_index_grant_and_copy_with_secrets(kube_api: client.ApiClient, kube_world: dict[str, str],
                                                       kube_endpoint: CatalogEndpointServer, cluster_a: ClusterA,
                                                       registry_b: OciRegistry, tmp_path: Path) -> None:
@@ -702,6 +626,7 @@ def test_activities_index_grant_and_copy_with_secrets(kube_api: client.ApiClient
     assert again.blobs_skipped == 0
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("ca", "credentials", "reason", "retryable"), [
     ("remote-ca", "wrong-credentials", "CatalogCredentialsRejected", False),
     ("other-ca", "remote-credentials", "CatalogCertificateUntrusted", False),
@@ -721,6 +646,7 @@ def test_activity_failures_carry_their_reason(kube_api: client.ApiClient, kube_w
     assert CREDENTIAL not in error.value.message and OTHER_CREDENTIAL not in error.value.message
 
 
+@pytest.mark.integration
 def test_the_endpoint_reads_the_clients_secret(kube_endpoint: CatalogEndpointServer, pki: Pki,
                                                kube_world: dict[str, str]) -> None:
     assert fetch_remote_index(kube_endpoint.url, pki.ca_pem, CREDENTIAL).entries
@@ -731,6 +657,7 @@ def test_the_endpoint_reads_the_clients_secret(kube_endpoint: CatalogEndpointSer
 
 
 
+@pytest.mark.integration
 def test_the_endpoint_process_serves_until_stopped(kube_cluster: LocalKubeCluster, kube_world: dict[str, str],
                                                    pki: Pki, registry_a: OciRegistry, tmp_path: Path) -> None:
     with socket.socket() as sock:
@@ -777,6 +704,7 @@ def _many_entries(count: int) -> list[dict[str, Any]]:
              "mediaType": mt.OCI_MANIFEST, "sizeBytes": 1000 + i} for i in range(count)]
 
 
+@pytest.mark.integration
 def test_a_large_remote_index_is_stored_in_the_activity_and_only_when_it_moved(
         kube_api: client.ApiClient, kube_world: dict[str, str], pki: Pki, registry_b: OciRegistry) -> None:
     """12,000 entries (about 2 MB of JSON, over Temporal's 2 MB payload limit once in a result): the index is

@@ -33,6 +33,8 @@ from servingops.activities.oci.activities import RegistryTarget
 from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
 from servingops.api_models.refs import ObjectRef
 
+pytestmark = pytest.mark.integration
+
 
 def _state(*names: str, complete: bool = True) -> ScanState:
     found = {f"org/{n}": CatalogEntry(name=f"org/{n}", revision="b" * 40, tags=("llm",)) for n in names}

@@ -39,7 +39,11 @@ from servingops.ingress.catalog_endpoint import DEFAULT_CLIENTS_SECRET, CatalogE
 from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.kube import own_identities
 from tests.secret_scan import register_token
-from tests.test_catalog_remote import REPOSITORY, Pki, Pushed, _cluster_model, _push_model, _secret, pki  # noqa: F401
+from tests.support.catalog_remote import REPOSITORY, Pki, Pushed, catalog_cluster_model, catalog_secret, pki, push_model
+
+__all__ = ["pki"]  # the fixture, reused
+
+pytestmark = pytest.mark.e2e
 
 GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
 SOURCES, MODELS = "modelcatalogsources", "clustermodels"
@@ -98,7 +102,7 @@ class ClusterSideB:
 
 
 @pytest.fixture(scope="module")
-def cluster_a(tmp_path_factory: pytest.TempPathFactory, stack_logs: Path, pki: Pki) -> Iterator[ClusterSideA]:  # noqa: F811
+def cluster_a(tmp_path_factory: pytest.TempPathFactory, stack_logs: Path, pki: Pki) -> Iterator[ClusterSideA]:
     """A second apiserver with the project's CRDs, its registry, a Ready ClusterModel there and its endpoint."""
     workdir = tmp_path_factory.mktemp("cluster-a")
     cluster = LocalKubeCluster(workdir / "kube", stack_logs, nodes=0, controllers=False,
@@ -110,12 +114,12 @@ def cluster_a(tmp_path_factory: pytest.TempPathFactory, stack_logs: Path, pki: P
         cluster.apply_crds([PROJECT_CRDS])
         namespace = "servingops-catalog"
         client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-        _secret(api, namespace, DEFAULT_CLIENTS_SECRET, {"cluster-b": CREDENTIAL})
-        pushed = _push_model(registry, "published", b"weights of cluster A " * 4000)
+        catalog_secret(api, namespace, DEFAULT_CLIENTS_SECRET, {"cluster-b": CREDENTIAL})
+        pushed = push_model(registry, "published", b"weights of cluster A " * 4000)
         name = f"published-{uuid.uuid4().hex[:6]}"
         info = ClusterModel.crd
         custom = client.CustomObjectsApi(api)
-        body = _cluster_model(name, pushed)
+        body = catalog_cluster_model(name, pushed)
         status = body.pop("status")
         for _ in range(60):  # the CRD may take a moment to be served
             try:
@@ -139,16 +143,16 @@ def cluster_a(tmp_path_factory: pytest.TempPathFactory, stack_logs: Path, pki: P
 
 @pytest.fixture(scope="module")
 def cluster_b(kube_cluster: LocalKubeCluster, temporal_server: TemporalDevServer, oci_registry: OciRegistry,
-              stack_logs: Path, tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[ClusterSideB]:  # noqa: F811
+              stack_logs: Path, tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[ClusterSideB]:
     namespace = f"peer-{uuid.uuid4().hex[:6]}"
     task_queue = f"peer-{uuid.uuid4().hex[:6]}"
     api = kube_cluster.api_client()
     created: list[tuple[str, str]] = []
     with own_identities(kube_cluster, namespace, tmp_path_factory.mktemp("identities")) as ids:
-        _secret(api, namespace, "peer-ca", {"ca.crt": pki.ca_pem})
-        _secret(api, namespace, "other-ca", {"ca.crt": pki.other_ca_pem})
-        _secret(api, namespace, "peer-credentials", {"token": CREDENTIAL})
-        _secret(api, namespace, "wrong-credentials", {"token": WRONG_CREDENTIAL})
+        catalog_secret(api, namespace, "peer-ca", {"ca.crt": pki.ca_pem})
+        catalog_secret(api, namespace, "other-ca", {"ca.crt": pki.other_ca_pem})
+        catalog_secret(api, namespace, "peer-credentials", {"token": CREDENTIAL})
+        catalog_secret(api, namespace, "wrong-credentials", {"token": WRONG_CREDENTIAL})
         env = {**ids.worker_env(), "TEMPORAL_ADDRESS": temporal_server.address, "SERVINGOPS_TASK_QUEUE": task_queue,
                "SERVINGOPS_HOST_ID": f"host-{task_queue}", "SERVINGOPS_REGISTRY": oci_registry.address,
                "SERVINGOPS_SPOOL_DIR": str(tmp_path_factory.mktemp("spool"))}

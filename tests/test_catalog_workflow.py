@@ -41,7 +41,7 @@ from tests.catalog_fakes import (
 from tests.histories.record import start_env
 from tests.rollout_fakes import until
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.timeskip, pytest.mark.asyncio]
 
 
 @dataclass

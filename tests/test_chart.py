@@ -80,6 +80,7 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
 # -- lint and render ---------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("values", [None, FULL_VALUES, CATALOG_VALUES], ids=["defaults", "every-switch", "catalog"])
 def test_helm_lint_strict(values: dict[str, Any] | None, tmp_path: Path) -> None:
     args = ["lint", "--strict", str(identities.CHART)]
@@ -91,6 +92,7 @@ def test_helm_lint_strict(values: dict[str, Any] | None, tmp_path: Path) -> None
     assert "1 chart(s) linted, 0 chart(s) failed" in out, out
 
 
+@pytest.mark.unit
 def test_the_chart_ships_the_generated_crds_and_no_other() -> None:
     """crds/ is deploy/crds (a link): what helm installs is what `servingops crds` generates."""
     shipped = {doc["metadata"]["name"]: doc for doc in identities.render(extra_args=["--include-crds"])
@@ -99,6 +101,7 @@ def test_the_chart_ships_the_generated_crds_and_no_other() -> None:
     assert shipped == generated
 
 
+@pytest.mark.unit
 def test_every_flag_and_variable_the_chart_sets_is_read_by_its_process() -> None:
     docs = identities.render("servingops", "servingops-system", FULL_VALUES)
     worker = _container(_one(docs, "StatefulSet", "servingops-worker"))
@@ -114,6 +117,7 @@ def test_every_flag_and_variable_the_chart_sets_is_read_by_its_process() -> None
         assert re.search(rf"[\"']{name}[\"']", code), f"nothing reads {name}"
 
 
+@pytest.mark.unit
 def test_the_catalog_endpoint_is_off_by_default_and_reads_what_the_chart_means() -> None:
     assert not [d for d in identities.render() if "catalog-endpoint" in d["metadata"]["name"]]
     docs = identities.render("servingops", "ops", CATALOG_VALUES)
@@ -139,6 +143,7 @@ def test_the_catalog_endpoint_is_off_by_default_and_reads_what_the_chart_means()
                               "verbs": ["get"]}]
 
 
+@pytest.mark.unit
 def test_the_worker_reads_what_the_chart_means(monkeypatch: pytest.MonkeyPatch) -> None:
     docs = identities.render("servingops", "ops", FULL_VALUES)
     worker = _container(_one(docs, "StatefulSet", "servingops-worker"))
@@ -169,6 +174,7 @@ def test_the_worker_reads_what_the_chart_means(monkeypatch: pytest.MonkeyPatch) 
     assert token_secret["metadata"]["annotations"]["kubernetes.io/service-account.name"] == "servingops-uploads"
 
 
+@pytest.mark.unit
 def test_values_reach_every_object() -> None:
     docs = identities.render("servingops", "ops", FULL_VALUES)
     assert _one(docs, "Namespace", "ops")
@@ -196,6 +202,7 @@ def test_values_reach_every_object() -> None:
     assert services["servingops-worker"]["spec"]["clusterIP"] == "None"
 
 
+@pytest.mark.unit
 def test_defaults_render_no_namespace_and_a_cluster_wide_secret_binding() -> None:
     docs = identities.render()
     assert not _by_kind(docs, "Namespace")  # helm install --create-namespace makes it
@@ -215,6 +222,7 @@ def _ready(api: client.ApiClient, namespace: str) -> dict[str, tuple[int, int]]:
     return {w.metadata.name: (w.spec.replicas, w.status.ready_replicas or 0) for w in workloads}
 
 
+@pytest.mark.integration
 def test_the_session_release_is_deployed_and_ready(kube_cluster: LocalKubeCluster,
                                                    kube_api: client.ApiClient) -> None:
     status = json.loads(identities.helm("status", identities.RELEASE, "--namespace", identities.NAMESPACE,
@@ -223,6 +231,7 @@ def test_the_session_release_is_deployed_and_ready(kube_cluster: LocalKubeCluste
     assert _ready(kube_api, identities.NAMESPACE) == {"servingops-worker": (2, 2), "servingops-bridge": (2, 2)}
 
 
+@pytest.mark.integration
 def test_install_upgrade_and_uninstall_a_second_release(kube_cluster: LocalKubeCluster,
                                                         kube_api: client.ApiClient) -> None:
     release = f"so-{uuid.uuid4().hex[:6]}"

@@ -2,8 +2,12 @@
 
 from datetime import UTC, datetime
 
+import pytest
+
 from servingops.api_models.conditions import merge_conditions
 from servingops.api_models.refs import ConditionUpdate
+
+pytestmark = pytest.mark.unit
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 T1 = datetime(2026, 1, 2, tzinfo=UTC)

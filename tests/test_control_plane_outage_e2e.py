@@ -35,8 +35,10 @@ from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.hub import HubRepos
 from tests.fixtures.kube import PROJECT_CRDS, own_identities
 from tests.rollout_live import NEW_IMAGE, OLD_IMAGE, LiveIsvc, LiveStack, canary, component
-from tests.test_model_import_e2e import REPOSITORY, start_worker
-from tests.test_model_import_resume import TEST_SHAPES, assert_artifact_matches, spool_weight_bytes
+from tests.support.import_resume import TEST_SHAPES, assert_artifact_matches, spool_weight_bytes
+from tests.support.model_import import REPOSITORY, start_worker
+
+pytestmark = pytest.mark.e2e
 
 GRACE = "15s"
 OUTAGE = 20.0

@@ -41,6 +41,7 @@ def _differences(want: Any, have: Any, where: str = "") -> list[str]:
     return [] if want == have else [f"{where}: {have!r} != {want!r}"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kind", served_kinds(), ids=lambda k: k.crd.kind)
 def test_committed_crd_matches_the_models(kind: type[KubeResource]) -> None:
     path = manifest_path(CRD_DIR, kind)
@@ -65,6 +66,7 @@ def apiserver_refusal(api: client.ApiClient, body: dict[str, Any]) -> str | None
     return None
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", served_kinds(), ids=lambda k: k.crd.kind)
 def test_the_apiserver_accepts_the_schema_as_structural(kube_api: client.ApiClient,
                                                         kind: type[KubeResource]) -> None:
@@ -76,6 +78,7 @@ def test_the_apiserver_accepts_the_schema_as_structural(kube_api: client.ApiClie
     assert "status" in version["subresources"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", served_kinds(), ids=lambda k: k.crd.kind)
 def test_the_apiserver_serves_the_generated_schema(kube_api: client.ApiClient, kind: type[KubeResource]) -> None:
     """The CRD on the cluster (applied from deploy/crds by the kube fixture) is Established, not

@@ -15,6 +15,8 @@ from kubernetes.client.exceptions import ApiException
 from servingops.api_models.ome import AcceleratorQuota
 from tests.crd_helpers import create, manifest, rejection, replace
 
+pytestmark = pytest.mark.integration
+
 Spec = dict[str, Any]
 GPU_BUDGET = {"resourceName": "nvidia.com/gpu", "resourceFlavor": "a100", "nominal": 8}
 

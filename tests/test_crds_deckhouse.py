@@ -11,6 +11,8 @@ from servingops.api_models.base import KubeResource
 from servingops.api_models.deckhouse import ClusterModel, Model, ModelCatalogSource
 from tests.crd_helpers import create, manifest, new_namespace, rejection, replace
 
+pytestmark = pytest.mark.integration
+
 HF = "https://huggingface.co/acme/tiny-llama"
 OLLAMA = "https://ollama.com/library/qwen2:0.5b"
 

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from servingops.api_models.base import KubeResource
 from servingops.api_models.ome import InferenceReplica, InferenceService, RolloutPolicy, WorkloadCluster
 from tests.crd_helpers import create, manifest, new_namespace, rejection, replace
-from tests.test_models_ome import (
+from tests.support.ome_objects import (
     HASH,
     T0,
     analysis,
@@ -52,6 +52,7 @@ def _custom(api: client.ApiClient) -> client.CustomObjectsApi:
 # --- valid objects ----------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_full_inference_service_is_accepted_and_status_is_writable(kube_api: client.ApiClient, ns: str) -> None:
     created = create(kube_api, InferenceService, manifest(InferenceService, full_isvc_spec()), ns)
     assert created["spec"] == full_isvc_spec()
@@ -62,6 +63,7 @@ def test_full_inference_service_is_accepted_and_status_is_writable(kube_api: cli
     assert InferenceService.model_validate(written).to_api()["status"] == full_isvc_status()
 
 
+@pytest.mark.integration
 def test_defaults_are_applied_by_the_apiserver(kube_api: client.ApiClient, ns: str) -> None:
     spec = {"model": {"name": "m"}, "runtime": {"name": "r"}, "scalingPolicy": {"proportional": {}},
             "engine": {"autoscalerPolicyRef": {"name": "p"}},
@@ -76,6 +78,7 @@ def test_defaults_are_applied_by_the_apiserver(kube_api: client.ApiClient, ns: s
     assert created["rollout"]["groups"][0]["policyRef"]["kind"] == "RolloutPolicy"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "spec",
     [
@@ -106,6 +109,7 @@ def test_valid_inference_services(kube_api: client.ApiClient, ns: str, spec: Spe
     assert create(kube_api, InferenceService, manifest(InferenceService, spec), ns)["spec"] == spec
 
 
+@pytest.mark.integration
 def test_valid_rollout_policies(kube_api: client.ApiClient, ns: str) -> None:
     for spec in (rollout_policy_spec(), {"blueGreen": {}}, {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": "10%"}}):
         created = create(kube_api, RolloutPolicy, manifest(RolloutPolicy, spec), ns)
@@ -115,6 +119,7 @@ def test_valid_rollout_policies(kube_api: client.ApiClient, ns: str) -> None:
     assert replace(kube_api, RolloutPolicy, created, ns, status=True)["status"]["attachedGroups"] == 2
 
 
+@pytest.mark.integration
 def test_valid_workload_clusters(kube_api: client.ApiClient) -> None:
     created = create(kube_api, WorkloadCluster, manifest(WorkloadCluster, workload_cluster_spec()))
     assert created["spec"] == workload_cluster_spec()
@@ -130,6 +135,7 @@ def test_valid_workload_clusters(kube_api: client.ApiClient) -> None:
     assert "namespace" not in created["metadata"]
 
 
+@pytest.mark.integration
 def test_inference_replica_scale_and_status(kube_api: client.ApiClient, ns: str) -> None:
     created = create(kube_api, InferenceReplica, manifest(InferenceReplica, replica_spec()), ns)
     name = created["metadata"]["name"]
@@ -151,6 +157,7 @@ def test_inference_replica_scale_and_status(kube_api: client.ApiClient, ns: str)
         info.group, info.version, ns, info.plural, name, {"spec": {"replicas": -1}}))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "spec",
     [
@@ -176,6 +183,7 @@ def test_valid_inference_replicas(kube_api: client.ApiClient, ns: str, spec: Spe
     assert created["spec"]["component"] == spec["component"]
 
 
+@pytest.mark.integration
 def test_columnar_replica_status_is_accepted(kube_api: client.ApiClient, ns: str) -> None:
     created = create(kube_api, InferenceReplica, manifest(InferenceReplica, replica_spec()), ns)
     created["status"] = columnar_status()
@@ -516,6 +524,7 @@ ISVC_REJECTIONS: list[tuple[str, Spec, str]] = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("spec", "complaint"), [(s, c) for _, s, c in ISVC_REJECTIONS],
                          ids=[i for i, _, _ in ISVC_REJECTIONS])
 def test_invalid_inference_services_are_rejected(kube_api: client.ApiClient, ns: str, spec: Spec,
@@ -538,6 +547,7 @@ PLACEMENT_ACCEPTED: list[tuple[str, Spec]] = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("spec", [s for _, s in PLACEMENT_ACCEPTED], ids=[i for i, _ in PLACEMENT_ACCEPTED])
 def test_valid_placements(kube_api: client.ApiClient, ns: str, spec: Spec) -> None:
     assert create(kube_api, InferenceService, manifest(InferenceService, spec), ns)["spec"] == spec
@@ -551,6 +561,7 @@ def _drop_none(node: Any) -> Any:
     return node
 
 
+@pytest.mark.integration
 def test_ephemeral_containers_are_dropped_from_components(kube_api: client.ApiClient, ns: str) -> None:
     body = manifest(InferenceService, {"engine": {"ephemeralContainers": [{"name": "debug"}]}})
     with pytest.raises(ApiException) as refused:
@@ -570,6 +581,7 @@ def _update(kube_api: client.ApiClient, kind: type[KubeResource], ns: str, spec:
     return lambda: replace(kube_api, kind, updated, _ns(kind, ns))
 
 
+@pytest.mark.integration
 def test_placement_cannot_be_removed(kube_api: client.ApiClient, ns: str) -> None:
     spec = _placement(clusterAffinity=[TERM])
     message = rejection(_update(kube_api, InferenceService, ns, spec, lambda s: s.pop("placement")))
@@ -581,6 +593,7 @@ def test_placement_cannot_be_removed(kube_api: client.ApiClient, ns: str) -> Non
     assert added["spec"]["placement"]["mode"] == "All"
 
 
+@pytest.mark.integration
 def test_replica_refs_are_fixed_at_create(kube_api: client.ApiClient, ns: str) -> None:
     spec = {"replicaRefs": {"engine": ["ir-a"]}}
     message = rejection(_update(kube_api, InferenceService, ns, spec,
@@ -591,6 +604,7 @@ def test_replica_refs_are_fixed_at_create(kube_api: client.ApiClient, ns: str) -
     assert "replicaRefs is fixed at create" in message
 
 
+@pytest.mark.integration
 def test_replica_component_and_parent_are_immutable(kube_api: client.ApiClient, ns: str) -> None:
     message = rejection(_update(kube_api, InferenceReplica, ns, replica_spec(),
                                 lambda s: s.update(component="decoder")))
@@ -673,6 +687,7 @@ REPLICA_REJECTIONS: list[tuple[str, Spec, str]] = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("spec", "complaint"), [(s, c) for _, s, c in REPLICA_REJECTIONS],
                          ids=[i for i, _, _ in REPLICA_REJECTIONS])
 def test_invalid_inference_replicas_are_rejected(kube_api: client.ApiClient, ns: str, spec: Spec,
@@ -684,6 +699,7 @@ def test_invalid_inference_replicas_are_rejected(kube_api: client.ApiClient, ns:
 EXACTLY_ONE_PROGRESSION = "exactly one of canary, blueGreen, or rollingUpdate must be set"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("spec", "complaint"),
     [
@@ -713,6 +729,7 @@ def test_invalid_rollout_policies_are_rejected(kube_api: client.ApiClient, ns: s
 EXACTLY_ONE_SOURCE = "exactly one of kubeConfig or clusterProfileRef must be set"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("spec", "complaint"),
     [
@@ -784,6 +801,7 @@ REPLICA_STATUS_REJECTIONS: list[tuple[str, Spec, str]] = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("status", "complaint"), [(s, c) for _, s, c in REPLICA_STATUS_REJECTIONS],
                          ids=[i for i, _, _ in REPLICA_STATUS_REJECTIONS])
 def test_invalid_replica_status_is_rejected(kube_api: client.ApiClient, ns: str, status: Spec,
@@ -827,6 +845,7 @@ ISVC_STATUS_REJECTIONS: list[tuple[str, Spec, str]] = [
 ]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(("status", "complaint"), [(s, c) for _, s, c in ISVC_STATUS_REJECTIONS],
                          ids=[i for i, _, _ in ISVC_STATUS_REJECTIONS])
 def test_invalid_inference_service_status_is_rejected(kube_api: client.ApiClient, ns: str, status: Spec,
@@ -836,6 +855,7 @@ def test_invalid_inference_service_status_is_rejected(kube_api: client.ApiClient
     assert complaint in rejection(lambda: replace(kube_api, InferenceService, created, ns, status=True))
 
 
+@pytest.mark.integration
 def test_printer_columns_read_the_status(kube_api: client.ApiClient, ns: str) -> None:
     created = create(kube_api, InferenceService, manifest(InferenceService, full_isvc_spec()), ns)
     created["status"] = full_isvc_status()
@@ -879,6 +899,7 @@ def _with_headers(headers: dict[str, str]) -> tuple[Spec, Spec]:
     return isvc, policy
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("headers", CREDENTIAL_HEADERS, ids=lambda h: ",".join(f"{k}={v}" for k, v in h.items()))
 def test_credential_headers_are_rejected_pointing_to_auth_ref(kube_api: client.ApiClient, ns: str,
                                                               headers: dict[str, str]) -> None:
@@ -892,6 +913,7 @@ def test_credential_headers_are_rejected_pointing_to_auth_ref(kube_api: client.A
     assert credential_headers(headers)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("headers", ALLOWED_HEADERS, ids=lambda h: ",".join(h))
 def test_tenant_headers_are_admitted(kube_api: client.ApiClient, ns: str, headers: dict[str, str]) -> None:
     from servingops.api_models.credential_headers import credential_headers
@@ -903,6 +925,7 @@ def test_tenant_headers_are_admitted(kube_api: client.ApiClient, ns: str, header
     assert not credential_headers(headers)
 
 
+@pytest.mark.integration
 def test_server_address_with_user_information_is_rejected(kube_api: client.ApiClient, ns: str) -> None:
     isvc = full_isvc_spec()
     prometheus = isvc["rollout"]["groups"][0]["canary"]["prometheus"]
@@ -914,6 +937,7 @@ def test_server_address_with_user_information_is_rejected(kube_api: client.ApiCl
     create(kube_api, InferenceService, manifest(InferenceService, isvc), ns)
 
 
+@pytest.mark.unit
 def test_a_stored_credential_header_never_reaches_the_plan() -> None:
     """An object stored before the rule existed parses without its credential headers, so the run's
     plan (status.rollout.activeRun.plan) and the samples' payloads never carry them."""

@@ -36,7 +36,7 @@ from servingops.api_models.ome import (
     ServingRuntime,
 )
 from tests.crd_helpers import create, manifest, new_namespace, rejection, replace
-from tests.test_models_ome import T0, condition, engine_spec
+from tests.support.ome_objects import T0, condition, engine_spec
 
 Spec = dict[str, Any]
 SAMPLES = Path(__file__).resolve().parent / "fixtures" / "ome_samples"
@@ -233,6 +233,7 @@ def _create(api: client.ApiClient, made: list[tuple[type[KubeResource], str, str
     return create(api, kind, body, where)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", SERVING_KINDS, ids=lambda k: k.crd.kind)
 def test_full_object_round_trips_and_status_goes_through_its_subresource(
         kube_api: client.ApiClient, ns: str, created: list[Any], kind: type[KubeResource]) -> None:
@@ -287,6 +288,7 @@ EXPECTED_CELLS["ClusterBaseModel"] = EXPECTED_CELLS["BaseModel"]
 EXPECTED_CELLS["ClusterServingRuntime"] = EXPECTED_CELLS["ServingRuntime"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", SERVING_KINDS, ids=lambda k: k.crd.kind)
 def test_printer_columns_are_served(kube_api: client.ApiClient, ns: str, created: list[Any],
                                     kind: type[KubeResource]) -> None:
@@ -316,6 +318,7 @@ def _model(uri: str, distribution: str | None) -> Spec:
     return spec
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", [BaseModel, ClusterBaseModel], ids=lambda k: k.crd.kind)
 def test_sharded_distribution_is_refused_for_pvc_models(kube_api: client.ApiClient, ns: str, created: list[Any],
                                                         kind: type[KubeResource]) -> None:
@@ -334,6 +337,7 @@ def test_sharded_distribution_is_refused_for_pvc_models(kube_api: client.ApiClie
     assert SHARDED_PVC in rejection(lambda: replace(kube_api, kind, made, where))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     ("kind", "spec", "complaint"),
     [
@@ -366,6 +370,7 @@ def test_schema_refuses_what_the_seed_forbids(kube_api: client.ApiClient, kind: 
     assert complaint in rejection(lambda: create(kube_api, kind, manifest(kind, spec), None))
 
 
+@pytest.mark.integration
 def test_status_state_is_an_enum(kube_api: client.ApiClient, ns: str, created: list[Any]) -> None:
     made = _create(kube_api, created, ClusterBaseModel, _model("hf://o/r", None), ns)
     made["status"] = {"state": "Downloading"}
@@ -396,6 +401,7 @@ def _docs(path: Path) -> list[Spec]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", _sample_paths(""), ids=lambda p: str(p.relative_to(SAMPLES)))
 def test_samples_are_upstream_bytes(path: Path) -> None:
     """Each fixture is upstream's file unchanged: the body's git blob id is the one the header names."""
@@ -405,6 +411,7 @@ def test_samples_are_upstream_bytes(path: Path) -> None:
     assert blob == fields["git-blob"]
 
 
+@pytest.mark.unit
 def test_samples_cover_the_representative_set() -> None:
     models = [d for p in _sample_paths("models") for d in _docs(p)]
     runtimes = [d for p in _sample_paths("runtimes") for d in _docs(p)]
@@ -489,18 +496,21 @@ ISVC_SAMPLES = [p for p in _sample_paths("isvc") if all(
     d["kind"] == "Namespace" or ("model" in d["spec"] and "runtime" in d["spec"]) for d in _docs(p))]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("path", MODEL_AND_RUNTIME_SAMPLES, ids=lambda p: str(p.relative_to(SAMPLES)))
 def test_upstream_models_and_runtimes_apply_unchanged(kube_api: client.ApiClient, ns: str,
                                                       sample_namespaces: list[str], path: Path) -> None:
     _keeps_every_field(kube_api, path, ns, sample_namespaces)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("path", ISVC_SAMPLES, ids=lambda p: str(p.relative_to(SAMPLES)))
 def test_upstream_inference_services_with_model_and_runtime_apply_unchanged(
         kube_api: client.ApiClient, ns: str, sample_namespaces: list[str], path: Path) -> None:
     _keeps_every_field(kube_api, path, ns, sample_namespaces)
 
 
+@pytest.mark.unit
 def test_isvc_samples_name_models_and_runtimes_the_fixtures_hold() -> None:
     """The InferenceService samples come with the model and runtime they use, as upstream ships them."""
     names = {(d["kind"], d["metadata"]["name"]) for p in MODEL_AND_RUNTIME_SAMPLES for d in _docs(p)}
@@ -528,6 +538,7 @@ def _apply_refusal(api: client.ApiClient, doc: Spec, ns: str) -> str:
     raise AssertionError("server-side apply accepted fields the schema lacks")
 
 
+@pytest.mark.integration
 def test_stale_upstream_sample_loses_the_fields_seed_004_lacks(kube_api: client.ApiClient,
                                                                sample_namespaces: list[str]) -> None:
     """isvc/zai-org/glm-4-5v.yaml still writes a pre-v1beta1 spec (modelRef, replicas and scaleTarget at
@@ -546,6 +557,7 @@ def test_stale_upstream_sample_loses_the_fields_seed_004_lacks(kube_api: client.
                                         ".spec.scaleTarget"]
 
 
+@pytest.mark.integration
 def test_stale_upstream_sample_without_model_name_is_refused(kube_api: client.ApiClient, ns: str) -> None:
     """isvc/LGAI-EXAONE/exaone-3-5-7-8b-instruct-isvc.yaml spells the model as model.modelName (and the
     runtime inside it) and replicas under `deployment`: seed 004 has none of these and requires
@@ -555,6 +567,7 @@ def test_stale_upstream_sample_without_model_name_is_refused(kube_api: client.Ap
     assert "spec.model.name: Required value" in rejection(lambda: _create_dry(kube_api, doc, ns, "Ignore"))
 
 
+@pytest.mark.unit
 def test_upstream_samples_validate_in_the_sdk() -> None:
     """Offline twin of the apply tests: the pydantic models accept every sample the apiserver keeps."""
     for path in MODEL_AND_RUNTIME_SAMPLES + ISVC_SAMPLES:

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from servingops.activities.kubernetes import KubernetesActivities
 from servingops.api_models.credential_headers import scrubbed, without_userinfo
 from servingops.api_models.refs import ObjectRef
+
+pytestmark = pytest.mark.unit
 
 LEGACY = {
     "apiVersion": "ome.io/v1beta1", "kind": "RolloutPolicy", "metadata": {"name": "old", "uid": "u"},

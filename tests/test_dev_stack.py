@@ -12,10 +12,13 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from kubernetes import client
 
 from devstack.kube import REPO_ROOT
 from servingops.runtime.kube import load_api_client
+
+pytestmark = pytest.mark.e2e
 
 
 def _cli(*args: str, state: Path) -> subprocess.CompletedProcess[str]:

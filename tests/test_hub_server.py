@@ -49,6 +49,7 @@ def _same_tree(downloaded: Path, served: Path) -> None:
         assert (downloaded / name).read_bytes() == (served / name).read_bytes(), name
 
 
+@pytest.mark.integration
 def test_snapshot_download_of_a_sharded_safetensors_repo_is_byte_identical(
     hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path
 ) -> None:
@@ -68,6 +69,7 @@ def test_snapshot_download_of_a_sharded_safetensors_repo_is_byte_identical(
     assert {"model_type", "max_position_embeddings", "torch_dtype"} <= config.keys()
 
 
+@pytest.mark.integration
 def test_model_info_reports_what_the_hub_derives_from_the_files(hub_server: HubServer, hub_repos: HubRepos) -> None:
     repo = hub_repos.safetensors(num_shards=2)
     info = _api(hub_server).model_info(repo.repo_id, files_metadata=True)
@@ -93,6 +95,7 @@ def test_model_info_reports_what_the_hub_derives_from_the_files(hub_server: HubS
     )
 
 
+@pytest.mark.integration
 def test_resolve_by_branch_and_by_commit_pins_the_commit(
     hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path, tmp_path: Path
 ) -> None:
@@ -131,6 +134,7 @@ def test_resolve_by_branch_and_by_commit_pins_the_commit(
     assert [c.commit_id for c in api.list_repo_commits(repo.repo_id)] == [second, first]
 
 
+@pytest.mark.integration
 def test_large_file_takes_the_lfs_path_and_resumes_after_a_dropped_connection(
     hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path
 ) -> None:
@@ -172,6 +176,7 @@ def test_large_file_takes_the_lfs_path_and_resumes_after_a_dropped_connection(
     assert blob.is_file()  # the cache names LFS blobs after their sha256
 
 
+@pytest.mark.integration
 def test_the_token_reaches_the_hub_and_never_the_cdn_host(
     hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path
 ) -> None:
@@ -214,6 +219,7 @@ def test_the_token_reaches_the_hub_and_never_the_cdn_host(
     assert anonymous.status_code == 401 and "Location" not in anonymous.headers
 
 
+@pytest.mark.integration
 def test_the_cdn_host_refuses_a_token_a_forged_url_and_an_expired_one(
     hub_server: HubServer, hub_repos: HubRepos, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -235,6 +241,7 @@ def test_the_cdn_host_refuses_a_token_a_forged_url_and_an_expired_one(
     assert refused.status_code == 403 and b"expired" in refused.content
 
 
+@pytest.mark.integration
 def test_range_requests_and_hf_file_system(hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path) -> None:
     content = bytes(range(256)) * 40
     repo = hub_repos.blobs({"data/blob.bin": content})
@@ -257,6 +264,7 @@ def test_range_requests_and_hf_file_system(hub_server: HubServer, hub_repos: Hub
     assert fs.cat_file(f"{repo.repo_id}/data/blob.bin", start=-7) == content[-7:]
 
 
+@pytest.mark.integration
 def test_gated_repo_needs_an_authorized_token(hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path) -> None:
     repo = hub_repos.safetensors(num_shards=1, gated=True, tokens={"hf_gated_reader": "reader"})
 
@@ -277,6 +285,7 @@ def test_gated_repo_needs_an_authorized_token(hub_server: HubServer, hub_repos: 
         _api(hub_server).auth_check(repo.repo_id)
 
 
+@pytest.mark.integration
 def test_private_repo_is_hidden_without_its_token(hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path) -> None:
     repo = hub_repos.safetensors(num_shards=1, private=True, tokens=["hf_private_reader"])
     author = repo.repo_id.split("/")[0]
@@ -300,6 +309,7 @@ def test_private_repo_is_hidden_without_its_token(hub_server: HubServer, hub_rep
     assert Path(path).read_bytes() == (repo.snapshot / "config.json").read_bytes()
 
 
+@pytest.mark.integration
 def test_unknown_repo_revision_and_file_raise_the_clients_errors(
     hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path
 ) -> None:
@@ -330,12 +340,14 @@ def test_unknown_repo_revision_and_file_raise_the_clients_errors(
     assert not isinstance(bad_token.value, RepositoryNotFoundError)  # the Hub's "Invalid credentials" case
 
 
+@pytest.mark.integration
 def test_whoami(hub_server: HubServer) -> None:
     assert _api(hub_server, HUB_USER_TOKEN).whoami()["name"] == "devstack-user"
     with pytest.raises(HfHubHTTPError):
         _api(hub_server, "hf_not_a_real_token").whoami()
 
 
+@pytest.mark.integration
 def test_list_models_follows_link_pagination(
     hub_server: HubServer, hub_repos: HubRepos, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -360,6 +372,7 @@ def test_list_models_follows_link_pagination(
     assert full.siblings is not None and any(s.rfilename.endswith(".gguf") for s in full.siblings)
 
 
+@pytest.mark.unit
 def test_listings_see_every_write_through_the_index(tmp_path: Path) -> None:
     """The stand-in answers listings from an index kept while nothing is written: every devstack write
     (register, branch reset, rename, delete) makes the next listing and count see it, and a root no writer
@@ -399,6 +412,7 @@ def test_listings_see_every_write_through_the_index(tmp_path: Path) -> None:
         assert api.get_organization_overview("org").num_models == 1
 
 
+@pytest.mark.integration
 def test_get_collection_derives_model_items_from_the_repos(hub_server: HubServer, hub_repos: HubRepos) -> None:
     public = hub_repos.safetensors(num_shards=1)
     token = f"hf_private_{uuid.uuid4().hex}"
@@ -433,6 +447,7 @@ def test_get_collection_derives_model_items_from_the_repos(hub_server: HubServer
     assert [i.item_id for i in _api(hub_server, token).get_collection(slug).items] == [private.repo_id]
 
 
+@pytest.mark.integration
 def test_tree_listing_paginates_and_paths_info_expands(
     hub_server: HubServer, hub_repos: HubRepos, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -462,6 +477,7 @@ def test_tree_listing_paginates_and_paths_info_expands(
     assert weights.lfs is not None and weights.xet_hash is None
 
 
+@pytest.mark.integration
 def test_gguf_file_is_a_real_gguf_v3(hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path) -> None:
     repo = hub_repos.gguf(model_name="tiny", context_length=4096, quantizations=("F16", "Q8_0"))
     path = Path(
@@ -488,6 +504,7 @@ def test_gguf_file_is_a_real_gguf_v3(hub_server: HubServer, hub_repos: HubRepos,
     assert info.gguf is not None and info.gguf["context_length"] == 4096 and "gguf" in (info.tags or [])
 
 
+@pytest.mark.integration
 def test_diffusers_repo_layout(hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path) -> None:
     repo = hub_repos.diffusers()
     path = Path(snapshot_download(repo.repo_id, endpoint=hub_server.url, cache_dir=hf_cache, token=False))
@@ -504,6 +521,7 @@ def test_diffusers_repo_layout(hub_server: HubServer, hub_repos: HubRepos, hf_ca
     assert info.library_name == "diffusers" and info.pipeline_tag == "text-to-image"
 
 
+@pytest.mark.integration
 def test_renamed_repo_answers_with_a_relative_redirect(
     hub_server: HubServer, hub_repos: HubRepos, hf_cache: Path
 ) -> None:
@@ -522,6 +540,7 @@ def test_renamed_repo_answers_with_a_relative_redirect(
     assert _api(hub_server).model_info(repo.repo_id).id == new_id
 
 
+@pytest.mark.integration
 def test_multi_gb_sparse_model_is_served_without_reading_it_whole(hub_server: HubServer, hub_repos: HubRepos) -> None:
     # TinyLlama-1.1B shapes in F16: about 2.2 GB of tensor data, written as holes in sparse files.
     repo = hub_repos.safetensors(
@@ -552,6 +571,7 @@ def test_multi_gb_sparse_model_is_served_without_reading_it_whole(hub_server: Hu
     assert end.status_code == 206 and end.content == b"\0" * 16
 
 
+@pytest.mark.integration
 def test_no_response_ever_carries_a_xet_header(hub_server: HubServer) -> None:
     # Runs after the others in this module: the session server's whole recorded traffic so far.
     assert hub_server.requests

@@ -56,6 +56,7 @@ RENDERINGS = {"defaults": MEMBER, "secret-namespaces": {"rbac": {"secretNamespac
 # -- the rules against the code ----------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("rendering", RENDERINGS)
 @pytest.mark.parametrize("process", PROCESSES)
 def test_each_identity_is_granted_exactly_what_its_code_calls(process: str, rendering: str) -> None:
@@ -66,6 +67,7 @@ def test_each_identity_is_granted_exactly_what_its_code_calls(process: str, rend
     assert not granted - used, f"the chart grants {process} what its code never calls: {sorted(granted - used)}"
 
 
+@pytest.mark.unit
 def test_the_call_reader_tells_the_processes_apart() -> None:
     """A control for the test above: the reader attributes each call to the identity that makes it."""
     worker, uploads, bridge, agent, webhook, member, catalog = (rbac_calls.used(p) for p in PROCESSES)
@@ -83,6 +85,7 @@ def test_the_call_reader_tells_the_processes_apart() -> None:
     assert not any(resource == "secrets" for _, resource, _ in bridge)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("rendering", RENDERINGS)
 def test_no_rule_has_a_wildcard_or_an_escalating_verb(rendering: str) -> None:
     docs = identities.render(values=RENDERINGS[rendering])
@@ -98,6 +101,7 @@ def test_no_rule_has_a_wildcard_or_an_escalating_verb(rendering: str) -> None:
                 assert not {"list", "watch"} & set(rule["verbs"]), f"{role['metadata']['name']}: {rule}"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("rendering", RENDERINGS)
 def test_the_upload_identity_holds_nothing_cluster_wide(rendering: str) -> None:
     """Every binding of the upload endpoint's ServiceAccount is a RoleBinding of the release namespace."""
@@ -143,6 +147,7 @@ def _status_body(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "status": {"phase": "Ready"}}
 
 
+@pytest.mark.integration
 def test_the_bridge_cannot_write_status_objects_or_secrets(apis: dict[str, client.ApiClient],
                                                            world: dict[str, Any]) -> None:
     bridge = apis["bridge"]
@@ -169,6 +174,7 @@ def test_the_bridge_cannot_write_status_objects_or_secrets(apis: dict[str, clien
         metadata=client.V1ObjectMeta(name="elsewhere"))))
 
 
+@pytest.mark.integration
 def test_the_worker_reads_secrets_only_by_name(apis: dict[str, client.ApiClient], world: dict[str, Any]) -> None:
     """The worker's Secret rule: get, create, update, delete; never list or watch, never patch.
 
@@ -203,6 +209,7 @@ def test_the_worker_reads_secrets_only_by_name(apis: dict[str, client.ApiClient]
     _refused(lambda: rbac.delete_namespaced_role("anything", ns))
 
 
+@pytest.mark.integration
 def test_the_upload_endpoint_reads_only_session_records_and_the_signing_key(
         apis: dict[str, client.ApiClient], world: dict[str, Any], tmp_path: Any) -> None:
     core = client.CoreV1Api(apis["uploads"])
@@ -250,6 +257,7 @@ def test_the_upload_endpoint_reads_only_session_records_and_the_signing_key(
         ActivityEnvironment().run(acts.close_session, CloseUploadInput(model=ref))
 
 
+@pytest.mark.integration
 def test_the_webhook_reads_models_by_name_and_nothing_else(chart_identities: Identities,
                                                            world: dict[str, Any]) -> None:
     assert chart_identities.webhook is not None
@@ -305,6 +313,7 @@ def _can_get(api: client.ApiClient, ns: str, name: str) -> bool:
     return True
 
 
+@pytest.mark.integration
 def test_only_those_who_may_read_the_model_may_read_its_upload_secret(
         kube_api: client.ApiClient, apis: dict[str, client.ApiClient], tmp_path: Any) -> None:
     ns = new_namespace(kube_api, "upload-readers")
@@ -372,6 +381,7 @@ def _exists(read: Callable[[str, str], Any], name: str, namespace: str) -> bool:
     return True
 
 
+@pytest.mark.integration
 def test_a_cluster_models_upload_secret_goes_to_its_cluster_wide_readers(
         kube_api: client.ApiClient, apis: dict[str, client.ApiClient], world: dict[str, Any], tmp_path: Any) -> None:
     group = "rbac.authorization.k8s.io"

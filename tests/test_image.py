@@ -33,6 +33,8 @@ from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess, free_port
 from devstack.services import OciRegistry, TemporalDevServer
 
+pytestmark = pytest.mark.e2e
+
 BUILD = REPO_ROOT / "deploy" / "image" / "build.sh"
 REPOSITORY = "servingops/image-test"
 UID = 65532

@@ -55,7 +55,7 @@ from servingops.api_models.ome.instance_status import (
     OMENativeInstanceStatus,
 )
 from tests.crd_helpers import create, manifest, new_namespace, rejection, replace
-from tests.test_models_ome import replica_spec
+from tests.support.ome_objects import replica_spec
 
 T0 = dt.datetime(2026, 11, 29, 10, 0, tzinfo=dt.UTC)
 SEEDS = range(40)
@@ -67,6 +67,7 @@ CRD_PATTERN: str = _STATUS["properties"]["instanceStatusColumns"]["properties"][
 # --- index sets -------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("indexes", "text"),
     [
@@ -84,6 +85,7 @@ def test_index_sets_format_canonically_and_parse_back(indexes: list[int], text: 
     assert parse_index_set(text) == sorted(set(indexes))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("indexes", "complaint"),
     [([], "at least one index"), ([-1, 3], "index -1 is not a nonnegative int32"),
@@ -132,12 +134,14 @@ NON_CANONICAL: list[tuple[str, str]] = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("text", "complaint"), NON_CANONICAL, ids=[repr(t)[:20] for t, _ in NON_CANONICAL])
 def test_every_non_canonical_spelling_is_refused(text: str, complaint: str) -> None:
     with pytest.raises(IndexSetError, match=re.escape(complaint)):
         parse_index_ranges(text)
 
 
+@pytest.mark.unit
 def test_a_huge_range_is_refused_before_it_is_expanded() -> None:
     assert parse_index_ranges("0-2147483647") == [(0, INT32_MAX)]
     with pytest.raises(IndexSetError, match="names 2147483648 indexes, more than 10"):
@@ -151,6 +155,7 @@ def _random_set(rng: random.Random) -> set[int]:
     return {base + offset for offset in range(span + 1) if rng.random() < rng.choice([0.2, 0.6, 0.95])} or {base}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("seed", SEEDS)
 def test_index_set_round_trips(seed: int) -> None:
     rng = random.Random(seed)
@@ -254,6 +259,7 @@ def _carried(row: OMENativeInstanceStatus) -> dict[str, Any]:
 # --- encode / decode ----------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("seed", SEEDS)
 def test_decode_of_encode_gives_the_rows_back(seed: int) -> None:
     rng = random.Random(seed)
@@ -292,6 +298,7 @@ def _assert_canonical_columns(columns: InstanceStatusColumns, rows: list[OMENati
     assert set(entries) == carrying
 
 
+@pytest.mark.unit
 def test_value_orders_are_bytewise_for_strings_and_signed_numeric_for_numbers() -> None:
     values = [(-7, "rev-9", 10), (10, "rev-10", 2), (-1, "B", 1), (2, "a", 3)]
     rows = [OMENativeInstanceStatus(index=i, phase="Ready", incarnation=inc, running_revision=rev, pod_count=pods)
@@ -304,6 +311,7 @@ def test_value_orders_are_bytewise_for_strings_and_signed_numeric_for_numbers() 
     assert [(g.value, g.indexes) for g in columns.phases or []] == [("Creating", "4"), ("Ready", "0-3")]
 
 
+@pytest.mark.unit
 def test_a_settled_replica_is_a_handful_of_groups() -> None:
     rev = "llama-engine-5d8f7c9b6d"
     rows = [OMENativeInstanceStatus(index=i, phase="Ready", running_revision=rev, target_revision=rev,
@@ -322,6 +330,7 @@ def test_a_settled_replica_is_a_handful_of_groups() -> None:
     }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("rows", "complaint"),
     [
@@ -358,6 +367,7 @@ def _good(**over: Any) -> InstanceStatusColumns:
     return InstanceStatusColumns.model_construct(**fields)
 
 
+@pytest.mark.unit
 def test_valid_columns_decode() -> None:
     rows = decode(_good())
     assert [(r.index, r.phase, r.incarnation, r.pod_count) for r in rows] == [
@@ -417,6 +427,7 @@ COLUMN_REJECTIONS: list[tuple[str, InstanceStatusColumns, str]] = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("columns", "complaint"), [(c, m) for _, c, m in COLUMN_REJECTIONS],
                          ids=[i for i, _, _ in COLUMN_REJECTIONS])
 def test_columns_that_break_the_seed_rules_are_refused(columns: InstanceStatusColumns, complaint: str) -> None:
@@ -433,6 +444,7 @@ def _typical(count: int, revision: str = "llama-engine-5d8f7c9b6d") -> list[OMEN
                                     ready_since=T0 + dt.timedelta(seconds=i)) for i in range(count)]
 
 
+@pytest.mark.unit
 def test_dense_while_the_rows_fit_the_budget_then_columnar() -> None:
     rows = _typical(50)
     size = json_size(dense_json(rows))
@@ -449,11 +461,13 @@ def test_dense_while_the_rows_fit_the_budget_then_columnar() -> None:
     assert with_rows([]) == {DENSE_FIELD: [], ENCODING_FIELD: None, COLUMNS_FIELD: None}
 
 
+@pytest.mark.unit
 def test_the_default_budget_keeps_typical_replicas_dense_to_a_few_thousand_instances() -> None:
     assert with_rows(_typical(2000))[ENCODING_FIELD] is None
     assert with_rows(_typical(3000))[ENCODING_FIELD] == "ColumnarV2"
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("seed", SEEDS)
 def test_both_spellings_of_a_status_read_as_the_same_rows(seed: int) -> None:
     rows = _rows(random.Random(seed))
@@ -466,6 +480,7 @@ def test_both_spellings_of_a_status_read_as_the_same_rows(seed: int) -> None:
     assert status_rows(raw) == status_rows(columnar)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("status", "complaint"),
     [
@@ -516,6 +531,7 @@ def _rows_of(stored: dict[str, Any]) -> list[OMENativeInstanceStatus]:
     return status_rows(InferenceReplica.model_validate(stored).status)
 
 
+@pytest.mark.integration
 def test_the_apiserver_accepts_each_spelling(kube_api: client.ApiClient, ns: str) -> None:
     rows = _rows(random.Random(7))
     for budget in (10**9, 0):
@@ -525,6 +541,7 @@ def test_the_apiserver_accepts_each_spelling(kube_api: client.ApiClient, ns: str
         assert _rows_of(stored) == normalize_rows(rows)
 
 
+@pytest.mark.integration
 def test_the_apiserver_refuses_every_mixed_spelling(kube_api: client.ApiClient, ns: str) -> None:
     rows = _typical(3)
     dense = dense_json(rows)
@@ -542,6 +559,7 @@ def test_the_apiserver_refuses_every_mixed_spelling(kube_api: client.ApiClient, 
         assert complaint in refused, status
 
 
+@pytest.mark.integration
 def test_a_write_switches_spelling_as_a_merge_patch(kube_api: client.ApiClient, ns: str) -> None:
     """with_rows's None fields remove the previous spelling: without them the merged status would
     hold both, which the CEL rules refuse."""
@@ -599,6 +617,7 @@ def _rollout_in_flight(count: int, rng: random.Random) -> list[OMENativeInstance
     return rows
 
 
+@pytest.mark.integration
 def test_two_thousand_rows_through_the_status_subresource(kube_api: client.ApiClient, ns: str) -> None:
     rows = _rollout_in_flight(2000, random.Random(2000))
     fields = with_rows(rows, budget_bytes=64 * 1024)

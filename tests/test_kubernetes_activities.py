@@ -16,6 +16,8 @@ from servingops.api_models.refs import ConditionUpdate, ObjectRef
 from servingops.runtime import kube as runtime_kube
 from tests.crd_helpers import create, manifest, new_namespace
 
+pytestmark = pytest.mark.integration
+
 FINALIZER = "ai.deckhouse.io/model-cleanup"
 
 

@@ -41,6 +41,7 @@ async def _attempts(temporal: Client, workflow_id: str) -> int:
     return max(e.activity_task_started_event_attributes.attempt for e in started)
 
 
+@pytest.mark.integration
 async def test_forbidden_is_permanent_after_a_few_attempts(nobody: client.ApiClient,
                                                         temporal_server: TemporalDevServer) -> None:
     temporal = await Client.connect(temporal_server.address, data_converter=pydantic_data_converter)
@@ -59,6 +60,7 @@ async def test_forbidden_is_permanent_after_a_few_attempts(nobody: client.ApiCli
     assert await _attempts(temporal, workflow_id) == FORBIDDEN_AFTER
 
 
+@pytest.mark.unit
 def test_what_may_heal_is_left_to_retry() -> None:
     for status in (401, 404, 409, 429, 500, 503):
         assert classify(ApiException(status=status, reason="x")) is None

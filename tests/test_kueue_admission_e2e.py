@@ -20,7 +20,10 @@ from kubernetes.client.exceptions import ApiException
 
 from devstack.kueue import KueueProcess, label_namespace
 from devstack.process import ManagedProcess
-from tests.test_replica_e2e import Replica, replica_stack  # noqa: F401 (the module's stack fixture)
+from tests.support.replica_stack import Replica, replica_stack
+
+__all__ = ["replica_stack"]  # the fixture, reused
+pytestmark = pytest.mark.e2e
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -29,7 +32,7 @@ GATE = "kueue.x-k8s.io/admission"
 
 @pytest.fixture(scope="module")
 def kueue_namespace(kueue: KueueProcess, kube_api: client.ApiClient,
-                    replica_stack: tuple[str, ManagedProcess]) -> tuple[str, ManagedProcess]:  # noqa: F811
+                    replica_stack: tuple[str, ManagedProcess]) -> tuple[str, ManagedProcess]:
     """The replica stack's namespace, managed by Kueue from now on."""
     label_namespace(kube_api, replica_stack[0])
     return replica_stack

@@ -24,6 +24,8 @@ from devstack.kube import (
 )
 from tests.crd_helpers import new_namespace
 
+pytestmark = pytest.mark.integration
+
 DEADLINE = 60.0
 
 

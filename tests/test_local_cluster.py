@@ -15,6 +15,8 @@ from kubernetes.client.exceptions import ApiException
 
 from devstack.kube import KWOK_NODE_ANNOTATION, SERVICE_CIDR, LocalKubeCluster, condition_true
 
+pytestmark = pytest.mark.integration
+
 # Generous: the suite may run on a loaded 2-core machine. Only an upper bound, never asserted.
 DEADLINE = 120.0
 

@@ -21,7 +21,9 @@ from devstack.process import ManagedProcess, free_port
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
 from tests.fixtures.hub import HubRepos
-from tests.test_model_import_e2e import GROUP, VERSION, start_worker
+from tests.support.model_import import GROUP, VERSION, start_worker
+
+pytestmark = pytest.mark.e2e
 
 DEADLINE = 120.0
 """Generous upper bound for Prometheus to scrape what happened (scrapes every second)."""

@@ -31,8 +31,10 @@ from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.api_models.ome import InferenceService
 from tests.crd_helpers import create, manifest
-from tests.test_migration_e2e import GROUP, VERSION, Sampler, Service, _tolerate_unready, ledger_entry
-from tests.test_rollout_e2e import worker_and_bridge
+from tests.support.migration_stack import GROUP, VERSION, Sampler, Service, ledger_entry, tolerate_unready
+from tests.support.rollout_stack import worker_and_bridge
+
+pytestmark = pytest.mark.e2e
 
 EXECUTING = {"SurgePending", "SurgeReady", "Draining"}
 
@@ -268,7 +270,7 @@ def test_a_surge_not_ready_by_the_deadline_expires_and_the_source_keeps_serving(
         refusal_stack: tuple[str, ManagedProcess]) -> None:
     ns, worker = refusal_stack
     # The pods tolerate the unready node's taint; it is added once both Instances run elsewhere.
-    svc = Service(kube_api, ns, worker, 2, engine={"tolerations": _tolerate_unready("")["tolerations"],
+    svc = Service(kube_api, ns, worker, 2, engine={"tolerations": tolerate_unready("")["tolerations"],
                                                    "lifecycle": {"instanceReadyTimeout": "25s"}})
     svc.wait("two Instances Ready", lambda: svc.settled([0, 1]))
     unready = kube_cluster.add_unready_node(f"expire-{uuid.uuid4().hex[:4]}")

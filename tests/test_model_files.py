@@ -38,6 +38,8 @@ from servingops.activities.model_files.gguf import MAX_STRING_BYTES
 from servingops.api_models.deckhouse.enums import EndpointType, ModelFeature, ModelFormat, SourceType
 from servingops.api_models.errors import CONDITION_REASON_PATTERN, ErrorType, application_error
 
+pytestmark = pytest.mark.unit
+
 # -- builders ---------------------------------------------------------------------------------
 
 

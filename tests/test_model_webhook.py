@@ -36,6 +36,8 @@ from servingops.ingress.model_webhook import (
     review,
 )
 
+pytestmark = pytest.mark.unit
+
 REGISTRY, REPOSITORY = "registry.example:5000", "servingops/models"
 DIGEST = "sha256:" + "ab" * 32
 REFERENCE = f"{REGISTRY}/{REPOSITORY}@{DIGEST}"

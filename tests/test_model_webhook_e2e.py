@@ -29,6 +29,8 @@ from servingops.api_models.deckhouse import ClusterModel, Model
 from servingops.ingress.model_mount import CLUSTER_MODEL_ANNOTATION, MODEL_ANNOTATION, VOLUME_NAME
 from tests.crd_helpers import create, manifest, new_namespace
 
+pytestmark = pytest.mark.e2e
+
 REGISTRY = "registry.local:5000"
 DIGEST = "sha256:" + "5e" * 32
 TEST_LABEL = "servingops.io/model-webhook-test"

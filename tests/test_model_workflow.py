@@ -22,7 +22,7 @@ from tests.histories.model_fakes import FakeModelWorld, sha
 from tests.histories.record import start_env
 from tests.rollout_fakes import until
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.timeskip, pytest.mark.asyncio]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,9 @@ from servingops.api_models.ome.components import EngineSpec
 from servingops.api_models.ome.enums import ComponentType, RunnerName
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.ome.replica import InferenceReplicaSpec
-from tests.test_serving_resolution import Cluster, ready_model, sample_service, sglang_runtime
+from tests.support.serving_world import Cluster, ready_model, sample_service, sglang_runtime
+
+pytestmark = pytest.mark.unit
 
 ENGINE = ComponentType.ENGINE
 MODEL_PATH = "/raid/models/meta/llama-3-2-1b-instruct"

@@ -14,6 +14,8 @@ from devstack import identities
 from devstack.kube import REPO_ROOT
 from servingops.agents.settings import add_arguments, from_arguments
 
+pytestmark = pytest.mark.unit
+
 VALUES = {"registry": {"address": "registry.example:5000", "insecure": False,
                        "credentials": {"create": True, "username": "u", "password": "p"}},
           "agent": {"modelDirs": ["/mnt/models", "/raid/models"], "nodeSelector": {"gpu": "true"},

@@ -48,7 +48,7 @@ from tests.node_agent_support import (
     write_content,
 )
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +188,39 @@ def test_a_killed_agent_resumes_the_layer_with_a_range_request(
         first.stop()
         if second is not None:
             second.stop()
+
+
+IDLE_WINDOW_SECONDS = 10.0
+IDLE_NODE_REQUESTS = 6
+"""An idle agent's GETs, LISTs and WATCHes of Nodes in the window, with room for the long-running watches
+of kwok, the scheduler and the controller-manager, which each start again every few minutes. An agent
+that re-watched its Node at once after each 410 made about 280 of each in 10 s."""
+
+
+def _node_reads(cluster: LocalKubeCluster) -> int:
+    return sum(count for labels, count in cluster.request_counts()
+               if labels.get("resource") == "nodes" and not labels.get("subresource")
+               and labels.get("verb") in {"GET", "LIST", "WATCH"})
+
+
+def test_an_idle_agent_leaves_the_apiserver_alone(
+        crds: list[str], kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, chart_identities: Identities,
+        oci_registry: OciRegistry, tmp_path: Path, stack_logs: Path) -> None:
+    """Counted by the apiserver itself over a window: an agent with nothing to do watches its Node, and does
+    not read or watch it again and again."""
+    assert chart_identities.agent is not None
+    node = unique("agent-idle")
+    make_node(kube_api, node, {"pool": "idle"})
+    proc = agent_process(f"agent-{node}", node, tmp_path / "disk", chart_identities.namespace,
+                         chart_identities.agent, oci_registry.address, stack_logs, "--resync-seconds", "60")
+    try:
+        wait_for("the idle agent up", lambda: _ready(proc.log_path), proc=proc)
+        time.sleep(2)  # its first resync and the watches' first answers
+        before = _node_reads(kube_cluster)
+        time.sleep(IDLE_WINDOW_SECONDS)
+        made = _node_reads(kube_cluster) - before
+        assert proc.alive
+        assert made <= IDLE_NODE_REQUESTS, f"{made} node GET/LIST/WATCH requests in {IDLE_WINDOW_SECONDS}s"
+    finally:
+        proc.stop()
+        delete_node(kube_api, node)

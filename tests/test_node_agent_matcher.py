@@ -11,6 +11,8 @@ from servingops.agents.matcher import InvalidRequirement, match_expression, matc
 from servingops.agents.plan import ARTIFACT_ANNOTATION, Copy, Hold, Invalid, Local, Remove, decide, parse_artifact
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind, truncate_with_hash
 
+pytestmark = pytest.mark.unit
+
 DIGEST = "sha256:" + "ab" * 32
 NODE = {"metadata": {"name": "gpu-1", "labels": {"pool": "gpu", "zone": "a", "gpus": "8", "tier": "x1"}}}
 

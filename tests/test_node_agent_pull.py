@@ -41,6 +41,8 @@ from tests.node_agent_support import (
     write_content,
 )
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(scope="module")
 def proxy(oci_registry: OciRegistry) -> Iterator[CountingProxy]:

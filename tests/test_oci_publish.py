@@ -128,6 +128,7 @@ def _config_and_layers_size(manifest: dict[str, Any]) -> int:
     return int(manifest["config"]["size"]) + sum(int(layer["size"]) for layer in manifest["layers"])
 
 
+@pytest.mark.integration
 def test_publish_pull_back_republish_delete(oci_registry: OciRegistry, model_dir: Path, tmp_path: Path) -> None:
     target = _target(oci_registry)
     pushed, ref = _publish(model_dir, target)
@@ -190,6 +191,7 @@ class _Crash(Exception):
     """Stands in for a worker dying right after a heartbeat."""
 
 
+@pytest.mark.integration
 def test_interrupted_push_resumes_from_committed_offset(oci_registry: OciRegistry, big_file: Path) -> None:
     target = _target(oci_registry)
     size = big_file.stat().st_size
@@ -230,6 +232,7 @@ def test_interrupted_push_resumes_from_committed_offset(oci_registry: OciRegistr
           f"{result.transferred_bytes} ({result.transferred_bytes / size:.0%})")
 
 
+@pytest.mark.integration
 def test_worker_shutdown_stops_on_a_chunk_boundary_and_resumes(oci_registry: OciRegistry,
                                                                 big_file: Path) -> None:
     target = _target(oci_registry)
@@ -258,6 +261,7 @@ def test_worker_shutdown_stops_on_a_chunk_boundary_and_resumes(oci_registry: Oci
     assert result.resumed_from == 2 * chunk and result.transferred_bytes == size - 2 * chunk
 
 
+@pytest.mark.integration
 def test_kill_mid_chunk_still_ends_with_the_right_blob(oci_registry: OciRegistry, big_file: Path,
                                                         tmp_path: Path) -> None:
     """A crash inside a PATCH leaves the registry's upload state stale; the retry must notice
@@ -296,6 +300,7 @@ def test_kill_mid_chunk_still_ends_with_the_right_blob(oci_registry: OciRegistry
     print(f"\nmid-chunk kill: retry resumed at {result.resumed_from}, sent {result.transferred_bytes}")
 
 
+@pytest.mark.integration
 def test_streaming_upload_memory_is_bounded(oci_registry: OciRegistry, big_file: Path) -> None:
     target = _target(oci_registry)
     size = big_file.stat().st_size
@@ -316,6 +321,7 @@ def test_streaming_upload_memory_is_bounded(oci_registry: OciRegistry, big_file:
     print(f"\npeak traced memory during a {size} byte upload with {chunk} byte chunks: {peak} bytes")
 
 
+@pytest.mark.integration
 def test_wrong_digest_is_a_non_retryable_failure(oci_registry: OciRegistry, model_dir: Path) -> None:
     target = _target(oci_registry)
     path = model_dir / "config.json"
@@ -325,6 +331,7 @@ def test_wrong_digest_is_a_non_retryable_failure(oci_registry: OciRegistry, mode
     assert info.value.type == ErrorType.BLOB_DIGEST_MISMATCH and info.value.non_retryable
 
 
+@pytest.mark.integration
 def test_manifest_refuses_missing_layers(oci_registry: OciRegistry) -> None:
     target = _target(oci_registry)
     layer = PushedLayer(filepath="w.safetensors", media_type=mt.MODEL_WEIGHT_RAW, digest="1" * 64, size=3)
@@ -334,6 +341,7 @@ def test_manifest_refuses_missing_layers(oci_registry: OciRegistry) -> None:
     assert info.value.type == ErrorType.LAYER_MISSING and info.value.non_retryable
 
 
+@pytest.mark.integration
 def test_cross_repository_mount_moves_no_bytes(oci_registry: OciRegistry, model_dir: Path) -> None:
     source, target = _target(oci_registry), _target(oci_registry)
     path = model_dir / "model-00002-of-00002.safetensors"
@@ -347,6 +355,7 @@ def test_cross_repository_mount_moves_no_bytes(oci_registry: OciRegistry, model_
         assert registry.blob_size(target.repository, first.digest) == path.stat().st_size
 
 
+@pytest.mark.integration
 def test_manifest_refuses_a_wrong_layer_size(oci_registry: OciRegistry, model_dir: Path) -> None:
     target = _target(oci_registry)
     path = model_dir / "config.json"
@@ -360,6 +369,7 @@ def test_manifest_refuses_a_wrong_layer_size(oci_registry: OciRegistry, model_di
     assert info.value.type == ErrorType.LAYER_SIZE_MISMATCH and info.value.non_retryable
 
 
+@pytest.mark.integration
 def test_stale_resume_details_fall_back_to_a_fresh_upload(oci_registry: OciRegistry, model_dir: Path) -> None:
     target = _target(oci_registry)
     path = model_dir / "model-00002-of-00002.safetensors"
@@ -476,6 +486,7 @@ class _AuthProxy:
         self.server.server_close()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("scheme", ["basic", "token"])
 def test_publish_through_an_authenticating_registry(oci_registry: OciRegistry, model_dir: Path,
                                                     scheme: str) -> None:
@@ -518,6 +529,7 @@ def _crash_at(chunks: int, chunk: int, beats: list[dict[str, Any]]) -> Any:
     return heartbeat
 
 
+@pytest.mark.integration
 def test_an_upload_url_token_is_never_heartbeated_and_resume_still_works(
         oci_registry: OciRegistry, big_file: Path, big_file_facts: tuple[int, str], tmp_path: Path) -> None:
     """A registry whose upload URLs carry a token in their query: the heartbeat details (which
@@ -557,6 +569,7 @@ def test_an_upload_url_token_is_never_heartbeated_and_resume_still_works(
         proxy.close()
 
 
+@pytest.mark.integration
 def test_heartbeat_details_alone_cannot_resume(oci_registry: OciRegistry, big_file: Path,
                                                big_file_facts: tuple[int, str], tmp_path: Path) -> None:
     """Without the host's record (another disk, or a record for another upload) the query-less
@@ -582,6 +595,7 @@ def test_heartbeat_details_alone_cannot_resume(oci_registry: OciRegistry, big_fi
         proxy.close()
 
 
+@pytest.mark.unit
 def test_registry_error_messages_lose_url_queries() -> None:
     from servingops.activities.oci.registry_client import scrub_queries
 
@@ -593,6 +607,7 @@ def test_registry_error_messages_lose_url_queries() -> None:
 # -- pure parts ------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_manifest_bytes_are_deterministic() -> None:
     layers = [
         LayerFile(path="b.safetensors", role=mt.FileRole.WEIGHT, sha256="b" * 64, size=2),
@@ -607,6 +622,7 @@ def test_manifest_bytes_are_deterministic() -> None:
         LayerFile(path="../etc/passwd", role=mt.FileRole.DOC, sha256="c" * 64, size=1)
 
 
+@pytest.mark.unit
 def test_file_roles() -> None:
     assert role_for_path("model.safetensors") == (mt.FileRole.WEIGHT, False)
     assert role_for_path("tokenizer.json") == (mt.FileRole.WEIGHT_CONFIG, False)
@@ -616,6 +632,7 @@ def test_file_roles() -> None:
     assert role_for_path("something.xyz") == (mt.FileRole.DOC, True)
 
 
+@pytest.mark.unit
 def test_range_header_parsing() -> None:
     assert parse_range("0-0") == 0
     assert parse_range("0-0", hint=1) == 1
@@ -624,6 +641,7 @@ def test_range_header_parsing() -> None:
     assert parse_range(None) is None and parse_range("junk") is None
 
 
+@pytest.mark.unit
 def test_credentials_from_secret_data() -> None:
     import base64
 
@@ -652,6 +670,7 @@ class _PushOneFile:
         return result
 
 
+@pytest.mark.integration
 async def test_registry_hiccup_is_retried_by_temporal_and_resumes(
         temporal_server: TemporalDevServer, oci_registry: OciRegistry, big_file: Path,
         big_file_facts: tuple[int, str]) -> None:

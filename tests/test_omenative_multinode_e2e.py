@@ -13,14 +13,18 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from devstack.process import ManagedProcess
 from servingops.api_models.ome import InferenceService
 from servingops.api_models.ome import instance_keys as keys
 from tests.crd_helpers import create, manifest
-from tests.test_omenative_service_e2e import _endpoints, _replica, native_stack
-from tests.test_rollout_e2e import _route_weights, _wait
+from tests.support.native_stack import native_endpoints, native_replica, native_stack
+from tests.support.rollout_stack import route_weights
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
 
 GROUP, VERSION = "ome.io", "v1beta1"
 WORKERS = 2
@@ -83,12 +87,12 @@ def test_a_multinode_engine_is_served_by_gangs_and_a_lost_worker_recreates_its_g
     ns, worker = native_stack
     name = f"gang-{uuid.uuid4().hex[:5]}"
     create(kube_api, InferenceService, manifest(InferenceService, _spec("vllm/vllm-openai:v0.9"), name=name), ns)
-    [stable] = _wait("the first revision serving 100%", lambda: (
-        (w := _route_weights(kube_api, ns, f"{name}-engine")) and list(w.values()) == [100] and w), worker, 180)
-    replica = _wait("the projected replica", lambda: _replica(kube_api, ns, name), worker)
+    [stable] = wait_until("the first revision serving 100%", lambda: (
+        (w := route_weights(kube_api, ns, f"{name}-engine")) and list(w.values()) == [100] and w), worker, 180)
+    replica = wait_until("the projected replica", lambda: native_replica(kube_api, ns, name), worker)
     assert [(r["name"], r["size"]) for r in replica["spec"]["runners"]] == [("leader", 1), ("worker", WORKERS)]
     assert replica["spec"]["replicas"] == 2, "one Instance per gang"
-    _wait("two whole gangs", lambda: _whole(_gangs(kube_api, ns, name), ["vllm/vllm-openai:v0.9"] * 2), worker)
+    wait_until("two whole gangs", lambda: _whole(_gangs(kube_api, ns, name), ["vllm/vllm-openai:v0.9"] * 2), worker)
 
     base = f"{name}-engine"
     leader = client.CoreV1Api(kube_api).read_namespaced_pod(f"{base}-1", ns)
@@ -100,18 +104,20 @@ def test_a_multinode_engine_is_served_by_gangs_and_a_lost_worker_recreates_its_g
     assert env[keys.RUNNER_ENV] == "worker" and env[keys.LEADER_ADDRESS_ENV] == f"{base}-1.{base}"
     assert {e.name: e.value for e in leader.spec.containers[0].env or []}[keys.RUNNER_ENV] == "leader"
     assert not client.AppsV1Api(kube_api).list_namespaced_deployment(ns).items, "OMENative renders no Deployment"
-    _wait("the revision Service selects the two leaders only", lambda: _endpoints(kube_api, ns, stable) == 2, worker)
-    _wait("the service Ready", lambda: _ready(kube_api, ns, name), worker)
-    lifecycle = _wait("status.components.engine projects the replica", lambda: (
+    wait_until("the revision Service selects the two leaders only",
+               lambda: native_endpoints(kube_api, ns, stable) == 2, worker)
+    wait_until("the service Ready", lambda: _ready(kube_api, ns, name), worker)
+    lifecycle = wait_until("status.components.engine projects the replica", lambda: (
         (life := ((_service(kube_api, ns, name).get("status") or {}).get("components") or {})
          .get("engine", {}).get("lifecycle") or {}).get("readyReplicas") == 2 and life), worker)
-    assert lifecycle["labelSelector"] == (_replica(kube_api, ns, name) or {})["status"]["labelSelector"]
+    assert lifecycle["labelSelector"] == (native_replica(kube_api, ns, name) or {})["status"]["labelSelector"]
 
     client.CoreV1Api(kube_api).delete_namespaced_pod(f"{base}-1-w2", ns, grace_period_seconds=0)
-    _wait("the gang recreated whole", lambda: (g := _gangs(kube_api, ns, name)).get("1")
+    wait_until("the gang recreated whole", lambda: (g := _gangs(kube_api, ns, name)).get("1")
           and {i for _, i, _ in g["1"]} == {"1"} and _whole(g, ["vllm/vllm-openai:v0.9"] * 2), worker, 180)
     assert {i for _, i, _ in _gangs(kube_api, ns, name)["0"]} == {"0"}, "the other gang untouched"
-    _wait("both gangs serving again", lambda: _endpoints(kube_api, ns, stable) == 2 and _ready(kube_api, ns, name),
+    wait_until("both gangs serving again",
+               lambda: native_endpoints(kube_api, ns, stable) == 2 and _ready(kube_api, ns, name),
           worker)
 
 
@@ -121,33 +127,35 @@ def test_a_worker_only_change_canaries_whole_gangs_through_pacing(
     name = f"gcan-{uuid.uuid4().hex[:5]}"
     old, new = "vllm/vllm-openai:v0.9", "vllm/vllm-openai:v0.10"
     create(kube_api, InferenceService, manifest(InferenceService, _spec(old), name=name), ns)
-    [stable] = _wait("the first revision serving 100%", lambda: (
-        (w := _route_weights(kube_api, ns, f"{name}-engine")) and list(w.values()) == [100] and w), worker, 180)
-    _wait("two whole gangs", lambda: _whole(_gangs(kube_api, ns, name), [old] * 2), worker)
+    [stable] = wait_until("the first revision serving 100%", lambda: (
+        (w := route_weights(kube_api, ns, f"{name}-engine")) and list(w.values()) == [100] and w), worker, 180)
+    wait_until("two whole gangs", lambda: _whole(_gangs(kube_api, ns, name), [old] * 2), worker)
 
     client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", name, {
         "spec": {"engine": _engine(new)}})
-    weights = _wait("the canary at 50%", lambda: (
-        (w := _route_weights(kube_api, ns, f"{name}-engine")).get(stable) == 50 and len(w) == 2 and w), worker, 180)
+    weights = wait_until("the canary at 50%", lambda: (
+        (w := route_weights(kube_api, ns, f"{name}-engine")).get(stable) == 50 and len(w) == 2 and w), worker, 180)
     [canary] = [backend for backend in weights if backend != stable]
-    assert (_replica(kube_api, ns, name) or {})["spec"]["pacing"]["partition"] == 1
-    _wait("one gang moved whole, one held", lambda: _whole(_gangs(kube_api, ns, name), [new, old]), worker, 180)
+    assert (native_replica(kube_api, ns, name) or {})["spec"]["pacing"]["partition"] == 1
+    wait_until("one gang moved whole, one held", lambda: _whole(_gangs(kube_api, ns, name), [new, old]), worker, 180)
     assert _gangs(kube_api, ns, name)["0"][1][2] == old, "the partition holds the lowest index"
-    _wait("each revision Service has its gang's leader", lambda: _endpoints(kube_api, ns, canary) == 1
-          and _endpoints(kube_api, ns, stable) == 1, worker)
+    wait_until("each revision Service has its gang's leader", lambda: native_endpoints(kube_api, ns, canary) == 1
+          and native_endpoints(kube_api, ns, stable) == 1, worker)
 
     revision = _service(kube_api, ns, name)["status"]["components"]["engine"]["canary"]["canaryRevisionHash"]
     client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", name, {
         "metadata": {"annotations": {"ome.io/rollout-promote": revision}}})
-    _wait("promoted: 100% on the new revision", lambda: _route_weights(kube_api, ns, f"{name}-engine") == {canary: 100},
+    wait_until("promoted: 100% on the new revision",
+               lambda: route_weights(kube_api, ns, f"{name}-engine") == {canary: 100},
           worker, 180)
-    _wait("every gang on the new workers", lambda: _whole(_gangs(kube_api, ns, name), [new] * 2), worker, 180)
-    _wait("Ready with both gangs updated", lambda: _ready(kube_api, ns, name) and (
+    wait_until("every gang on the new workers", lambda: _whole(_gangs(kube_api, ns, name), [new] * 2), worker, 180)
+    wait_until("Ready with both gangs updated", lambda: _ready(kube_api, ns, name) and (
         (_service(kube_api, ns, name).get("status") or {}).get("components", {}).get("engine", {})
         .get("lifecycle", {}).get("updatedReplicas") == 2), worker, 180)
     # The EndpointSlice controller publishes a pod's readiness a moment after the replica counts it, so the
     # revision Service's endpoints are waited for, not read once.
-    _wait("the promoted revision Service has both leaders", lambda: _endpoints(kube_api, ns, canary) == 2, worker)
+    wait_until("the promoted revision Service has both leaders",
+               lambda: native_endpoints(kube_api, ns, canary) == 2, worker)
 
 
 def test_a_gang_canary_rolls_back_through_rollback_to_revision(
@@ -156,20 +164,21 @@ def test_a_gang_canary_rolls_back_through_rollback_to_revision(
     name = f"gback-{uuid.uuid4().hex[:5]}"
     old, new = "vllm/vllm-openai:v0.9", "vllm/vllm-openai:v0.10"
     create(kube_api, InferenceService, manifest(InferenceService, _spec(old), name=name), ns)
-    [stable] = _wait("the first revision serving 100%", lambda: (
-        (w := _route_weights(kube_api, ns, f"{name}-engine")) and list(w.values()) == [100] and w), worker, 180)
-    _wait("two whole gangs", lambda: _whole(_gangs(kube_api, ns, name), [old] * 2), worker)
+    [stable] = wait_until("the first revision serving 100%", lambda: (
+        (w := route_weights(kube_api, ns, f"{name}-engine")) and list(w.values()) == [100] and w), worker, 180)
+    wait_until("two whole gangs", lambda: _whole(_gangs(kube_api, ns, name), [old] * 2), worker)
     client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", name, {
         "spec": {"engine": _engine(new)}})
-    _wait("the canary at 50% with one gang moved", lambda: (
-        _route_weights(kube_api, ns, f"{name}-engine").get(stable) == 50
+    wait_until("the canary at 50% with one gang moved", lambda: (
+        route_weights(kube_api, ns, f"{name}-engine").get(stable) == 50
         and _whole(_gangs(kube_api, ns, name), [new, old])), worker, 180)
     client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", name, {
         "metadata": {"annotations": {"ome.io/rollout-rollback": "true"}}})
-    _wait("traffic back on the stable revision", lambda: _route_weights(kube_api, ns, f"{name}-engine")
+    wait_until("traffic back on the stable revision", lambda: route_weights(kube_api, ns, f"{name}-engine")
           == {stable: 100}, worker, 180)
-    _wait("every gang back on the stable workers", lambda: _whole(_gangs(kube_api, ns, name), [old] * 2), worker, 180)
-    replica = _replica(kube_api, ns, name) or {}
+    wait_until("every gang back on the stable workers",
+               lambda: _whole(_gangs(kube_api, ns, name), [old] * 2), worker, 180)
+    replica = native_replica(kube_api, ns, name) or {}
     back = replica["spec"]["pacing"].get("rollbackToRevision")
     assert back and back != replica["status"]["updateRevision"], replica["spec"]["pacing"]
-    _wait("both gangs serving the stable revision", lambda: _endpoints(kube_api, ns, stable) == 2, worker)
+    wait_until("both gangs serving the stable revision", lambda: native_endpoints(kube_api, ns, stable) == 2, worker)

@@ -31,6 +31,7 @@ bundled:
 """
 
 
+@pytest.mark.unit
 def test_the_shipped_configmap_parses_to_the_built_in_defaults() -> None:
     # The chart's ConfigMap as `helm template` renders it with the chart's default values.
     [body] = [d for d in identities.render() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == DEFAULT_CONFIGMAP]
@@ -40,6 +41,7 @@ def test_the_shipped_configmap_parses_to_the_built_in_defaults() -> None:
     assert config.metric_providers == {}
 
 
+@pytest.mark.unit
 def test_blocks_parse_and_resolve() -> None:
     config = parse_configmap_data({"rollout": "stallTimeout: 90s\nreadyTimeout: 1h30m\n",
                                    "metricProviders": PROVIDERS})
@@ -55,6 +57,7 @@ def test_blocks_parse_and_resolve() -> None:
     assert defaults.metric_providers["bundled"].auth_secret is None
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("data", "expected"), [
     ({"rolout": "stallTimeout: 1m"}, "unknown key 'rolout'"),
     ({"rollout": "stalTimeout: 1m"}, "rollout.stalTimeout: Extra inputs are not permitted"),
@@ -84,6 +87,7 @@ def test_bad_configuration_is_named(data: dict[str, str], expected: str) -> None
     assert expected in str(info.value)
 
 
+@pytest.mark.integration
 def test_activity_reads_the_configmap(kube_api: client.ApiClient) -> None:
     ns = new_namespace(kube_api, "operator-config")
     core = client.CoreV1Api(kube_api)

@@ -121,6 +121,7 @@ def _module(*parts: str) -> str:
     return NAMESPACE + ".".join(parts)
 
 
+@pytest.mark.integration
 def test_the_wheel_carries_every_product_package_and_nothing_else(installed: Installed) -> None:
     prefix = NAMESPACE.replace(".", "/")
     with zipfile.ZipFile(installed.wheel) as wheel:
@@ -136,6 +137,7 @@ def test_the_wheel_carries_every_product_package_and_nothing_else(installed: Ins
     assert missing == []
 
 
+@pytest.mark.integration
 def test_every_product_module_imports_from_the_fresh_venv(installed: Installed) -> None:
     """Importing every module proves no product module needs the checkout (devstack, tests) at import time."""
     script = textwrap.dedent("""
@@ -167,6 +169,7 @@ def test_every_product_module_imports_from_the_fresh_venv(installed: Installed) 
     assert report["missing"] == list(NOT_INSTALLED)
 
 
+@pytest.mark.integration
 def test_console_commands_answer_help_from_elsewhere(installed: Installed) -> None:
     for argv in ([], ["worker"], ["bridge"], ["rollout"], ["rollout", "status"], ["crds"]):
         result = installed.run(installed.servingops, *argv, "--help")
@@ -174,6 +177,7 @@ def test_console_commands_answer_help_from_elsewhere(installed: Installed) -> No
         assert "usage:" in result.stdout
 
 
+@pytest.mark.integration
 def test_crds_are_printed_outside_a_checkout(installed: Installed) -> None:
     """No deploy/crds/ folder outside the checkout: the CRDs go to stdout, ready for `kubectl apply -f -`."""
     result = installed.run(installed.servingops, "crds")
@@ -230,6 +234,7 @@ def _metrics(port: int) -> str:
         return ""
 
 
+@pytest.mark.e2e
 def test_installed_worker_bridge_and_rollout_status_against_the_stack(
         installed: Installed, kube_api: client.ApiClient, temporal_server: TemporalDevServer,
         installed_processes: tuple[str, str, ManagedProcess, ManagedProcess]) -> None:

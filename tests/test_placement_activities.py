@@ -28,6 +28,8 @@ from servingops.activities.serving.render import Unservable
 from servingops.activities.workload_cluster.kubeconfig import MemberAccess, api_client
 from servingops.api_models.refs import ObjectRef
 
+pytestmark = pytest.mark.integration
+
 
 def _ref(name: str, uid: str) -> ObjectRef:
     return ObjectRef(group="ome.io", version="v1beta1", plural="inferenceservices", kind="InferenceService",

@@ -12,7 +12,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.placement_fakes import FakeFleet, single, split, split_by_capacity, three_members
 from tests.rollout_harness import start_env
-from tests.test_placement_workflow import phase, placing, wait
+from tests.support.placement_workflow import phase, placing, wait
+
+pytestmark = pytest.mark.timeskip
 
 
 @pytest.fixture

@@ -27,6 +27,8 @@ from servingops.workflows.placement.held import (
 )
 from servingops.workflows.placement.matching import Registration, match_clusters
 
+pytestmark = pytest.mark.unit
+
 Spec = dict[str, Any]
 ENGINE, DECODER, ROUTER = ComponentType.ENGINE, ComponentType.DECODER, ComponentType.ROUTER
 ENGINE_ONLY = Components()

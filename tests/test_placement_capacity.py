@@ -14,6 +14,8 @@ from servingops.activities.serving import multinode
 from servingops.api_models.ome.components import EngineSpec
 from servingops.api_models.ome.enums import ComponentType
 
+pytestmark = pytest.mark.unit
+
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 

@@ -431,7 +431,8 @@ def real_backend(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, tem
         client.CoreV1Api(kube_api).delete_namespace(namespace)
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=[pytest.param("fake", marks=pytest.mark.unit),
+                        pytest.param("real", marks=pytest.mark.integration)])
 def backend(request: pytest.FixtureRequest) -> Backend:
     # Only the real backend starts (or reuses) the session's cluster and a member.
     if request.param == "fake":

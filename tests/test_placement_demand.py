@@ -9,37 +9,23 @@ import copy
 import json
 from typing import Any
 
-from servingops.activities.placement import capacity
-from servingops.activities.serving import multinode, render
-from servingops.activities.serving.placement_demand import DEMAND_MISMATCH, EXECUTION_UNREADABLE, demand_hold
-from servingops.api_models.ome.enums import ComponentType
-from servingops.api_models.ome.inference_service import InferenceServiceSpec
-from servingops.api_models.ome.placement import EXECUTION_ANNOTATION
+import pytest
 
-ENGINE, DECODER = ComponentType.ENGINE, ComponentType.DECODER
+from servingops.activities.serving.placement_demand import DEMAND_MISMATCH, EXECUTION_UNREADABLE, demand_hold
+from servingops.api_models.ome.placement import EXECUTION_ANNOTATION
+from tests.support.placement_demand import DECODER, _spec, execution, rendering_hash
+
+pytestmark = pytest.mark.unit
+
 SPEC: dict[str, Any] = {"engine": {"minReplicas": 1, "runner": {
     "name": "engine", "image": "registry.invalid/engine:v1",
     "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "4"}}}}}
 
 
-def _spec(body: dict[str, Any]) -> InferenceServiceSpec:
-    return InferenceServiceSpec.model_validate(body)
 
 
-def rendering_hash(isvc: str, body: dict[str, Any], component: ComponentType = ENGINE) -> str:
-    """What placement.read_capacity records for the component (the same two calls)."""
-    cspec = render.component_spec(_spec(body), component)
-    assert cspec is not None
-    return capacity.component_shape(component.value, multinode.runner_templates(isvc, component, cspec)).rendering_hash
 
 
-def execution(components: dict[str, str] | None) -> dict[str, str]:
-    policy: dict[str, Any] = {"planID": "p1", "revision": 3, "sourceUID": "src", "clusterUID": "member-uid",
-                              "pauseSurge": False}
-    if components is not None:
-        policy["demand"] = {"fingerprint": "f" * 64,
-                            "components": [{"component": c, "renderingHash": h} for c, h in components.items()]}
-    return {EXECUTION_ANNOTATION: json.dumps(policy)}
 
 
 def test_a_service_no_plan_or_a_static_plan_governs_is_never_held() -> None:

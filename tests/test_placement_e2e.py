@@ -38,8 +38,11 @@ from servingops.api_models.contract import Query, placement_workflow_id
 from servingops.api_models.contract.placement import ADOPT_ANNOTATION
 from servingops.api_models.ome.placement import EXECUTION_ANNOTATION, ORIGIN_LABEL
 from servingops.runtime.temporal import TemporalSettings, connect
-from tests.test_replica_e2e import restart
-from tests.test_rollout_e2e import _wait, worker_and_bridge
+from tests.support.replica_stack import restart
+from tests.support.rollout_stack import worker_and_bridge
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
 
 GROUP, VERSION = "ome.io", "v1beta1"
 
@@ -85,7 +88,8 @@ def fleet(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_s
                 member.prepare_namespace(namespace)
                 member.register(kube_api, identities.NAMESPACE)
             for member in members.values():
-                _wait(f"WorkloadCluster {member.name} Ready", lambda m=member: _registration_ready(kube_api, m.name),
+                wait_until(f"WorkloadCluster {member.name} Ready",
+                           lambda m=member: _registration_ready(kube_api, m.name),
                       worker, 120)
             yield Fleet(namespace, worker, members, tier, temporal_server.address)
         finally:
@@ -186,7 +190,7 @@ def test_the_second_listed_member_admits_first_and_wins(kube_api: client.ApiClie
     name = f"race-{uuid.uuid4().hex[:5]}"
     uid = _create(kube_api, fleet, name)
 
-    placed = _wait("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
+    placed = wait_until("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
                    worker, 180)
     plan = placed["plan"]
     assert (plan["winner"], placed["cluster"], plan["mode"], plan["revision"], plan["sourceUID"]) == (
@@ -204,13 +208,13 @@ def test_the_second_listed_member_admits_first_and_wins(kube_api: client.ApiClie
     execution = json.loads(derived["metadata"]["annotations"][EXECUTION_ANNOTATION])
     assert (execution["planID"], execution["revision"], execution["sourceUID"]) == (plan["id"], 1, uid)
     assert "placement" not in derived["spec"]
-    pods = _wait("b's Instance running", lambda: [p for p in _pods(b, ns) if p.metadata.labels.get(
+    pods = wait_until("b's Instance running", lambda: [p for p in _pods(b, ns) if p.metadata.labels.get(
         "ome.io/inferencereplica") == f"{name}-engine"], worker)
     assert all(p.metadata.labels[QUEUE_LABEL] == PLACEMENT_QUEUE for p in pods)
     assert not any(g.name == ADMISSION_GATE for p in pods for g in p.spec.scheduling_gates or [])
     # a raced and lost: its copy is gone, and with it (the member's garbage collector) its gated pods.
     assert _derived(a, ns, name) is None
-    _wait("a's race pods gone", lambda: not [p for p in _pods(a, ns) if p.metadata.labels.get(
+    wait_until("a's race pods gone", lambda: not [p for p in _pods(a, ns) if p.metadata.labels.get(
         "ome.io/inferencereplica") == f"{name}-engine"], worker)
     # c never matched: it never had a copy. The control plane renders nothing of a placed service.
     assert _derived(c, ns, name) is None
@@ -220,7 +224,7 @@ def test_the_second_listed_member_admits_first_and_wins(kube_api: client.ApiClie
         ns, label_selector=f"ome.io/inferencereplica={name}-engine").items
 
     # Ready is placement serving readiness (seed 004), written by the placement workflow alone.
-    ready = _wait("the source Ready", lambda: [c for c in (_source(kube_api, ns, name).get("status") or {}).get(
+    ready = wait_until("the source Ready", lambda: [c for c in (_source(kube_api, ns, name).get("status") or {}).get(
         "conditions") or [] if c["type"] == "Ready" and c["status"] == "True"], worker, 120)
     assert ready[0]["reason"] == "PlacementServing" and ready[0]["message"].startswith(f"served from {b.name}")
 
@@ -251,14 +255,14 @@ def test_a_worker_killed_between_the_winner_commit_and_the_loser_deletion_resume
     _quotas(fleet, a="0", b="0")
     name = f"crash-{uuid.uuid4().hex[:5]}"
     uid = _create(kube_api, fleet, name)
-    _wait("both race copies applied", lambda: _derived(a, ns, name) and _derived(b, ns, name), worker)
+    wait_until("both race copies applied", lambda: _derived(a, ns, name) and _derived(b, ns, name), worker)
     b_uid = (_derived(b, ns, name) or {})["metadata"]["uid"]
     plan_id = _placement(kube_api, ns, name)["plan"]["id"]
 
     a.cluster.kill_apiserver()
     try:
         _quotas(fleet, b="4")
-        committed = _wait("the winner committed, a's copy still listed", lambda: (
+        committed = wait_until("the winner committed, a's copy still listed", lambda: (
             (p := _placement(kube_api, ns, name)).get("plan", {}).get("winner") == b.name
             and a.name in [r["cluster"] for r in p.get("candidates") or []] and p), worker, 180)
         assert committed["phase"] == "Racing" and committed["plan"]["id"] == plan_id
@@ -268,8 +272,8 @@ def test_a_worker_killed_between_the_winner_commit_and_the_loser_deletion_resume
         assert again["plan"]["id"] == plan_id and again["plan"]["winner"] == b.name
     finally:
         a.cluster.start_apiserver()
-    _wait("a's copy removed once a is back", lambda: _derived(a, ns, name) is None, worker, 120)
-    placed = _wait("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
+    wait_until("a's copy removed once a is back", lambda: _derived(a, ns, name) is None, worker, 120)
+    placed = wait_until("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
                    worker, 120)
     assert placed["plan"]["id"] == plan_id and [r["cluster"] for r in placed["candidates"]] == [b.name]
     assert (_derived(b, ns, name) or {})["metadata"]["uid"] == b_uid, "the winner's copy was never replaced"
@@ -285,15 +289,15 @@ def test_a_winner_whose_member_goes_away_is_lost_after_the_grace_and_the_service
     _quotas(fleet, a="0", b="4")
     name = f"lost-{uuid.uuid4().hex[:5]}"
     _create(kube_api, fleet, name)
-    first = _wait("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
+    first = wait_until("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
                   worker, 180)
     assert first["plan"]["winner"] == b.name
 
     _quotas(fleet, a="4")
     b.cluster.kill_apiserver()
     try:
-        _wait("b's registration no longer Ready", lambda: not _registration_ready(kube_api, b.name), worker, 60)
-        second = _wait("a new race placed it in a", lambda: (
+        wait_until("b's registration no longer Ready", lambda: not _registration_ready(kube_api, b.name), worker, 60)
+        second = wait_until("a new race placed it in a", lambda: (
             (p := _placement(kube_api, ns, name)).get("plan", {}).get("winner") == a.name and p), worker, 180)
         assert second["plan"]["revision"] == 2 and second["plan"]["id"] != first["plan"]["id"]
         rows = {r["cluster"]: r for r in second["candidates"]}
@@ -306,11 +310,11 @@ def test_a_winner_whose_member_goes_away_is_lost_after_the_grace_and_the_service
             "revision"] == 2
     finally:
         b.cluster.start_apiserver()
-    _wait("b's stale copy deleted once b is back", lambda: _derived(b, ns, name) is None, worker, 180)
-    placed = _wait("Placed in a alone", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
+    wait_until("b's stale copy deleted once b is back", lambda: _derived(b, ns, name) is None, worker, 180)
+    placed = wait_until("Placed in a alone", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
                    and [r["cluster"] for r in p["candidates"]] == [a.name] and p, worker, 120)
     assert placed["plan"]["winner"] == a.name and placed["cluster"] == a.name
-    _wait("b Ready again", lambda: _registration_ready(kube_api, b.name), worker, 60)
+    wait_until("b Ready again", lambda: _registration_ready(kube_api, b.name), worker, 60)
 
 
 def test_a_source_deleted_while_its_home_is_down_stays_until_the_copy_is_withdrawn(
@@ -322,14 +326,14 @@ def test_a_source_deleted_while_its_home_is_down_stays_until_the_copy_is_withdra
     _quotas(fleet, a="0", b="4")
     name = f"gone-{uuid.uuid4().hex[:5]}"
     _create(kube_api, fleet, name)
-    _wait("Placed in b", lambda: _placement(kube_api, ns, name).get("phase") == "Placed", worker, 180)
+    wait_until("Placed in b", lambda: _placement(kube_api, ns, name).get("phase") == "Placed", worker, 180)
     assert "servingops.io/placement" in _source(kube_api, ns, name)["metadata"]["finalizers"]
 
     b.cluster.kill_apiserver()
     try:
         client.CustomObjectsApi(kube_api).delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices",
                                                                           name)
-        _wait("the pending withdrawal said", lambda: [m for t, r, m in _events(kube_api, ns, name)
+        wait_until("the pending withdrawal said", lambda: [m for t, r, m in _events(kube_api, ns, name)
                                                        if t == "Warning" and r == "PlacementWithdrawalPending"],
               worker, 120)
         held = _source(kube_api, ns, name)
@@ -344,9 +348,9 @@ def test_a_source_deleted_while_its_home_is_down_stays_until_the_copy_is_withdra
             return False
         except ApiException as exc:
             return exc.status == 404
-    _wait("the source gone once b's copy is", source_gone, worker, 180)
+    wait_until("the source gone once b's copy is", source_gone, worker, 180)
     assert _derived(b, ns, name) is None
-    _wait("b Ready again", lambda: _registration_ready(kube_api, b.name), worker, 60)
+    wait_until("b Ready again", lambda: _registration_ready(kube_api, b.name), worker, 60)
 
 
 def test_a_single_move_rotates_a_probe_that_never_admits_and_hands_over_once_the_replacement_serves(
@@ -359,7 +363,7 @@ def test_a_single_move_rotates_a_probe_that_never_admits_and_hands_over_once_the
     _quotas(fleet, a="0", b="4", c="4")
     name = f"move-{uuid.uuid4().hex[:5]}"
     _create(kube_api, fleet, name)
-    first = _wait("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
+    first = wait_until("Placed in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed" and p,
                   worker, 180)
     assert first["plan"]["winner"] == b.name
     b_uid = (_derived(b, ns, name) or {})["metadata"]["uid"]
@@ -368,18 +372,18 @@ def test_a_single_move_rotates_a_probe_that_never_admits_and_hands_over_once_the
         {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [a.name, c.name]}]}]}
     client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
         GROUP, VERSION, ns, "inferenceservices", name, {"spec": {"placement": placement}})
-    _wait("a probed", lambda: _derived(a, ns, name), worker, 60)
+    wait_until("a probed", lambda: _derived(a, ns, name), worker, 60)
     probing = _placement(kube_api, ns, name)
     assert probing["plan"]["winner"] == b.name and probing["plan"]["singleMove"]["cursor"] == a.name
     assert _derived(c, ns, name) is None, "one extra copy at a time"
     assert (_derived(b, ns, name) or {})["metadata"]["uid"] == b_uid, "b keeps serving during the move"
 
-    _wait("a withdrawn after replacementTimeout", lambda: _derived(a, ns, name) is None, worker, 120)
-    moved = _wait("moved to c", lambda: (p := _placement(kube_api, ns, name)).get("plan", {}).get("winner")
+    wait_until("a withdrawn after replacementTimeout", lambda: _derived(a, ns, name) is None, worker, 120)
+    moved = wait_until("moved to c", lambda: (p := _placement(kube_api, ns, name)).get("plan", {}).get("winner")
                   == c.name and p, worker, 180)
     assert moved["cluster"] == c.name
-    _wait("b's copy deleted after the handoff", lambda: _derived(b, ns, name) is None, worker, 120)
-    done = _wait("the move record cleared", lambda: "singleMove" not in (p := _placement(kube_api, ns, name))[
+    wait_until("b's copy deleted after the handoff", lambda: _derived(b, ns, name) is None, worker, 120)
+    done = wait_until("the move record cleared", lambda: "singleMove" not in (p := _placement(kube_api, ns, name))[
         "plan"] and p, worker, 60)
     assert [r["cluster"] for r in done["candidates"]] == [c.name] and done["phase"] == "Placed"
     reasons = [r for _, r, _ in _events(kube_api, ns, name)]
@@ -406,7 +410,7 @@ def test_split_three_to_one_over_two_members_and_a_ceiling_that_holds_the_plan(
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
             "metadata": {"name": name, "namespace": ns}, "spec": {**_spec(fleet), "placement": split()}}
     client.CustomObjectsApi(kube_api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", body)
-    placed = _wait("Placed: 3 in a, 1 in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
+    placed = wait_until("Placed: 3 in a, 1 in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
                    and p, worker, 240)
     plan = placed["plan"]
     assert (plan["mode"], plan["revision"], plan["assignedReplicas"], plan["unassignedReplicas"]) == ("Split", 1, 4, 0)
@@ -426,7 +430,7 @@ def test_split_three_to_one_over_two_members_and_a_ceiling_that_holds_the_plan(
     # maxReplicasPerCluster 2: a plan needing 3 in a is held with the reason; the accepted one stays.
     client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
         GROUP, VERSION, ns, "inferenceservices", name, {"spec": {"placement": split(ceiling=2)}})
-    held = _wait("held with the reason", lambda: [m for t, r, m in _events(kube_api, ns, name)
+    held = wait_until("held with the reason", lambda: [m for t, r, m in _events(kube_api, ns, name)
                                                  if t == "Warning" and r == "MaxReplicasPerClusterExceeded"], worker)
     assert held[0].startswith(f"maxReplicasPerCluster is 2; the plan needs {a.name}=3")
     assert _placement(kube_api, ns, name)["plan"] == plan
@@ -445,7 +449,7 @@ def test_all_runs_the_full_policy_in_every_matching_member(kube_api: client.ApiC
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
             "metadata": {"name": name, "namespace": ns}, "spec": spec}
     client.CustomObjectsApi(kube_api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", body)
-    placed = _wait("Placed in a and b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
+    placed = wait_until("Placed in a and b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
                    and p, worker, 240)
     assert placed["plan"]["mode"] == "All" and placed["plan"]["assignedReplicas"] == 2
     rows = {r["cluster"]: r for r in placed["candidates"]}
@@ -455,7 +459,8 @@ def test_all_runs_the_full_policy_in_every_matching_member(kube_api: client.ApiC
         derived = _derived(member, ns, name)
         assert derived is not None and derived["spec"]["engine"]["minReplicas"] == 1
     assert _derived(c, ns, name) is None
-    ready = _wait("the source Ready", lambda: [cond for cond in (_source(kube_api, ns, name).get("status") or {}).get(
+    ready = wait_until("the source Ready",
+                       lambda: [cond for cond in (_source(kube_api, ns, name).get("status") or {}).get(
         "conditions") or [] if cond["type"] == "Ready" and cond["status"] == "True"], worker, 120)
     assert ready[0]["reason"] == "PlacementServing" and a.name in ready[0]["message"] and b.name in ready[0][
         "message"]
@@ -470,7 +475,7 @@ def test_no_matching_member_holds_with_a_reason_and_nothing_is_written(
                 **_spec(fleet), "placement": {"policy": "ClusterAffinity", "mode": "Single", "clusterAffinity": [
                     {"matchExpressions": [{"key": fleet.tier, "operator": "In", "values": ["nowhere"]}]}]}}}
     client.CustomObjectsApi(kube_api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", body)
-    warning = _wait("a Warning saying why", lambda: [m for t, r, m in _events(kube_api, ns, name)
+    warning = wait_until("a Warning saying why", lambda: [m for t, r, m in _events(kube_api, ns, name)
                                                     if t == "Warning" and r == "NoReadyCandidate"], worker)
     assert warning == ["no WorkloadCluster matches spec.placement"]
     assert not _placement(kube_api, ns, name).get("plan")
@@ -519,7 +524,7 @@ def test_a_standing_copy_is_adopted_as_the_home_without_a_race(kube_api: client.
         client.CustomObjectsApi(member.api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService",
             "metadata": {"name": name, "namespace": ns}, "spec": standing})
-    serving = _wait("b's standing copy admitted", lambda: [p.metadata.uid for p in _engine_pods(b, ns, name)
+    serving = wait_until("b's standing copy admitted", lambda: [p.metadata.uid for p in _engine_pods(b, ns, name)
                                                           if not any(g.name == ADMISSION_GATE for g in
                                                                      p.spec.scheduling_gates or [])], worker, 180)
     standing_uid = (_derived(b, ns, name) or {})["metadata"]["uid"]
@@ -530,7 +535,7 @@ def test_a_standing_copy_is_adopted_as_the_home_without_a_race(kube_api: client.
                 "spec": _spec(fleet)}
         uid = client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
             GROUP, VERSION, ns, "inferenceservices", body)["metadata"]["uid"]
-        placed = _wait("Placed in b, a's standing copy withdrawn", lambda: (
+        placed = wait_until("Placed in b, a's standing copy withdrawn", lambda: (
             p := _placement(kube_api, ns, name)).get("phase") == "Placed" and _derived(a, ns, name) is None and p,
             worker, 180)
         plan = placed["plan"]
@@ -555,7 +560,7 @@ def test_a_standing_copy_is_adopted_as_the_home_without_a_race(kube_api: client.
         assert any(a.name in m for m in said) and any(b.name in m and "1 admitted Instances" in m for m in said)
 
         client.CustomObjectsApi(kube_api).delete_cluster_custom_object(GROUP, VERSION, "workloadclusters", dead)
-        after = _wait("the pending member given up", lambda: (p := _placement(kube_api, ns, name)) and not p[
+        after = wait_until("the pending member given up", lambda: (p := _placement(kube_api, ns, name)) and not p[
             "plan"].get("adoptionDigest") and [r["cluster"] for r in p["candidates"]] == [b.name] and p, worker, 120)
         assert after["plan"]["id"] == plan["id"] and after["plan"]["winner"] == b.name
     finally:
@@ -602,7 +607,7 @@ def test_split_by_capacity_divides_by_what_each_member_reports(kube_api: client.
     try:
         for member in (a, b):
             _root_quota(member, root)
-        _wait("a reports 8 GPUs, b 16", lambda: (_reported_gpus(a, root), _reported_gpus(b, root)) == (8, 16),
+        wait_until("a reports 8 GPUs, b 16", lambda: (_reported_gpus(a, root), _reported_gpus(b, root)) == (8, 16),
               worker, 120)
         spec = _spec(fleet)
         spec["engine"]["runner"]["resources"] = {"requests": {"cpu": "1", "nvidia.com/gpu": "4"},
@@ -613,7 +618,8 @@ def test_split_by_capacity_divides_by_what_each_member_reports(kube_api: client.
         client.CustomObjectsApi(kube_api).create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": name, "namespace": ns},
             "spec": spec})
-        placed = _wait("Placed: 1 in a, 2 in b", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
+        placed = wait_until("Placed: 1 in a, 2 in b",
+                            lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
                        and p, worker, 240)
         plan = placed["plan"]
         assert (plan["mode"], plan["revision"], plan["assignedReplicas"]) == ("SplitByCapacity", 1, 3)
@@ -634,7 +640,7 @@ def test_split_by_capacity_divides_by_what_each_member_reports(kube_api: client.
         client.CustomObjectsApi(b.api).delete_cluster_custom_object(GROUP, VERSION, "acceleratorquotas", root)
         client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(  # a spec change: looked at now
             GROUP, VERSION, ns, "inferenceservices", name, {"metadata": {"labels": {"nudge": "1"}}})
-        held = _wait("CapacityUnknown naming b", lambda: [m for t, r, m in _events(kube_api, ns, name)
+        held = wait_until("CapacityUnknown naming b", lambda: [m for t, r, m in _events(kube_api, ns, name)
                                                          if t == "Warning" and r == "CapacityUnknown"], worker, 120)
         assert held[0].startswith(f"no verified capacity from {b.name}: NoCapacityReport"), held
         assert _placement(kube_api, ns, name)["plan"] == plan
@@ -642,7 +648,7 @@ def test_split_by_capacity_divides_by_what_each_member_reports(kube_api: client.
         # a's second node back, b's report back: 16 and 16 -> a new revision, 2 and 1 (ties by name).
         _cordon(a, cordoned, False)
         _root_quota(b, root)
-        replanned = _wait("revision 2", lambda: (p := _placement(kube_api, ns, name))["plan"]["revision"] == 2
+        replanned = wait_until("revision 2", lambda: (p := _placement(kube_api, ns, name))["plan"]["revision"] == 2
                           and p.get("phase") == "Placed" and p, worker, 240)
         assert {r["cluster"]: r["allocation"]["desiredReplicas"] for r in replanned["candidates"]} == {
             a.name: 2, b.name: 1}
@@ -652,7 +658,7 @@ def test_split_by_capacity_divides_by_what_each_member_reports(kube_api: client.
         # projected, the pods already serving keep serving: Ready stays True).
         client.CustomObjectsApi(b.api).patch_namespaced_custom_object(
             GROUP, VERSION, ns, "inferenceservices", name, {"spec": {"engine": {"runner": {"image": "edited:v1"}}}})
-        _wait("b holds its edited copy",
+        wait_until("b holds its edited copy",
               lambda: _condition(b, ns, name, "RolloutReady")[0] == "PlacementDemandMismatch", worker, 120)
         _, message = _condition(b, ns, name, "RolloutReady")
         assert f"plan {replanned['plan']['id']} revision 2 accepted rendering" in message, message
@@ -664,12 +670,12 @@ def test_split_by_capacity_divides_by_what_each_member_reports(kube_api: client.
         # contract to both homes, b's copy is the source's again and projects (admitted) under it.
         client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
             GROUP, VERSION, ns, "inferenceservices", name, {"spec": {"engine": {"runner": {"image": "vllm:v2"}}}})
-        renewed = _wait("revision 3 placed", lambda: (p := _placement(kube_api, ns, name))["plan"]["revision"] == 3
+        renewed = wait_until("revision 3 placed", lambda: (p := _placement(kube_api, ns, name))["plan"]["revision"] == 3
                         and p.get("phase") == "Placed" and p, worker, 240)
         rows = {r["cluster"]: r for r in renewed["candidates"]}
         assert {n: r["allocation"]["desiredReplicas"] for n, r in rows.items()} == {a.name: 2, b.name: 1}
         assert rows[b.name]["allocation"]["capacity"]["demandFingerprint"] != sample["demandFingerprint"]
-        _wait("b's hold is over", lambda: _condition(b, ns, name, "RolloutReady")[0] != "PlacementDemandMismatch",
+        wait_until("b's hold is over", lambda: _condition(b, ns, name, "RolloutReady")[0] != "PlacementDemandMismatch",
               worker, 120)
         derived = _derived(b, ns, name) or {}
         assert derived["spec"]["engine"]["runner"]["image"] == "vllm:v2"
@@ -680,7 +686,7 @@ def test_split_by_capacity_divides_by_what_each_member_reports(kube_api: client.
         with contextlib.suppress(ApiException):
             client.CustomObjectsApi(kube_api).delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices",
                                                                                name)
-        _wait("its copies withdrawn", lambda: all(_derived(m, ns, name) is None for m in (a, b)), worker, 120)
+        wait_until("its copies withdrawn", lambda: all(_derived(m, ns, name) is None for m in (a, b)), worker, 120)
         for member in (a, b):
             with contextlib.suppress(ApiException):
                 client.CustomObjectsApi(member.api).delete_cluster_custom_object(GROUP, VERSION, "acceleratorquotas",

@@ -19,6 +19,8 @@ from servingops.workflows.placement.matching import (
     match_clusters,
 )
 
+pytestmark = pytest.mark.unit
+
 Spec = dict[str, Any]
 
 # One fleet for the operator table. "north" carries a label literally named metadata.name, "west" a

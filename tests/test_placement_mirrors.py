@@ -3,8 +3,12 @@ digests lifted off its derived InferenceService's status."""
 
 from __future__ import annotations
 
+import pytest
+
 from servingops.activities.placement.mirrors import autoscaling_mirror, fold_digests, rollout_mirror
 from servingops.api_models.ome.enums import ComponentType
+
+pytestmark = pytest.mark.unit
 
 
 def _group(digest: str, policy: str | None = None) -> dict[str, object]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from servingops.api_models.ome.placement_status import (
     CandidateAllocationStatus,
     CandidatePlacement,
@@ -13,6 +15,8 @@ from servingops.api_models.ome.placement_status import (
     PlacementStatus,
 )
 from servingops.workflows.placement import move
+
+pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

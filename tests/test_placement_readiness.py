@@ -3,6 +3,8 @@ every home of the accepted plan, and otherwise the reason that holds it."""
 
 from __future__ import annotations
 
+import pytest
+
 from servingops.api_models.ome.enums import CandidatePlacementPhase, PlacementMode
 from servingops.api_models.ome.placement_status import (
     CandidateAllocationStatus,
@@ -11,6 +13,8 @@ from servingops.api_models.ome.placement_status import (
     PlacementStatus,
 )
 from servingops.workflows.placement.readiness import ready_condition
+
+pytestmark = pytest.mark.unit
 
 
 def _row(cluster: str, *, placed: bool, ready: int, desired: int = 1, probe: bool = False) -> CandidatePlacement:

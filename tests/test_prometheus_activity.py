@@ -34,6 +34,8 @@ from tests.crd_helpers import new_namespace
 from tests.metrics_exporter import Exporter
 from tests.secret_scan import register_token
 
+pytestmark = pytest.mark.integration
+
 # Generous: the suite may run on a loaded 2-core machine. Only an upper bound, never asserted.
 DEADLINE = 60.0
 TOKEN = "s3cr3t-" + uuid.uuid4().hex

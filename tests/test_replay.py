@@ -29,8 +29,10 @@ from temporalio.workflow import NondeterminismError
 
 from servingops.workers.registry import workflows
 from servingops.workers.sandbox import workflow_runner
+from tests.support.histories import HISTORIES, load
 
-HISTORIES = Path(__file__).parent / "histories"
+pytestmark = pytest.mark.timeskip
+
 STORED = sorted(HISTORIES.glob("*/*.json"))
 # Histories recorded at commit 1482aaa, before the InferenceService workflow read operator.config
 # at run open and nudged RolloutPolicies: they replay only through the patches in that workflow.
@@ -39,8 +41,6 @@ BEFORE_PATCHES = {"before-operator-config", "before-refresh-now", "canary-promot
 # annotation stays, so it replays only through that patch (annotation-cleanup holds the new branch).
 
 
-def load(path: Path) -> WorkflowHistory:
-    return WorkflowHistory.from_json(f"{path.parent.name}/{path.stem}", path.read_text())
 
 
 SCHEDULED: list[str] = []

@@ -45,6 +45,8 @@ from servingops.api_models.refs import ObjectRef
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
 
+pytestmark = pytest.mark.integration
+
 DEADLINE = 90.0
 """Generous: the suite may run on a loaded 2-core machine. Only an upper bound, never asserted."""
 SETTLE = 3.0

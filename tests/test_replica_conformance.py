@@ -341,7 +341,8 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         yield environment
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=[pytest.param("fake", marks=pytest.mark.timeskip),
+                        pytest.param("real", marks=pytest.mark.integration)])
 def backend(request: pytest.FixtureRequest) -> Backend:
     # Only the real backend starts (or reuses) the session's cluster, only the fake a test server.
     if request.param == "fake":
@@ -645,6 +646,7 @@ async def test_a_failed_pod_and_a_restarted_container_are_observed(backend: Back
         assert restarted.time is not None
 
 
+@pytest.mark.timeskip
 async def test_the_fake_records_what_the_real_activities_refuse(skipping_env: WorkflowEnvironment) -> None:
     """A time-skipping test fails on any refused call (tests/test_replica_workflow.py asserts
     `violations` is empty)."""

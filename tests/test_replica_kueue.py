@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from servingops.activities.replica import kueue, pods
 from servingops.activities.replica.observe import pod_view
 from servingops.activities.replica.types import PodView
@@ -17,6 +19,8 @@ from servingops.api_models.ome.replica import Runner
 from servingops.workflows.replica import status
 from servingops.workflows.replica.instances import InstanceView
 from servingops.workflows.replica.operations import admission_wait, announce_admission
+
+pytestmark = pytest.mark.unit
 
 OWNER = pods.Owner(name="chat-engine", namespace="team", uid="uid-1")
 

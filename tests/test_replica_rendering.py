@@ -15,6 +15,8 @@ from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.enums import TopologySpreadPolicy
 from servingops.api_models.ome.replica import Runner
 
+pytestmark = pytest.mark.unit
+
 OWNER = pods.Owner(name="chat-engine", namespace="team", uid="uid-1")
 
 

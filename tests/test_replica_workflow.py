@@ -32,6 +32,8 @@ from tests.replica_fakes import NAMESPACE, FakeReplicaCluster, runner
 from tests.rollout_fakes import until
 from tests.rollout_harness import start_env
 
+pytestmark = pytest.mark.timeskip
+
 
 @pytest.fixture
 async def env() -> AsyncIterator[WorkflowEnvironment]:

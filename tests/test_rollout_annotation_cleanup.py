@@ -15,6 +15,8 @@ from temporalio.testing import WorkflowEnvironment
 from servingops.api_models import contract
 from tests.rollout_harness import ENGINE, Isvc, canary_group, roll_to, served, start_env
 
+pytestmark = pytest.mark.timeskip
+
 PROMOTE, ROLLBACK = contract.ROLLOUT_PROMOTE, contract.ROLLOUT_ROLLBACK
 MANUAL = [{"capacity": "25%", "traffic": 10, "pause": {}}, {"capacity": "50%", "traffic": 40, "pause": {}},
           {"capacity": "75%", "traffic": 70, "pause": {}}, {"capacity": "100%", "traffic": 100}]

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from tests.rollout_live import NEW_IMAGE, OLD_IMAGE, LiveIsvc, LiveStack, canary, component, live_stack
+
+pytestmark = pytest.mark.e2e
 
 __all__ = ["live_stack"]  # the fixture, reused
 

@@ -19,6 +19,8 @@ from servingops.sdk import RolloutClient
 from servingops.sdk.rollouts import NoActiveCanaryError
 from tests.rollout_live import NEW_IMAGE, OLD_IMAGE, LiveIsvc, LiveStack, Recorder, canary, component, live_stack
 
+pytestmark = pytest.mark.e2e
+
 __all__ = ["live_stack"]  # the fixture, reused
 
 ROLLBACK = "ome.io/rollout-rollback"

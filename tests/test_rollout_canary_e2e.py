@@ -19,6 +19,7 @@ import sys
 import uuid
 from typing import Any
 
+import pytest
 from kubernetes import client
 
 from devstack.kube import REPO_ROOT, LocalKubeCluster
@@ -30,7 +31,10 @@ from servingops.runtime.temporal import TemporalSettings, connect
 from servingops.sdk import RolloutClient
 from tests.crd_helpers import create, manifest
 from tests.metrics_exporter import Exporter
-from tests.test_rollout_e2e import _route_weights, _wait, rollout_stack
+from tests.support.rollout_stack import rollout_stack, route_weights
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
 
 __all__ = ["rollout_stack"]  # the fixture, reused
 
@@ -85,15 +89,15 @@ def _start_canary(api: client.ApiClient, ns: str, name: str, steps: list[dict[st
     (stable backend, canary backend) once the canary holds its first step's weight."""
     create(api, InferenceService, manifest(InferenceService, _spec("vllm/vllm-openai:v0.9", steps, prometheus),
                                            name=name), ns)
-    first = _wait("the first revision serving 100%", lambda: (
-        (w := _route_weights(api, ns, f"{name}-engine")) and list(w.values()) == [100] and w), worker, DEADLINE)
+    first = wait_until("the first revision serving 100%", lambda: (
+        (w := route_weights(api, ns, f"{name}-engine")) and list(w.values()) == [100] and w), worker, DEADLINE)
     [stable] = first
-    _wait("the first revision rolled out", lambda: _engine(api, ns, name).get("latestRolledoutRevision"),
+    wait_until("the first revision rolled out", lambda: _engine(api, ns, name).get("latestRolledoutRevision"),
           worker, DEADLINE)
     _set_image(api, ns, name, "vllm/vllm-openai:v0.10")
     first_weight = steps[0]["traffic"]
-    weights = _wait(f"the canary at {first_weight}%", lambda: (
-        (w := _route_weights(api, ns, f"{name}-engine")).get(stable) == 100 - first_weight and len(w) == 2 and w),
+    weights = wait_until(f"the canary at {first_weight}%", lambda: (
+        (w := route_weights(api, ns, f"{name}-engine")).get(stable) == 100 - first_weight and len(w) == 2 and w),
         worker, DEADLINE)
     [canary] = [backend for backend in weights if backend != stable]
     assert weights[canary] == first_weight
@@ -107,9 +111,9 @@ def _canary_status(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
 
 def _wait_completed(api: client.ApiClient, ns: str, name: str, canary: str, steps: int,
                     worker: ManagedProcess) -> None:
-    _wait("the route 100% on the new revision", lambda: _route_weights(api, ns, f"{name}-engine") == {canary: 100},
+    wait_until("the route 100% on the new revision", lambda: route_weights(api, ns, f"{name}-engine") == {canary: 100},
           worker, DEADLINE)
-    engine = _wait("status reports the completed canary", lambda: (
+    engine = wait_until("status reports the completed canary", lambda: (
         (e := _engine(api, ns, name)) and (e.get("canary") or {}).get("currentStep") == steps
         and e.get("rolloutPhase") == "Stable" and e), worker, DEADLINE)
     status = engine["canary"]
@@ -117,7 +121,7 @@ def _wait_completed(api: client.ApiClient, ns: str, name: str, canary: str, step
     assert status["observedTrafficWeight"] == 100
     assert _serving(name, status["canaryRevisionHash"]) == canary
     # latestRolledoutRevision names the serving backend; it moves when the run closes.
-    _wait("the new revision recorded as rolled out", lambda: _engine(api, ns, name).get("latestRolledoutRevision")
+    wait_until("the new revision recorded as rolled out", lambda: _engine(api, ns, name).get("latestRolledoutRevision")
           == canary, worker, DEADLINE)
 
 
@@ -129,19 +133,19 @@ def test_manual_gate_then_analysis_completes(kube_api: client.ApiClient, rollout
              {"capacity": "100%", "traffic": 100}]
     stable, canary = _start_canary(kube_api, ns, name, steps, prometheus, worker)
 
-    paused = _wait("the canary paused at the manual gate of step 0", lambda: (
+    paused = wait_until("the canary paused at the manual gate of step 0", lambda: (
         (e := _engine(kube_api, ns, name)) and (e.get("canary") or {}).get("currentStep") == 0
         and e.get("rolloutPhase") == "Paused" and e), worker, DEADLINE)
     revision = paused["canary"]["canaryRevisionHash"]
     assert _serving(name, revision) == canary
     assert _serving(name, paused["canary"]["stableRevisionHash"]) == stable
-    assert _route_weights(kube_api, ns, f"{name}-engine") == {stable: 80, canary: 20}
+    assert route_weights(kube_api, ns, f"{name}-engine") == {stable: 80, canary: 20}
 
     # No series for this test's label yet: the analysis at step 1 is inconclusive and holds (Hold).
     _annotate(kube_api, ns, name, "ome.io/rollout-promote", revision)
-    _wait("the route at 50/50", lambda: _route_weights(kube_api, ns, f"{name}-engine") == {stable: 50, canary: 50},
+    wait_until("the route at 50/50", lambda: route_weights(kube_api, ns, f"{name}-engine") == {stable: 50, canary: 50},
           worker, DEADLINE)
-    step1 = _wait("status at step 1", lambda: (
+    step1 = wait_until("status at step 1", lambda: (
         (c := _canary_status(kube_api, ns, name)).get("currentStep") == 1 and c), worker, DEADLINE)
     assert step1.get("promotedThrough", revision) == revision  # cleared once the consumed promote is removed
 
@@ -159,10 +163,10 @@ def test_bad_metric_rolls_back_on_its_own(kube_api: client.ApiClient, rollout_st
     steps = [_analysis_step(20, label), {"capacity": "100%", "traffic": 100}]
     stable, canary = _start_canary(kube_api, ns, name, steps, prometheus, worker)
 
-    _wait("traffic back on stable", lambda: (
-        (w := _route_weights(kube_api, ns, f"{name}-engine")) and w.get(stable) == 100
+    wait_until("traffic back on stable", lambda: (
+        (w := route_weights(kube_api, ns, f"{name}-engine")) and w.get(stable) == 100
         and not any(v for k, v in w.items() if k != stable)), worker, DEADLINE)
-    engine = _wait("status reports the rollback", lambda: (
+    engine = wait_until("status reports the rollback", lambda: (
         (e := _engine(kube_api, ns, name)) and e.get("rolloutPhase") == "RolledBack" and e), worker, DEADLINE)
     status = engine["canary"]
     assert _serving(name, status["rolledBackRevisionHash"]) == canary
@@ -170,7 +174,7 @@ def test_bad_metric_rolls_back_on_its_own(kube_api: client.ApiClient, rollout_st
     assert any(r.get("passed") is False for r in status.get("metricResults") or [])
     assert engine["latestRolledoutRevision"] == stable
     # The rejected revision is drained and never retried.
-    _wait("the canary revision drained", lambda: canary not in {
+    wait_until("the canary revision drained", lambda: canary not in {
         d.metadata.name for d in client.AppsV1Api(kube_api).list_namespaced_deployment(ns).items}, worker, DEADLINE)
 
 
@@ -188,7 +192,7 @@ def test_promote_through_the_cli_and_the_sdk(kube_api: client.ApiClient, kube_cl
     steps = [{"capacity": "50%", "traffic": 20, "pause": {}}, {"capacity": "50%", "traffic": 50, "pause": {}},
              {"capacity": "100%", "traffic": 100}]
     stable, canary = _start_canary(kube_api, ns, name, steps, prometheus, worker)
-    paused = _wait("the canary paused at step 0", lambda: (
+    paused = wait_until("the canary paused at step 0", lambda: (
         (e := _engine(kube_api, ns, name)) and (e.get("canary") or {}).get("currentStep") == 0
         and e.get("rolloutPhase") == "Paused" and e), worker, DEADLINE)
     revision = paused["canary"]["canaryRevisionHash"]
@@ -202,9 +206,9 @@ def test_promote_through_the_cli_and_the_sdk(kube_api: client.ApiClient, kube_cl
     promoted = _cli(temporal_server, kube_cluster, "promote", name, "-n", ns)
     assert promoted.returncode == 0, promoted.stderr
     assert "1/" in promoted.stdout, promoted.stdout
-    _wait("the route at 50/50", lambda: _route_weights(kube_api, ns, f"{name}-engine") == {stable: 50, canary: 50},
+    wait_until("the route at 50/50", lambda: route_weights(kube_api, ns, f"{name}-engine") == {stable: 50, canary: 50},
           worker, DEADLINE)
-    _wait("status at step 1, paused", lambda: (
+    wait_until("status at step 1, paused", lambda: (
         (e := _engine(kube_api, ns, name)) and (e.get("canary") or {}).get("currentStep") == 1
         and e.get("rolloutPhase") == "Paused"), worker, DEADLINE)
     shown = _cli(temporal_server, kube_cluster, "status", name, "-n", ns)

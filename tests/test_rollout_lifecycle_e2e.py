@@ -17,6 +17,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import WorkflowExecutionStatus
@@ -31,6 +32,8 @@ from servingops.workflows.rollout.models import RolloutSettings
 from tests.crd_helpers import create, manifest
 from tests.metrics_exporter import Exporter
 from tests.rollout_live import NEW_IMAGE, OLD_IMAGE, LiveStack, canary, component, live_stack
+
+pytestmark = pytest.mark.e2e
 
 __all__ = ["live_stack"]  # the fixture, reused
 

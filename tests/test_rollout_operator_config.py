@@ -16,6 +16,8 @@ from servingops.api_models.operator_config import OperatorDefaults, PrometheusSo
 from servingops.api_models.refs import ObjectRef
 from tests.rollout_harness import ENGINE, analysis, canary_group, roll_to, served, start_env
 
+pytestmark = pytest.mark.timeskip
+
 
 @pytest.fixture
 async def env() -> AsyncIterator[WorkflowEnvironment]:

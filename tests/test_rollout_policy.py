@@ -40,7 +40,8 @@ from servingops.workflows.rollout_policy import (
 )
 from tests.crd_helpers import create, manifest
 from tests.rollout_harness import start_env
-from tests.test_rollout_e2e import _wait, worker_and_bridge
+from tests.support.rollout_stack import worker_and_bridge
+from tests.support.waiting import wait_until
 
 CANARY = {"canary": {"steps": [{"capacity": "10%", "traffic": 10, "pause": {}},
                                {"capacity": "50%", "traffic": 50, "pause": {"duration": "5m"}}]}}
@@ -49,6 +50,7 @@ CANARY = {"canary": {"steps": [{"capacity": "10%", "traffic": 10, "pause": {}},
 # -- pure rules -------------------------------------------------------------------------------------
 
 
+@pytest.mark.timeskip
 def test_validate_accepts_a_canary_and_rejects_what_policy_admission_rejects() -> None:
     assert validate(CANARY)[1] is None
     assert validate({"blueGreen": {}})[1] is None
@@ -131,6 +133,7 @@ async def _start(env: WorkflowEnvironment, cluster: FakePolicyCluster, queue: st
         id=contract.rollout_policy_workflow_id("team", "steady", cluster.uid), task_queue=queue)
 
 
+@pytest.mark.timeskip
 async def test_digest_generation_ready_and_attached_groups(env: WorkflowEnvironment) -> None:
     cluster = FakePolicyCluster()
     queue = f"policy-{uuid.uuid4().hex[:8]}"
@@ -191,6 +194,7 @@ async def test_digest_generation_ready_and_attached_groups(env: WorkflowEnvironm
         assert final.phase == "Deleted"
 
 
+@pytest.mark.timeskip
 async def test_recounts_continue_as_new(env: WorkflowEnvironment) -> None:
     cluster = FakePolicyCluster()
     queue = f"policy-{uuid.uuid4().hex[:8]}"
@@ -229,6 +233,7 @@ def policy_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, tem
         yield stack
 
 
+@pytest.mark.e2e
 def test_policy_status_on_a_real_cluster(kube_api: client.ApiClient,
                                          policy_stack: tuple[str, ManagedProcess]) -> None:
     ns, worker = policy_stack
@@ -240,20 +245,20 @@ def test_policy_status_on_a_real_cluster(kube_api: client.ApiClient,
 
     create(kube_api, RolloutPolicy, manifest(RolloutPolicy, CANARY, name="gentle"), ns)
     create(kube_api, RolloutPolicy, manifest(RolloutPolicy, CANARY, name="twin"), ns)
-    first = _wait("a digest on gentle", lambda: (s := status("gentle")).get("portableDigest") and s, worker)
+    first = wait_until("a digest on gentle", lambda: (s := status("gentle")).get("portableDigest") and s, worker)
     assert first["portableDigest"].startswith("rp1:")
     assert first["observedGeneration"] == first["generation"]
     assert first["attachedGroups"] == 0
     ready = next(c for c in first["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
     # Identical specs digest identically (another object, the same body).
-    twin = _wait("a digest on twin", lambda: status("twin").get("portableDigest"), worker)
+    twin = wait_until("a digest on twin", lambda: status("twin").get("portableDigest"), worker)
     assert twin == first["portableDigest"]
 
     changed = copy.deepcopy(CANARY)
     changed["canary"]["steps"][1]["traffic"] = 70
     custom.patch_namespaced_custom_object("ome.io", "v1beta1", ns, "rolloutpolicies", "gentle", {"spec": changed})
-    second = _wait("the digest follows the change", lambda: (
+    second = wait_until("the digest follows the change", lambda: (
         (s := status("gentle")).get("observedGeneration") == s["generation"] and s["generation"] > 1 and s), worker)
     assert second["portableDigest"] != first["portableDigest"] and second["portableDigest"].startswith("rp1:")
 
@@ -264,7 +269,7 @@ def test_policy_status_on_a_real_cluster(kube_api: client.ApiClient,
     create(kube_api, InferenceService, manifest(InferenceService, isvc, name="chat"), ns)
     # The InferenceService's workflow nudges the policy: counted well within the resync period.
     pushed = ATTACH_RESYNC.total_seconds() / 5
-    _wait("the InferenceService's group counted in attachedGroups",
+    wait_until("the InferenceService's group counted in attachedGroups",
           lambda: status("gentle").get("attachedGroups") == 1, worker, timeout=pushed)
     assert status("twin").get("attachedGroups") == 0
     assert status("gentle")["portableDigest"] == second["portableDigest"]
@@ -273,10 +278,10 @@ def test_policy_status_on_a_real_cluster(kube_api: client.ApiClient,
     isvc_api = ("ome.io", "v1beta1", ns, "inferenceservices", "chat")
     custom.patch_namespaced_custom_object(*isvc_api, {"spec": {"rollout": {"groups": [
         {"components": ["engine"], "policyRef": {"name": "twin", "progression": "canary"}}]}}})
-    _wait("the reference moved from gentle to twin", lambda: (
+    wait_until("the reference moved from gentle to twin", lambda: (
         status("gentle").get("attachedGroups") == 0 and status("twin").get("attachedGroups") == 1), worker,
         timeout=pushed)
     # The InferenceService is deleted: its group no longer counts.
     custom.delete_namespaced_custom_object(*isvc_api)
-    _wait("the deleted InferenceService's group uncounted", lambda: status("twin").get("attachedGroups") == 0,
+    wait_until("the deleted InferenceService's group uncounted", lambda: status("twin").get("attachedGroups") == 0,
           worker, timeout=pushed)

@@ -22,6 +22,8 @@ from servingops.workflows.rollout.models import RolloutSettings
 from tests.rollout_fakes import NAMESPACE
 from tests.rollout_harness import DECODER, ENGINE, ROUTER, Isvc, canary_group, roll_to, rolled_out, served, start_env
 
+pytestmark = pytest.mark.timeskip
+
 
 @pytest.fixture
 async def env() -> AsyncIterator[WorkflowEnvironment]:

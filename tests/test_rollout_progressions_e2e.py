@@ -17,6 +17,8 @@ import pytest
 
 from tests.rollout_live import NEW_IMAGE, OLD_IMAGE, LiveIsvc, LiveStack, Recorder, component, live_stack
 
+pytestmark = pytest.mark.e2e
+
 __all__ = ["live_stack"]  # the fixture, reused
 
 

@@ -39,8 +39,11 @@ from tests.crd_helpers import create, manifest
 from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.kube import own_identities
 from tests.metrics_exporter import Exporter
-from tests.test_model_import_e2e import start_worker
-from tests.test_rollout_e2e import _route_weights, _wait
+from tests.support.model_import import start_worker
+from tests.support.rollout_stack import route_weights
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
 
 DEADLINE = 240.0
 STALL_SECONDS = 20
@@ -145,18 +148,18 @@ def _first_revision(api: client.ApiClient, stack: RestartableStack, name: str, s
     ns = stack.namespace
     create(api, InferenceService, manifest(InferenceService, _spec("vllm/vllm-openai:v0.9", steps, prometheus_url),
                                            name=name), ns)
-    first = _wait("the first revision serving 100%", lambda: (
-        (w := _route_weights(api, ns, f"{name}-engine")) and list(w.values()) == [100] and w), stack.worker, DEADLINE)
+    first = wait_until("the first revision serving 100%", lambda: (
+        (w := route_weights(api, ns, f"{name}-engine")) and list(w.values()) == [100] and w), stack.worker, DEADLINE)
     [stable] = first
-    _wait("the first revision rolled out", lambda: _engine(api, ns, name).get("latestRolledoutRevision"),
+    wait_until("the first revision rolled out", lambda: _engine(api, ns, name).get("latestRolledoutRevision"),
           stack.worker, DEADLINE)
     return stable
 
 
 def _wait_canary_at(api: client.ApiClient, stack: RestartableStack, name: str, stable: str, weight: int) -> str:
     """Wait for the canary at `weight`%; answer the canary backend."""
-    weights = _wait(f"the canary at {weight}%", lambda: (
-        (w := _route_weights(api, stack.namespace, f"{name}-engine")).get(stable) == 100 - weight and len(w) == 2
+    weights = wait_until(f"the canary at {weight}%", lambda: (
+        (w := route_weights(api, stack.namespace, f"{name}-engine")).get(stable) == 100 - weight and len(w) == 2
         and w), stack.worker, DEADLINE)
     [canary] = [backend for backend in weights if backend != stable]
     assert weights[canary] == weight
@@ -215,7 +218,7 @@ class RouteRecorder:
                 # Status before route: the workflow programs the route, then writes status, so a
                 # status read first can only lag the route read after it, never lead it.
                 status = _canary_status(self.api, self.ns, self.isvc) if self.isvc else {}
-                weights = _route_weights(self.api, self.ns, self.route)
+                weights = route_weights(self.api, self.ns, self.route)
             except Exception as error:  # a transient apiserver hiccup must not end the recording
                 self.errors.append(error)
                 status, weights = {}, {}
@@ -244,19 +247,19 @@ def test_worker_killed_at_every_step_boundary(kube_api: client.ApiClient,
         seen_step = _canary_status(kube_api, ns, name).get("currentStep")
         while seen_weight < 100:
             def changed(seen_weight: int = seen_weight, seen_step: Any = seen_step) -> tuple[int, Any] | None:
-                weight = _route_weights(kube_api, ns, f"{name}-engine").get(canary, 0)
+                weight = route_weights(kube_api, ns, f"{name}-engine").get(canary, 0)
                 step = _canary_status(kube_api, ns, name).get("currentStep")
                 if weight != seen_weight or (step is not None and step != seen_step):
                     return weight, step
                 return None
 
-            seen_weight, step = _wait(f"a step change after {seen_weight}%", changed, stack.worker, DEADLINE)
+            seen_weight, step = wait_until(f"a step change after {seen_weight}%", changed, stack.worker, DEADLINE)
             seen_step = step if step is not None else seen_step
             stack.crash_and_restart()
 
-        _wait("the route 100% on the new revision", lambda: _route_weights(kube_api, ns, f"{name}-engine")
+        wait_until("the route 100% on the new revision", lambda: route_weights(kube_api, ns, f"{name}-engine")
               == {canary: 100}, stack.worker, DEADLINE)
-        engine = _wait("status reports the completed canary", lambda: (
+        engine = wait_until("status reports the completed canary", lambda: (
             (e := _engine(kube_api, ns, name)) and (e.get("canary") or {}).get("currentStep") == len(steps)
             and e.get("rolloutPhase") == "Stable" and e), stack.worker, DEADLINE)
         time.sleep(1)  # a last few polls of the settled route
@@ -266,7 +269,7 @@ def test_worker_killed_at_every_step_boundary(kube_api: client.ApiClient,
     assert status.get("stableRevisionHash") is None
     assert status["observedTrafficWeight"] == 100
     assert _serving(name, status["canaryRevisionHash"]) == canary
-    _wait("the new revision recorded as rolled out", lambda: _engine(kube_api, ns, name).get(
+    wait_until("the new revision recorded as rolled out", lambda: _engine(kube_api, ns, name).get(
         "latestRolledoutRevision") == canary, stack.worker, DEADLINE)
 
     # Every distinct route seen: only the two revisions, always summing to 100, and the canary's
@@ -342,7 +345,7 @@ def _analysis_canary_then_stop_prometheus(api: client.ApiClient, stack: Restarta
     series = METRIC + '{isvc="' + name + '",test="' + label + '"}'
     exporter.set({series: GOOD})
     # Rollback acts on the very first inconclusive sample: the series must be in Prometheus first.
-    _wait("the series scraped by the dedicated Prometheus", lambda: _prometheus_has(prometheus, series),
+    wait_until("the series scraped by the dedicated Prometheus", lambda: _prometheus_has(prometheus, series),
           stack.worker, DEADLINE)
     steps = [{"capacity": "50%", "traffic": 20, "pause": {"duration": "1h"}, "analysis": {
                 "interval": "2s", "failureLimit": 2, "onInconclusive": mode,
@@ -355,10 +358,10 @@ def _analysis_canary_then_stop_prometheus(api: client.ApiClient, stack: Restarta
         "canaryAnalysis": f"bundledPrometheusAddress: '{prometheus.url if bundled else ''}'\n"}})
     _set_image(api, ns, name, "vllm/vllm-openai:v0.10")
     canary = _wait_canary_at(api, stack, name, stable, 20)
-    _wait("a conclusive passing sample", lambda: (
+    wait_until("a conclusive passing sample", lambda: (
         (c := _canary_status(api, ns, name)).get("lastConclusiveEvaluationTime")
         and [r.get("passed") for r in c.get("metricResults") or []] == [True]), stack.worker, DEADLINE)
-    assert _route_weights(api, ns, f"{name}-engine") == {stable: 80, canary: 20}
+    assert route_weights(api, ns, f"{name}-engine") == {stable: 80, canary: 20}
 
     prometheus.stop()
     assert prometheus.process is not None and not prometheus.process.alive
@@ -378,7 +381,7 @@ def _assert_holds_within_the_stall(api: client.ApiClient, stack: RestartableStac
     """An inconclusive sample reaches status, then until shortly before the stall timeout nothing
     moves: same traffic, same step, no rollback and no failure. Answers lastConclusiveEvaluationTime."""
     ns = stack.namespace
-    held = _wait("an inconclusive sample on status", lambda: (
+    held = wait_until("an inconclusive sample on status", lambda: (
         (c := _canary_status(api, ns, name)).get("metricResults")
         and [r.get("passed") for r in c["metricResults"]] == [False] and c), stack.worker, DEADLINE)
     assert held.get("currentStep") == 0
@@ -388,7 +391,7 @@ def _assert_holds_within_the_stall(api: client.ApiClient, stack: RestartableStac
     until = conclusive + timedelta(seconds=STALL_SECONDS - 3)
     checks = 0
     while datetime.now(UTC) < until:
-        _held(_engine(api, ns, name), stable, canary, _route_weights(api, ns, f"{name}-engine"))
+        _held(_engine(api, ns, name), stable, canary, route_weights(api, ns, f"{name}-engine"))
         checks += 1
         time.sleep(0.5)
     assert checks >= 5, "the machine was too slow to watch the hold; the stall started before we looked"
@@ -400,10 +403,10 @@ def test_prometheus_stopped_rollback_rolls_back(kube_api: client.ApiClient, resi
     ns, name = stack.namespace, "inconclusive-rollback"
     stable, canary = _analysis_canary_then_stop_prometheus(kube_api, stack, name, "Rollback", prometheus, exporter)
 
-    _wait("traffic back on stable", lambda: (
-        (w := _route_weights(kube_api, ns, f"{name}-engine")) and w.get(stable) == 100
+    wait_until("traffic back on stable", lambda: (
+        (w := route_weights(kube_api, ns, f"{name}-engine")) and w.get(stable) == 100
         and not any(v for k, v in w.items() if k != stable)), stack.worker, DEADLINE)
-    engine = _wait("status reports the rollback", lambda: (
+    engine = wait_until("status reports the rollback", lambda: (
         (e := _engine(kube_api, ns, name)) and e.get("rolloutPhase") == "RolledBack" and e), stack.worker, DEADLINE)
     status = engine["canary"]
     assert _serving(name, status["rolledBackRevisionHash"]) == canary
@@ -419,13 +422,13 @@ def test_prometheus_stopped_hold_parks_after_the_stall(kube_api: client.ApiClien
     stable, canary = _analysis_canary_then_stop_prometheus(kube_api, stack, name, "Hold", prometheus, exporter)
     conclusive = _assert_holds_within_the_stall(kube_api, stack, name, stable, canary)
 
-    engine = _wait("parked Failed / AnalysisStalled", lambda: (
+    engine = wait_until("parked Failed / AnalysisStalled", lambda: (
         (e := _engine(kube_api, ns, name)).get("rolloutPhase") == "Failed" and e), stack.worker, DEADLINE)
     failed = engine["canary"]["failed"]
     assert failed["reason"] == "AnalysisStalled"
     assert datetime.fromisoformat(failed["time"]) - conclusive >= timedelta(seconds=STALL_SECONDS)
     # A monitoring outage is not evidence against the canary: traffic stays where the step put it.
-    assert _route_weights(kube_api, ns, f"{name}-engine") == {stable: 80, canary: 20}
+    assert route_weights(kube_api, ns, f"{name}-engine") == {stable: 80, canary: 20}
     assert engine["canary"]["currentStep"] == 0 and not engine["canary"].get("rolledBackRevisionHash")
     _delete(kube_api, ns, name)  # no point sampling a dead Prometheus for the rest of the session
 
@@ -439,11 +442,11 @@ def test_prometheus_stopped_rollback_on_stall_rolls_back_after_the_stall(
                                                            exporter, bundled=True)
     conclusive = _assert_holds_within_the_stall(kube_api, stack, name, stable, canary)
 
-    _wait("traffic back on stable after the stall", lambda: (
-        (w := _route_weights(kube_api, ns, f"{name}-engine")) and w.get(stable) == 100
+    wait_until("traffic back on stable after the stall", lambda: (
+        (w := route_weights(kube_api, ns, f"{name}-engine")) and w.get(stable) == 100
         and not any(v for k, v in w.items() if k != stable)), stack.worker, DEADLINE)
     assert datetime.now(UTC) - conclusive >= timedelta(seconds=STALL_SECONDS)
-    engine = _wait("status reports the rollback", lambda: (
+    engine = wait_until("status reports the rollback", lambda: (
         (e := _engine(kube_api, ns, name)) and e.get("rolloutPhase") == "RolledBack" and e), stack.worker, DEADLINE)
     status = engine["canary"]
     assert _serving(name, status["rolledBackRevisionHash"]) == canary and not status.get("failed")

@@ -18,6 +18,8 @@ from servingops.api_models.ome.rollout_policy import RolloutPolicySpec
 from servingops.workflows.rollout import plan, policy_pinning, steps, templating
 from servingops.workflows.rollout.progressions import rolling
 
+pytestmark = pytest.mark.unit
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 

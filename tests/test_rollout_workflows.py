@@ -19,6 +19,8 @@ from servingops.api_models.contract.rollout import PromoteRequest
 from servingops.workflows.rollout.models import RolloutSettings
 from tests.rollout_harness import ENGINE, Isvc, analysis, canary_group, roll_to, rolled_out, served, start_env
 
+pytestmark = pytest.mark.timeskip
+
 
 @pytest.fixture
 async def env() -> AsyncIterator[WorkflowEnvironment]:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from servingops.activities.serving.runtime_inheritance import (
     InheritanceReason,
     RuntimeObject,
     resolve,
 )
+
+pytestmark = pytest.mark.unit
 
 
 def rt(kind: str, name: str, parent: str | None = None, namespace: str | None = None,

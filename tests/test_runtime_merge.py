@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from servingops.activities.serving.runtime_merge import (
     ModelMount,
     attach_model,
     merge_component,
     strategic_merge,
 )
+
+pytestmark = pytest.mark.unit
 
 RUNTIME_ENGINE = {
     "minReplicas": 1,

@@ -17,6 +17,8 @@ from servingops.activities.serving.runtime_selection import (
 from servingops.api_models.ome.models import BaseModelSpec
 from servingops.api_models.ome.runtimes import ServingRuntimeSpec
 
+pytestmark = pytest.mark.unit
+
 
 def model(**fields: Any) -> BaseModelSpec:
     body: dict[str, Any] = {

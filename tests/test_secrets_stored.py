@@ -35,6 +35,8 @@ from tests.secret_scan import (
     stored_files,
 )
 
+pytestmark = pytest.mark.integration
+
 GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
 
 

@@ -8,11 +8,14 @@ import urllib.parse
 import urllib.request
 
 import oras.client
+import pytest
 from temporalio.client import Client
 
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 from servingops.workflows import search_attributes
 from tests.metrics_exporter import Exporter
+
+pytestmark = pytest.mark.integration
 
 
 async def test_temporal_has_the_search_attributes(temporal_server: TemporalDevServer) -> None:

@@ -31,9 +31,10 @@ from tests.node_agent_support import (
     model_crds,
     unique,
 )
-from tests.test_rollout_e2e import _route_weights, _wait, worker_and_bridge
+from tests.support.rollout_stack import route_weights, worker_and_bridge
+from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 GROUP, VERSION = "ome.io", "v1beta1"
 KINDS = "Model,BaseModel,ClusterBaseModel,FineTunedWeight,InferenceService,ServingRuntime,ClusterServingRuntime"
 
@@ -72,7 +73,7 @@ def test_hf_model_to_selected_runtime_to_pods_on_its_node_to_a_canary(
         def base() -> dict[str, Any]:
             return dict(custom.get_cluster_custom_object(GROUP, VERSION, "clusterbasemodels", model))
 
-        ready = _wait("the model imported and its copy Ready on node a",
+        ready = wait_until("the model imported and its copy Ready on node a",
                       lambda: (b := base()).get("status", {}).get("state") == "Ready" and b, worker, timeout=240)
         assert ready["status"]["nodesReady"] == [nodes["a"]]
         filled = ready["spec"]
@@ -102,7 +103,7 @@ def test_hf_model_to_selected_runtime_to_pods_on_its_node_to_a_canary(
                          "steps": [{"capacity": "50%", "traffic": 50, "pause": {"duration": "20s"}},
                                    {"capacity": "100%", "traffic": 100}], "scaleDownDelaySeconds": 1}}]}}})
 
-        first = _wait("served at 100%", lambda: (w := _route_weights(kube_api, ns, "chat-engine")) and
+        first = wait_until("served at 100%", lambda: (w := route_weights(kube_api, ns, "chat-engine")) and
                       list(w.values()) == [100] and w, worker, timeout=180)
         [first_rev] = first
         template = apps.read_namespaced_deployment(first_rev, ns).spec.template.spec
@@ -110,7 +111,7 @@ def test_hf_model_to_selected_runtime_to_pods_on_its_node_to_a_canary(
         assert {(e.name, e.value) for e in template.containers[0].env} >= {("MODEL_PATH", path)}
         label = ModelKey(ModelKind.CLUSTER_BASE_MODEL, "", model).label_key
         assert template.node_selector == {label: "Ready"}
-        pods = _wait("two Ready pods", lambda: (p := [x for x in core.list_namespaced_pod(ns).items
+        pods = wait_until("two Ready pods", lambda: (p := [x for x in core.list_namespaced_pod(ns).items
                                                        if x.metadata.name.startswith(first_rev)
                                                        and x.status.phase == "Running"]) and len(p) == 2 and p,
                      worker, timeout=120)
@@ -119,12 +120,12 @@ def test_hf_model_to_selected_runtime_to_pods_on_its_node_to_a_canary(
         # The runtime changes: a new revision, rolled out as the group's canary.
         custom.patch_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes", runtime, {
             "spec": {"engineConfig": {"runner": {"image": "lmsysorg/sglang:v0.5.6"}}}})
-        split = _wait("the canary at 50%", lambda: (w := _route_weights(kube_api, ns, "chat-engine")) and
+        split = wait_until("the canary at 50%", lambda: (w := route_weights(kube_api, ns, "chat-engine")) and
                       sorted(w.values()) == [50, 50] and w, worker, timeout=120)
         [canary] = [r for r in split if r != first_rev]
         assert apps.read_namespaced_deployment(canary, ns).spec.template.spec.containers[0].image == \
             "lmsysorg/sglang:v0.5.6"
-        _wait("the canary completed", lambda: _route_weights(kube_api, ns, "chat-engine") == {canary: 100},
+        wait_until("the canary completed", lambda: route_weights(kube_api, ns, "chat-engine") == {canary: 100},
               worker, timeout=120)
     finally:
         try:
@@ -170,7 +171,7 @@ def test_an_imported_deckhouse_model_is_served_by_reference_and_mounted_by_the_w
                                registry=oci_registry.address, name=f"acceptance-{label['servingops.io/acceptance']}",
                                namespace_selector={"matchLabels": label}):
         try:
-            model = _wait("the Deckhouse Model imported", lambda: (m := custom.get_namespaced_custom_object(
+            model = wait_until("the Deckhouse Model imported", lambda: (m := custom.get_namespaced_custom_object(
                 "ai.deckhouse.io", "v1alpha1", ns, "models", "tiny")).get("status", {}).get("phase") == "Ready"
                 and m, worker, timeout=240)
             digest = model["status"]["artifact"]["digest"]
@@ -187,7 +188,7 @@ def test_an_imported_deckhouse_model_is_served_by_reference_and_mounted_by_the_w
                 "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": "dh"},
                 "spec": {"model": {"name": "tiny", "kind": "Model", "apiGroup": "ai.deckhouse.io"},
                          "engine": {"minReplicas": 1, "maxReplicas": 1}}})
-            served = _wait("served by reference", lambda: (w := _route_weights(kube_api, ns, "dh-engine")) and
+            served = wait_until("served by reference", lambda: (w := route_weights(kube_api, ns, "dh-engine")) and
                            list(w.values()) == [100] and w, worker, timeout=180)
             [revision] = served
             pod = apps.read_namespaced_deployment(revision, ns).spec.template.spec

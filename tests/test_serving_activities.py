@@ -34,7 +34,7 @@ from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.refs import ObjectRef
 from servingops.api_models.serving import TrafficWeight
 from tests.crd_helpers import create, manifest, new_namespace
-from tests.test_placement_demand import execution, rendering_hash
+from tests.support.placement_demand import execution, rendering_hash
 
 ENGINE, ROUTER = ComponentType.ENGINE, ComponentType.ROUTER
 # Generous: the suite may run on a loaded 2-core machine. Only an upper bound, never asserted.
@@ -107,6 +107,7 @@ def _component(obs: ServiceObservation, component: ComponentType) -> Any:
     return next(c for c in obs.components if c.component == component)
 
 
+@pytest.mark.integration
 def test_revision_lifecycle(kube_api: client.ApiClient, ns: str, acts: ServingActivities) -> None:
     ref = _isvc(kube_api, ns)
     apps, core = client.AppsV1Api(kube_api), client.CoreV1Api(kube_api)
@@ -186,6 +187,7 @@ def test_revision_lifecycle(kube_api: client.ApiClient, ns: str, acts: ServingAc
     assert [r.revision for r in final.revisions] == [v2]
 
 
+@pytest.mark.integration
 def test_invalid_traffic_is_refused(kube_api: client.ApiClient, ns: str, acts: ServingActivities) -> None:
     ref = _isvc(kube_api, ns)
     v1 = _component(_run(acts.observe, ObserveInput(isvc=ref)), ROUTER).desired_revision
@@ -203,6 +205,7 @@ def test_invalid_traffic_is_refused(kube_api: client.ApiClient, ns: str, acts: S
     assert none.value.status == 404
 
 
+@pytest.mark.integration
 def test_gateway_parent_and_gone_service(kube_api: client.ApiClient, ns: str) -> None:
     acts = ServingActivities(kube_api, gateway=("inference", "gateway-system"))
     ref = _isvc(kube_api, ns)
@@ -228,6 +231,7 @@ def test_gateway_parent_and_gone_service(kube_api: client.ApiClient, ns: str) ->
     eventually(lambda: _run(acts.revision_status, key).replicas == 0, "the revision collected")
 
 
+@pytest.mark.integration
 def test_unknown_revision_of_a_live_spec_is_superseded(kube_api: client.ApiClient, ns: str,
                                                        acts: ServingActivities) -> None:
     ref = _isvc(kube_api, ns, {"engine": SPEC["engine"]})
@@ -245,6 +249,7 @@ OME_SAMPLE: dict[str, Any] = {"model": {"name": "qwen1-5-7b-chat"}, "runtime": {
                               "engine": {"minReplicas": 1, "maxReplicas": 1}}
 
 
+@pytest.mark.integration
 def test_ome_sample_without_its_model_is_held_not_refused(kube_api: client.ApiClient, ns: str,
                                                          acts: ServingActivities) -> None:
     """Upstream's sample names a model and a runtime that do not exist here: observing says why it
@@ -265,6 +270,7 @@ def test_ome_sample_without_its_model_is_held_not_refused(kube_api: client.ApiCl
         ns, label_selector=f"{render.LABEL_REVISION}={key.revision}").items
 
 
+@pytest.mark.integration
 def test_a_placed_copy_whose_rendering_placement_did_not_accept_projects_nothing(
     kube_api: client.ApiClient, ns: str, acts: ServingActivities
 ) -> None:
@@ -295,6 +301,7 @@ def test_a_placed_copy_whose_rendering_placement_did_not_accept_projects_nothing
 # -- pure rendering ---------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_a_component_without_a_container_is_unservable() -> None:
     from servingops.api_models.ome.inference_service import InferenceServiceSpec
 
@@ -322,6 +329,7 @@ print(render.render_revision("svc", ComponentType.ENGINE, spec).revision)
 """
 
 
+@pytest.mark.unit
 def test_same_spec_same_hash_across_processes() -> None:
     spec = SPEC["engine"]
     here = render.render_revision("svc", ENGINE, EngineSpec.model_validate(spec)).revision
@@ -331,6 +339,7 @@ def test_same_spec_same_hash_across_processes() -> None:
         assert out == here
 
 
+@pytest.mark.unit
 def test_what_changes_the_hash() -> None:
     base = EngineSpec.model_validate(SPEC["engine"])
 
@@ -349,6 +358,7 @@ def test_what_changes_the_hash() -> None:
     assert render.render_revision("svc", ComponentType.DECODER, base).revision != rev()
 
 
+@pytest.mark.unit
 def test_rendering_rules() -> None:
     owner = render.Owner(name="svc", namespace="ns", uid="u-1")
     spec = EngineSpec.model_validate({

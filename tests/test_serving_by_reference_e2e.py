@@ -24,7 +24,10 @@ from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
-from tests.test_rollout_e2e import _route_weights, _wait, worker_and_bridge
+from tests.support.rollout_stack import route_weights, worker_and_bridge
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
 
 GROUP, VERSION = "ome.io", "v1beta1"
 
@@ -91,28 +94,28 @@ def test_held_until_model_and_runtime_exist_then_rendered_then_rolled(
         "spec": {"model": {"name": model, "overlays": [{"name": f"draft-{suffix}"}]},
                  "engine": {"minReplicas": 1, "maxReplicas": 1}}})
     try:
-        _wait("held: ModelNotFound", lambda: held("ModelNotFound") and warned("ModelNotFound"), worker)
+        wait_until("held: ModelNotFound", lambda: held("ModelNotFound") and warned("ModelNotFound"), worker)
         assert f"ClusterBaseModel {model} does not exist" in condition("Ready")["message"]
         blocked = model_status()
         assert (blocked["transitionStatus"], blocked["lastFailureInfo"]["reason"]) == (
             "BlockedByFailedLoad", "BaseModelNotFound")
 
         custom.create_cluster_custom_object(GROUP, VERSION, "clusterbasemodels", model_body(model, path))
-        _wait("held: ModelNotReady", lambda: held("ModelNotReady"), worker)
+        wait_until("held: ModelNotReady", lambda: held("ModelNotReady"), worker)
 
         # The copy is Ready on one node (what the delivery workflow and the agent report).
         custom.patch_cluster_custom_object_status(GROUP, VERSION, "clusterbasemodels", model,
                                                   {"status": {"state": "Ready", "nodesReady": [node]}})
         core.patch_node(node, {"metadata": {"labels": {label: "Ready"}}})
-        _wait("held: NoRuntimeMatches", lambda: held("NoRuntimeMatches"), worker)
+        wait_until("held: NoRuntimeMatches", lambda: held("NoRuntimeMatches"), worker)
         # Runtimes other tests of the session left may be listed, each with why it does not fit.
         assert condition("Ready")["message"].startswith(f"no runtime can serve ClusterBaseModel {model} (format "
                                                         "safetensors 1.0.0, framework transformers")
 
         custom.create_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes",
                                             runtime_body(runtime, "lmsysorg/sglang:v0.5.5"))
-        first = _wait("served at 100%", lambda: (
-            (w := _route_weights(kube_api, ns, "chat-engine")) and list(w.values()) == [100] and w), worker,
+        first = wait_until("served at 100%", lambda: (
+            (w := route_weights(kube_api, ns, "chat-engine")) and list(w.values()) == [100] and w), worker,
             timeout=180)
         [first_rev] = first
         pod_template = apps.read_namespaced_deployment(first_rev, ns).spec.template
@@ -127,8 +130,8 @@ def test_held_until_model_and_runtime_exist_then_rendered_then_rolled(
         assert [(m.mount_path, m.read_only) for m in container.volume_mounts] == [(path, True)]
         assert [v.host_path.path for v in template.volumes if v.host_path] == [path]
         assert template.node_selector == {label: "Ready"}
-        _wait("Ready True", lambda: condition("Ready").get("status") == "True", worker, timeout=180)
-        loaded = _wait("modelStatus UpToDate", lambda: (m := model_status()).get("transitionStatus") == "UpToDate"
+        wait_until("Ready True", lambda: condition("Ready").get("status") == "True", worker, timeout=180)
+        loaded = wait_until("modelStatus UpToDate", lambda: (m := model_status()).get("transitionStatus") == "UpToDate"
                        and m, worker)
         assert loaded["modelRevisionStates"] == {"activeModelState": "Loaded", "targetModelState": "Loaded"}
         assert loaded["modelCopies"]["totalCopies"] == 1 and "lastFailureInfo" not in loaded
@@ -144,8 +147,8 @@ def test_held_until_model_and_runtime_exist_then_rendered_then_rolled(
                                            {"spec": {"engineConfig": {"runner": {"image": "lmsysorg/sglang:v0.5.6"}}}})
         # No event of the service says so: its workflow re-observes a service served by reference
         # every 30 s (service_workflow._RESYNC_BY_REFERENCE), re-renders, and the template changed.
-        flipped = _wait("the new runtime revision serving", lambda: (
-            (w := _route_weights(kube_api, ns, "chat-engine")) and w.get(first_rev, 0) == 0 and
+        flipped = wait_until("the new runtime revision serving", lambda: (
+            (w := route_weights(kube_api, ns, "chat-engine")) and w.get(first_rev, 0) == 0 and
             any(v == 100 for v in w.values()) and w), worker, timeout=240)
         [second_rev] = [name for name, weight in flipped.items() if weight == 100]
         image = apps.read_namespaced_deployment(second_rev, ns).spec.template.spec.containers[0].image
@@ -186,7 +189,7 @@ def test_auto_sync_false_keeps_its_runtime_snapshot_until_runtime_sync(
         return dict(custom.get_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "pinned"))
 
     def serving_image() -> str | None:
-        weights = _route_weights(kube_api, ns, "pinned-engine")
+        weights = route_weights(kube_api, ns, "pinned-engine")
         full = [name for name, weight in weights.items() if weight == 100]
         return apps.read_namespaced_deployment(full[0], ns).spec.template.spec.containers[0].image if full else None
 
@@ -195,8 +198,8 @@ def test_auto_sync_false_keeps_its_runtime_snapshot_until_runtime_sync(
         "spec": {"model": {"name": model}, "runtime": {"name": runtime, "autoSync": False},
                  "engine": {"minReplicas": 1, "maxReplicas": 1}}})
     try:
-        _wait("served from the snapshot", lambda: serving_image() == "lmsysorg/sglang:v0.5.5", worker, timeout=180)
-        pin = _wait("status.pinnedRevisionName", lambda: service().get("status", {}).get("pinnedRevisionName"),
+        wait_until("served from the snapshot", lambda: serving_image() == "lmsysorg/sglang:v0.5.5", worker, timeout=180)
+        pin = wait_until("status.pinnedRevisionName", lambda: service().get("status", {}).get("pinnedRevisionName"),
                     worker)
         snapshot = apps.read_namespaced_controller_revision(pin, CONTROLLER_NAMESPACE)
         assert snapshot.data["name"] == runtime
@@ -210,9 +213,9 @@ def test_auto_sync_false_keeps_its_runtime_snapshot_until_runtime_sync(
 
         custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", "pinned",
                                               {"metadata": {"annotations": {"ome.io/runtime-sync": "1"}}})
-        _wait("the new snapshot rolled out", lambda: serving_image() == "lmsysorg/sglang:v0.5.6", worker,
+        wait_until("the new snapshot rolled out", lambda: serving_image() == "lmsysorg/sglang:v0.5.6", worker,
               timeout=240)
-        status = _wait("a new pin at the sync token", lambda: (
+        status = wait_until("a new pin at the sync token", lambda: (
             (s := service().get("status", {})).get("lastRuntimeSyncToken") == "1" and s), worker)
         assert status["pinnedRevisionName"] != pin
     finally:
@@ -247,7 +250,7 @@ def test_a_deckhouse_model_is_served_from_its_artifact(
         "spec": {"model": {"name": "tiny", "kind": "Model", "apiGroup": "ai.deckhouse.io"},
                  "runtime": {"name": runtime}, "engine": {"minReplicas": 1, "maxReplicas": 1}}})
     try:
-        weights = _wait("served", lambda: (w := _route_weights(kube_api, ns, "dh-engine")) and
+        weights = wait_until("served", lambda: (w := route_weights(kube_api, ns, "dh-engine")) and
                         list(w.values()) == [100] and w, worker, timeout=180)
         [revision] = weights
         pod = apps.read_namespaced_deployment(revision, ns).spec.template.spec

@@ -241,7 +241,8 @@ def conformance_ns(kube_api: client.ApiClient) -> str:
     return new_namespace(kube_api, "conformance")
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=[pytest.param("fake", marks=pytest.mark.unit),
+                        pytest.param("real", marks=pytest.mark.integration)])
 async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
     if request.param == "fake":
         yield FakeBackend()
@@ -446,6 +447,7 @@ async def test_annotations_observed_and_removed_only_at_the_value_consumed(backe
     assert await backend.call("remove_annotation", consumed) is False, "gone"
 
 
+@pytest.mark.timeskip
 async def test_the_fake_records_what_the_real_activities_refuse() -> None:
     """The harness fails a time-skipping test on any refused call (tests/rollout_harness.py)."""
     fake = FakeBackend()

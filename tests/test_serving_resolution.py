@@ -4,65 +4,28 @@ on upstream OME's own sample manifests (tests/fixtures/ome_samples), with an in-
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from servingops.activities.serving import render
 from servingops.activities.serving.resolution import Unresolvable, UnresolvableReason, resolve_service
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
+from tests.support.serving_world import Cluster, ready_model, sample_service, sglang_runtime
 
-SAMPLES = Path(__file__).parent / "fixtures" / "ome_samples"
-FILLED = {  # what the delivery workflow writes from config.json into a spec that left them empty
-    "modelFormat": {"name": "safetensors", "version": "1.0.0"},
-    "modelFramework": {"name": "transformers", "version": "4.45.0.dev0"},
-    "modelArchitecture": "LlamaForCausalLM",
-    "modelParameterSize": "1.24B",
-}
+pytestmark = pytest.mark.unit
 
 
-def load(relative: str) -> list[dict[str, Any]]:
-    return [d for d in yaml.safe_load_all((SAMPLES / relative).read_text()) if d]
 
 
-class Cluster:
-    """The objects the resolver may read, by (group, kind, namespace, name)."""
-
-    def __init__(self, *objects: dict[str, Any]) -> None:
-        self.objects: dict[tuple[str, str, str | None, str], dict[str, Any]] = {}
-        for obj in objects:
-            self.add(obj)
-
-    def add(self, obj: dict[str, Any]) -> None:
-        group = obj["apiVersion"].split("/")[0]
-        meta = obj["metadata"]
-        self.objects[(group, obj["kind"], meta.get("namespace"), meta["name"])] = obj
-
-    def get(self, group: str, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
-        return self.objects.get((group, kind, namespace, name))
-
-    def list(self, group: str, kind: str, namespace: str | None) -> list[dict[str, Any]]:
-        return [o for (g, k, ns, _), o in sorted(self.objects.items()) if (g, k, ns) == (group, kind, namespace)]
 
 
-def ready_model(**status: Any) -> dict[str, Any]:
-    [model] = load("models/meta/Llama-3.2-1B-Instruct.yaml")
-    model["spec"].update(FILLED)
-    model["status"] = status or {"state": "Ready", "nodesReady": ["node-a"]}
-    return model
 
 
-def sample_service() -> dict[str, Any]:
-    [isvc] = load("isvc/meta/llama-3-2-1b-instruct.yaml")
-    return isvc
 
 
-def sglang_runtime() -> dict[str, Any]:
-    [runtime] = load("runtimes/srt/meta/llama-3-2-1b-instruct-rt.yaml")
-    return runtime
+
 
 
 def test_the_upstream_sample_renders_what_its_runtime_declares() -> None:

@@ -17,7 +17,10 @@ from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
-from tests.test_rollout_e2e import _wait, worker_and_bridge
+from tests.support.rollout_stack import worker_and_bridge
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
 
 GROUP, VERSION = "ome.io", "v1beta1"
 ENGINE = {"containers": [{"name": "ome-container", "image": "lmsysorg/sglang:v0.4.6",
@@ -65,9 +68,9 @@ def test_inheritance_chain_and_condition_follow_the_objects(kube_api: client.Api
                                                     engineConfig={"minReplicas": 2}))
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "servingruntimes",
                                                body("ServingRuntime", "orphan", "nowhere"))
-        _wait("the chain of team-llama", lambda: state("team-llama") == ([root, "team-llama"], "True", "Resolved"),
+        wait_until("the chain of team-llama", lambda: state("team-llama") == ([root, "team-llama"], "True", "Resolved"),
               worker)
-        _wait("orphan unresolved", lambda: state("orphan") == (["orphan"], "False", "ParentNotFound"), worker)
+        wait_until("orphan unresolved", lambda: state("orphan") == (["orphan"], "False", "ParentNotFound"), worker)
         cluster = custom.get_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes", root)
         assert cluster["status"]["inheritanceChain"] == [root]
 
@@ -77,12 +80,12 @@ def test_inheritance_chain_and_condition_follow_the_objects(kube_api: client.Api
                                                body("ServingRuntime", "nowhere"))
         custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "servingruntimes", "orphan",
                                               {"metadata": {"annotations": {"ome.io/inherit-from": "nowhere "}}})
-        _wait("orphan resolved", lambda: state("orphan") == (["nowhere", "orphan"], "True", "Resolved"), worker)
+        wait_until("orphan resolved", lambda: state("orphan") == (["nowhere", "orphan"], "True", "Resolved"), worker)
 
         # A cycle through the annotation alone.
         custom.patch_namespaced_custom_object(GROUP, VERSION, ns, "servingruntimes", "nowhere",
                                               {"metadata": {"annotations": {"ome.io/inherit-from": "orphan"}}})
-        _wait("the cycle reported", lambda: state("nowhere")[1:] == ("False", "InheritanceCycle"), worker)
+        wait_until("the cycle reported", lambda: state("nowhere")[1:] == ("False", "InheritanceCycle"), worker)
         events = client.CoreV1Api(kube_api).list_namespaced_event(
             ns, field_selector="involvedObject.name=nowhere,reason=InheritanceCycle").items
         assert events and events[0].type == "Warning" and "orphan -> nowhere" in events[0].message

@@ -17,7 +17,7 @@ from servingops.workers.sandbox import workflow_runner
 from tests.histories.record import start_env
 from tests.rollout_fakes import until
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.timeskip, pytest.mark.asyncio]
 
 
 async def test_a_forbidden_read_becomes_the_condition_and_the_workflow_goes_on() -> None:

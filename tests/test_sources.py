@@ -121,6 +121,7 @@ def acts(hub_server: HubServer, hf_cache: Path, tmp_path: Path) -> SourceActivit
 # -- URLs and file selection (pure) ------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("url", "repo_id", "revision", "file"),
     [
@@ -139,12 +140,14 @@ def test_hugging_face_urls(url: str, repo_id: str, revision: str | None, file: s
     assert (ref.repo_id, ref.revision, ref.file) == (repo_id, revision, file)
 
 
+@pytest.mark.unit
 def test_ollama_urls() -> None:
     assert parse_ollama_url("https://ollama.com/library/llama3.2").locator == "llama3.2:latest"
     assert parse_ollama_url("https://www.ollama.com/library/qwen3:0.6b").locator == "qwen3:0.6b"
     assert parse_ollama_url("https://ollama.com/library/Gemma3:1b/").repository == "library/gemma3"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "url",
     [
@@ -176,6 +179,7 @@ def _hub(*paths: str | tuple[str, int]) -> list[HubFile]:
     return [HubFile(p, 100) if isinstance(p, str) else HubFile(p[0], p[1]) for p in paths]
 
 
+@pytest.mark.unit
 def test_selection_safetensors_skips_duplicates_and_other_frameworks() -> None:
     selection = select_files(_hub(
         ".gitattributes", "README.md", "config.json", "tokenizer.json", "modeling_custom.py",
@@ -192,6 +196,7 @@ def test_selection_safetensors_skips_duplicates_and_other_frameworks() -> None:
     assert "consolidated.safetensors" in selection.skipped and ".gitattributes" in selection.skipped
 
 
+@pytest.mark.unit
 def test_selection_diffusers_drops_variants_and_single_file_checkpoints() -> None:
     selection = select_files(_hub(
         "model_index.json", "v1-5-pruned.safetensors", "v1-5-pruned.ckpt", "unet/config.json",
@@ -206,6 +211,7 @@ def test_selection_diffusers_drops_variants_and_single_file_checkpoints() -> Non
     ]  # fmt: skip
 
 
+@pytest.mark.unit
 def test_selection_gguf_picks_one_quantization() -> None:
     files = _hub(
         "README.md", "LICENSE", "params", "imatrix.dat", "logo.png", ("m-Q2_K.gguf", 10), ("m-Q4_K_M.gguf", 40),
@@ -231,12 +237,14 @@ def test_selection_gguf_picks_one_quantization() -> None:
     assert quantization_label("model.gguf") is None
 
 
+@pytest.mark.unit
 def test_selection_refuses_pickle_only_repos_before_downloading() -> None:
     with pytest.raises(Exception) as info:
         select_files(_hub("config.json", "pytorch_model.bin"))
     assert getattr(info.value, "reason", None) == "UnsupportedFormat"
 
 
+@pytest.mark.integration
 def test_gguf_header_end_needs_only_the_header(hub_repos: HubRepos) -> None:
     repo = hub_repos.gguf(vocab_size=2000, fill="sparse")
     path = next(repo.snapshot / f for f in repo.files if f.endswith(".gguf"))
@@ -250,6 +258,7 @@ def test_gguf_header_end_needs_only_the_header(hub_repos: HubRepos) -> None:
 # -- Hugging Face: resolve and fetch -----------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_sharded_safetensors_resolve_fetch_inspect(acts: SourceActivities, hub_repos: HubRepos) -> None:
     repo = hub_repos.safetensors(num_shards=3, extra_files={"pytorch_model.bin": b"\x80" * 64,
                                                             "onnx/model.onnx": b"onnx"})  # fmt: skip
@@ -290,6 +299,7 @@ def test_sharded_safetensors_resolve_fetch_inspect(acts: SourceActivities, hub_r
     ActivityEnvironment().run(acts.clean_spool, CleanSpoolInput(model_uid=str(ref.uid)))  # idempotent
 
 
+@pytest.mark.integration
 def test_pinned_revision(acts: SourceActivities, hub_repos: HubRepos, tmp_path: Path) -> None:
     repo = hub_repos.safetensors(num_shards=1)
     update = tmp_path / "update"
@@ -311,6 +321,7 @@ def test_pinned_revision(acts: SourceActivities, hub_repos: HubRepos, tmp_path: 
         assert Path(got.path).read_bytes() == (repo.snapshot / f.path).read_bytes()
 
 
+@pytest.mark.integration
 def test_gguf_repo_quantization_rule_and_blob_url(acts: SourceActivities, hub_repos: HubRepos) -> None:
     repo = hub_repos.gguf(quantizations=("F16", "Q8_0", "F32"))
     name = repo.repo_id.rsplit("/", 1)[-1]
@@ -326,6 +337,7 @@ def test_gguf_repo_quantization_rule_and_blob_url(acts: SourceActivities, hub_re
     assert chosen.requested_revision == "main" and chosen.resolved_revision == repo.commit
 
 
+@pytest.mark.integration
 def test_unknown_repo_and_revision(acts: SourceActivities, hub_repos: HubRepos) -> None:
     err = _error(acts.resolve, ResolveInput(model=_ref(), url=f"{HF}/devstack/no-such-model-{uuid.uuid4().hex}"))
     assert err.type == ErrorType.SOURCE_NOT_FOUND and err.non_retryable
@@ -336,12 +348,14 @@ def test_unknown_repo_and_revision(acts: SourceActivities, hub_repos: HubRepos) 
     assert err.type == ErrorType.SOURCE_FILE_NOT_FOUND and err.non_retryable
 
 
+@pytest.mark.integration
 def test_pickle_only_repo_fails_at_resolve(acts: SourceActivities, hub_repos: HubRepos) -> None:
     repo = hub_repos.blobs({"config.json": b"{}", "pytorch_model.bin": 4096})
     err = _error(acts.resolve, ResolveInput(model=_ref(), url=f"{HF}/{repo.repo_id}"))
     assert err.type == ErrorType.UNSUPPORTED_FORMAT and err.non_retryable
 
 
+@pytest.mark.unit
 def test_unreachable_hub_is_retryable(tmp_path: Path, hf_cache: Path) -> None:
     acts = SourceActivities(None, tmp_path / "spool", "http://127.0.0.1:9")
     err = _error(acts.resolve, ResolveInput(model=_ref(), url=f"{HF}/org/repo"))
@@ -351,6 +365,7 @@ def test_unreachable_hub_is_retryable(tmp_path: Path, hf_cache: Path) -> None:
 # -- resume, integrity ---------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_interrupted_download_resumes_with_a_range(acts: SourceActivities, hub_repos: HubRepos,
                                                    hub_server: HubServer) -> None:  # fmt: skip
     # One ~72 MB LFS file: 2 layers of 1024/2048 and a 8192-token vocabulary in F16.
@@ -392,6 +407,7 @@ def _error_in(env: ActivityEnvironment, acts: SourceActivities, req: FetchInput)
     return info.value
 
 
+@pytest.mark.integration
 def test_checksum_mismatch_is_final_and_leaves_nothing(acts: SourceActivities, hub_repos: HubRepos) -> None:
     repo = hub_repos.safetensors(num_shards=1)
     ref = _ref()
@@ -410,6 +426,7 @@ def test_checksum_mismatch_is_final_and_leaves_nothing(acts: SourceActivities, h
     assert err.type == ErrorType.SOURCE_CHECKSUM_MISMATCH and "git blob id" in err.message
 
 
+@pytest.mark.integration
 def test_corrupt_partial_file_is_redone_from_zero(acts: SourceActivities, hub_repos: HubRepos) -> None:
     repo = hub_repos.safetensors(num_shards=1)
     ref = _ref()
@@ -423,6 +440,7 @@ def test_corrupt_partial_file_is_redone_from_zero(acts: SourceActivities, hub_re
     assert got.transferred_bytes == (weights.size - 1000) + weights.size  # the resumed try, then a fresh one
 
 
+@pytest.mark.integration
 def test_a_second_attempt_waits_for_the_first(acts: SourceActivities, hub_repos: HubRepos,
                                               monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     repo = hub_repos.safetensors(num_shards=1)
@@ -438,6 +456,7 @@ def test_a_second_attempt_waits_for_the_first(acts: SourceActivities, hub_repos:
     assert err.type == ErrorType.FETCH_IN_PROGRESS and not err.non_retryable
 
 
+@pytest.mark.integration
 def test_paths_and_uids_cannot_escape_the_spool(acts: SourceActivities, tmp_path: Path) -> None:
     def request(model: ObjectRef, path: str) -> FetchInput:
         return FetchInput(model=model, provider=SourceType.HUGGING_FACE, locator="org/repo",
@@ -454,6 +473,7 @@ def test_paths_and_uids_cannot_escape_the_spool(acts: SourceActivities, tmp_path
 # -- header-only ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_header_only_safetensors_and_gguf(acts: SourceActivities, hub_repos: HubRepos) -> None:
     # Sparse repos: hundreds of MB that cost no disk on the server; the fetch must cost none either.
     repo = hub_repos.safetensors(num_shards=2, hidden_size=2048, intermediate_size=5632, num_hidden_layers=2,
@@ -529,6 +549,7 @@ def kube_acts(kube_api: client.ApiClient, hub_server: HubServer, hf_cache: Path,
     yield SourceActivities(kube_api, tmp_path / "spool", hub_server.url, heartbeat_interval=0.01)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("key", TOKEN_KEYS)
 def test_gated_repo_with_a_token_secret(key: str, kube_acts: SourceActivities, kube_api: client.ApiClient,
                                         secrets_ns: str, hub_repos: HubRepos) -> None:  # fmt: skip
@@ -563,6 +584,7 @@ def test_gated_repo_with_a_token_secret(key: str, kube_acts: SourceActivities, k
     assert err.type == ErrorType.SOURCE_FILE_NOT_FOUND and token not in _error_text(err)
 
 
+@pytest.mark.integration
 def test_private_repo_and_secret_problems(kube_acts: SourceActivities, kube_api: client.ApiClient,
                                           secrets_ns: str, hub_repos: HubRepos) -> None:  # fmt: skip
     token = f"hf_private_{uuid.uuid4().hex}"
@@ -586,6 +608,7 @@ def test_private_repo_and_secret_problems(kube_acts: SourceActivities, kube_api:
         assert token not in _error_text(err)
 
 
+@pytest.mark.unit
 def test_unexpected_errors_are_scrubbed_of_the_token() -> None:
     token = "hf_secret_value_123"
 
@@ -620,6 +643,7 @@ class _FetchOneFile:
         return result
 
 
+@pytest.mark.integration
 async def test_temporal_retry_resumes_a_gated_download(temporal_server: TemporalDevServer, kube_api: client.ApiClient,
                                                        secrets_ns: str, hub_repos: HubRepos, hub_server: HubServer,
                                                        hf_cache: Path, tmp_path: Path) -> None:  # fmt: skip
@@ -661,6 +685,7 @@ def ollama_acts(oci_registry: OciRegistry, tmp_path: Path) -> SourceActivities:
     return SourceActivities(None, tmp_path / "spool", ollama_registry=oci_registry.url, heartbeat_interval=0.01)
 
 
+@pytest.mark.integration
 def test_ollama_resolve_fetch_inspect(ollama_acts: SourceActivities, oci_registry: OciRegistry,
                                       tmp_path: Path) -> None:  # fmt: skip
     name = f"tiny-{uuid.uuid4().hex[:8]}"
@@ -704,6 +729,7 @@ def test_ollama_resolve_fetch_inspect(ollama_acts: SourceActivities, oci_registr
     assert resumed.transferred_bytes == model.size - model.size // 3 and resumed.sha256 == model.sha256
 
 
+@pytest.mark.integration
 def test_ollama_unknown_model_or_tag(ollama_acts: SourceActivities, oci_registry: OciRegistry,
                                      tmp_path: Path) -> None:  # fmt: skip
     name = f"tiny-{uuid.uuid4().hex[:8]}"
@@ -718,6 +744,7 @@ def test_ollama_unknown_model_or_tag(ollama_acts: SourceActivities, oci_registry
     assert listing.provider_info.template is None and listing.provider_info.capabilities == []
 
 
+@pytest.mark.integration
 def test_ollama_non_gguf_model_is_refused(ollama_acts: SourceActivities, oci_registry: OciRegistry,
                                           tmp_path: Path) -> None:  # fmt: skip
     name = f"st-{uuid.uuid4().hex[:8]}"
@@ -726,6 +753,7 @@ def test_ollama_non_gguf_model_is_refused(ollama_acts: SourceActivities, oci_reg
     assert err.type == ErrorType.UNSUPPORTED_FORMAT
 
 
+@pytest.mark.unit
 def test_spool_root_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SERVINGOPS_SPOOL_DIR", str(tmp_path / "from-env"))
     assert SourceActivities().spool.root == tmp_path / "from-env"

@@ -254,6 +254,7 @@ def _assert_no_token(token: str, *texts: str) -> None:
 # -- sessions ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 def test_open_session_for_a_model(kube_api: client.ApiClient, ns: str, acts: UploadActivities) -> None:
     ref = _model(kube_api, ns)
     before = dt.datetime.now(dt.UTC)
@@ -289,6 +290,7 @@ def test_open_session_for_a_model(kube_api: client.ApiClient, ns: str, acts: Upl
     assert again.secret.metadata and again.secret.metadata.uid == meta.uid
 
 
+@pytest.mark.integration
 def test_close_session_is_idempotent(kube_api: client.ApiClient, ns: str, acts: UploadActivities) -> None:
     ref = _model(kube_api, ns)
     info = _open(acts, kube_api, ref).info
@@ -297,6 +299,7 @@ def test_close_session_is_idempotent(kube_api: client.ApiClient, ns: str, acts: 
     _run(acts.close_session, CloseUploadInput(model=ref, discard_files=True))
 
 
+@pytest.mark.integration
 def test_a_foreign_secret_of_the_same_name_is_not_taken_over(kube_api: client.ApiClient, ns: str,
                                                               acts: UploadActivities) -> None:
     ref = _model(kube_api, ns)
@@ -308,6 +311,7 @@ def test_a_foreign_secret_of_the_same_name_is_not_taken_over(kube_api: client.Ap
     assert caught.value.non_retryable
 
 
+@pytest.mark.integration
 def test_cluster_model_session_lives_in_the_controller_namespace(kube_api: client.ApiClient,
                                                                  acts: UploadActivities) -> None:
     ref = _cluster_model(kube_api)
@@ -327,6 +331,7 @@ def test_cluster_model_session_lives_in_the_controller_namespace(kube_api: clien
 # -- uploads ------------------------------------------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_single_put_signals_the_model_workflow(
     kube_api: client.ApiClient, ns: str, acts: UploadActivities, server: UploadServer,
     temporal: tuple[Client, str], tmp_path: Path, caplog: pytest.LogCaptureFixture,
@@ -366,6 +371,7 @@ async def test_single_put_signals_the_model_workflow(
                      json.dumps(answer.body))
 
 
+@pytest.mark.integration
 async def test_chunked_resumable_upload(
     kube_api: client.ApiClient, ns: str, acts: UploadActivities, server: UploadServer,
     temporal: tuple[Client, str], tmp_path: Path, caplog: pytest.LogCaptureFixture,
@@ -427,6 +433,7 @@ async def test_chunked_resumable_upload(
     _assert_no_token(session.token, caplog.text, done.model_dump_json())
 
 
+@pytest.mark.integration
 async def test_resume_after_a_restart_of_the_server_rehashes_from_disk(
     kube_api: client.ApiClient, ns: str, acts: UploadActivities, server: UploadServer,
     temporal: tuple[Client, str], tmp_path: Path,
@@ -446,6 +453,7 @@ async def test_resume_after_a_restart_of_the_server_rehashes_from_disk(
     assert (await _received(handle)).sha256 == hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.integration
 async def test_whole_file_with_chunked_transfer_coding(
     kube_api: client.ApiClient, ns: str, acts: UploadActivities, temporal: tuple[Client, str], tmp_path: Path,
 ) -> None:
@@ -460,6 +468,7 @@ async def test_whole_file_with_chunked_transfer_coding(
     assert (done.filename, done.sha256) == ("streamed.gguf", hashlib.sha256(data).hexdigest())
 
 
+@pytest.mark.integration
 async def test_refusals(kube_api: client.ApiClient, ns: str, acts: UploadActivities, server: UploadServer,
                         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     ref = _model(kube_api, ns)
@@ -487,6 +496,7 @@ async def test_refusals(kube_api: client.ApiClient, ns: str, acts: UploadActivit
     _assert_no_token(session.token, caplog.text)
 
 
+@pytest.mark.integration
 async def test_content_that_is_not_a_model_is_refused_and_the_session_stays_open(
     kube_api: client.ApiClient, ns: str, acts: UploadActivities, server: UploadServer,
 ) -> None:
@@ -499,6 +509,7 @@ async def test_content_that_is_not_a_model_is_refused_and_the_session_stays_open
     assert head.status == 200 and head.headers["upload-offset"] == "0"
 
 
+@pytest.mark.integration
 async def test_expired_session(kube_api: client.ApiClient, ns: str, acts: UploadActivities, tmp_path: Path) -> None:
     ref = _model(kube_api, ns)
     session = _open(acts, kube_api, ref, ttl_seconds=1)
@@ -514,6 +525,7 @@ async def test_expired_session(kube_api: client.ApiClient, ns: str, acts: Upload
     assert (await _http("HEAD", renewed.url, renewed.token)).status == 200
 
 
+@pytest.mark.integration
 async def test_over_the_maximum_size_leaves_nothing_behind(kube_api: client.ApiClient, ns: str,
                                                            acts: UploadActivities, server: UploadServer) -> None:
     ref = _model(kube_api, ns)
@@ -534,6 +546,7 @@ async def test_over_the_maximum_size_leaves_nothing_behind(kube_api: client.ApiC
     assert too_big.status == 413 and not spool.exists()
 
 
+@pytest.mark.integration
 async def test_forged_sessions_are_refused(kube_api: client.ApiClient, ns: str, acts: UploadActivities,
                                           server: UploadServer) -> None:
     ref = _model(kube_api, ns)
@@ -570,6 +583,7 @@ async def test_forged_sessions_are_refused(kube_api: client.ApiClient, ns: str, 
     core.delete_namespaced_config_map(record_name(ref.uid), CONTROLLER_NS)
 
 
+@pytest.mark.integration
 async def test_a_session_opened_before_records_left_the_secret(
     kube_api: client.ApiClient, ns: str, acts: UploadActivities, server: UploadServer,
 ) -> None:
@@ -592,6 +606,7 @@ async def test_a_session_opened_before_records_left_the_secret(
     assert (await _http("HEAD", renewed.url, old_token)).status == 401
 
 
+@pytest.mark.integration
 async def test_a_half_written_session_is_renewed(
     kube_api: client.ApiClient, ns: str, acts: UploadActivities,
 ) -> None:
@@ -608,6 +623,7 @@ async def test_a_half_written_session_is_renewed(
     assert (await _http("HEAD", again.url, first.token)).status == 401
 
 
+@pytest.mark.integration
 async def test_a_failed_signal_is_sent_again_on_the_next_request(
     kube_api: client.ApiClient, ns: str, acts: UploadActivities, temporal: tuple[Client, str], tmp_path: Path,
 ) -> None:
@@ -626,6 +642,7 @@ async def test_a_failed_signal_is_sent_again_on_the_next_request(
 # -- preparing the model directory ----------------------------------------------------------------------
 
 
+@pytest.mark.integration
 async def test_archives_are_extracted_or_refused(
     kube_api: client.ApiClient, ns: str, acts: UploadActivities, temporal: tuple[Client, str], tmp_path: Path,
 ) -> None:
@@ -657,6 +674,7 @@ async def test_archives_are_extracted_or_refused(
     assert not (tmp_path / "evil").exists() and not (Path(done.path).parent.parent.parent / "evil").exists()
 
 
+@pytest.mark.integration
 def test_prepare_refuses_a_path_outside_the_models_upload_dir(kube_api: client.ApiClient, ns: str,
                                                               acts: UploadActivities, tmp_path: Path) -> None:
     ref = _model(kube_api, ns)
@@ -668,6 +686,7 @@ def test_prepare_refuses_a_path_outside_the_models_upload_dir(kube_api: client.A
     assert caught.value.type == ErrorType.INVALID_INPUT and caught.value.non_retryable
 
 
+@pytest.mark.integration
 async def test_cluster_model_upload(kube_api: client.ApiClient, acts: UploadActivities,
                                     temporal: tuple[Client, str], tmp_path: Path) -> None:
     ref = _cluster_model(kube_api)
@@ -694,6 +713,7 @@ def _raw_exchange(url: str, head: str, body: bytes | None) -> list[bytes]:
     return answers
 
 
+@pytest.mark.integration
 async def test_expect_continue_is_answered_only_once_the_request_is_accepted(
     kube_api: client.ApiClient, ns: str, acts: UploadActivities, temporal: tuple[Client, str], tmp_path: Path,
 ) -> None:
@@ -716,6 +736,7 @@ async def test_expect_continue_is_answered_only_once_the_request_is_accepted(
     assert (await _received(handle)).sha256 == hashlib.sha256(data).hexdigest()
 
 
+@pytest.mark.unit
 def test_secret_names_stay_valid_for_long_model_names() -> None:
     long_a, long_b = "a" * 250, "a" * 249 + "b"
     names = {secret_name(ObjectRef.of(Model, n, "ns", "u")) for n in (long_a, long_b)}

@@ -7,11 +7,14 @@ import asyncio
 import time
 import uuid
 
+import pytest
 from temporalio.worker import Worker
 
 from devstack.services import TemporalDevServer
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.visibility_workflow import PhaseWalk, WalkInput, WalkState
+
+pytestmark = pytest.mark.integration
 
 
 async def _count(client, query: str) -> int:  # type: ignore[no-untyped-def]

@@ -79,6 +79,7 @@ def _isvc(uid: str) -> ObjectRef:
 # -- what a status write says: the real status builders -----------------------------------------
 
 
+@pytest.mark.unit
 def test_parks_and_run_closes_are_read_from_the_status_write(runtime: tuple[Runtime, str, WorkerMetrics]) -> None:
     _, bound, metrics = runtime
     reason = f"PolicyNotFound{uuid.uuid4().hex[:6]}"  # a reason no other test counts
@@ -108,6 +109,7 @@ def test_parks_and_run_closes_are_read_from_the_status_write(runtime: tuple[Runt
     assert value(after, "servingops_rollout_runs_closed_total", outcome="Completed") == completed_before + 1
 
 
+@pytest.mark.unit
 def test_a_failed_run_parks_with_its_error_type(runtime: tuple[Runtime, str, WorkerMetrics]) -> None:
     _, bound, metrics = runtime
     message = f"readiness timed out {uuid.uuid4().hex[:6]}"
@@ -119,6 +121,7 @@ def test_a_failed_run_parks_with_its_error_type(runtime: tuple[Runtime, str, Wor
     assert after == before + 1
 
 
+@pytest.mark.unit
 def test_the_interceptor_watches_the_worker_s_real_activity_names() -> None:
     def name(fn: Any) -> str:
         return str(fn.__temporal_activity_definition.name)
@@ -166,6 +169,7 @@ class _CrashProbe:
                                                                  initial_interval=timedelta(milliseconds=10)))
 
 
+@pytest.mark.integration
 async def test_interceptor_counts_bytes_and_failures_by_error_type(
         temporal_server: TemporalDevServer, runtime: tuple[Runtime, str, WorkerMetrics]) -> None:
     rt, bound, metrics = runtime
@@ -234,6 +238,7 @@ class _PausedRun:
         self.done = True
 
 
+@pytest.mark.integration
 async def test_visibility_gauges_count_this_installation_s_runs_and_imports(
         temporal_server: TemporalDevServer, runtime: tuple[Runtime, str, WorkerMetrics]) -> None:
     rt, bound, metrics = runtime
@@ -274,6 +279,7 @@ async def test_visibility_gauges_count_this_installation_s_runs_and_imports(
         assert value(samples, "servingops_rollout_runs", phase="Paused") == 0
 
 
+@pytest.mark.integration
 def test_a_push_counts_the_bytes_it_sends(oci_registry: OciRegistry, runtime: tuple[Runtime, str, WorkerMetrics],
                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _, bound, metrics = runtime

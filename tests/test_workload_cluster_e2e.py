@@ -43,7 +43,9 @@ from servingops.api_models.ome.workload_cluster import WorkloadCluster
 from servingops.api_models.refs import ObjectRef
 from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.kube import own_identities
-from tests.test_rollout_e2e import _wait
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "workloadclusters"
 PROBE_NAMESPACE, PROBE_ACCOUNT = "servingops-health", "health-probe"
@@ -130,7 +132,7 @@ class Health:
         return next((c for c in conditions if c["type"] == "Ready"), None)
 
     def wait_ready(self, name: str, status: str, reason: str, timeout: float = 120) -> dict[str, Any]:
-        condition: dict[str, Any] = _wait(f"{name}: Ready {status} {reason}", lambda: (
+        condition: dict[str, Any] = wait_until(f"{name}: Ready {status} {reason}", lambda: (
             (c := self.ready(name)) and (c["status"], c["reason"]) == (status, reason) and c), self.worker, timeout)
         return condition
 
@@ -204,7 +206,7 @@ def test_a_member_reached_with_least_privilege_credentials_is_ready(health: Heal
     assert f"system:serviceaccount:{PROBE_NAMESPACE}:{PROBE_ACCOUNT}" in condition["message"]
     assert condition["observedGeneration"] == health.get(name)["metadata"]["generation"]
     assert health.table_ready(name) == "True"
-    _wait("the Normal Event", lambda: ("Normal", "Connected") in health.events(name), health.worker, 60)
+    wait_until("the Normal Event", lambda: ("Normal", "Connected") in health.events(name), health.worker, 60)
     # Nothing of the kubeconfig is in status: the token never leaves its Secret.
     token = yaml.safe_load(health.kubeconfig)["users"][0]["user"]["token"]
     assert token not in json.dumps(health.get(name))
@@ -230,7 +232,7 @@ def test_a_missing_secret_is_reported_and_a_touch_picks_the_new_one_up(health: H
     health.secret("member-late", {"kubeconfig": health.kubeconfig})
     health.touch(name)
     condition = health.wait_ready(name, "True", "Connected")
-    _wait("a Warning then a Normal Event", lambda: health.events(name) == [
+    wait_until("a Warning then a Normal Event", lambda: health.events(name) == [
         ("Normal", "Connected"), ("Warning", "SecretNotFound")], health.worker, 60)
 
 
@@ -275,7 +277,7 @@ def test_an_apiserver_outage_is_seen_on_the_interval_and_so_is_its_return(health
         member.start_apiserver()
     health.wait_ready(name, "True", "Connected")
     try:
-        _wait("one Warning for the outage", lambda: health.events(name) == [
+        wait_until("one Warning for the outage", lambda: health.events(name) == [
             ("Normal", "Connected"), ("Warning", "Unreachable")], health.worker, 60)
     except AssertionError as exc:  # say which Events there were (a warm-up 403 was one: 1656ac3)
         raise AssertionError(f"events {health.event_messages(name)}") from exc

@@ -16,6 +16,8 @@ from servingops.activities.workload_cluster.kubeconfig import (
     secret_location,
 )
 
+pytestmark = pytest.mark.unit
+
 CA = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
 SECRET = "s3cr3t-token-value"
 

@@ -29,7 +29,7 @@ from servingops.workflows.workload_cluster import transition_event
 from tests.histories.record import start_env
 from tests.rollout_fakes import until
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.timeskip, pytest.mark.asyncio]
 
 INTERVAL = 45.0
 CONNECTED = {"connected": True, "reason": "Connected", "message": "https://m:6443 is ready, Kubernetes v1.35.4",

@@ -12,7 +12,7 @@ import asyncio
 from pathlib import Path
 
 from tests.histories.record import Recording, start_env
-from tests.test_migration_workflow import stack
+from tests.support.migration_world import stack
 
 HERE = Path(__file__).parent
 

@@ -9,6 +9,14 @@
 # counts only when it was built at the pinned version (a stamp file records it), so bumping
 # a pin rebuilds. Builds happen in throwaway modules outside the repo; the Go module and
 # build caches are reused, so a second run does nothing and a rebuild only relinks.
+#
+#   build-binaries.sh                 what the local cluster and `./dev up` run (CORE below)
+#   build-binaries.sh kueue ...       just the named binaries (devstack builds Kueue and
+#                                     prometheus-adapter this way when a test first asks for them)
+#   build-binaries.sh --all           every binary
+#
+# Runs of the script take turns (flock on the cache): a second asker waits for the first
+# build and then finds the binary there instead of building it again.
 set -euo pipefail
 
 KUBERNETES_VERSION=v1.35.4 # builds with go1.25+; its go.mod pins etcd client v3.6.5
@@ -26,6 +34,16 @@ CACHE="${SERVINGOPS_CACHE:-$HOME/.cache/servingops}"
 BIN_DIR="$CACHE/bin"
 STAMP_DIR="$BIN_DIR/.versions"
 mkdir -p "$BIN_DIR" "$STAMP_DIR"
+exec 9>"$BIN_DIR/.build.lock"
+flock 9
+
+CORE=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm)
+OPTIONAL=(kueue prometheus-adapter)
+case "${1:-}" in
+  "") WANTED=("${CORE[@]}") ;;
+  --all) WANTED=("${CORE[@]}" "${OPTIONAL[@]}") ;;
+  *) WANTED=("$@") ;;
+esac
 
 # Static binaries; -buildvcs=false because the throwaway module is not a repository;
 # -mod=mod lets `go get` record what the named packages import. Parallelism stays at Go's
@@ -196,11 +214,17 @@ build_adapter() {
 total_start="$(now)"
 missing_kube=()
 groups=()
-for spec in "etcd $ETCD_VERSION" "kube-apiserver $KUBERNETES_VERSION" \
-  "kube-controller-manager $KUBERNETES_VERSION" "kube-scheduler $KUBERNETES_VERSION" "kwok $KWOK_VERSION" \
-  "kubectl $KUBERNETES_VERSION" "helm $HELM_VERSION" "kueue $KUEUE_VERSION" \
-  "prometheus-adapter $PROMETHEUS_ADAPTER_VERSION"; do
-  read -r name version <<<"$spec"
+declare -A VERSION_OF=(
+  [etcd]=$ETCD_VERSION [kube-apiserver]=$KUBERNETES_VERSION [kube-controller-manager]=$KUBERNETES_VERSION
+  [kube-scheduler]=$KUBERNETES_VERSION [kwok]=$KWOK_VERSION [kubectl]=$KUBERNETES_VERSION [helm]=$HELM_VERSION
+  [kueue]=$KUEUE_VERSION [prometheus-adapter]=$PROMETHEUS_ADAPTER_VERSION
+)
+for name in "${WANTED[@]}"; do
+  if [[ -z "${VERSION_OF[$name]:-}" ]]; then
+    echo "!! unknown binary $name (known: ${!VERSION_OF[*]})" >&2
+    exit 2
+  fi
+  version="${VERSION_OF[$name]}"
   if found="$(existing "$name" "$version")" && [[ -n "$found" ]]; then
     echo "== $name: using $found"
     continue

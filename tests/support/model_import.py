@@ -1,0 +1,134 @@
+"""The model-import stack of the end-to-end tests: a worker process as the chart's identity (start_worker), and
+the module fixture `stack` (worker + bridge for Model / ClusterModel, a namespace of its own)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio.client import Client
+
+from devstack.hub_server import HubServer
+from devstack.identities import Identities
+from devstack.kube import REPO_ROOT, LocalKubeCluster
+from devstack.process import ManagedProcess, find_binary
+from devstack.services import OciRegistry, TemporalDevServer
+from servingops.api_models.contract import Query, model_workflow_id
+from servingops.runtime.temporal import TemporalSettings, connect
+from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
+
+REPOSITORY = "servingops/models"
+
+GROUP, VERSION = "ai.deckhouse.io", "v1alpha1"
+
+
+@dataclass
+class Stack:
+    cluster: LocalKubeCluster
+    api: client.ApiClient
+    registry: OciRegistry
+    hub: HubServer
+    temporal: Client
+    worker: ManagedProcess
+    bridge: BridgeProcess
+    task_queue: str
+    namespace: str
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        """Like a user: kubectl apply."""
+        kubectl = find_binary("kubectl", "SERVINGOPS_KUBE_BIN_DIR")
+        assert kubectl, "kubectl is built by deploy/local/kube/build-binaries.sh"
+        subprocess.run([kubectl, "--kubeconfig", str(self.cluster.kubeconfig_path), "apply", "-f", "-"],
+                       input=yaml.safe_dump(manifest).encode(), check=True, capture_output=True)
+
+    def get(self, plural: str, name: str) -> dict[str, Any] | None:
+        custom = client.CustomObjectsApi(self.api)
+        try:
+            if plural == "models":
+                return dict(custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, name))
+            return dict(custom.get_cluster_custom_object(GROUP, VERSION, plural, name))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def wait_phase(self, plural: str, name: str, phases: tuple[str, ...], timeout: float = 240) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        obj: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            obj = self.get(plural, name)
+            if obj and (obj.get("status") or {}).get("phase") in phases:
+                return obj
+            time.sleep(0.5)
+        raise AssertionError(f"{plural}/{name} never reached {phases}: {(obj or {}).get('status')}\n"
+                             f"worker log:\n{self.worker.log_tail(60)}")
+
+    def model(self, name: str, source: dict[str, Any], cluster_scoped: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name}
+        if not cluster_scoped:
+            meta["namespace"] = self.namespace
+        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterModel" if cluster_scoped else "Model",
+                "metadata": meta, "spec": {"source": source}}
+
+    def events(self, name: str, *, expect: tuple[str, str] | None = None, timeout: float = 30) -> list[tuple[str, str]]:
+        """(type, reason) of the Events on the namespace's object `name`, sorted; with `expect`,
+        once that one is among them (an Event is recorded just after the status write it goes
+        with, so a reader who saw the status may be a moment early)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            items = client.CoreV1Api(self.api).list_namespaced_event(
+                self.namespace, field_selector=f"involvedObject.name={name}").items
+            seen = sorted((e.type, e.reason) for e in items)
+            if expect is None or expect in seen or time.monotonic() > deadline:
+                return seen
+            time.sleep(0.5)
+
+    async def workflow_state(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        handle = self.temporal.get_workflow_handle(model_workflow_id(meta.get("namespace"), meta["name"], meta["uid"]))
+        state: dict[str, Any] = await handle.query(Query.STATE, result_type=dict)
+        return state
+
+
+def start_worker(cluster: LocalKubeCluster, temporal: TemporalDevServer, registry: OciRegistry, hub: HubServer,
+                 task_queue: str, spool: Path, logs: Path, host_id: str,
+                 extra_env: dict[str, str] | None = None, *, identities: Identities) -> ManagedProcess:
+    """A worker process talking to the apiserver as `identities` (the chart's worker, its upload
+    endpoint as the chart's uploads identity), so a call the chart does not allow fails the test."""
+    env = {**identities.worker_env(), **(extra_env or {}), "TEMPORAL_ADDRESS": temporal.address,
+           "HF_ENDPOINT": hub.url, "SERVINGOPS_REGISTRY": registry.address, "SERVINGOPS_OLLAMA_REGISTRY": registry.url,
+           "SERVINGOPS_SPOOL_DIR": str(spool), "SERVINGOPS_TASK_QUEUE": task_queue, "SERVINGOPS_HOST_ID": host_id,
+           "HF_HUB_DISABLE_TELEMETRY": "1"}
+    worker = ManagedProcess(f"worker-{host_id}", [sys.executable, "-m", "servingops.workers.main"], logs, env=env,
+                            cwd=REPO_ROOT).start()
+    worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
+    return worker
+
+
+@pytest.fixture(scope="module")
+def stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_server: TemporalDevServer,
+          oci_registry: OciRegistry, hub_server: HubServer, stack_logs: Path, chart_identities: Identities,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    task_queue = f"import-{uuid.uuid4().hex[:6]}"
+    namespace = f"import-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(kube_api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    spool = tmp_path_factory.mktemp("spool")
+    worker = start_worker(kube_cluster, temporal_server, oci_registry, hub_server, task_queue, spool, stack_logs,
+                          host_id=f"host-{task_queue}", identities=chart_identities)
+    launcher = BridgeLauncher(chart_identities, temporal_server.address, stack_logs)
+    bridge = launcher.start(task_queue=task_queue, kinds="Model,ClusterModel")
+    temporal = asyncio.run(connect(TemporalSettings(address=temporal_server.address)))
+    yield Stack(kube_cluster, kube_api, oci_registry, hub_server, temporal, worker, bridge, task_queue, namespace)
+    launcher.stop_all()
+    worker.stop()
