@@ -6,9 +6,10 @@ whose CRD is not installed (404) counts as empty and is listed again every 30 s 
 
 A watch resumes from a resourceVersion the apiserver's watch cache still holds: a list's (the collection's,
 which is current) or the last event's or bookmark's. Never from an object's own resourceVersion read by a
-GET: that is the version of the object's last write, which the cache forgets once enough other objects of
-the kind change (kwok's node heartbeats), so every such watch ends at once with 410 Gone. An idle agent
-did exactly that, a GET and a WATCH of its Node about 30 times a second, until this was understood.
+GET: that is the version of the object's last write, which can be older than anything the cache still
+holds, and then the watch ends at once with 410 Gone. A 410 is waited for like any error: the loop used to
+re-read and re-watch at once, which is the likely way an idle `./dev up` was seen making a GET and a WATCH
+of each agent's Node about 30 times a second (issue 27; not reproduced on fresh nodes within 3 minutes).
 """
 
 from __future__ import annotations
