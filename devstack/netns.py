@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from devstack.process import pid_alive
+
 log = logging.getLogger(__name__)
 
 PREFIX = "servingops"
@@ -36,16 +38,6 @@ def _ip(*args: str, check: bool = True) -> str:
     if check and done.returncode != 0:
         raise RuntimeError(f"ip {' '.join(args)} failed: {done.stderr.strip()}")
     return done.stdout
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager
@@ -88,10 +80,10 @@ class NetworkNamespace:
         with _locked():
             existing = _ours()
             for name, (pid, _) in existing.items():
-                if not _alive(pid):
+                if not pid_alive(pid):
                     log.info("removing network namespace %s left by a run that is gone", name)
                     _ip("netns", "delete", name, check=False)
-            used = {index for name, (pid, index) in existing.items() if _alive(pid)}
+            used = {index for name, (pid, index) in existing.items() if pid_alive(pid)}
             index = next((i for i in range(1, MAX_INDEX + 1) if i not in used), None)
             if index is None:
                 raise RuntimeError(f"all {MAX_INDEX} stack network namespaces are in use")

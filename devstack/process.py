@@ -53,6 +53,17 @@ def built_binary(name: str, build_script: Path, dir_env: str | None = None) -> s
     return found
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one of another user's counts too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def free_port() -> int:
     """A TCP port on loopback that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

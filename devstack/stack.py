@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from devstack import identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.members import MemberCluster
-from devstack.process import ManagedProcess, free_port, http_ok, tcp_open
+from devstack.process import ManagedProcess, free_port, http_ok, pid_alive, tcp_open
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 from devstack.webhook import WebhookProcess, register
 
@@ -43,16 +43,6 @@ def _port(preferred: int) -> int:
     return preferred if not tcp_open("127.0.0.1", preferred) else free_port()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _load_state(state_dir: Path) -> dict[str, Any] | None:
     path = state_dir / "stack.json"
     if not path.exists():
@@ -63,7 +53,7 @@ def _load_state(state_dir: Path) -> dict[str, Any] | None:
 
 def up(state_dir: Path, members: int = 0) -> int:
     state = _load_state(state_dir)
-    if state and any(_alive(pid) for pid in state["pids"]):
+    if state and any(pid_alive(pid) for pid in state["pids"]):
         print("the stack is already up (./dev down stops it)")
         return status(state_dir)
     logs = state_dir / "logs"
@@ -233,7 +223,7 @@ def down(state_dir: Path) -> int:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and any(_alive(pid) for pid in state["pids"]):
+    while time.monotonic() < deadline and any(pid_alive(pid) for pid in state["pids"]):
         time.sleep(0.2)
     for pid in state["pids"]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -248,7 +238,7 @@ def status(state_dir: Path) -> int:
     if not state:
         print("the stack is down")
         return 1
-    alive = sum(1 for pid in state["pids"] if _alive(pid))
+    alive = sum(1 for pid in state["pids"] if pid_alive(pid))
     print(f"{alive} of {len(state['pids'])} processes alive")
     for key in ("temporal_ui", "kubeconfig", "registry", "prometheus", "hub", "logs"):
         print(f"  {key:<12} {state[key]}")
