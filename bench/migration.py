@@ -66,12 +66,11 @@ from bench.workflow_history import History, Run
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
+from devstack.product import BridgeLauncher, start_worker
 from servingops.api_models import contract
 from servingops.api_models.contract import Signal
 from servingops.api_models.ome.instance_keys import INSTANCE_LABEL, REPLICA_LABEL
 from servingops.runtime.temporal import TemporalSettings, connect
-from tests.fixtures.bridge import BridgeLauncher
-from tests.support.model_import import start_worker
 
 GROUP, VERSION = "ome.io", "v1beta1"
 NAMESPACE, SERVICE = "bench-migration", "mig"

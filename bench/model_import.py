@@ -44,9 +44,9 @@ from devstack import model_repos
 from devstack.hub_server import HubServer
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
+from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.runtime.temporal import TemporalSettings, connect
-from tests.fixtures.bridge import BridgeLauncher
 from tests.support.import_resume import (
     KILL_AT,
     TransferReport,
@@ -55,7 +55,7 @@ from tests.support.import_resume import (
     peak_rss_bytes,
     process_written_bytes,
 )
-from tests.support.model_import import Stack, start_worker
+from tests.support.model_import import Stack
 
 REPO_ID = "bench/llama-synthetic"
 BASELINE_REPOSITORY = "baseline/llama-synthetic"

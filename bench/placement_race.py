@@ -76,13 +76,12 @@ from devstack.kueue import NAMESPACE as KUEUE_NAMESPACE
 from devstack.kueue import KueueProcess, label_namespace
 from devstack.members import PLACEMENT_QUEUE, MemberCluster
 from devstack.process import ManagedProcess, ProcessFailed
+from devstack.product import BridgeLauncher, start_worker
 from servingops.api_models.contract import (
     inference_service_workflow_id,
     placement_workflow_id,
     replica_workflow_id,
 )
-from tests.fixtures.bridge import BridgeLauncher
-from tests.support.model_import import start_worker
 
 GROUP, VERSION = "ome.io", "v1beta1"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")

@@ -54,13 +54,12 @@ from bench.serving_watch import ServingWatch, conditions
 from bench.stack import admin_identities, start_servers
 from bench.watches import ObjectWatch
 from devstack.process import ManagedProcess
+from devstack.product import BridgeLauncher, start_worker
 from servingops.api_models import contract
 from servingops.api_models.ome.instance_columns import ENCODING_FIELD, json_size, status_rows
 from servingops.api_models.ome.instance_keys import INSTANCE_LABEL, REPLICA_LABEL, SERVING_GATE
 from servingops.api_models.ome.replica import InferenceReplicaStatus
 from servingops.runtime.temporal import TemporalSettings, connect
-from tests.fixtures.bridge import BridgeLauncher
-from tests.support.model_import import start_worker
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "inferencereplicas"
 OLD_IMAGE, NEW_IMAGE = "vllm/vllm-openai:v0.9", "vllm/vllm-openai:v0.10"

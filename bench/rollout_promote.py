@@ -46,10 +46,9 @@ from bench.goals import Goals
 from bench.stack import admin_identities, start_servers, wait_for
 from bench.watches import ObjectWatch
 from devstack.process import ManagedProcess, free_port
+from devstack.product import BridgeLauncher, start_worker
 from servingops.api_models import contract
 from servingops.runtime.temporal import TemporalSettings, connect
-from tests.fixtures.bridge import BridgeLauncher
-from tests.support.model_import import start_worker
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "inferenceservices"
 PROMOTE = "ome.io/rollout-promote"

@@ -24,6 +24,7 @@ from devstack.process import ManagedProcess
 from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, role_for_path
 from servingops.activities.oci.registry_client import MiB, ModelRegistry
 from servingops.api_models.ome.model_keys import GROUP, VERSION, ModelKind
+from tests.support.waiting import wait_until
 
 REPOSITORY = "servingops/models"
 TEST_TAINT = {"key": "servingops.io/agent-test", "value": "true", "effect": "NoSchedule"}
@@ -256,16 +257,8 @@ def agent_process(name: str, node: str, root: Path, namespace: str, kubeconfig: 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60, interval: float = 0.2,
              proc: ManagedProcess | None = None) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        if proc is not None and not proc.alive:
-            raise AssertionError(f"{proc.name} died while waiting for {what}:\n{proc.log_tail()}")
-        time.sleep(interval)
-    tail = f"\n{proc.log_tail()}" if proc is not None else ""
-    raise AssertionError(f"timed out waiting for {what}{tail}")
+    """tests/support/waiting.py's wait, polled every 0.2 s (an agent's file and label changes are quick)."""
+    return wait_until(what, probe, proc, timeout=timeout, interval=interval)
 
 
 def tree(root: Path) -> dict[str, str]:

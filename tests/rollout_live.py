@@ -31,6 +31,7 @@ from temporalio.client import WorkflowExecutionStatus
 from devstack.hub_server import HubServer
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
+from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.serving.render import LABEL_COMPONENT, LABEL_NAME, LABEL_REVISION
 from servingops.api_models import contract
@@ -38,10 +39,9 @@ from servingops.api_models.contract.rollout import RolloutState, ServiceView
 from servingops.api_models.ome import InferenceService
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import create, manifest
-from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.kube import own_identities
-from tests.support.model_import import start_worker
 from tests.support.rollout_stack import route_weights
+from tests.support.waiting import wait_until
 
 DEADLINE = 240.0
 OLD_IMAGE = "vllm/vllm-openai:v0.9"
@@ -240,15 +240,8 @@ class LiveIsvc:
     def wait(self, what: str, probe: Callable[[], Any], timeout: float = DEADLINE) -> Any:
         """Poll `probe` until it answers something truthy, and answer that; fail with the worker's
         log tail. (Probes are `cond and value` expressions: typed Any on purpose.)"""
-        deadline = time.monotonic() + timeout
-        value: Any = None
-        while time.monotonic() < deadline:
-            value = probe()
-            if value:
-                return value
-            time.sleep(0.5)
-        raise AssertionError(f"{self.name}: {what} never happened (last: {value!r})\nstatus: {self.status()}\n"
-                             f"worker log:\n{self.stack.worker.log_tail(60)}")
+        return wait_until(f"{self.name}: {what}", probe, self.stack.worker, timeout=timeout,
+                          detail=lambda: f"status: {self.status()}")
 
     def hold(self, what: str, probe: Callable[[], bool], seconds: float) -> None:
         """`probe` stays true for `seconds` (what must not change while nothing asks it to)."""

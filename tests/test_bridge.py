@@ -24,11 +24,11 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from devstack.process import free_port
+from devstack.product import BridgeLauncher, BridgeProcess
 from devstack.services import TemporalDevServer
 from servingops.api_models.deckhouse import Model
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import create, manifest, new_namespace
-from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
 
 pytestmark = pytest.mark.e2e
 

@@ -31,6 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from devstack.identities import Identities
+from devstack.product import BridgeLauncher, BridgeProcess
 from devstack.services import TemporalDevServer
 from servingops.api_models import contract
 from servingops.api_models.contract import StartObject
@@ -50,7 +51,6 @@ from servingops.crd_bridge.pod_signals import PodSignaller
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests import rbac_calls
 from tests.crd_helpers import create, manifest, new_namespace
-from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
 from tests.fixtures.kube import api_as
 from tests.pods_changed_workflow import COUNT, PodsChangedCounter
 from tests.support.ome_objects import replica_spec

@@ -25,9 +25,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from devstack.kube import KWOK_NODE_ANNOTATION, REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
+from devstack.product import BridgeLauncher
 from devstack.services import TemporalDevServer
 from servingops.api_models.contract import capacity_workflow_id
-from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.kube import own_identities
 from tests.support.waiting import wait_until
 

@@ -31,6 +31,7 @@ from devstack import model_repos
 from devstack.hub_server import HubServer
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
+from devstack.product import BridgeLauncher
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, parse_index
 from servingops.activities.catalog.names import public_name
@@ -38,7 +39,6 @@ from servingops.activities.catalog.store import CURRENT_TAG, catalog_repository
 from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.contract import Query, catalog_schedule_id, catalog_workflow_id
 from servingops.runtime.temporal import TemporalSettings, connect
-from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.hub import HubRepos
 from tests.fixtures.kube import own_identities
 

@@ -30,13 +30,13 @@ from kubernetes.client.exceptions import ApiException
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.members import PROJECT_CRDS
 from devstack.process import ManagedProcess
+from devstack.product import BridgeLauncher
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.catalog.remote import parse_index
 from servingops.activities.catalog.store import REMOTE_INDEX_MEDIA_TYPE, catalog_repository
 from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.deckhouse.model import ClusterModel
 from servingops.ingress.catalog_endpoint import DEFAULT_CLIENTS_SECRET, CatalogEndpointServer, serve
-from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.kube import own_identities
 from tests.secret_scan import register_token
 from tests.support.catalog_remote import REPOSITORY, Pki, Pushed, catalog_cluster_model, catalog_secret, pki, push_model

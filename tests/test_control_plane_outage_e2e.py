@@ -29,14 +29,14 @@ from kubernetes import client
 from devstack.hub_server import HubServer
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
+from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.serving.render import LABEL_NAME
-from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.hub import HubRepos
 from tests.fixtures.kube import PROJECT_CRDS, own_identities
 from tests.rollout_live import NEW_IMAGE, OLD_IMAGE, LiveIsvc, LiveStack, canary, component
 from tests.support.import_resume import TEST_SHAPES, assert_artifact_matches, spool_weight_bytes
-from tests.support.model_import import REPOSITORY, start_worker
+from tests.support.model_import import REPOSITORY
 
 pytestmark = pytest.mark.e2e
 

@@ -18,10 +18,10 @@ from devstack.hub_server import HubServer
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess, free_port
+from devstack.product import BridgeLauncher, BridgeProcess, start_worker
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
-from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
 from tests.fixtures.hub import HubRepos
-from tests.support.model_import import GROUP, VERSION, start_worker
+from tests.support.model_import import GROUP, VERSION
 
 pytestmark = pytest.mark.e2e
 

@@ -18,6 +18,7 @@ from devstack.hub_server import HubServer
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
+from devstack.product import start_worker
 from devstack.services import OciRegistry, TemporalDevServer
 from tests.fixtures.hub import HubRepos
 from tests.support.import_resume import (
@@ -28,7 +29,7 @@ from tests.support.import_resume import (
     kill_mid_import,
     process_written_bytes,
 )
-from tests.support.model_import import REPOSITORY, Stack, stack, start_worker
+from tests.support.model_import import REPOSITORY, Stack, stack
 
 pytestmark = pytest.mark.e2e
 

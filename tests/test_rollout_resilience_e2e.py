@@ -33,13 +33,12 @@ from devstack.hub_server import HubServer
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
+from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 from servingops.api_models.ome import InferenceService
 from tests.crd_helpers import create, manifest
-from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.kube import own_identities
 from tests.metrics_exporter import Exporter
-from tests.support.model_import import start_worker
 from tests.support.rollout_stack import route_weights
 from tests.support.waiting import wait_until
 

@@ -31,6 +31,7 @@ from temporalio.testing import ActivityEnvironment
 from devstack import identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
+from devstack.product import BridgeLauncher
 from devstack.services import TemporalDevServer
 from servingops.activities.workload_cluster.activities import (
     REFUSAL_IS_VERDICT_FROM,
@@ -41,7 +42,6 @@ from servingops.activities.workload_cluster.types import CheckInput
 from servingops.api_models.contract.workload_cluster import RECHECK_ANNOTATION
 from servingops.api_models.ome.workload_cluster import WorkloadCluster
 from servingops.api_models.refs import ObjectRef
-from tests.fixtures.bridge import BridgeLauncher
 from tests.fixtures.kube import own_identities
 from tests.support.waiting import wait_until
 

@@ -1,11 +1,10 @@
-"""The model-import stack of the end-to-end tests: a worker process as the chart's identity (start_worker), and
-the module fixture `stack` (worker + bridge for Model / ClusterModel, a namespace of its own)."""
+"""The model-import stack of the end-to-end tests: the module fixture `stack` (a worker as the chart's identity
+and a bridge for Model / ClusterModel, a namespace of its own)."""
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,12 +20,13 @@ from temporalio.client import Client
 
 from devstack.hub_server import HubServer
 from devstack.identities import Identities
-from devstack.kube import REPO_ROOT, LocalKubeCluster
+from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess, find_binary
+from devstack.product import BridgeLauncher, BridgeProcess, start_worker
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.api_models.contract import Query, model_workflow_id
 from servingops.runtime.temporal import TemporalSettings, connect
-from tests.fixtures.bridge import BridgeLauncher, BridgeProcess
+from tests.support.waiting import wait_until
 
 REPOSITORY = "servingops/models"
 
@@ -64,15 +64,10 @@ class Stack:
             raise
 
     def wait_phase(self, plural: str, name: str, phases: tuple[str, ...], timeout: float = 240) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        obj: dict[str, Any] | None = None
-        while time.monotonic() < deadline:
-            obj = self.get(plural, name)
-            if obj and (obj.get("status") or {}).get("phase") in phases:
-                return obj
-            time.sleep(0.5)
-        raise AssertionError(f"{plural}/{name} never reached {phases}: {(obj or {}).get('status')}\n"
-                             f"worker log:\n{self.worker.log_tail(60)}")
+        return wait_until(f"{plural}/{name} reaching {phases}",
+                          lambda: (obj := self.get(plural, name)) and (obj.get("status") or {}).get("phase") in phases
+                          and obj, self.worker, timeout=timeout,
+                          detail=lambda: f"status: {(self.get(plural, name) or {}).get('status')}")
 
     def model(self, name: str, source: dict[str, Any], cluster_scoped: bool = False) -> dict[str, Any]:
         meta: dict[str, Any] = {"name": name}
@@ -99,21 +94,6 @@ class Stack:
         handle = self.temporal.get_workflow_handle(model_workflow_id(meta.get("namespace"), meta["name"], meta["uid"]))
         state: dict[str, Any] = await handle.query(Query.STATE, result_type=dict)
         return state
-
-
-def start_worker(cluster: LocalKubeCluster, temporal: TemporalDevServer, registry: OciRegistry, hub: HubServer,
-                 task_queue: str, spool: Path, logs: Path, host_id: str,
-                 extra_env: dict[str, str] | None = None, *, identities: Identities) -> ManagedProcess:
-    """A worker process talking to the apiserver as `identities` (the chart's worker, its upload
-    endpoint as the chart's uploads identity), so a call the chart does not allow fails the test."""
-    env = {**identities.worker_env(), **(extra_env or {}), "TEMPORAL_ADDRESS": temporal.address,
-           "HF_ENDPOINT": hub.url, "SERVINGOPS_REGISTRY": registry.address, "SERVINGOPS_OLLAMA_REGISTRY": registry.url,
-           "SERVINGOPS_SPOOL_DIR": str(spool), "SERVINGOPS_TASK_QUEUE": task_queue, "SERVINGOPS_HOST_ID": host_id,
-           "HF_HUB_DISABLE_TELEMETRY": "1"}
-    worker = ManagedProcess(f"worker-{host_id}", [sys.executable, "-m", "servingops.workers.main"], logs, env=env,
-                            cwd=REPO_ROOT).start()
-    worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
-    return worker
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,8 @@ from devstack.hub_server import HubServer
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
+from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, TemporalDevServer
-from tests.fixtures.bridge import BridgeLauncher
-from tests.support.model_import import start_worker
 
 
 @contextlib.contextmanager
