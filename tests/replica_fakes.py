@@ -73,6 +73,7 @@ from servingops.api_models.operator_config import LifecycleDefaults, OperatorDef
 from servingops.api_models.refs import ObjectRef
 
 NAMESPACE = "team-a"
+LEDGER_BOUND = ledger.BOUND_BYTES
 NAME = "engine-set"
 
 
@@ -185,6 +186,10 @@ class FakeReplicaCluster:
     """(type, reason, message) of every kube.emit_event (the migration workflow's Events)."""
     omenative: bool = True
     """migration.resolve: the component is served by this replica (False: it is not OMENative)."""
+    isvc_uid: str = "isvc-uid"
+    """The parent InferenceService `svc`'s uid (tests/support/migration_world.py ISVC)."""
+    isvc_gone: bool = False
+    """The InferenceService is deleted: resolve answers InferenceServiceNotFound, remove_request False."""
     endpoint_log: list[tuple[float, str]] = field(default_factory=list)
     """(time, pod) of every pod deleted while the fake EndpointSlices still listed it Ready."""
     ledger: dict[str, str] = field(default_factory=dict)
@@ -194,6 +199,8 @@ class FakeReplicaCluster:
     ledger_dropped: int = 0
     ledger_broken: bool = False
     """migration.archive fails (a ledger the worker cannot write)."""
+    ledger_bound: int = LEDGER_BOUND
+    """The ledger's size bound (MigrationActivities' ledger_bound)."""
 
     @property
     def ref(self) -> ObjectRef:
@@ -305,6 +312,7 @@ class FakeReplicaCluster:
 
     def _view(self, pod: FakePod, now: float) -> PodView:
         ready = self._ready(pod, now)
+        placed = not pod.gated and pod.node is not None
         since = None
         if ready:
             # When Ready last turned True: the containers (again, after a restart) or the gate, last.
@@ -320,8 +328,10 @@ class FakeReplicaCluster:
         return PodView(name=pod.name, uid=pod.uid, index=pod.index, slot=pod.slot, runner=pod.runner,
                        worker=pod.worker, incarnation=pod.incarnation, revision=pod.revision,
                        node=None if pod.gated else pod.node,
-                       phase="Failed" if pod.failed else "Running" if not pod.gated else "Pending",
-                       scheduled=not pod.gated, gated=pod.gated, queue=pod.queue,
+                       phase="Failed" if pod.failed else "Running" if placed else "Pending",
+                       # No node fits: the scheduler says PodScheduled False, Unschedulable.
+                       scheduled=placed, unschedulable=not pod.gated and pod.node is None,
+                       gated=pod.gated, queue=pod.queue,
                        admission=pod.admission if pod.gated else None,
                        containers_ready=self._containers_ready(pod, now),
                        ready=ready, ready_since=since, serving=pod.serving, deleting=pod.deleted is not None,
@@ -628,7 +638,7 @@ class FakeReplicaCluster:
             if cluster.ledger_broken:
                 raise RuntimeError("the ledger ConfigMap cannot be written")
             merged, dropped = ledger.merge(cluster.ledger, ledger.entries(
-                write.replica.namespace or "", write.replica.name, write.records))
+                write.replica.namespace or "", write.replica.name, write.records), cluster.ledger_bound)
             if merged == cluster.ledger:
                 return LedgerWritten(changed=False)
             cluster.ledger, cluster.ledger_writes = merged, cluster.ledger_writes + 1
@@ -646,6 +656,10 @@ class FakeReplicaCluster:
 
         @activity.defn(name="migration.resolve")
         async def resolve(request: ResolveInput) -> Resolved:
+            isvc = request.isvc
+            if cluster.isvc_gone or isvc.name != "svc" or (isvc.uid and isvc.uid != cluster.isvc_uid):
+                return Resolved(refused="InferenceServiceNotFound",
+                                message=f"InferenceService {isvc.namespace}/{isvc.name} is gone")
             if request.component != cluster.spec["component"]:
                 return Resolved(refused="ComponentNotFound",
                                 message=f"InferenceService {NAMESPACE}/svc has no component {request.component!r}")
@@ -664,6 +678,8 @@ class FakeReplicaCluster:
 
         @activity.defn(name="migration.remove_request")
         async def remove_request(removal: RequestRemoval) -> bool:
+            if cluster.isvc_gone:
+                return False
             return cluster.isvc_annotations.pop(removal.annotation, None) is not None
 
         @activity.defn(name="kube.emit_event")

@@ -68,7 +68,7 @@ async def served(env: WorkflowEnvironment, world: FakeBaseModelWorld) -> AsyncIt
 
 
 async def delete(handle: WorkflowHandle[Any, Any], world: FakeBaseModelWorld) -> None:
-    world.deleting = True
+    world.start_deleting()
     await handle.signal("delete", {"uid": world.uid, "generation": world.generation, "resource_version": "9",
                                    "deleting": True})
 

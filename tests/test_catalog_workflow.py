@@ -34,8 +34,10 @@ from tests.catalog_fakes import (
     FakeCatalogWorld,
     complete,
     entries,
-    failure,
+    hub_unreachable,
+    remote_credentials_rejected,
     remote_index,
+    token_rejected,
     yielded,
 )
 from tests.histories.record import start_env
@@ -160,8 +162,7 @@ async def test_a_spent_refresh_budget_yields_and_continues_where_it_stopped(runn
 
 
 def failing_world() -> FakeCatalogWorld:
-    down = failure("SourceUnavailable", "listing the models of devstack: ConnectError: connection refused",
-                   permanent=False)
+    down = hub_unreachable("devstack")
     answers: list[Answer] = [complete(entries("a", "b")), *[down] * 6, complete(entries("a", "b"))]
     return FakeCatalogWorld(answers=answers)
 
@@ -177,7 +178,7 @@ async def test_a_provider_failure_backs_off_keeps_the_last_revision_and_recovers
     failed_at = await running.env.get_current_time()
     assert first_retry is not None and timedelta(seconds=20) <= first_retry - failed_at <= timedelta(seconds=31)
     assert world.status["catalogRevision"] == revision and world.status["entryCount"] == 2
-    assert "connection refused" in world.ready_message() and "retrying at" in world.ready_message()
+    assert "Connection refused" in world.ready_message() and "retrying at" in world.ready_message()
     assert len(world.index_calls) == 1 + 3, "the activity's own quick retries: three attempts"
     # A tick during the backoff does nothing; the durable timer retries, and the delay doubles.
     await running.tick()
@@ -198,8 +199,7 @@ async def test_a_provider_failure_backs_off_keeps_the_last_revision_and_recovers
 
 
 def wrong_token_world() -> FakeCatalogWorld:
-    denied = failure("SourceAccessDenied", "checking the source's token: HTTP 401, the token is invalid",
-                     permanent=True)
+    denied = token_rejected()
     world = FakeCatalogWorld(answers=[denied])
     world.spec["huggingFace"] = {"tokenSecretName": "hub-token"}
     return world
@@ -295,8 +295,7 @@ async def test_a_catalog_type_source_stores_the_remote_index(running: Running) -
 
 
 @pytest.mark.parametrize("running", [remote_world(
-    failure("CatalogCredentialsRejected", "GET https://catalog.example.com/catalog/v1/index: HTTP 401",
-            permanent=True), remote_index("a"))], indirect=True)
+    remote_credentials_rejected("hub", "https://catalog.example.com"), remote_index("a"))], indirect=True)
 async def test_a_catalog_type_failure_is_its_reason_with_a_next_retry(running: Running) -> None:
     world = running.world
     await until(running.env, lambda: world.ready() == ("False", "CatalogCredentialsRejected"), what="rejected")

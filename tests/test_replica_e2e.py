@@ -1,22 +1,37 @@
 """The InferenceReplica engine end to end: worker and bridge as processes under the chart's
 identities, the local cluster with kwok playing the kubelets (its stages make pods fail, restart or
-stay unready: devstack/kube.py). Every behaviour the time-skipping tests prove on the fake
-(tests/test_replica_workflow.py) is shown here once on the real apiserver.
+stay unready: devstack/kube.py). What the time-skipping tests prove on the fake
+(tests/test_replica_workflow.py) is shown here on the real apiserver for:
+
+- Instances, their pods, headless Service and ControllerRevision, status, and the scale subresource;
+- SurgeThenDrain never leaving fewer Instances in rotation than desired; RecreatePod holding
+  maxUnavailable;
+- InPlaceIfPossible patching the pods of an image-only change (same pods) and recreating them for
+  any other change; InPlaceOnly holding a change it cannot apply (rolloutHold Held, a Held
+  RetryBlock, FailedUpdate with the reason, a Warning InPlaceUpdateImpossible) with the pods untouched;
+- a failed pod and a gang that lost a worker recreated; a container restart after Ready recreating
+  the Instance only under RecreateInstanceOnPodRestart;
+- partition and rollbackToRevision; a failing revision's backoff surviving a worker restart;
+- Recover repairing while paused and Freeze not; a worker killed during operations duplicating
+  nothing; a ResourceQuota refusal parking the Create; revisionHistoryLimit pruning;
+- a replica rendered from a runtime, held while its model does not exist.
 
 While a rollout runs, a sampler thread reads the pods every 100 ms and counts the Instances whose
 every pod is Ready and in rotation (ome.io/serving True): the budget is checked against every
 sample, not only the end state."""
-
 from __future__ import annotations
 
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
 import pytest
 from kubernetes import client
 
-from devstack.kube import POD_UNREADY_ANNOTATION
+from devstack.kube import POD_RESTART_ANNOTATION, POD_UNREADY_ANNOTATION
 from devstack.process import ManagedProcess
 from servingops.api_models.ome.instance_keys import INCARNATION_LABEL, INSTANCE_LABEL, REPLICA_LABEL, SERVING_GATE
 from tests.support.replica_stack import (
@@ -29,18 +44,11 @@ from tests.support.replica_stack import (
     runner,
     serving_instances,
 )
+from tests.support.waiting import wait_until
 
 __all__ = ["replica_stack"]  # the fixture, reused
 pytestmark = pytest.mark.e2e
-
-
-
-
-
-
-
-
-
+T = TypeVar("T")
 
 
 class Sampler:
@@ -67,8 +75,6 @@ class Sampler:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-
-
 
 
 def new(api: client.ApiClient, stack: tuple[str, ManagedProcess], prefix: str) -> Replica:
@@ -133,6 +139,93 @@ def test_recreate_update_holds_max_unavailable(kube_api: client.ApiClient,
     assert all(row["incarnation"] == 1 for row in r.rows())
 
 
+def _uids(r: Replica) -> dict[str, str]:
+    return {p.metadata.name: p.metadata.uid for p in r.pods()}
+
+
+def _seen(r: Replica) -> str:
+    """The replica's status and its pods, for a failure message."""
+    pods = [(p.metadata.name, p.metadata.uid[:8], p.spec.containers[0].image, dict(p.metadata.labels),
+             {c.type: c.status for c in p.status.conditions or []}) for p in r.pods()]
+    return f"status: {r.status}\npods: {pods}"
+
+
+def _wait(r: Replica, what: str, probe: Callable[[], T], timeout: float = 120) -> T:
+    """Replica.wait, failing with the status and the pods."""
+    return wait_until(f"{r.name}: {what}", probe, r.worker, timeout, detail=lambda: _seen(r))
+
+
+def _events(r: Replica, reason: str) -> list[client.CoreV1Event]:
+    items = r.core.list_namespaced_event(
+        r.ns, field_selector=f"involvedObject.kind=InferenceReplica,involvedObject.name={r.name}").items
+    return [e for e in items if e.reason == reason]
+
+
+def test_in_place_when_only_the_image_changes_and_recreate_otherwise(
+        kube_api: client.ApiClient, replica_stack: tuple[str, ManagedProcess]) -> None:
+    """InPlaceIfPossible: an image-only change patches the running pods (same uids, incarnation 0);
+    an env change cannot be applied in place, so the Instances are recreated (incarnation 1)."""
+    r = new(kube_api, replica_stack, "inplace")
+    r.create(replicas=2, lifecycle={"updateStrategy": {"type": "InPlaceIfPossible",
+                                                       "rollingUpdate": {"maxUnavailable": 1}}})
+    first = r.settle(2)["updateRevision"]
+    uids = _uids(r)
+    assert sorted(uids) == [f"{r.name}-0", f"{r.name}-1"]
+
+    r.patch({"runners": [runner(image="vllm/vllm-openai:v0.10")]})
+    second = _wait(r, "updated in place", lambda: (s := r.status).get("updateRevision") != first
+                    and s.get("updatedReplicas") == 2 and r.settled(2, s["updateRevision"]) and s["updateRevision"])
+    assert _uids(r) == uids, "an image-only change must patch the pods, not replace them"
+    for pod in r.pods():
+        assert pod.spec.containers[0].image == "vllm/vllm-openai:v0.10", pod.metadata.name
+        assert pod.metadata.labels["controller-revision-hash"] == second, pod.metadata.name
+        assert pod.metadata.labels[INCARNATION_LABEL] == "0", pod.metadata.name
+    assert all(row.get("incarnation", 0) == 0 and row["runningRevision"] == second for row in r.rows()), r.rows()
+
+    r.patch({"runners": [runner(image="vllm/vllm-openai:v0.10", env="b")]})
+    third = _wait(r, "an env change recreates", lambda: (s := r.status).get("updateRevision") not in (first, second)
+                   and all(row.get("incarnation") == 1 for row in r.rows()) and r.settled(2, s["updateRevision"])
+                   and s["updateRevision"])
+    pods = r.pods()
+    assert not set(_uids(r).values()) & set(uids.values()), "an env change must recreate the pods"
+    assert {p.metadata.labels[INCARNATION_LABEL] for p in pods} == {"1"}
+    assert {p.metadata.labels["controller-revision-hash"] for p in pods} == {third}
+    assert all({e.name: e.value for e in p.spec.containers[0].env}["MODE"] == "b" for p in pods)
+
+
+def test_in_place_only_holds_a_change_it_cannot_apply(kube_api: client.ApiClient,
+                                                      replica_stack: tuple[str, ManagedProcess]) -> None:
+    """InPlaceOnly: an env change cannot be applied in place; the rollout is held on it (rolloutHold
+    Held, a Held RetryBlock, FailedUpdate True, a Warning InPlaceUpdateImpossible) with the reason,
+    every Instance keeps running the first revision, and at least one serves throughout."""
+    r = new(kube_api, replica_stack, "inplaceonly")
+    r.create(replicas=2, lifecycle={"updateStrategy": {"type": "InPlaceOnly", "rollingUpdate": {"maxUnavailable": 1}}})
+    first = r.settle(2)["updateRevision"]
+    uids = _uids(r)
+    with Sampler(r) as sampler:
+        r.patch({"runners": [runner(env="b")]})
+        hold = _wait(r, "held", lambda: (h := r.status.get("rolloutHold") or {}).get("gate") == "Held" and h)
+        _wait(r, "the Instances back in rotation on the first revision",
+               lambda: all(row["runningRevision"] == first and "operation" not in row for row in r.rows())
+               and serving_instances(r.pods()) == 2)
+    status = r.status
+    second = status["updateRevision"]
+    assert second != first
+    assert "InPlaceOnly cannot apply" in hold["reason"] and "env" in hold["reason"], hold
+    assert hold.get("target") == second, hold
+    assert [b["state"] for b in status["retryBlocks"]] == ["Held"], status["retryBlocks"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["FailedUpdate"]["status"] == "True", conditions["FailedUpdate"]
+    assert conditions["FailedUpdate"]["reason"] == "RetryBlockHeld", conditions["FailedUpdate"]
+    assert "InPlaceOnly cannot apply" in conditions["FailedUpdate"]["message"], conditions["FailedUpdate"]
+    assert status["currentRevision"] == first
+    assert _uids(r) == uids, "InPlaceOnly must never recreate a pod"
+    assert all({e.name: e.value for e in p.spec.containers[0].env}["MODE"] == "a" for p in r.pods())
+    assert min(sampler.samples) >= 1, f"a sample saw no serving Instance: {min(sampler.samples)}"
+    warnings = _wait(r, "a Warning InPlaceUpdateImpossible", lambda: _events(r, "InPlaceUpdateImpossible"))
+    assert all(e.type == "Warning" and "InPlaceOnly cannot apply" in e.message for e in warnings), warnings
+
+
 def test_pod_failure_and_gang_loss_recreate(kube_api: client.ApiClient,
                                             replica_stack: tuple[str, ManagedProcess]) -> None:
     from devstack.kube import POD_FAIL_ANNOTATION
@@ -157,6 +250,60 @@ def test_pod_failure_and_gang_loss_recreate(kube_api: client.ApiClient,
     g.core.delete_namespaced_pod(f"{g.name}-0-w2", g.ns, grace_period_seconds=0)
     g.wait("the gang recreated whole", lambda: g.rows() and g.rows()[0].get("incarnation") == 1 and g.settled(1))
     assert {p.metadata.labels[INCARNATION_LABEL] for p in g.pods()} == {"1"}
+
+
+def _restart_pod(r: Replica, pod: str) -> None:
+    """kwok reports the pod's first container OOM-killed once, then running again (devstack/kube.py)."""
+    r.core.patch_namespaced_pod(pod, r.ns, {"metadata": {"annotations": {POD_RESTART_ANNOTATION: "1"}}})
+
+
+def _restarts(r: Replica, pod: str) -> int | None:
+    """The first container's restartCount of a live pod (None: no such pod, or no status yet)."""
+    found = next((p for p in r.pods() if p.metadata.name == pod), None)
+    statuses = (found.status.container_statuses or []) if found is not None else []
+    return statuses[0].restart_count if statuses else None
+
+
+def _past_ready_since(r: Replica) -> None:
+    """kwok stamps a restart with whole seconds, like readySince: a restart in the same second as
+    readySince would read as boot; wait until the clock is past that second."""
+    since = datetime.fromisoformat(r.rows()[0]["readySince"].replace("Z", "+00:00"))
+    _wait(r, "a second past readySince", lambda: datetime.now(UTC) >= since + timedelta(seconds=1.5))
+
+
+def test_restart_after_ready_recreates_only_with_the_policy(kube_api: client.ApiClient,
+                                                            replica_stack: tuple[str, ManagedProcess]) -> None:
+    """RecreateInstanceOnPodRestart: a container restart after Ready recreates the Instance
+    (incarnation 1, a new pod). Without it (single pod: policy None) the same restart leaves the
+    Instance and its pod alone."""
+    r = new(kube_api, replica_stack, "restart")
+    r.create(replicas=1, lifecycle={"restartPolicy": "RecreateInstanceOnPodRestart"})
+    r.settle(1)
+    pod = f"{r.name}-0"
+    [before] = _uids(r).values()
+    _past_ready_since(r)
+    _restart_pod(r, pod)
+    _wait(r, "recreated on restart", lambda: r.rows() and r.rows()[0].get("incarnation") == 1 and r.settled(1))
+    pods = r.pods()
+    assert [p.metadata.labels[INCARNATION_LABEL] for p in pods] == ["1"]
+    assert pods[0].metadata.uid != before
+    row = r.rows()[0]
+    assert row["lastFailure"]["podName"] == pod and row["lastFailure"].get("reason") == "OOMKilled", row
+
+    n = new(kube_api, replica_stack, "norestart")
+    n.create(replicas=1)  # a single-pod Instance: restartPolicy None by default
+    n.settle(1)
+    [kept] = _uids(n).values()
+    _past_ready_since(n)
+    _restart_pod(n, f"{n.name}-0")
+    _wait(n, "the restart reported on the pod", lambda: _restarts(n, f"{n.name}-0") == 1)
+    # What a recreate would show within seconds above must not happen here.
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        assert n.rows()[0].get("incarnation", 0) == 0, n.rows()
+        assert list(_uids(n).values()) == [kept], "the pod was replaced without the policy"
+        time.sleep(0.5)
+    assert n.settled(1), n.status
 
 
 def test_partition_and_rollback(kube_api: client.ApiClient, replica_stack: tuple[str, ManagedProcess]) -> None:
@@ -251,7 +398,6 @@ def test_worker_killed_during_operations_duplicates_nothing(
     assert all(row["incarnation"] == 1 for row in r.rows()), r.rows()
     assert all(len(uids) <= 2 for uids in seen.values()), {n: len(u) for n, u in seen.items()}
     assert len(r.pods()) == 3
-
 
 
 def test_quota_refusal_parks_the_operation(kube_api: client.ApiClient,

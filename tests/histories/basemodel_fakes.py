@@ -46,6 +46,8 @@ class FakeBaseModelWorld(FakeModelWorld):
     writes: list[dict[str, Any]] = field(default_factory=list)
     """Every StatusPatch as sent."""
     fill_calls: int = 0
+    gone: bool = False
+    """The object is deleted (its finalizer removed): read answers None, writes answer gone."""
 
     def __post_init__(self) -> None:
         if self.kind == "BaseModel":
@@ -70,6 +72,12 @@ class FakeBaseModelWorld(FakeModelWorld):
         self.spec.update(changes)
         self.generation += 1
 
+    def start_deleting(self) -> None:
+        """A user's delete held by the finalizer: deletionTimestamp set, and (as the apiserver does for
+        a custom object) the generation moves with it."""
+        self.deleting = True
+        self.generation += 1
+
     def activities(self) -> list[Callable[..., Any]]:
         world = self
         inherited = [a for a in super().activities()
@@ -81,6 +89,8 @@ class FakeBaseModelWorld(FakeModelWorld):
         @activity.defn(name="kube.patch_status")
         async def patch_status(patch: dict[str, Any]) -> bool:
             called("kube.patch_status")
+            if world.gone:
+                return False  # the real one: False once the object is gone, no Event recorded
             world.writes.append(copy.deepcopy(patch))
             world.statuses.append(dict(patch.get("status") or {}))
             world.conditions.extend(patch.get("conditions") or [])
@@ -95,6 +105,8 @@ class FakeBaseModelWorld(FakeModelWorld):
         @activity.defn(name="basemodel.read")
         async def read(ref: dict[str, Any]) -> dict[str, Any] | None:
             called("basemodel.read")
+            if world.gone:
+                return None
             return {"generation": world.generation, "deleting": world.deleting,
                     "storage": copy.deepcopy(world.spec.get("storage") or {}),
                     "artifact": world.annotations.get(ARTIFACT),
@@ -105,6 +117,8 @@ class FakeBaseModelWorld(FakeModelWorld):
         async def fill_spec(request: dict[str, Any]) -> dict[str, Any]:
             called("basemodel.fill_spec")
             world.fill_calls += 1
+            if world.gone:
+                return {"generation": None, "filled": []}
             changes = spec_changes(world.spec, DerivedMetadata.model_validate(request["derived"]))
             if changes:
                 world.spec.update(changes)
@@ -114,6 +128,8 @@ class FakeBaseModelWorld(FakeModelWorld):
         @activity.defn(name="basemodel.annotate")
         async def annotate(request: dict[str, Any]) -> bool:
             called("basemodel.annotate")
+            if world.gone:
+                return False
             if request.get("value") is None:
                 world.annotations.pop(ARTIFACT, None)
             else:
@@ -123,7 +139,10 @@ class FakeBaseModelWorld(FakeModelWorld):
         @activity.defn(name="basemodel.node_reports")
         async def node_reports(request: dict[str, Any]) -> list[dict[str, Any]]:
             called("basemodel.node_reports")
-            return copy.deepcopy(world.reports)
+            # As the real one answers them: by node name, the message cut at 512 characters.
+            return [{"node": r["node"], "status": str(r.get("status", "")), "digest": str(r.get("digest") or ""),
+                     "message": str(r.get("message") or "")[:512]}
+                    for r in sorted(world.reports, key=lambda r: r["node"])]
 
         @activity.defn(name="basemodel.check_pvc")
         async def check_pvc(request: dict[str, Any]) -> dict[str, Any]:
@@ -135,8 +154,9 @@ class FakeBaseModelWorld(FakeModelWorld):
         async def resolve_tag(request: dict[str, Any]) -> str:
             called("basemodel.resolve_tag")
             if request["tag"] not in world.tags:
-                raise ApplicationError(f"{request['target']['address']}: no such tag", type="SourceNotFound",
-                                       non_retryable=True)
+                target = request["target"]
+                raise ApplicationError(f"{target['address']}/{target['repository']}:{request['tag']}: no such tag "
+                                       "in the registry", type="SourceNotFound", non_retryable=True)
             return world.tags[request["tag"]]
 
         return [*inherited, patch_status, artifact_referenced, read, fill_spec, annotate, node_reports, check_pvc,

@@ -93,6 +93,10 @@ class Outcome:
     failure: Failure | None = None
     draining: set[str] = field(default_factory=set)
     """Pods the gate must keep out of rotation this pass."""
+    rejoining: set[str] = field(default_factory=set)
+    """Pods of an in-place update found all patched at its Patch step (markNotReadyDuringLifecycle):
+    free to rejoin rotation this pass. Before the `in-place-rejoin` patch they were kept draining
+    (the planner still does so for histories recorded before it)."""
 
 
 def canonical_pods(row: OMENativeInstanceStatus, view: InstanceView, life: Lifecycle) -> list[PodView]:
@@ -339,11 +343,20 @@ def _advance_in_place(out: Outcome, op: InstanceOperation, view: InstanceView, l
         op = row.operation  # type: ignore[assignment]
     assert op is not None
     if op.step == "Patch":
-        if life.mark_not_ready:
-            out.draining = {pod.name for pod in pods}
         if behind:
+            if life.mark_not_ready:
+                out.draining = {pod.name for pod in pods}
             out.commands.extend(PatchInPlace(index=row.index or 0, pod=pod.name, revision=target) for pod in behind)
             return
+        if life.mark_not_ready:
+            # Out of rotation only while a patch is still to land: a pass that finds every pod
+            # patched goes on to WaitReady (and may finish) at once, and its pods must then be free
+            # to rejoin through the gate. Kept draining here they stayed out until the next resync
+            # (5 min) once the update finished in this pass: nothing on the pod changes afterwards,
+            # so no pod event wakes another pass (seen end to end: ome.io/serving False on a Ready
+            # Instance, the rollout held on Budget). The planner keeps them draining for older
+            # histories.
+            out.rejoining = {pod.name for pod in pods}
         _step(row, op, "WaitReady", now, deadline=_deadline(now, life))
         op = row.operation  # type: ignore[assignment]
     assert op is not None

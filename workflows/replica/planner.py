@@ -84,6 +84,9 @@ class Pass:
     """status.migrations after this pass (workflows/replica/migrate.py)."""
     relocated: int = 0
     """Instances relocated this pass (Trigger Auto) instead of failing."""
+    rejoined: int = 0
+    """In-place updates whose pods were let back into rotation on the pass that found them patched
+    (Inputs.in_place_rejoin; operations.Outcome.rejoining)."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,9 @@ class Inputs:
     auto_relocate: bool = False
     """An Instance not Ready on its node by its deadline is recreated away from it (migrate.relocation)
     instead of failing; off for histories recorded before it (the workflow's patch)."""
+    in_place_rejoin: bool = False
+    """The pods of an in-place update found all patched rejoin rotation on that same pass; off, they
+    stay draining for it (as before the workflow's `in-place-rejoin` patch)."""
 
 
 def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
@@ -156,6 +162,10 @@ def plan(inputs: Inputs) -> Pass:
             continue
         result = advance_operation(row, view(index), life, now)
         draining |= result.draining
+        if result.rejoining:
+            out.rejoined += 1
+            if not inputs.in_place_rejoin:
+                draining |= result.rejoining
         out.commands.extend(result.commands)
         relocated = None
         if result.failure is not None and inputs.auto_relocate and op.type in (

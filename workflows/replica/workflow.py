@@ -241,11 +241,15 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
             op_prefix=f"g{seen.generation}p{workflow.info().run_id[:8]}.{state.passes}",
             in_place_held=state.in_place_held.get(target), migrations=tuple(state.migrations),
             caps=caps, ready_endpoints=endpoints, cancel=frozenset(state.migration_cancels),
-            migration_never=never, auto_relocate=True)
+            migration_never=never, auto_relocate=True, in_place_rejoin=True)
         decided = planner.plan(inputs)
         if decided.relocated and not workflow.patched("auto-relocation"):
             # A history from before automatic relocation failed the Instance in place: plan it so.
-            decided = planner.plan(dataclasses.replace(inputs, auto_relocate=False))
+            inputs = dataclasses.replace(inputs, auto_relocate=False)
+            decided = planner.plan(inputs)
+        if decided.rejoined and not workflow.patched("in-place-rejoin"):
+            # A history from before it kept an in-place update's patched pods draining on this pass.
+            decided = planner.plan(dataclasses.replace(inputs, in_place_rejoin=False))
         state.migration_cancels = []
         state.migrations = decided.migrations
         state.rows = [decided.rows[i] for i in sorted(decided.rows)]
