@@ -37,7 +37,7 @@ from devstack.process import find_binary
 from devstack.services import OciRegistry
 from servingops.activities.oci.registry_client import MiB
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
-from tests.node_agent_support import (
+from testkit.node_agent import (
     CountingProxy,
     agent_process,
     create_model,

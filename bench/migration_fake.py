@@ -1,4 +1,4 @@
-"""Migration benchmark on the fake cluster (tests/replica_fakes.py) and Temporal's time-skipping
+"""Migration benchmark on the fake cluster (testkit/replica_fakes.py) and Temporal's time-skipping
 test server: the real InferenceReplicaWorkflow and MigrationWorkflow, a simulated apiserver and
 kubelet (containers ready `--ready-delay` s after create, pods gone 1 s after delete, EndpointSlices
 lagging `--endpoint-lag` s behind the serving gate).
@@ -23,8 +23,8 @@ import time
 from datetime import datetime
 
 from servingops.api_models.operator_config import LifecycleDefaults
-from tests.rollout_harness import start_env
-from tests.support.migration_world import stack
+from testkit.migration_world import stack
+from testkit.rollout_harness import start_env
 
 
 def _at(text: str) -> datetime:

@@ -47,7 +47,7 @@ from devstack.process import ManagedProcess
 from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.runtime.temporal import TemporalSettings, connect
-from tests.support.import_resume import (
+from testkit.import_resume import (
     KILL_AT,
     TransferReport,
     hub_served_bytes,
@@ -55,7 +55,7 @@ from tests.support.import_resume import (
     peak_rss_bytes,
     process_written_bytes,
 )
-from tests.support.model_import import Stack
+from testkit.model_import import Stack
 
 REPO_ID = "bench/llama-synthetic"
 BASELINE_REPOSITORY = "baseline/llama-synthetic"

@@ -4,7 +4,7 @@ passed through), in the same run.
 
     .venv/bin/python -m bench.workflow_start [--starts 5] [--rounds 2]
 
-Each start is a PlacementWorkflow over the fake fleet (tests/placement_fakes.py) on Temporal's
+Each start is a PlacementWorkflow over the fake fleet (testkit/placement_fakes.py) on Temporal's
 time-skipping test server, timed from `start_workflow` to the first call of its first activity
 (`placement.read_source`), then terminated. The rounds alternate the two runners so a warming
 machine favours neither. Prints each runner's median and the ratio product / default.
@@ -27,8 +27,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from servingops.api_models import contract
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
-from tests.placement_fakes import NAME, NAMESPACE, FakeFleet, single, three_members
-from tests.rollout_harness import start_env
+from testkit.placement_fakes import NAME, NAMESPACE, FakeFleet, single, three_members
+from testkit.rollout_harness import start_env
 
 FIRST_ACTIVITY = "placement.read_source"
 

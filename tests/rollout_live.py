@@ -38,10 +38,10 @@ from servingops.api_models import contract
 from servingops.api_models.contract.rollout import RolloutState, ServiceView
 from servingops.api_models.ome import InferenceService
 from servingops.runtime.temporal import TemporalSettings, connect
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest
 from tests.fixtures.kube import own_identities
 from tests.support.rollout_stack import route_weights
-from tests.support.waiting import wait_until
 
 DEADLINE = 240.0
 OLD_IMAGE = "vllm/vllm-openai:v0.9"

@@ -20,11 +20,11 @@ from devstack.metrics_adapter import MetricsAdapter
 from devstack.process import ManagedProcess
 from servingops.api_models.ome import InferenceService
 from servingops.api_models.ome.instance_keys import INSTANCE_LABEL, REPLICA_LABEL
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest
 from tests.metrics_exporter import Exporter
 from tests.support.native_stack import native_stack
 from tests.support.replica_stack import Replica
-from tests.support.waiting import wait_until
 
 __all__ = ["native_stack"]  # the fixture, reused
 pytestmark = pytest.mark.e2e

@@ -1,5 +1,5 @@
 """The InferenceService workflow owns the scaler of each OMENative component (time skipping, the fake
-cluster of tests/rollout_fakes.py with its components projected onto replicas): every pass asks
+cluster of testkit/rollout_fakes.py with its components projected onto replicas): every pass asks
 serving.ensure_autoscaler for an OMENative component and never for another, and
 status.components[c].autoscaler is what the activity answers. The fake answers with the real
 status rule (autoscaler.autoscaler_status), which tests/test_autoscaler_activities.py holds the real
@@ -28,8 +28,8 @@ from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.rollout import WORKFLOWS
 from servingops.workflows.rollout.models import RolloutSettings
 from servingops.workflows.rollout.service_workflow import ServiceInput
-from tests.rollout_fakes import NAME, NAMESPACE, FakeCluster, until
-from tests.rollout_harness import start_env
+from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, until
+from testkit.rollout_harness import start_env
 
 pytestmark = pytest.mark.timeskip
 

@@ -36,8 +36,7 @@ from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.activities.sources.activities import SourceActivities
 from servingops.api_models.ome.model_keys import STATUS_CONFIGMAP_LABEL, ModelKey, ModelKind
 from servingops.api_models.refs import ObjectRef
-from tests.crd_helpers import new_namespace
-from tests.node_agent_support import (
+from testkit.node_agent import (
     REPOSITORY,
     create_model,
     delete_model,
@@ -49,6 +48,7 @@ from tests.node_agent_support import (
     unique,
     write_content,
 )
+from tests.crd_helpers import new_namespace
 
 pytestmark = pytest.mark.integration
 

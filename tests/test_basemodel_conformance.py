@@ -68,10 +68,7 @@ from servingops.api_models.errors import ErrorType
 from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION, STATUS_CONFIGMAP_LABEL, ModelKey, ModelKind
 from servingops.api_models.refs import ConditionUpdate, ObjectRef
 from servingops.workers.kubernetes_errors import classify
-from tests.crd_helpers import new_namespace
-from tests.fixtures.kube import api_as
-from tests.histories.basemodel_fakes import FakeBaseModelWorld
-from tests.node_agent_support import (
+from testkit.node_agent import (
     REPOSITORY,
     delete_node,
     make_node,
@@ -80,6 +77,9 @@ from tests.node_agent_support import (
     unique,
     write_content,
 )
+from tests.crd_helpers import new_namespace
+from tests.fixtures.kube import api_as
+from tests.histories.basemodel_fakes import FakeBaseModelWorld
 
 GROUP, VERSION = "ome.io", "v1beta1"
 CONTROLLER_NS = "servingops-system"

@@ -26,8 +26,7 @@ from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION, ModelKey, ModelKind
-from tests.fixtures.hub import HubRepos
-from tests.node_agent_support import (
+from testkit.node_agent import (
     agent_process,
     delete_model,
     delete_node,
@@ -36,8 +35,9 @@ from tests.node_agent_support import (
     node_labels,
     unique,
 )
+from testkit.waiting import wait_until
+from tests.fixtures.hub import HubRepos
 from tests.support.rollout_stack import worker_and_bridge
-from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "clusterbasemodels"

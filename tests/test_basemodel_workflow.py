@@ -23,10 +23,10 @@ from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
+from testkit.rollout_fakes import until
 from tests.histories.basemodel_fakes import ARTIFACT, FakeBaseModelWorld
 from tests.histories.model_fakes import REGISTRY, sha
 from tests.histories.record import start_env
-from tests.rollout_fakes import until
 
 pytestmark = [pytest.mark.timeskip, pytest.mark.asyncio]
 

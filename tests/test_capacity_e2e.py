@@ -28,8 +28,8 @@ from devstack.process import ManagedProcess
 from devstack.product import BridgeLauncher
 from devstack.services import TemporalDevServer
 from servingops.api_models.contract import capacity_workflow_id
+from testkit.waiting import wait_until
 from tests.fixtures.kube import own_identities
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

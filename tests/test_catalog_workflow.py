@@ -28,6 +28,7 @@ from servingops.api_models.timestamps import parse_rfc3339, rfc3339
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.catalog import rules
+from testkit.rollout_fakes import until
 from tests.catalog_fakes import (
     SCOPED,
     Answer,
@@ -41,7 +42,6 @@ from tests.catalog_fakes import (
     yielded,
 )
 from tests.histories.record import start_env
-from tests.rollout_fakes import until
 
 pytestmark = [pytest.mark.timeskip, pytest.mark.asyncio]
 

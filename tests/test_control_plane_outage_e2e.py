@@ -32,11 +32,11 @@ from devstack.process import ManagedProcess
 from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.serving.render import LABEL_NAME
+from testkit.import_resume import TEST_SHAPES, assert_artifact_matches, spool_weight_bytes
+from testkit.model_import import REPOSITORY
 from tests.fixtures.hub import HubRepos
 from tests.fixtures.kube import PROJECT_CRDS, own_identities
 from tests.rollout_live import NEW_IMAGE, OLD_IMAGE, LiveIsvc, LiveStack, canary, component
-from tests.support.import_resume import TEST_SHAPES, assert_artifact_matches, spool_weight_bytes
-from tests.support.model_import import REPOSITORY
 
 pytestmark = pytest.mark.e2e
 

@@ -20,8 +20,8 @@ from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess, free_port
 from devstack.product import BridgeLauncher, BridgeProcess, start_worker
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
+from testkit.model_import import GROUP, VERSION
 from tests.fixtures.hub import HubRepos
-from tests.support.model_import import GROUP, VERSION
 
 pytestmark = pytest.mark.e2e
 

@@ -1,6 +1,6 @@
 """The fakes behind the time-skipping migration tests (tests/test_migration_workflow.py: the
-FakeReplicaCluster of tests/replica_fakes.py with its nodes, EndpointSlices, parent InferenceService
-and audit ledger, as tests/support/migration_world.py serves them) answer as the real activities do
+FakeReplicaCluster of testkit/replica_fakes.py with its nodes, EndpointSlices, parent InferenceService
+and audit ledger, as testkit/migration_world.py serves them) answer as the real activities do
 on the local cluster: one suite, run against both.
 
 Each case drives a backend through the activities a migration calls by their names
@@ -84,11 +84,11 @@ from servingops.api_models.ome.migration import MigrationStatus
 from servingops.api_models.ome.replica import InferenceReplica
 from servingops.api_models.refs import ObjectRef
 from servingops.workers.kubernetes_errors import classify
+from testkit.migration_world import ISVC
+from testkit.replica_fakes import FakeReplicaCluster
+from testkit.rollout_harness import start_env
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
-from tests.replica_fakes import FakeReplicaCluster
-from tests.rollout_harness import start_env
-from tests.support.migration_world import ISVC
 
 DEADLINE = 90.0
 """Real seconds the local cluster may take to act (an upper bound on a loaded machine, never asserted)."""

@@ -1,5 +1,5 @@
 """Surge migration on Temporal's time-skipping test server with the fake cluster
-(tests/replica_fakes.py, with nodes and EndpointSlices): the MigrationWorkflow asks the
+(testkit/replica_fakes.py, with nodes and EndpointSlices): the MigrationWorkflow asks the
 InferenceReplicaWorkflow, which records and executes the request (workflows/replica/migrate.py).
 
 The serving count is sampled after every pod change, so a test can prove a migration never took
@@ -19,9 +19,9 @@ from servingops.api_models.ome.migration import MigrationHistoryEntry
 from servingops.api_models.operator_config import LifecycleDefaults
 from servingops.workflows.migration import history
 from servingops.workflows.replica.workflow import InferenceReplicaWorkflow, ReplicaRun
-from tests.replica_fakes import NAME, NAMESPACE, FakeReplicaCluster
-from tests.rollout_harness import start_env
-from tests.support.migration_world import ISVC, HistoryKeeper, stack
+from testkit.migration_world import ISVC, HistoryKeeper, stack
+from testkit.replica_fakes import NAME, NAMESPACE, FakeReplicaCluster
+from testkit.rollout_harness import start_env
 
 pytestmark = pytest.mark.timeskip
 

@@ -21,8 +21,9 @@ from devstack.ollama_registry import publish_ollama_model
 from devstack.services import OciRegistry
 from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.activities.uploads.sessions import record_name
+from testkit.model_import import GROUP, REPOSITORY, VERSION, Stack
 from tests.fixtures.hub import HubRepos
-from tests.support.model_import import GROUP, REPOSITORY, VERSION, Stack, stack
+from tests.support.model_import import stack
 
 __all__ = ["stack"]  # the fixture, reused
 pytestmark = pytest.mark.e2e

@@ -20,8 +20,7 @@ from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.product import start_worker
 from devstack.services import OciRegistry, TemporalDevServer
-from tests.fixtures.hub import HubRepos
-from tests.support.import_resume import (
+from testkit.import_resume import (
     TEST_SHAPES,
     TransferReport,
     assert_artifact_matches,
@@ -29,7 +28,9 @@ from tests.support.import_resume import (
     kill_mid_import,
     process_written_bytes,
 )
-from tests.support.model_import import REPOSITORY, Stack, stack
+from testkit.model_import import REPOSITORY, Stack
+from tests.fixtures.hub import HubRepos
+from tests.support.model_import import stack
 
 pytestmark = pytest.mark.e2e
 

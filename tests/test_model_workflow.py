@@ -18,9 +18,9 @@ from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
+from testkit.rollout_fakes import until
 from tests.histories.model_fakes import FakeModelWorld, sha
 from tests.histories.record import start_env
-from tests.rollout_fakes import until
 
 pytestmark = [pytest.mark.timeskip, pytest.mark.asyncio]
 

@@ -28,8 +28,7 @@ from devstack.services import OciRegistry
 from servingops.activities.oci.registry_client import MiB
 from servingops.agents.store import PARTIAL_DIR
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
-from tests.crd_helpers import new_namespace
-from tests.node_agent_support import (
+from testkit.node_agent import (
     CountingProxy,
     agent_process,
     create_model,
@@ -47,6 +46,7 @@ from tests.node_agent_support import (
     wait_for,
     write_content,
 )
+from tests.crd_helpers import new_namespace
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

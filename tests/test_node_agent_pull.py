@@ -26,8 +26,7 @@ from servingops.agents.report import Reporter
 from servingops.agents.store import MARKER, PARTIAL_DIR
 from servingops.agents.watch import KindWatcher
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
-from tests.crd_helpers import new_namespace
-from tests.node_agent_support import (
+from testkit.node_agent import (
     CountingProxy,
     delete_node,
     make_node,
@@ -40,6 +39,7 @@ from tests.node_agent_support import (
     unique,
     write_content,
 )
+from tests.crd_helpers import new_namespace
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,10 @@ from kubernetes import client
 from devstack.process import ManagedProcess
 from servingops.api_models.ome import InferenceService
 from servingops.api_models.ome import instance_keys as keys
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest
 from tests.support.native_stack import native_endpoints, native_replica, native_stack
 from tests.support.rollout_stack import route_weights
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

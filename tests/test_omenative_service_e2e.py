@@ -18,10 +18,10 @@ from kubernetes import client
 from devstack.process import ManagedProcess
 from servingops.api_models.ome import InferenceService
 from servingops.api_models.ome.instance_keys import REPLICA_LABEL
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest
 from tests.support.native_stack import GROUP, VERSION, native_endpoints, native_replica, native_stack
 from tests.support.rollout_stack import route_weights
-from tests.support.waiting import wait_until
 
 __all__ = ["native_stack"]  # the fixture, reused
 pytestmark = pytest.mark.e2e

@@ -1,5 +1,5 @@
 """Adoption of standing homes (seed 004: adoptionDigest, inventoryPending, originalReplicas) on Temporal's
-time-skipping test server with the in-memory fleet (tests/placement_fakes.py). The source opts in with
+time-skipping test server with the in-memory fleet (testkit/placement_fakes.py). The source opts in with
 servingops.io/placement-adopt: "true" (`fleet.adopt`). Shown against real members in
 tests/test_placement_e2e.py::test_a_standing_copy_is_adopted_as_the_home_without_a_race."""
 
@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.placement_fakes import FakeFleet, single, split, split_by_capacity, three_members
-from tests.rollout_harness import start_env
+from testkit.placement_fakes import FakeFleet, single, split, split_by_capacity, three_members
+from testkit.rollout_harness import start_env
 from tests.support.placement_workflow import phase, placing, wait
 
 pytestmark = pytest.mark.timeskip

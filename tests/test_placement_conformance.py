@@ -1,4 +1,4 @@
-"""The in-memory fleet behind the time-skipping placement tests (tests/placement_fakes.py) answers as
+"""The in-memory fleet behind the time-skipping placement tests (testkit/placement_fakes.py) answers as
 the real placement activities (activities/placement/) do against a real member cluster: one suite,
 run against both.
 
@@ -81,8 +81,8 @@ from servingops.activities.placement.types import (
 from servingops.activities.replica.kueue import QUEUE_LABEL
 from servingops.api_models.ome.placement import EXECUTION_ANNOTATION, ORIGIN_LABEL
 from servingops.api_models.refs import ObjectRef
+from testkit.placement_fakes import FakeFleet, FakeMember
 from tests.fixtures.kube import api_as
-from tests.placement_fakes import FakeFleet, FakeMember
 
 GROUP, VERSION = "ome.io", "v1beta1"
 DEADLINE = 240.0

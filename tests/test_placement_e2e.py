@@ -38,9 +38,9 @@ from servingops.api_models.contract import Query, placement_workflow_id
 from servingops.api_models.contract.placement import ADOPT_ANNOTATION
 from servingops.api_models.ome.placement import EXECUTION_ANNOTATION, ORIGIN_LABEL
 from servingops.runtime.temporal import TemporalSettings, connect
+from testkit.waiting import wait_until
 from tests.support.replica_stack import restart
 from tests.support.rollout_stack import worker_and_bridge
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -1,5 +1,5 @@
 """PlacementWorkflow on Temporal's time-skipping test server with an in-memory fleet
-(tests/placement_fakes.py): the Single race and its order of writes, the winner commit before any
+(testkit/placement_fakes.py): the Single race and its order of writes, the winner commit before any
 loser is deleted, an unreachable loser retried, a crash after the commit (a fresh workflow resuming
 from status), a source that is removed, un-placed, or asks for a mode this release does not serve.
 Every behaviour is shown once against real member clusters in tests/test_placement_e2e.py."""
@@ -13,8 +13,8 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from servingops.api_models import contract
-from tests.placement_fakes import FakeFleet, capacity_fleet, single, split, split_by_capacity, three_members
-from tests.rollout_harness import start_env
+from testkit.placement_fakes import FakeFleet, capacity_fleet, single, split, split_by_capacity, three_members
+from testkit.rollout_harness import start_env
 from tests.support.placement_workflow import phase, placing, wait
 
 pytestmark = pytest.mark.timeskip

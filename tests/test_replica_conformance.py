@@ -1,4 +1,4 @@
-"""The fake cluster behind the time-skipping replica engine tests (tests/replica_fakes.py) answers as
+"""The fake cluster behind the time-skipping replica engine tests (testkit/replica_fakes.py) answers as
 the real InferenceReplica activities (activities/replica/) do on the local cluster: one suite, run
 against both.
 
@@ -82,10 +82,10 @@ from servingops.api_models.errors import ErrorType
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.replica import InferenceReplica, Runner
 from servingops.api_models.refs import ObjectRef
+from testkit.replica_fakes import FakeReplicaCluster, FakeRevision
+from testkit.rollout_harness import start_env
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
-from tests.replica_fakes import FakeReplicaCluster, FakeRevision
-from tests.rollout_harness import start_env
 
 DEADLINE = 90.0
 """Real seconds the local cluster may take to act (an upper bound on a loaded machine, never asserted)."""

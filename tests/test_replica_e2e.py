@@ -34,6 +34,7 @@ from kubernetes import client
 from devstack.kube import POD_RESTART_ANNOTATION, POD_UNREADY_ANNOTATION
 from devstack.process import ManagedProcess
 from servingops.api_models.ome.instance_keys import INCARNATION_LABEL, INSTANCE_LABEL, REPLICA_LABEL, SERVING_GATE
+from testkit.waiting import wait_until
 from tests.support.replica_stack import (
     GROUP,
     PLURAL,
@@ -44,7 +45,6 @@ from tests.support.replica_stack import (
     runner,
     serving_instances,
 )
-from tests.support.waiting import wait_until
 
 __all__ = ["replica_stack"]  # the fixture, reused
 pytestmark = pytest.mark.e2e

@@ -1,5 +1,5 @@
 """The InferenceReplica engine on Temporal's time-skipping test server with a fake cluster
-(tests/replica_fakes.py): Instances created, every update strategy under its budget (the serving
+(testkit/replica_fakes.py): Instances created, every update strategy under its budget (the serving
 count sampled after every pod change), partition, rollbackToRevision, RetryBlock backoff, pod
 failure and loss, gangs, Freeze and Recover, scale-down, quota refusal, and a fresh workflow
 resuming the recorded operations."""
@@ -28,9 +28,9 @@ from servingops.api_models.contract import ObjectEvent
 from servingops.api_models.operator_config import LifecycleDefaults
 from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.replica.workflow import InferenceReplicaWorkflow, ReplicaRun
-from tests.replica_fakes import NAMESPACE, FakeReplicaCluster, runner
-from tests.rollout_fakes import until
-from tests.rollout_harness import start_env
+from testkit.replica_fakes import NAMESPACE, FakeReplicaCluster, runner
+from testkit.rollout_fakes import until
+from testkit.rollout_harness import start_env
 
 pytestmark = pytest.mark.timeskip
 

@@ -13,7 +13,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from servingops.api_models import contract
-from tests.rollout_harness import ENGINE, Isvc, canary_group, roll_to, served, start_env
+from testkit.rollout_harness import ENGINE, Isvc, canary_group, roll_to, served, start_env
 
 pytestmark = pytest.mark.timeskip
 

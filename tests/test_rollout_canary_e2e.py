@@ -29,10 +29,10 @@ from servingops.api_models.contract.rollout import RolloutState
 from servingops.api_models.ome import InferenceService
 from servingops.runtime.temporal import TemporalSettings, connect
 from servingops.sdk import RolloutClient
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest
 from tests.metrics_exporter import Exporter
 from tests.support.rollout_stack import rollout_stack, route_weights
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

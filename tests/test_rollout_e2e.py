@@ -9,9 +9,9 @@ from kubernetes import client
 
 from devstack.process import ManagedProcess
 from servingops.api_models.ome import InferenceService
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest
 from tests.support.rollout_stack import rollout_stack, route_weights
-from tests.support.waiting import wait_until
 
 __all__ = ["rollout_stack"]  # the fixture, reused
 pytestmark = pytest.mark.e2e

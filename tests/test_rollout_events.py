@@ -13,7 +13,7 @@ from servingops.activities.kubernetes import EventNote
 from servingops.api_models import contract
 from servingops.api_models.errors import ErrorType
 from servingops.workflows.rollout.status import EventReason
-from tests.rollout_harness import ENGINE, Isvc, canary_group, roll_to, rolled_out, served, start_env
+from testkit.rollout_harness import ENGINE, Isvc, canary_group, roll_to, rolled_out, served, start_env
 
 pytestmark = pytest.mark.timeskip
 

@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from servingops.api_models.operator_config import OperatorDefaults, PrometheusSource
 from servingops.api_models.refs import ObjectRef
-from tests.rollout_harness import ENGINE, analysis, canary_group, roll_to, served, start_env
+from testkit.rollout_harness import ENGINE, analysis, canary_group, roll_to, served, start_env
 
 pytestmark = pytest.mark.timeskip
 

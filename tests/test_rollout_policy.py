@@ -38,10 +38,10 @@ from servingops.workflows.rollout_policy import (
     RolloutPolicyWorkflow,
     validate,
 )
+from testkit.rollout_harness import start_env
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest
-from tests.rollout_harness import start_env
 from tests.support.rollout_stack import worker_and_bridge
-from tests.support.waiting import wait_until
 
 CANARY = {"canary": {"steps": [{"capacity": "10%", "traffic": 10, "pause": {}},
                                {"capacity": "50%", "traffic": 50, "pause": {"duration": "5m"}}]}}

@@ -19,8 +19,8 @@ from temporalio.worker import Worker
 from servingops.api_models import contract
 from servingops.api_models.contract import ObjectEvent
 from servingops.workflows.rollout.models import RolloutSettings
-from tests.rollout_fakes import NAMESPACE
-from tests.rollout_harness import DECODER, ENGINE, ROUTER, Isvc, canary_group, roll_to, rolled_out, served, start_env
+from testkit.rollout_fakes import NAMESPACE
+from testkit.rollout_harness import DECODER, ENGINE, ROUTER, Isvc, canary_group, roll_to, rolled_out, served, start_env
 
 pytestmark = pytest.mark.timeskip
 

@@ -36,11 +36,11 @@ from devstack.process import ManagedProcess
 from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 from servingops.api_models.ome import InferenceService
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest
 from tests.fixtures.kube import own_identities
 from tests.metrics_exporter import Exporter
 from tests.support.rollout_stack import route_weights
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

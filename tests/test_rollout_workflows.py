@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from servingops.api_models import contract
 from servingops.api_models.contract.rollout import PromoteRequest
 from servingops.workflows.rollout.models import RolloutSettings
-from tests.rollout_harness import ENGINE, Isvc, analysis, canary_group, roll_to, rolled_out, served, start_env
+from testkit.rollout_harness import ENGINE, Isvc, analysis, canary_group, roll_to, rolled_out, served, start_env
 
 pytestmark = pytest.mark.timeskip
 

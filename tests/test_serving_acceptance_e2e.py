@@ -21,8 +21,7 @@ from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
-from tests.fixtures.hub import HubRepos
-from tests.node_agent_support import (
+from testkit.node_agent import (
     TEST_TAINT,
     agent_process,
     delete_model,
@@ -31,8 +30,9 @@ from tests.node_agent_support import (
     model_crds,
     unique,
 )
+from testkit.waiting import wait_until
+from tests.fixtures.hub import HubRepos
 from tests.support.rollout_stack import route_weights, worker_and_bridge
-from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 GROUP, VERSION = "ome.io", "v1beta1"

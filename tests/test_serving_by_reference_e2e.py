@@ -24,8 +24,8 @@ from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
+from testkit.waiting import wait_until
 from tests.support.rollout_stack import route_weights, worker_and_bridge
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

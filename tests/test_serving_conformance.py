@@ -1,4 +1,4 @@
-"""The fake cluster behind the time-skipping rollout tests (tests/rollout_fakes.py) answers as the
+"""The fake cluster behind the time-skipping rollout tests (testkit/rollout_fakes.py) answers as the
 real activities do on the local cluster: one suite, run against both.
 
 Each case drives a backend through the activities by their names (serving.observe,
@@ -58,8 +58,8 @@ from servingops.api_models.ome import InferenceService
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.refs import ConditionUpdate, ObjectRef
 from servingops.api_models.serving import TrafficWeight
+from testkit.rollout_fakes import FakeCluster
 from tests.crd_helpers import create, manifest, new_namespace
-from tests.rollout_fakes import FakeCluster
 
 ENGINE = ComponentType.ENGINE
 HOLD = "test.servingops.io/hold"
@@ -449,7 +449,7 @@ async def test_annotations_observed_and_removed_only_at_the_value_consumed(backe
 
 @pytest.mark.timeskip
 async def test_the_fake_records_what_the_real_activities_refuse() -> None:
-    """The harness fails a time-skipping test on any refused call (tests/rollout_harness.py)."""
+    """The harness fails a time-skipping test on any refused call (testkit/rollout_harness.py)."""
     fake = FakeBackend()
     ref = await fake.new_service(1)
     with pytest.raises(ApplicationError):

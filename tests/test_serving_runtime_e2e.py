@@ -17,8 +17,8 @@ from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
+from testkit.waiting import wait_until
 from tests.support.rollout_stack import worker_and_bridge
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

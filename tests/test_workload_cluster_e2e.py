@@ -42,8 +42,8 @@ from servingops.activities.workload_cluster.types import CheckInput
 from servingops.api_models.contract.workload_cluster import RECHECK_ANNOTATION
 from servingops.api_models.ome.workload_cluster import WorkloadCluster
 from servingops.api_models.refs import ObjectRef
+from testkit.waiting import wait_until
 from tests.fixtures.kube import own_identities
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
 

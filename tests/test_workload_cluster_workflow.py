@@ -26,8 +26,8 @@ from servingops.api_models.contract.workload_cluster import RECHECK_ANNOTATION, 
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.workload_cluster import transition_event
+from testkit.rollout_fakes import until
 from tests.histories.record import start_env
-from tests.rollout_fakes import until
 
 pytestmark = [pytest.mark.timeskip, pytest.mark.asyncio]
 

@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
-from tests.rollout_fakes import until
+from testkit.rollout_fakes import until
 
 if TYPE_CHECKING:
     from tests.histories.record import Recording

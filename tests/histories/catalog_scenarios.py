@@ -11,8 +11,8 @@ from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
+from testkit.rollout_fakes import until
 from tests.catalog_fakes import SCOPED, FakeCatalogWorld, complete, entries, failure, remote_index, yielded
-from tests.rollout_fakes import until
 
 if TYPE_CHECKING:
     from tests.histories.record import Recording

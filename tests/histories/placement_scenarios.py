@@ -1,5 +1,5 @@
 """Recorded scenarios of PlacementWorkflow (tests/histories/record.py runs them), against the
-in-memory fleet of tests/placement_fakes.py under the real activity names, spoken to only through
+in-memory fleet of testkit/placement_fakes.py under the real activity names, spoken to only through
 the wire contract (type and signal names, JSON payloads)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
-from tests.placement_fakes import FakeFleet, capacity_fleet, single, split, three_members
-from tests.rollout_fakes import until
+from testkit.placement_fakes import FakeFleet, capacity_fleet, single, split, three_members
+from testkit.rollout_fakes import until
 
 if TYPE_CHECKING:
     from tests.histories.record import Recording

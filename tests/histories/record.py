@@ -2,7 +2,7 @@
 
 Each scenario below drives real workflows (the worker's own registry, `workers.registry.workflows()`)
 on Temporal's time-skipping test server, against fake activities registered under the real
-activity names: tests/rollout_fakes.py (an in-memory cluster and Prometheus) for the
+activity names: testkit/rollout_fakes.py (an in-memory cluster and Prometheus) for the
 InferenceService and rollout workflows, tests/histories/model_fakes.py for ModelWorkflow and small
 fakes here for RolloutPolicyWorkflow. When a scenario is done, every history it produced is
 written to tests/histories/<workflow type>/<scenario>.json: the root workflow, each run of a
@@ -55,13 +55,13 @@ from temporalio.worker import Worker
 from servingops.api_models.ome.enums import ComponentType
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
+from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
 from tests.histories.basemodel_fakes import FakeBaseModelWorld
 from tests.histories.capacity_scenarios import SCENARIOS as CAPACITY_SCENARIOS
 from tests.histories.catalog_scenarios import SCENARIOS as CATALOG_SCENARIOS
 from tests.histories.model_fakes import FakeModelWorld
 from tests.histories.placement_scenarios import SCENARIOS as PLACEMENT_SCENARIOS
 from tests.histories.workload_cluster_scenarios import SCENARIOS as WORKLOAD_CLUSTER_SCENARIOS
-from tests.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
 
 HERE = Path(__file__).parent
 ENGINE, DECODER, ROUTER = ComponentType.ENGINE, ComponentType.DECODER, ComponentType.ROUTER
@@ -888,8 +888,8 @@ async def basemodel_continue_as_new(rec: Recording) -> None:
 
 async def replica_lifecycle(rec: Recording) -> None:
     """An InferenceReplica of 2 Instances created, rolled SurgeThenDrain to a new image, a pod failure
-    repaired (Restart), scaled to 1, then deleted (tests/replica_fakes.py answers as the cluster)."""
-    from tests.replica_fakes import FakeReplicaCluster, runner
+    repaired (Restart), scaled to 1, then deleted (testkit/replica_fakes.py answers as the cluster)."""
+    from testkit.replica_fakes import FakeReplicaCluster, runner
 
     cluster = FakeReplicaCluster(rec.env)
     cluster.spec.update(replicas=2)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from testkit.migration_world import stack
 from tests.histories.record import Recording, start_env
-from tests.support.migration_world import stack
 
 HERE = Path(__file__).parent
 

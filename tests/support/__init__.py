@@ -1,2 +1,3 @@
-"""What many tests use: stacks of product processes, waits, readers, fakes' worlds. A test module imports
-from here, never from another test module."""
+"""What many tests use and no benchmark does: module fixtures that start product processes, readers,
+fakes' worlds. A test module imports from here or from testkit/ (what tests and benchmarks share),
+never from another test module."""

@@ -16,9 +16,9 @@ from devstack.process import ManagedProcess
 from servingops.activities.migration import ledger
 from servingops.api_models.ome import InferenceService
 from servingops.api_models.ome.instance_keys import INSTANCE_LABEL, REPLICA_LABEL
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest
 from tests.support.replica_stack import serving_instances
-from tests.support.waiting import wait_until
 
 GROUP, VERSION = "ome.io", "v1beta1"
 

@@ -14,8 +14,8 @@ from temporalio.worker import Worker
 from servingops.api_models import contract
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
-from tests.placement_fakes import FakeFleet
-from tests.rollout_fakes import until
+from testkit.placement_fakes import FakeFleet
+from testkit.rollout_fakes import until
 
 
 @asynccontextmanager

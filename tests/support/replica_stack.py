@@ -16,8 +16,8 @@ from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.api_models.ome.instance_keys import INSTANCE_LABEL, REPLICA_LABEL, SERVING_GATE
+from testkit.waiting import wait_until
 from tests.support.rollout_stack import worker_and_bridge
-from tests.support.waiting import wait_until
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "inferencereplicas"
 

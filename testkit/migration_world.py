@@ -25,8 +25,8 @@ from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.migration import history
 from servingops.workflows.migration.workflow import MigrationWorkflow
 from servingops.workflows.replica.workflow import InferenceReplicaWorkflow, ReplicaRun
-from tests.replica_fakes import NAME, NAMESPACE, FakeReplicaCluster
-from tests.rollout_fakes import until
+from testkit.replica_fakes import NAME, NAMESPACE, FakeReplicaCluster
+from testkit.rollout_fakes import until
 
 NODES = ["node-a", "node-b", "node-c", "node-d"]
 

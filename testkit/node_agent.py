@@ -24,7 +24,7 @@ from devstack.process import ManagedProcess
 from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, role_for_path
 from servingops.activities.oci.registry_client import MiB, ModelRegistry
 from servingops.api_models.ome.model_keys import GROUP, VERSION, ModelKind
-from tests.support.waiting import wait_until
+from testkit.waiting import wait_until
 
 REPOSITORY = "servingops/models"
 TEST_TAINT = {"key": "servingops.io/agent-test", "value": "true", "effect": "NoSchedule"}
@@ -257,7 +257,7 @@ def agent_process(name: str, node: str, root: Path, namespace: str, kubeconfig: 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float = 60, interval: float = 0.2,
              proc: ManagedProcess | None = None) -> Any:
-    """tests/support/waiting.py's wait, polled every 0.2 s (an agent's file and label changes are quick)."""
+    """testkit/waiting.py's wait, polled every 0.2 s (an agent's file and label changes are quick)."""
     return wait_until(what, probe, proc, timeout=timeout, interval=interval)
 
 

@@ -25,7 +25,7 @@ from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.rollout import WORKFLOWS
 from servingops.workflows.rollout.models import RolloutSettings
 from servingops.workflows.rollout.service_workflow import ServiceInput
-from tests.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
+from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
 
 ENGINE = ComponentType.ENGINE
 DECODER = ComponentType.DECODER

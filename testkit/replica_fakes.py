@@ -187,7 +187,7 @@ class FakeReplicaCluster:
     omenative: bool = True
     """migration.resolve: the component is served by this replica (False: it is not OMENative)."""
     isvc_uid: str = "isvc-uid"
-    """The parent InferenceService `svc`'s uid (tests/support/migration_world.py ISVC)."""
+    """The parent InferenceService `svc`'s uid (testkit/migration_world.py ISVC)."""
     isvc_gone: bool = False
     """The InferenceService is deleted: resolve answers InferenceServiceNotFound, remove_request False."""
     endpoint_log: list[tuple[float, str]] = field(default_factory=list)

@@ -10,7 +10,7 @@ check HTTPRoute weights and CanaryStatus after every transition.
 The fake answers as the real activities do, and tests/test_serving_conformance.py runs the same
 cases against both. A call the real activity refuses is refused here with the same permanent
 error type (so the workflow sees what it would see on a cluster) and is also recorded in
-`violations`: `served()` (tests/rollout_harness.py) fails the test when a workflow made one,
+`violations`: `served()` (testkit/rollout_harness.py) fails the test when a workflow made one,
 instead of the call retrying forever as an assert inside an activity would.
 """
 
