@@ -9,7 +9,6 @@ import os
 import socket
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -190,12 +189,9 @@ def model_crds(api: client.ApiClient) -> Iterator[list[str]]:
             crd = yaml.safe_load((REPO_ROOT / "deploy" / "crds" / PROJECT_CRD[kind]).read_text())
         ext.create_custom_resource_definition(crd)
         made.append(name)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if all(_established(ext, f"{k.plural}.{GROUP}") for k in ModelKind):
-            break
-        time.sleep(0.2)
     try:
+        wait_until("the model CRDs Established",
+                   lambda: all(_established(ext, f"{k.plural}.{GROUP}") for k in ModelKind), timeout=60, interval=0.2)
         yield made
     finally:
         for name in made:

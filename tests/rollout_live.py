@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from servingops.api_models import contract
 from servingops.api_models.contract.rollout import RolloutState, ServiceView
 from servingops.api_models.ome import InferenceService
 from servingops.runtime.temporal import TemporalSettings, connect
-from testkit.waiting import wait_until
+from testkit.waiting import hold, wait_until
 from tests.crd_helpers import create, manifest
 from tests.fixtures.kube import own_identities
 from tests.support.rollout_stack import route_weights
@@ -245,10 +244,7 @@ class LiveIsvc:
 
     def hold(self, what: str, probe: Callable[[], bool], seconds: float) -> None:
         """`probe` stays true for `seconds` (what must not change while nothing asks it to)."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            assert probe(), f"{self.name}: {what} did not hold\nstatus: {self.status()}"
-            time.sleep(0.5)
+        hold(f"{self.name}: {what}", probe, seconds, self.stack.worker, detail=lambda: f"status: {self.status()}")
 
     def first_revision(self, name: str = "engine") -> str:
         """Wait until the first revision serves 100% and is recorded as rolled out; its backend."""

@@ -28,6 +28,7 @@ from devstack.product import BridgeLauncher, BridgeProcess
 from devstack.services import TemporalDevServer
 from servingops.api_models.deckhouse import Model
 from servingops.runtime.temporal import TemporalSettings, connect
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest, new_namespace
 
 pytestmark = pytest.mark.e2e
@@ -339,7 +340,7 @@ async def test_a_migration_request_starts_its_workflow_and_bad_ones_warn(
     from servingops.api_models.ome import InferenceService
 
     ns = new_namespace(kube_api, "migrations")
-    bridges.start(task_queue=f"q-{ns}", kinds="InferenceService")
+    bridge = bridges.start(task_queue=f"q-{ns}", kinds="InferenceService")
     obj = create(kube_api, InferenceService, manifest(InferenceService, ISVC_SPEC, name="svc"), ns)
     request = {"schemaVersion": "v1", "component": "engine", "instance": 0, "from_node": "kwok-node-0",
                "hint_target_nodes": ["kwok-node-1"], "reason": "maintenance",
@@ -350,12 +351,17 @@ async def test_a_migration_request_starts_its_workflow_and_bad_ones_warn(
         "ome.io/migration-request-v1-11111111-2222-4333-8444-666666666666": "{not json",
     })
     migration_id = f"migration/{ns}/svc-engine/{REQUEST_UUID}"
-    deadline = time.monotonic() + EVENTUALLY
-    events: list[Any] = []
-    while time.monotonic() < deadline and len(events) < 2:
-        events = client.CoreV1Api(kube_api).list_namespaced_event(
-            ns, field_selector="involvedObject.name=svc,type=Warning").items
-        await asyncio.sleep(0.3)
+
+    def warnings() -> list[Any]:
+        return list(client.CoreV1Api(kube_api).list_namespaced_event(
+            ns, field_selector="involvedObject.name=svc,type=Warning").items)
+
+    def two_warnings() -> list[Any] | None:
+        return found if len(found := warnings()) >= 2 else None
+
+    events: list[Any] = await asyncio.to_thread(lambda: wait_until(
+        "two Warning Events on svc", two_warnings, bridge.process, timeout=EVENTUALLY, interval=0.3,
+        detail=lambda: [(e.reason, e.message) for e in warnings()]))
     by_reason: dict[str, list[str]] = {}
     for event in events:
         by_reason.setdefault(event.reason, []).append(event.message)

@@ -49,6 +49,7 @@ from servingops.crd_bridge.pod_events import (
 )
 from servingops.crd_bridge.pod_signals import PodSignaller
 from servingops.runtime.temporal import TemporalSettings, connect
+from testkit.waiting import wait_until
 from tests import rbac_calls
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
@@ -399,14 +400,9 @@ def _metric(bridge: BridgeProcess, sample: str) -> float:
     return 0.0
 
 
-async def _eventually(what: str, probe: Callable[[], Any]) -> None:
-    """Wait for `probe` (blocking: run in a thread) to answer true."""
-    deadline = time.monotonic() + EVENTUALLY
-    while time.monotonic() < deadline:
-        if await asyncio.to_thread(probe):
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"never happened: {what}")
+async def _eventually(what: str, probe: Callable[[], Any], bridge: BridgeProcess) -> None:
+    """Wait for `probe` (blocking: the wait runs in a thread) to answer true; fail at once if the bridge died."""
+    await asyncio.to_thread(wait_until, what, probe, bridge.process, EVENTUALLY, 0.2)
 
 
 async def _count_above(handle: WorkflowHandle[Any, Any], floor: int) -> int:
@@ -494,7 +490,7 @@ async def test_pod_changes_wake_the_replica_workflow(kube_api: client.ApiClient,
 
         # A pod of the replica appears and kwok makes it Ready: the engine hears of it.
         core.create_namespaced_pod(ns, _replica_pod("engine-0", "engine", engine.uid))
-        await _eventually("engine-0 Ready", lambda: _ready(core, ns, "engine-0"))
+        await _eventually("engine-0 Ready", lambda: _ready(core, ns, "engine-0"), bridge)
         await _count_above(handle, 0)
         before = await _settled(handle)
 
@@ -502,7 +498,8 @@ async def test_pod_changes_wake_the_replica_workflow(kube_api: client.ApiClient,
         modified = 'servingops_bridge_events_seen_total{kind="Pod",type="MODIFIED"}'
         seen = _metric(bridge, modified)
         core.patch_namespaced_pod("engine-0", ns, {"metadata": {"annotations": {"example.com/note": "x"}}})
-        await _eventually("the annotation's event reached the bridge", lambda: _metric(bridge, modified) > seen)
+        await _eventually("the annotation's event reached the bridge", lambda: _metric(bridge, modified) > seen,
+                          bridge)
         await asyncio.sleep(1)  # five times the lane's pacing: a signal would have been sent by now
         assert await _count(handle) == before
 
@@ -521,7 +518,7 @@ async def test_pod_changes_wake_the_replica_workflow(kube_api: client.ApiClient,
         ghost_uid = str(uuid.uuid4())
         core.create_namespaced_pod(ns, _replica_pod("ghost-0", "ghost", ghost_uid))
         await _eventually("a dropped signal",
-                          lambda: _metric(bridge, "servingops_bridge_pod_signals_dropped_total") > dropped)
+                          lambda: _metric(bridge, "servingops_bridge_pod_signals_dropped_total") > dropped, bridge)
         with pytest.raises(RPCError) as missing:
             await temporal.get_workflow_handle(contract.replica_workflow_id(ns, "ghost", ghost_uid)).describe()
         assert missing.value.status == RPCStatusCode.NOT_FOUND
@@ -552,7 +549,8 @@ async def test_a_burst_of_pods_is_paced_per_replica(kube_api: client.ApiClient, 
         with ThreadPoolExecutor(8) as pool:
             list(pool.map(lambda i: core.create_namespaced_pod(ns, _replica_pod(f"engine-{i}", "engine", engine.uid)),
                           range(1, pods + 1)))
-        await _eventually("every pod Ready", lambda: all(_ready(core, ns, f"engine-{i}") for i in range(1, pods + 1)))
+        await _eventually("every pod Ready", lambda: all(_ready(core, ns, f"engine-{i}") for i in range(1, pods + 1)),
+                          bridge)
         signals = await _settled(handle) - first
         took = time.monotonic() - began
         events = _pod_events(bridge) - events_before

@@ -14,7 +14,6 @@ import asyncio
 import base64
 import json
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from servingops.activities.catalog.store import CURRENT_TAG, catalog_repository
 from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.contract import Query, catalog_schedule_id, catalog_workflow_id
 from servingops.runtime.temporal import TemporalSettings, connect
+from testkit.waiting import wait_until
 from tests.fixtures.hub import HubRepos
 from tests.fixtures.kube import own_identities
 
@@ -87,13 +87,7 @@ class Catalogs:
         return next((c for c in conditions if c["type"] == "Ready"), None)
 
     def wait(self, what: str, probe: Callable[[], Any], timeout: float = 120) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = probe()
-            if found:
-                return found
-            time.sleep(0.5)
-        raise AssertionError(f"never: {what}\nworker log:\n{self.worker.log_tail(60)}")
+        return wait_until(what, probe, self.worker, timeout=timeout)
 
     def wait_ready(self, name: str, status: str, reason: str) -> dict[str, Any]:
         return cast(dict[str, Any], self.wait(f"{name}: Ready {status} {reason}", lambda: (

@@ -50,6 +50,7 @@ from servingops.activities.catalog.remote import (
     CatalogURLInvalid,
     Grant,
     RemoteCatalog,
+    RemoteIndex,
     canonical_json,
     fetch_remote_index,
     index_revision,
@@ -83,6 +84,7 @@ from servingops.ingress.catalog_endpoint import (
     run,
     serve,
 )
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.secret_scan import register_token
 from tests.support.catalog_remote import REPOSITORY, Pki, Pushed, catalog_cluster_model, catalog_secret, pki, push_model
@@ -676,15 +678,17 @@ def test_the_endpoint_process_serves_until_stopped(kube_cluster: LocalKubeCluste
     thread = threading.Thread(target=run, args=(settings, stop), daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 20
-        while True:
+        unreachable: list[CatalogUnreachable] = []
+
+        def served() -> RemoteIndex | None:
             try:
-                index = fetch_remote_index(f"https://127.0.0.1:{port}", pki.ca_pem, CREDENTIAL)
-                break
-            except CatalogUnreachable:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+                return fetch_remote_index(f"https://127.0.0.1:{port}", pki.ca_pem, CREDENTIAL)
+            except CatalogUnreachable as error:  # not listening yet
+                unreachable[:] = [error]
+                return None
+
+        index = wait_until("the endpoint serving its index", served, timeout=20, interval=0.1,
+                           detail=lambda: f"last error: {unreachable[-1]!r}" if unreachable else "")
         assert [e.name for e in index.entries] == [kube_world["model"]]
         grant = request_grant(f"https://127.0.0.1:{port}", pki.ca_pem, CREDENTIAL, [index.entries[0].digest])
         assert grant.expires_at <= dt.datetime.now(dt.UTC) + dt.timedelta(seconds=61)

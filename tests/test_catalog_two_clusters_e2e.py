@@ -37,6 +37,7 @@ from servingops.activities.catalog.store import REMOTE_INDEX_MEDIA_TYPE, catalog
 from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.deckhouse.model import ClusterModel
 from servingops.ingress.catalog_endpoint import DEFAULT_CLIENTS_SECRET, CatalogEndpointServer, serve
+from testkit.waiting import wait_until
 from tests.fixtures.kube import own_identities
 from tests.secret_scan import register_token
 from tests.support.catalog_remote import REPOSITORY, Pki, Pushed, catalog_cluster_model, catalog_secret, pki, push_model
@@ -80,13 +81,7 @@ class ClusterSideB:
         return next((c for c in conditions if c["type"] == "Ready"), None)
 
     def wait(self, what: str, probe: Callable[[], Any], timeout: float = 120) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = probe()
-            if found:
-                return found
-            time.sleep(0.5)
-        raise AssertionError(f"never: {what}\nworker log:\n{self.worker.log_tail(80)}")
+        return wait_until(what, probe, self.worker, timeout=timeout)
 
     def wait_ready(self, plural: str, name: str, status: str, reason: str, timeout: float = 120) -> dict[str, Any]:
         return cast(dict[str, Any], self.wait(f"{name}: Ready {status} {reason}", lambda: (

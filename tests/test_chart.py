@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from servingops.ingress.catalog_endpoint import add_arguments as catalog_endpoin
 from servingops.ingress.catalog_endpoint import from_arguments as catalog_endpoint_settings
 from servingops.workers.settings import add_arguments as worker_arguments
 from servingops.workers.settings import from_arguments as worker_settings
+from testkit.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PRODUCT_SOURCES = [REPO_ROOT / d for d in ("workers", "crd_bridge", "runtime", "ingress", "activities")]
@@ -252,14 +252,13 @@ def test_install_upgrade_and_uninstall_a_second_release(kube_cluster: LocalKubeC
     assert [h["revision"] for h in history] == [1, 2] and history[-1]["status"] == "deployed"
 
     identities.helm("uninstall", release, "--namespace", namespace, "--wait", kubeconfig=kube_cluster.kubeconfig_path)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        left = [name for r in rbac.list_cluster_role().items
+
+    def left() -> list[str]:
+        return [name for r in rbac.list_cluster_role().items
                 if (name := str(r.metadata.name if r.metadata else "")).startswith(release)]
-        if not left:
-            break
-        time.sleep(0.5)
-    assert left == [], "cluster-scoped roles outlive the release"
+
+    wait_until("the release's cluster-scoped roles removed", lambda: not left(), timeout=30,
+               detail=lambda: f"cluster-scoped roles outlive the release: {left()}")
     with pytest.raises(ApiException) as gone:
         rbac.read_namespaced_role_binding(f"{release}-worker-secrets", "default")
     assert gone.value.status == 404

@@ -34,6 +34,7 @@ from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.serving.render import LABEL_NAME
 from testkit.import_resume import TEST_SHAPES, assert_artifact_matches, spool_weight_bytes
 from testkit.model_import import REPOSITORY
+from testkit.waiting import wait_until
 from tests.fixtures.hub import HubRepos
 from tests.fixtures.kube import PROJECT_CRDS, own_identities
 from tests.rollout_live import NEW_IMAGE, OLD_IMAGE, LiveIsvc, LiveStack, canary, component
@@ -104,21 +105,20 @@ def private_stack(tmp_path_factory: pytest.TempPathFactory, oci_registry: OciReg
 
 
 def _wait(what: str, probe: Any, stack: PrivateStack, timeout: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + timeout
-    value: Any = None
-    while time.monotonic() < deadline:
+    """wait_until, with a probe that raises counted as a no (the apiserver may still be settling
+    after its restart)."""
+    last_error: list[Exception | None] = [None]
+
+    def tolerant() -> Any:
         try:
             value = probe()
-        except Exception as error:  # the apiserver may still be settling after its restart
-            value = None
-            last_error = error
-        else:
-            last_error = None
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what} never happened (last: {value!r}, error: {last_error!r})\n"
-                         f"worker log:\n{stack.worker.log_tail(60)}")
+        except Exception as error:
+            last_error[0] = error
+            return None
+        last_error[0] = None
+        return value
+
+    return wait_until(what, tolerant, stack.worker, timeout=timeout, detail=lambda: f"error: {last_error[0]!r}")
 
 
 def _model(stack: PrivateStack, name: str) -> dict[str, Any]:

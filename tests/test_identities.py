@@ -20,7 +20,6 @@ the roles to the code from the other side, and shows the refusals:
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, cast
@@ -41,6 +40,7 @@ from servingops.activities.uploads.sessions import (
 from servingops.activities.uploads.types import CloseUploadInput, OpenUploadInput
 from servingops.api_models.deckhouse import ClusterModel, Model
 from servingops.api_models.refs import ObjectRef
+from testkit.waiting import wait_until
 from tests import rbac_calls
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
@@ -357,15 +357,14 @@ def test_only_those_who_may_read_the_model_may_read_its_upload_secret(
 
         # Closed with the session: the garbage collector removes the Role and RoleBinding the Secret owns.
         ActivityEnvironment().run(acts.close_session, CloseUploadInput(model=ref))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            left = [kind for kind, read in (("role", rbac.read_namespaced_role),
+
+        def left() -> list[str]:
+            return [kind for kind, read in (("role", rbac.read_namespaced_role),
                                             ("binding", rbac.read_namespaced_role_binding))
                     if _exists(read, info.secret_name, ns)]
-            if not left:
-                break
-            time.sleep(0.5)
-        assert left == [], f"still there after the session closed: {left}"
+
+        wait_until("the session's Role and RoleBinding collected", lambda: not left(), timeout=60,
+                   detail=lambda: f"still there after the session closed: {left()}")
     finally:
         for api in (alice, bob, carol):
             api.close()  # type: ignore[no-untyped-call]

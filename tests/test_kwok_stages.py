@@ -22,6 +22,7 @@ from devstack.kube import (
     UNREADY_NODE_TAINT,
     LocalKubeCluster,
 )
+from testkit.waiting import wait_until
 from tests.crd_helpers import new_namespace
 
 pytestmark = pytest.mark.integration
@@ -35,13 +36,7 @@ def ns(kube_api: client.ApiClient) -> str:
 
 
 def _wait(what: str, probe: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + DEADLINE
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"never happened: {what}")
+    return wait_until(what, probe, timeout=DEADLINE, interval=0.3)
 
 
 def _deployment(api: client.ApiClient, ns: str, replicas: int, annotations: dict[str, str] | None = None) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import shutil
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -22,6 +21,7 @@ from devstack.services import OciRegistry
 from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.activities.uploads.sessions import record_name
 from testkit.model_import import GROUP, REPOSITORY, VERSION, Stack
+from testkit.waiting import wait_until
 from tests.fixtures.hub import HubRepos
 from tests.support.model_import import stack
 
@@ -208,10 +208,8 @@ def test_delete_removes_artifact_and_finalizer(stack: Stack, hub_repos: HubRepos
     digest = obj["status"]["artifact"]["digest"]
     client.CustomObjectsApi(stack.api).delete_namespaced_custom_object(GROUP, VERSION, stack.namespace, "models",
                                                                        "short-lived")
-    deadline = time.monotonic() + 60
-    while stack.get("models", "short-lived") is not None:
-        assert time.monotonic() < deadline, "the finalizer was never removed"
-        time.sleep(0.5)
+    wait_until("the finalizer removed (the Model gone)", lambda: stack.get("models", "short-lived") is None,
+               stack.worker, timeout=60)
     with ModelRegistry(stack.registry.address, insecure=True) as reg:
         assert reg.fetch_manifest(REPOSITORY, digest) is None, "the artifact is still in the registry"
 

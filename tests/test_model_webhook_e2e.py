@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -25,8 +24,10 @@ from kubernetes.client.exceptions import ApiException
 from devstack import webhook as local_webhook
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
+from devstack.process import ManagedProcess
 from servingops.api_models.deckhouse import ClusterModel, Model
 from servingops.ingress.model_mount import CLUSTER_MODEL_ANNOTATION, MODEL_ANNOTATION, VOLUME_NAME
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest, new_namespace
 
 pytestmark = pytest.mark.e2e
@@ -123,13 +124,8 @@ def _refused(call: Callable[[], Any]) -> str:
     return str(refused.value.body)
 
 
-def _wait(what: str, probe: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if found := probe():
-            return found
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+def _wait(what: str, probe: Callable[[], Any], process: ManagedProcess | None = None, timeout: float = 60) -> Any:
+    return wait_until(what, probe, process, timeout=timeout, interval=0.3)
 
 
 def _assert_mounted(spec: Any, name: str, digest: str = DIGEST) -> None:
@@ -168,7 +164,7 @@ def test_an_annotated_deployment_is_stored_with_the_weights_and_its_pods_keep_th
     _assert_mounted(stored.spec.template.spec, "tiny")
     # The ReplicaSet's pod comes through the webhook again (its template carries the annotation): unchanged.
     pod = _wait("the deployment's pod", lambda: next(iter(client.CoreV1Api(kube_api).list_namespaced_pod(
-        ns, label_selector="app=engine").items), None))
+        ns, label_selector="app=engine").items), None), webhook.process)
     _assert_mounted(pod.spec, "tiny")
 
     # Applying the user's manifest again (without our volume) is mutated back to the same template: no

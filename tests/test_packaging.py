@@ -22,7 +22,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 import tomllib
 import urllib.request
 import uuid
@@ -41,6 +40,7 @@ from devstack.process import ManagedProcess, free_port
 from devstack.services import TemporalDevServer
 from servingops.api_models.ome import InferenceService
 from servingops.api_models.registry import served_kinds
+from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest
 
 CONSOLE_SCRIPT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]["servingops"]
@@ -251,12 +251,14 @@ def test_installed_worker_bridge_and_rollout_status_against_the_stack(
     spec = {"engine": {"minReplicas": 1, "runner": {"name": "engine", "image": "vllm/vllm-openai:v0.9",
                                                      "ports": [{"containerPort": 8000}]}}}
     create(kube_api, InferenceService, manifest(InferenceService, spec, name="chat"), namespace)
-    deadline = time.monotonic() + DEADLINE
-    result = installed.run(*status, "-o", "json")
-    while result.returncode != 0 and time.monotonic() < deadline:
-        time.sleep(1)
-        result = installed.run(*status, "-o", "json")
-    assert result.returncode == 0, f"{result.stderr}\n{_tail(worker)}\n{_tail(bridge)}"
+    runs: list[subprocess.CompletedProcess[str]] = []
+
+    def answered() -> subprocess.CompletedProcess[str] | None:
+        runs[:] = [installed.run(*status, "-o", "json")]
+        return runs[0] if runs[0].returncode == 0 else None
+
+    result = wait_until("`rollout status -o json` answering for the new InferenceService", answered, worker,
+                        timeout=DEADLINE, interval=1, detail=lambda: f"{runs[-1].stderr}\n{_tail(bridge)}")
     state = json.loads(result.stdout)
     assert (state["namespace"], state["name"]) == (namespace, "chat")
     assert state["workflow_id"].startswith(f"isvc/{namespace}/chat/")

@@ -46,7 +46,6 @@ import contextlib
 import copy
 import json
 import socket
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -82,6 +81,7 @@ from servingops.activities.replica.kueue import QUEUE_LABEL
 from servingops.api_models.ome.placement import EXECUTION_ANNOTATION, ORIGIN_LABEL
 from servingops.api_models.refs import ObjectRef
 from testkit.placement_fakes import FakeFleet, FakeMember
+from testkit.waiting import wait_until
 from tests.fixtures.kube import api_as
 
 GROUP, VERSION = "ome.io", "v1beta1"
@@ -276,10 +276,7 @@ class RealBackend:
         return ActivityEnvironment().run(self.activities[activity], arg)
 
     def until(self, probe: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + DEADLINE
-        while not probe():
-            assert time.monotonic() < deadline, f"never happened on the real member: {what}"
-            time.sleep(0.5)
+        wait_until(f"{what} (on the real member)", probe, self.cluster.worker, timeout=DEADLINE)
 
     def _workload_cluster(self, name: str) -> dict[str, Any]:
         return cast(dict[str, Any], self.custom.get_cluster_custom_object(GROUP, VERSION, "workloadclusters", name))

@@ -34,7 +34,7 @@ from kubernetes import client
 from devstack.kube import POD_RESTART_ANNOTATION, POD_UNREADY_ANNOTATION
 from devstack.process import ManagedProcess
 from servingops.api_models.ome.instance_keys import INCARNATION_LABEL, INSTANCE_LABEL, REPLICA_LABEL, SERVING_GATE
-from testkit.waiting import wait_until
+from testkit.waiting import hold, wait_until
 from tests.support.replica_stack import (
     GROUP,
     PLURAL,
@@ -298,11 +298,9 @@ def test_restart_after_ready_recreates_only_with_the_policy(kube_api: client.Api
     _restart_pod(n, f"{n.name}-0")
     _wait(n, "the restart reported on the pod", lambda: _restarts(n, f"{n.name}-0") == 1)
     # What a recreate would show within seconds above must not happen here.
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        assert n.rows()[0].get("incarnation", 0) == 0, n.rows()
-        assert list(_uids(n).values()) == [kept], "the pod was replaced without the policy"
-        time.sleep(0.5)
+    hold(f"{n.name}: incarnation 0 and the same pod (no replacement without the policy)",
+         lambda: n.rows()[0].get("incarnation", 0) == 0 and list(_uids(n).values()) == [kept], 15, n.worker,
+         detail=lambda: f"rows: {n.rows()}\n{_seen(n)}")
     assert n.settled(1), n.status
 
 

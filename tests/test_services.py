@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.parse
 import urllib.request
 
@@ -13,6 +12,7 @@ from temporalio.client import Client
 
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 from servingops.workflows import search_attributes
+from testkit.waiting import wait_until
 from tests.metrics_exporter import Exporter
 
 pytestmark = pytest.mark.integration
@@ -46,13 +46,13 @@ def test_prometheus_scrapes_a_target_the_test_sets(prometheus: Prometheus) -> No
     try:
         prometheus.set_targets([exporter.target])
         query = urllib.parse.urlencode({"query": "servingops_smoke"})
-        deadline = time.monotonic() + 60
-        result: list[dict[str, object]] = []
-        while time.monotonic() < deadline and not result:
+
+        def scraped() -> list[dict[str, object]]:
             with urllib.request.urlopen(f"{prometheus.url}/api/v1/query?{query}", timeout=5) as response:
-                result = json.load(response)["data"]["result"]
-            time.sleep(0.5)
-        assert result and result[0]["value"][1] == "42"  # type: ignore[index]
+                return list(json.load(response)["data"]["result"])
+
+        result = wait_until("Prometheus holding a servingops_smoke sample", scraped, prometheus.process, timeout=60)
+        assert result[0]["value"][1] == "42"  # type: ignore[index]
     finally:
         prometheus.set_targets([])
         exporter.stop()

@@ -6,7 +6,7 @@ runtime change rolls out as a canary of the new revision."""
 
 from __future__ import annotations
 
-import time
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,13 +138,17 @@ def test_hf_model_to_selected_runtime_to_pods_on_its_node_to_a_canary(
             except client.exceptions.ApiException:
                 pass
         delete_model(kube_api, ModelKind.CLUSTER_BASE_MODEL, model)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def model_gone() -> bool:
             try:
                 custom.get_cluster_custom_object(GROUP, VERSION, "clusterbasemodels", model)
             except client.exceptions.ApiException:
-                break
-            time.sleep(0.5)
+                return True
+            return False
+
+        # Best effort (cleanup): the agents are stopped after at most a minute, the model gone or not.
+        with contextlib.suppress(AssertionError):
+            wait_until("the ClusterBaseModel deleted", model_gone, worker, timeout=60)
         for agent in agents:
             agent.stop()
         for node in nodes.values():
