@@ -5,6 +5,7 @@ named process that dies fails the wait at once."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -26,6 +27,19 @@ def wait_until(what: str, probe: Callable[[], T], process: ManagedProcess | None
         _alive(process, f"waiting for {what}")
         time.sleep(interval)
     raise AssertionError(f"{what} never happened (last: {value!r}){_context(process, detail)}")
+
+
+async def wait_until_async(what: str, probe: Callable[[], T], seconds: float = 120, interval: float = 0.3) -> T:
+    """wait_until for an async test: the (blocking) probe runs in a thread, so the event loop (a
+    time-skipping server's client, an activity environment) goes on meanwhile."""
+    deadline = time.monotonic() + seconds
+    value: Any = None
+    while time.monotonic() < deadline:
+        value = await asyncio.to_thread(probe)
+        if value:
+            return value  # type: ignore[no-any-return]
+        await asyncio.sleep(interval)
+    raise AssertionError(f"{what} never happened (last: {value!r})")
 
 
 def hold(what: str, probe: Callable[[], object], seconds: float, process: ManagedProcess | None = None,

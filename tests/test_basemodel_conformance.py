@@ -36,14 +36,13 @@ import contextlib
 import copy
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -77,9 +76,11 @@ from testkit.node_agent import (
     unique,
     write_content,
 )
+from testkit.waiting import wait_until_async
 from tests.crd_helpers import new_namespace
 from tests.fixtures.kube import api_as
 from tests.histories.basemodel_fakes import FakeBaseModelWorld
+from tests.support.conformance import FAKE_UNIT_AND_REAL, activity_name, chosen_backend, wire
 
 GROUP, VERSION = "ome.io", "v1beta1"
 CONTROLLER_NS = "servingops-system"
@@ -136,11 +137,6 @@ class Backend(Protocol):
         ...
 
 
-def _wire(value: Any, kind: Any) -> Any:
-    """`value` as the data converter carries it and reads it back as `kind` (an activity's input or answer)."""
-    converter = pydantic_data_converter.payload_converter
-    return converter.from_payloads(converter.to_payloads([value]), [kind])[0]
-
 
 # -- the fake ------------------------------------------------------------------------------------------
 
@@ -161,9 +157,9 @@ class FakeBackend:
         return ObjectRef.model_validate(world.ref)
 
     async def call(self, model: ObjectRef, activity: str, arg: Any) -> Any:
-        fns = {getattr(fn, "__temporal_activity_definition").name: fn for fn in self._world(model).activities()}
-        answer = await ActivityEnvironment().run(fns[activity], _wire(arg, dict))
-        return _wire(answer, RESULTS[activity])
+        fns = {activity_name(fn): fn for fn in self._world(model).activities()}
+        answer = await ActivityEnvironment().run(fns[activity], wire(arg, dict))
+        return wire(answer, RESULTS[activity])
 
     async def start_deleting(self, model: ObjectRef) -> None:
         self._world(model).start_deleting()
@@ -209,7 +205,7 @@ class RealBackend:
         acts = BaseModelActivities(worker, CONTROLLER_NS, reports_namespace=reports_ns)
         kube = KubernetesActivities(worker)
         self.activities: dict[str, Callable[..., Any]] = {
-            getattr(fn, "__temporal_activity_definition").name: fn
+            activity_name(fn): fn
             for fn in [*acts.all(), kube.patch_status, kube.artifact_referenced]}
         self.models: list[ObjectRef] = []
         self.nodes: list[str] = []
@@ -284,7 +280,7 @@ class RealBackend:
     async def gone(self, model: ObjectRef) -> None:
         self._patch(model, {"metadata": {"finalizers": None}})
         self._delete(model)
-        await until(lambda: self._get(model) is None, "the model gone")
+        await wait_until_async("the model gone", lambda: self._get(model) is None, DEADLINE)
 
     async def report(self, model: ObjectRef, node: str, entry: dict[str, Any]) -> None:
         if node not in self.nodes:
@@ -325,7 +321,7 @@ class RealBackend:
                 pvc = self.core.read_namespaced_persistent_volume_claim(name, namespace)
                 return pvc.status is not None and pvc.status.phase == "Bound"
 
-            await until(phase, "the claim Bound by the PV controller")
+            await wait_until_async("the claim Bound by the PV controller", phase, DEADLINE)
 
     async def tag(self, model: ObjectRef, tag: str) -> tuple[RegistryTarget, str]:
         files = {"config.json": write_content(self.spool / unique("c"), 64, 7)}
@@ -364,13 +360,6 @@ class RealBackend:
         self.core.delete_namespace(self.namespace)
 
 
-async def until(probe: Callable[[], Any], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + DEADLINE
-    while not await asyncio.to_thread(probe):
-        assert asyncio.get_running_loop().time() < deadline, f"never happened on the local cluster: {what}"
-        await asyncio.sleep(0.3)
-
-
 @pytest.fixture(scope="module")
 def real_backend(kube_api: client.ApiClient, chart_identities: Identities, oci_registry: Any,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBackend]:
@@ -383,14 +372,9 @@ def real_backend(kube_api: client.ApiClient, chart_identities: Identities, oci_r
             backend.close()
 
 
-@pytest.fixture(params=[pytest.param("fake", marks=pytest.mark.unit),
-                        pytest.param("real", marks=pytest.mark.integration)])
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    # Only the real backend starts (or reuses) the session's cluster and registry.
-    if request.param == "fake":
-        yield FakeBackend()
-    else:
-        yield request.getfixturevalue("real_backend")
+@pytest.fixture(params=FAKE_UNIT_AND_REAL)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return chosen_backend(request, FakeBackend)
 
 
 # -- helpers -------------------------------------------------------------------------------------------

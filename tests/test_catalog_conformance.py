@@ -46,13 +46,12 @@ import copy
 import inspect
 import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -99,6 +98,7 @@ from tests.crd_helpers import new_namespace
 from tests.fixtures.hub import HubRepos
 from tests.secret_scan import register_token
 from tests.support.catalog_remote import REPOSITORY, Pki, Pushed, catalog_cluster_model, catalog_secret, pki
+from tests.support.conformance import FAKE_UNIT_AND_REAL, activity_name, chosen_backend, wire
 
 __all__ = ["pki"]  # the fixture, reused
 
@@ -165,14 +165,6 @@ class Backend(Protocol):
         ...
 
 
-def _wire(value: Any, kind: Any) -> Any:
-    """`value` as the data converter carries it and reads it back as `kind`."""
-    converter = pydantic_data_converter.payload_converter
-    return converter.from_payloads(converter.to_payloads([value]), [kind])[0]
-
-
-def _name(fn: Any) -> str:
-    return str(getattr(fn, "__temporal_activity_definition").name)
 
 
 # -- the fake ------------------------------------------------------------------------------------------
@@ -200,9 +192,9 @@ class FakeBackend:
         self._world(ref).present = False
 
     async def call(self, ref: dict[str, Any], activity: str, payload: dict[str, Any]) -> Any:
-        fns = {_name(fn): fn for fn in self._world(ref).activities()}
-        answer = await ActivityEnvironment().run(fns[activity], _wire(payload, dict))
-        return _wire(answer, Any)
+        fns = {activity_name(fn): fn for fn in self._world(ref).activities()}
+        answer = await ActivityEnvironment().run(fns[activity], wire(payload, dict))
+        return wire(answer, Any)
 
     async def organization(self, ref: dict[str, Any], count: int) -> str:
         org = f"cat-{uuid.uuid4().hex[:8]}"
@@ -306,13 +298,13 @@ class RealBackend:
             # A client of this test's event loop (the worker's own client, activity.client(), in production).
             temporal = await connect(TemporalSettings(address=self.temporal_address))
             fns += CatalogScheduleActivities(temporal).all()
-        fn = {_name(f): f for f in fns}[activity]
-        arg = _wire(payload, getattr(fn, "__temporal_activity_definition").arg_types[0])
+        fn = {activity_name(f): f for f in fns}[activity]
+        arg = wire(payload, getattr(fn, "__temporal_activity_definition").arg_types[0])
         if inspect.iscoroutinefunction(fn):
             answer = await ActivityEnvironment().run(fn, arg)
         else:
             answer = await asyncio.to_thread(ActivityEnvironment().run, fn, arg)
-        return _wire(answer, Any)
+        return wire(answer, Any)
 
     async def organization(self, ref: dict[str, Any], count: int) -> str:
         org = f"cat-{uuid.uuid4().hex[:8]}"
@@ -381,14 +373,9 @@ def real_backend(kube_api: client.ApiClient, hub_server: HubServer, oci_registry
         client.CoreV1Api(kube_api).delete_namespace(namespace)
 
 
-@pytest.fixture(params=[pytest.param("fake", marks=pytest.mark.unit),
-                        pytest.param("real", marks=pytest.mark.integration)])
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    # Only the real backend starts (or reuses) the session's servers.
-    if request.param == "fake":
-        yield FakeBackend()
-    else:
-        yield request.getfixturevalue("real_backend")
+@pytest.fixture(params=FAKE_UNIT_AND_REAL)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return chosen_backend(request, FakeBackend)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------

@@ -89,6 +89,7 @@ from testkit.replica_fakes import FakeReplicaCluster
 from testkit.rollout_harness import start_env
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
+from tests.support.conformance import FAKE_TIMESKIP_AND_REAL, activity_name, chosen_backend
 
 DEADLINE = 90.0
 """Real seconds the local cluster may take to act (an upper bound on a loaded machine, never asserted)."""
@@ -177,7 +178,7 @@ class FakeBackend:
 
     async def call(self, served: Served | None, activity: str, arg: Any) -> Any:
         cluster = self._cluster(served) if served is not None else self.ledger_cluster
-        fns = {getattr(fn, "__temporal_activity_definition").name: fn
+        fns = {activity_name(fn): fn
                for fn in [*cluster.activities(), *cluster.migration_activities()]}
         return await ActivityEnvironment().run(fns[activity], arg)
 
@@ -219,7 +220,7 @@ class RealBackend:
         self.created = [self.namespace]
         kube = KubernetesActivities(worker)
         self.activities: dict[str, Callable[..., Any]] = {
-            getattr(fn, "__temporal_activity_definition").name: fn
+            activity_name(fn): fn
             for fn in [*MigrationActivities(worker).all(), *ReplicaActivities(worker).all(), kube.emit_event]}
         self.ledger_ns = ""
         self.ledger_acts: MigrationActivities | None = None
@@ -332,14 +333,9 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         yield environment
 
 
-@pytest.fixture(params=[pytest.param("fake", marks=pytest.mark.timeskip),
-                        pytest.param("real", marks=pytest.mark.integration)])
+@pytest.fixture(params=FAKE_TIMESKIP_AND_REAL)
 def backend(request: pytest.FixtureRequest) -> Backend:
-    # Only the real backend starts (or reuses) the session's cluster, only the fake a test server.
-    if request.param == "fake":
-        return FakeBackend(request.getfixturevalue("skipping_env"))
-    real: Backend = request.getfixturevalue("real_backend")
-    return real
+    return chosen_backend(request, lambda: FakeBackend(request.getfixturevalue("skipping_env")))
 
 
 # -- helpers -------------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ import re
 import shutil
 import tarfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol, cast
 
@@ -85,7 +85,6 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -113,11 +112,13 @@ from servingops.api_models.deckhouse.model import Artifact, ModelStatus
 from servingops.api_models.errors import ErrorType
 from servingops.workers.kubernetes_errors import classify
 from servingops.workflows.model_import import FINALIZER
+from testkit.waiting import wait_until_async
 from tests.fixtures.hub import HubRepos
 from tests.fixtures.kube import api_as
 from tests.histories import model_fakes
 from tests.histories.model_fakes import HF_FILES, FakeModelWorld, source_not_found, truncated_safetensors
 from tests.histories.model_fakes import SourceFile as SourceFakeFile
+from tests.support.conformance import FAKE_UNIT_AND_REAL, activity_name, chosen_backend, wire
 
 GROUP, VERSION, PLURAL = "ai.deckhouse.io", "v1alpha1", "models"
 SOURCE_URL = "https://huggingface.co/acme/tiny-llama"
@@ -190,14 +191,6 @@ class Backend(Protocol):
         ...
 
 
-def _wire(value: Any, kind: Any) -> Any:
-    """`value` as the data converter carries it and reads it back as `kind` (an activity's input or answer)."""
-    converter = pydantic_data_converter.payload_converter
-    return converter.from_payloads(converter.to_payloads([value]), [kind])[0]
-
-
-def _name(fn: Any) -> str:
-    return str(getattr(fn, "__temporal_activity_definition").name)
 
 
 # -- the fake ------------------------------------------------------------------------------------------
@@ -218,10 +211,10 @@ class FakeBackend:
                 "namespace": world.namespace, "uid": world.uid}
 
     async def call(self, model: dict[str, Any], activity: str, payload: Any = None) -> Any:
-        fn = {_name(fn): fn for fn in self._world(model).activities()}[activity]
-        args = [] if payload is None else [_wire(payload, dict)]
+        fn = {activity_name(fn): fn for fn in self._world(model).activities()}[activity]
+        args = [] if payload is None else [wire(payload, dict)]
         answer = await ActivityEnvironment().run(fn, *args)
-        return _wire(answer, Any)
+        return wire(answer, Any)
 
     async def start_deleting(self, model: dict[str, Any]) -> None:
         self._world(model).start_deleting()
@@ -298,7 +291,7 @@ class RealBackend:
             inspect_model,
             *UploadActivities(worker, self.spool, "http://127.0.0.1:1", controller_ns).all(),
         ]
-        self.activities: dict[str, Callable[..., Any]] = {_name(fn): fn for fn in fns}
+        self.activities: dict[str, Callable[..., Any]] = {activity_name(fn): fn for fn in fns}
         self.models: list[dict[str, Any]] = []
 
     def _create(self, name: str) -> dict[str, Any]:
@@ -316,7 +309,7 @@ class RealBackend:
     async def call(self, model: dict[str, Any], activity: str, payload: Any = None) -> Any:
         fn = self.activities[activity]
         arg_types = getattr(fn, "__temporal_activity_definition").arg_types or []
-        args = [] if payload is None else [_wire(payload, arg_types[0])]
+        args = [] if payload is None else [wire(payload, arg_types[0])]
         try:
             answer = await asyncio.to_thread(ActivityEnvironment().run, fn, *args)
         except ApiException as exc:  # what the worker's interceptor makes of it (workers/kubernetes_errors.py)
@@ -324,7 +317,7 @@ class RealBackend:
             if permanent is None:
                 raise
             raise permanent from exc
-        return _wire(answer, Any)
+        return wire(answer, Any)
 
     def _delete(self, model: dict[str, Any]) -> None:
         with contextlib.suppress(ApiException):
@@ -349,7 +342,7 @@ class RealBackend:
                                                        {"metadata": {"finalizers": None}},
                                                        _content_type="application/merge-patch+json")
         self._delete(model)
-        await until(lambda: not self._exists(model), "the model gone")
+        await wait_until_async("the model gone", lambda: not self._exists(model), DEADLINE)
 
     def _repo(self, name: str, *, small: bool = False) -> Any:
         # One weight file: about 3.6 MB, over SMALL_FILE, so a header-only fetch is one; the small one
@@ -434,13 +427,6 @@ class RealBackend:
         self.core.delete_namespace(self.namespace)
 
 
-async def until(probe: Callable[[], Any], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + DEADLINE
-    while not await asyncio.to_thread(probe):
-        assert asyncio.get_running_loop().time() < deadline, f"never happened on the local cluster: {what}"
-        await asyncio.sleep(0.3)
-
-
 @pytest.fixture(scope="module")
 def real_backend(kube_api: client.ApiClient, chart_identities: Identities, hub_server: HubServer,
                  oci_registry: OciRegistry, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBackend]:
@@ -453,14 +439,9 @@ def real_backend(kube_api: client.ApiClient, chart_identities: Identities, hub_s
             backend.close()
 
 
-@pytest.fixture(params=[pytest.param("fake", marks=pytest.mark.unit),
-                        pytest.param("real", marks=pytest.mark.integration)])
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    # Only the real backend starts (or reuses) the session's cluster, Hub stand-in and registry.
-    if request.param == "fake":
-        yield FakeBackend()
-    else:
-        yield request.getfixturevalue("real_backend")
+@pytest.fixture(params=FAKE_UNIT_AND_REAL)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return chosen_backend(request, FakeBackend)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------

@@ -83,6 +83,7 @@ from servingops.api_models.refs import ObjectRef
 from testkit.placement_fakes import FakeFleet, FakeMember
 from testkit.waiting import wait_until
 from tests.fixtures.kube import api_as
+from tests.support.conformance import FAKE_UNIT_AND_REAL, chosen_backend
 
 GROUP, VERSION = "ome.io", "v1beta1"
 DEADLINE = 240.0
@@ -428,14 +429,9 @@ def real_backend(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, tem
         client.CoreV1Api(kube_api).delete_namespace(namespace)
 
 
-@pytest.fixture(params=[pytest.param("fake", marks=pytest.mark.unit),
-                        pytest.param("real", marks=pytest.mark.integration)])
+@pytest.fixture(params=FAKE_UNIT_AND_REAL)
 def backend(request: pytest.FixtureRequest) -> Backend:
-    # Only the real backend starts (or reuses) the session's cluster and a member.
-    if request.param == "fake":
-        return FakeBackend()
-    real: Backend = request.getfixturevalue("real_backend")
-    return real
+    return chosen_backend(request, FakeBackend)
 
 
 # -- helpers -------------------------------------------------------------------------------------------

@@ -86,6 +86,7 @@ from testkit.replica_fakes import FakeReplicaCluster, FakeRevision
 from testkit.rollout_harness import start_env
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
+from tests.support.conformance import FAKE_TIMESKIP_AND_REAL, chosen_backend
 
 DEADLINE = 90.0
 """Real seconds the local cluster may take to act (an upper bound on a loaded machine, never asserted)."""
@@ -341,14 +342,9 @@ async def skipping_env() -> AsyncIterator[WorkflowEnvironment]:
         yield environment
 
 
-@pytest.fixture(params=[pytest.param("fake", marks=pytest.mark.timeskip),
-                        pytest.param("real", marks=pytest.mark.integration)])
+@pytest.fixture(params=FAKE_TIMESKIP_AND_REAL)
 def backend(request: pytest.FixtureRequest) -> Backend:
-    # Only the real backend starts (or reuses) the session's cluster, only the fake a test server.
-    if request.param == "fake":
-        return FakeBackend(request.getfixturevalue("skipping_env"))
-    backend: Backend = request.getfixturevalue("real_backend")
-    return backend
+    return chosen_backend(request, lambda: FakeBackend(request.getfixturevalue("skipping_env")))
 
 
 # -- helpers -------------------------------------------------------------------------------------------

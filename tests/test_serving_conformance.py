@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -60,6 +60,7 @@ from servingops.api_models.refs import ConditionUpdate, ObjectRef
 from servingops.api_models.serving import TrafficWeight
 from testkit.rollout_fakes import FakeCluster
 from tests.crd_helpers import create, manifest, new_namespace
+from tests.support.conformance import FAKE_UNIT_AND_REAL, chosen_backend
 
 ENGINE = ComponentType.ENGINE
 HOLD = "test.servingops.io/hold"
@@ -241,14 +242,14 @@ def conformance_ns(kube_api: client.ApiClient) -> str:
     return new_namespace(kube_api, "conformance")
 
 
-@pytest.fixture(params=[pytest.param("fake", marks=pytest.mark.unit),
-                        pytest.param("real", marks=pytest.mark.integration)])
-async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
-    if request.param == "fake":
-        yield FakeBackend()
-    else:
-        # Only the real backend starts (or reuses) the session's cluster.
-        yield RealBackend(request.getfixturevalue("kube_api"), request.getfixturevalue("conformance_ns"))
+@pytest.fixture
+def real_backend(kube_api: client.ApiClient, conformance_ns: str) -> Backend:
+    return RealBackend(kube_api, conformance_ns)
+
+
+@pytest.fixture(params=FAKE_UNIT_AND_REAL)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return chosen_backend(request, FakeBackend)
 
 
 # -- helpers ---------------------------------------------------------------------------------------
