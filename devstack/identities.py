@@ -15,6 +15,7 @@ import base64
 import logging
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,9 +116,10 @@ def _spool_volumes(api: client.ApiClient, release: str, namespace: str, replicas
 
 
 def install(cluster: LocalKubeCluster, values: Mapping[str, Any], *, release: str = RELEASE,
-            namespace: str = NAMESPACE, timeout: str = "180s") -> str:
+            namespace: str = NAMESPACE, timeout: str = "180s", wait: bool = True) -> str:
     """`helm upgrade --install` into the local cluster, waiting until every workload is Ready
-    (kwok makes the pods Ready; no image is pulled). Returns helm's output."""
+    (kwok makes the pods Ready; no image is pulled). Returns helm's output. wait=False: for a cluster
+    whose controllers have not joined yet (wait_workloads once they have)."""
     api = cluster.api_client()
     try:
         rendered = render(release, namespace, values)
@@ -128,8 +130,41 @@ def install(cluster: LocalKubeCluster, values: Mapping[str, Any], *, release: st
         api.close()  # type: ignore[no-untyped-call]
     with tempfile.TemporaryDirectory() as tmp:
         return helm("upgrade", "--install", release, str(CHART), "--namespace", namespace, "--create-namespace",
-                    "--values", str(_values_file(values, Path(tmp))), "--wait", "--timeout", timeout,
-                    kubeconfig=cluster.kubeconfig_path)
+                    "--values", str(_values_file(values, Path(tmp))),
+                    *(["--wait", "--timeout", timeout] if wait else []), kubeconfig=cluster.kubeconfig_path)
+
+
+def wait_workloads(cluster: LocalKubeCluster, namespace: str = NAMESPACE, timeout: float = 180) -> None:
+    """Wait until every Deployment, StatefulSet and DaemonSet in `namespace` has all its pods Ready
+    (what `helm --wait` checks), failing with the ones still short."""
+    api = cluster.api_client()
+    apps = client.AppsV1Api(api)
+
+    def short() -> list[str]:
+        # Plain dicts: every status field may be absent until its controller first writes it.
+        behind = []
+        for kind, items, want, have in (
+            ("Deployment", apps.list_namespaced_deployment(namespace).items, "replicas", "readyReplicas"),
+            ("StatefulSet", apps.list_namespaced_stateful_set(namespace).items, "replicas", "readyReplicas"),
+            ("DaemonSet", apps.list_namespaced_daemon_set(namespace).items, "desiredNumberScheduled", "numberReady"),
+        ):
+            for item in items:
+                obj = api.sanitize_for_serialization(item)  # type: ignore[no-untyped-call]
+                status = obj.get("status") or {}
+                # A DaemonSet wants nothing until its controller has counted the nodes.
+                wanted = status.get(want) if kind == "DaemonSet" else obj["spec"].get(want, 1)
+                if wanted is None or (status.get(have) or 0) < wanted:
+                    behind.append(f"{kind}/{obj['metadata']['name']}")
+        return behind
+
+    try:
+        deadline = time.monotonic() + timeout
+        while behind := short():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not Ready after {timeout:.0f}s in {namespace}: {', '.join(behind)}")
+            time.sleep(1)
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
 
 
 def apply_identities(api: client.ApiClient, release: str, namespace: str,

@@ -44,7 +44,11 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO_ROOT / "deploy" / "local" / "kube" / "build-binaries.sh"
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+STORAGE_BINARIES = ("etcd", "kube-apiserver")
+CONTROLLER_BINARIES = ("kube-controller-manager", "kube-scheduler", "kwok")
+"""What turns objects into pods: controllers=False clusters run without them, and `./dev up` on a
+new machine builds them after the examples are Ready (LocalKubeCluster.start_controllers)."""
+BINARIES = STORAGE_BINARIES + CONTROLLER_BINARIES
 BIN_DIR_ENV = "SERVINGOPS_KUBE_BIN_DIR"
 
 SERVICE_CIDR = "10.96.0.0/16"
@@ -336,12 +340,17 @@ def upstream_crd_dirs() -> list[Path]:
     return dirs
 
 
-def ensure_binaries() -> dict[str, str]:
-    """Paths of the five binaries; runs the build script only when one is missing."""
-    if any(find_binary(name, BIN_DIR_ENV) is None for name in BINARIES):
-        log.info("building local cluster binaries with %s (minutes on a cold cache)", BUILD_SCRIPT)
-        subprocess.run(["bash", str(BUILD_SCRIPT)], check=True)
-    paths = {name: find_binary(name, BIN_DIR_ENV) for name in BINARIES}
+def missing_binaries(names: Sequence[str] = BINARIES) -> list[str]:
+    """Which of `names` are neither built nor on PATH."""
+    return [name for name in names if find_binary(name, BIN_DIR_ENV) is None]
+
+
+def ensure_binaries(names: Sequence[str] = BINARIES) -> dict[str, str]:
+    """Paths of the named binaries; runs the build script for the missing ones only."""
+    if missing := missing_binaries(names):
+        log.info("building %s with %s (minutes on a cold cache)", " ".join(missing), BUILD_SCRIPT)
+        subprocess.run(["bash", str(BUILD_SCRIPT), *missing], check=True)
+    paths = {name: find_binary(name, BIN_DIR_ENV) for name in names}
     missing = [name for name, path in paths.items() if path is None]
     if missing:
         raise RuntimeError(f"binaries still missing after {BUILD_SCRIPT}: {missing}")
@@ -559,7 +568,7 @@ class SharedEtcd:
         self.process: ManagedProcess | None = None
 
     def start(self, timeout: float = 60.0) -> SharedEtcd:
-        binary = ensure_binaries()["etcd"]
+        binary = ensure_binaries(("etcd",))["etcd"]
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.process = ManagedProcess("etcd-shared", _etcd_argv(binary, self.workdir / "etcd", self.url),
                                       self.log_dir).start()
@@ -631,7 +640,7 @@ class LocalKubeCluster:
 
     def start(self, timeout: float = 180.0) -> LocalKubeCluster:
         began = time.monotonic()
-        binaries = ensure_binaries()
+        binaries = ensure_binaries(BINARIES if self.controllers else STORAGE_BINARIES)
         self.workdir.mkdir(parents=True, exist_ok=True)
         write_pki(self.pki)
         write_front_proxy_pki(self.pki)
@@ -646,13 +655,29 @@ class LocalKubeCluster:
             if self.install_upstream_crds:
                 self.apply_crds(upstream_crd_dirs())
             if self.controllers:
-                self._wait("nodes Ready", self._nodes_ready, timeout)
-                self._wait("default ServiceAccount", self._default_service_account, timeout)
+                self._wait_controllers(timeout)
         except BaseException:
             self.stop()
             raise
         log.info("local kube cluster at %s ready in %.1fs", self.api_url, time.monotonic() - began)
         return self
+
+    def start_controllers(self, timeout: float = 180.0) -> list[ManagedProcess]:
+        """Join kube-controller-manager, kube-scheduler and kwok (with its nodes) to a cluster started
+        with controllers=False, building them first when missing; returns the processes started."""
+        if self.controllers:
+            raise RuntimeError("this cluster's controllers already run")
+        binaries = ensure_binaries(CONTROLLER_BINARIES)
+        before = len(self._processes)
+        self.controllers = True
+        self._start_controllers(binaries)
+        self._create_nodes()
+        self._wait_controllers(timeout)
+        return self._processes[before:]
+
+    def _wait_controllers(self, timeout: float) -> None:
+        self._wait("nodes Ready", self._nodes_ready, timeout)
+        self._wait("default ServiceAccount", self._default_service_account, timeout)
 
     def stop(self) -> None:
         # Reverse start order: clients first, etcd last.

@@ -25,7 +25,7 @@ from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
 
 from devstack import identities
-from devstack.kube import REPO_ROOT, LocalKubeCluster
+from devstack.kube import CONTROLLER_BINARIES, REPO_ROOT, LocalKubeCluster, missing_binaries
 from devstack.members import MemberCluster
 from devstack.process import ManagedProcess, free_port, http_ok, pid_alive, tcp_open
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
@@ -60,11 +60,16 @@ def up(state_dir: Path, members: int = 0) -> int:
     temporal = TemporalDevServer(state_dir / "temporal", logs, port=_port(7233), ui_port=_port(8233)).start()
     registry = OciRegistry(state_dir / "registry", logs, port=_port(5000)).start()
     prometheus = Prometheus(state_dir / "prometheus", logs, port=_port(9090)).start()
-    cluster = LocalKubeCluster(state_dir / "kube", logs).start()
+    # On a new machine the controllers (kube-controller-manager, kube-scheduler, kwok: about half of the
+    # Go build) are not built yet. Nothing the examples need waits for them (a model import runs in
+    # the worker, not in a pod), so the cluster starts without them, the examples become Ready, and
+    # they are built and joined after: examples Ready minutes sooner, the same stack in the end.
+    staged = members == 0 and bool(missing_binaries(CONTROLLER_BINARIES))
+    cluster = LocalKubeCluster(state_dir / "kube", logs, controllers=not staged).start()
     # The chart as an operator installs it; a canary that names no metrics source samples the
     # Prometheus started above. Helm creates CRDs but never updates them: apply the generated ones.
     identities.install(cluster, identities.local_values(
-        operatorConfig={"canaryAnalysis": {"bundledPrometheusAddress": prometheus.url}}))
+        operatorConfig={"canaryAnalysis": {"bundledPrometheusAddress": prometheus.url}}), wait=not staged)
     cluster.apply_crds([CRDS])
     ids = identities.issue(cluster, state_dir / "identities", seconds=TOKEN_SECONDS)
 
@@ -99,13 +104,17 @@ def up(state_dir: Path, members: int = 0) -> int:
 
     # One node agent per kwok node, each with a directory of its own as that node's disk, under the
     # chart's agent identity (in a cluster: the DaemonSet).
-    agents = [
-        ManagedProcess(f"agent-{node}", [sys.executable, "-m", "servingops.cli.main", "agent", "--node", node,
-                                         "--root", str(state_dir / "nodes" / node), "--namespace", ids.namespace,
-                                         "--registry", registry.address, "--registry-insecure"], logs,
-                       env={**env, "KUBECONFIG": str(ids.agent)}, cwd=REPO_ROOT).start()
-        for node in cluster.node_names
-    ] if ids.agent is not None else []
+    def start_agents() -> list[ManagedProcess]:
+        return [
+            ManagedProcess(f"agent-{node}", [sys.executable, "-m", "servingops.cli.main", "agent", "--node", node,
+                                             "--root", str(state_dir / "nodes" / node), "--namespace",
+                                             ids.namespace, "--registry", registry.address,
+                                             "--registry-insecure"], logs,
+                           env={**env, "KUBECONFIG": str(ids.agent)}, cwd=REPO_ROOT).start()
+            for node in cluster.node_names
+        ] if ids.agent is not None else []
+
+    agents = [] if staged else start_agents()
 
     # The model admission webhook on loopback TLS, registered with the chart's configuration pointed at it.
     assert ids.webhook is not None
@@ -122,10 +131,12 @@ def up(state_dir: Path, members: int = 0) -> int:
         member.prepare_namespace("default")
         member.register(api, ids.namespace)
 
-    processes = [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge,
-                 *agents, webhook.process, *(p for m in fleet for p in m.processes())]
+    def processes() -> list[ManagedProcess | None]:
+        return [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge,
+                *agents, webhook.process, *(p for m in fleet for p in m.processes())]
+
     state = {
-        "pids": [p.pid for p in processes if p and p.pid],
+        "pids": [p.pid for p in processes() if p and p.pid],
         "temporal": temporal.address,
         "temporal_ui": temporal.ui_url,
         "kubeconfig": str(cluster.kubeconfig_path),
@@ -149,6 +160,17 @@ def up(state_dir: Path, members: int = 0) -> int:
         print(f"member cluster:  {member.name} (WorkloadCluster), KUBECONFIG={member.cluster.kubeconfig_path}")
     print(f"node disks:      {state_dir / 'nodes'} (one agent per kwok node)")
     report(api, applied, wait_seconds=READY_WAIT_SECONDS)
+    if staged:
+        began = time.monotonic()
+        print(f"\nbuilding and joining {', '.join(CONTROLLER_BINARIES)} (the examples above are usable meanwhile;"
+              " pods wait for the scheduler)", flush=True)
+        cluster.start_controllers()
+        agents.extend(start_agents())
+        identities.wait_workloads(cluster, ids.namespace)
+        state["pids"] = [p.pid for p in processes() if p and p.pid]
+        (state_dir / "stack.json").write_text(json.dumps(state, indent=2))
+        print(f"controllers, {len(cluster.node_names)} kwok nodes and their agents joined in "
+              f"{time.monotonic() - began:.0f}s")
     return 0
 
 
