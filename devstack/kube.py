@@ -10,6 +10,7 @@ modules when they are not already on this machine.
 from __future__ import annotations
 
 import base64
+import copy
 import datetime as dt
 import ipaddress
 import json
@@ -97,6 +98,13 @@ _RESTARTS_BEHIND = {
 _HELD = {"key": f'.metadata.annotations["{POD_UNREADY_ANNOTATION}"]', "operator": "In", "values": ["true"]}
 _ALIVE = {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"}
 _NOT_A_JOB = {"key": ".metadata.ownerReferences.[].kind", "operator": "NotIn", "values": ["Job"]}
+
+ANSWERED_POD_LABEL = "ome.io/inferenceservice"
+"""In a cluster whose pods answer (LocalKubeCluster answering=True), the pods carrying this label (an
+InferenceService's) are devstack/pod_runtime.py's: kwok starts them (address, Running) but never says
+they are Ready; the runtime does, from their server's /health, as a kubelet would from a probe."""
+_ANSWERED = {"key": f'.metadata.labels["{ANSWERED_POD_LABEL}"]', "operator": "Exists"}
+_NOT_ANSWERED = {"key": f'.metadata.labels["{ANSWERED_POD_LABEL}"]', "operator": "DoesNotExist"}
 
 UNREADY_NODE_SUFFIX = "-unready"
 """A node whose name ends with this runs the pods bound to it but none ever turns Ready, as a node
@@ -268,10 +276,12 @@ _KWOK_OWN_STAGES: list[dict[str, Any]] = [
 _READINESS_GATES_BLOCK = re.compile(r"\{\{ range \.spec\.readinessGates \}\}.*?\{\{ end \}\}\n", re.DOTALL)
 
 
-def kwok_stages(module_root: Path) -> list[dict[str, Any]]:
+def kwok_stages(module_root: Path, answering: bool = False) -> list[dict[str, Any]]:
     """kwok's default stages (pod-ready leaving held and failing pods alone, and readiness gates
-    to their owners) and ours."""
+    to their owners) and ours. answering: the pods a pod runtime answers for are started unready
+    (`pod-start-answered`) and kwok never makes them Ready (the runtime does)."""
     stages = [doc for rel in KWOK_STAGE_FILES for doc in yaml.safe_load_all((module_root / rel).read_text()) if doc]
+    own = copy.deepcopy(_KWOK_OWN_STAGES)
     for stage in stages:
         if stage["metadata"]["name"] == "pod-ready":
             stage["spec"]["selector"]["matchExpressions"].extend([_NOT_HELD, _NOT_FAILING, _NOT_ON_UNREADY_NODE])
@@ -279,7 +289,36 @@ def kwok_stages(module_root: Path) -> list[dict[str, Any]]:
             if cut != 1:  # a kwok upgrade changed the template: look again rather than run it as is
                 raise RuntimeError("kwok's pod-ready stage no longer has the readiness-gates block we cut")
             stage["spec"]["next"]["statusTemplate"] = template
-    return [*stages, *_KWOK_OWN_STAGES]
+            if answering:
+                own.append(_start_answered(stage))
+                stage["spec"]["selector"]["matchExpressions"].append(_NOT_ANSWERED)
+    if answering:
+        # The runtime decides these pods' readiness, holds included (it honours POD_UNREADY_ANNOTATION).
+        for stage in own:
+            if stage["metadata"]["name"] in ("pod-ready-again", "pod-held-unready"):
+                stage["spec"]["selector"]["matchExpressions"].append(_NOT_ANSWERED)
+    return [*stages, *own]
+
+
+def _start_answered(pod_ready: dict[str, Any]) -> dict[str, Any]:
+    """kwok's pod-ready for the answered pods, but running with containers not ready: the same address,
+    phase and container states, Ready and ContainersReady False until the pod runtime's probe passes."""
+    stage = copy.deepcopy(pod_ready)
+    stage["metadata"]["name"] = "pod-start-answered"
+    stage["spec"]["selector"]["matchExpressions"] = [
+        e for e in stage["spec"]["selector"]["matchExpressions"] if e != _NOT_HELD] + [_ANSWERED]
+    template = stage["spec"]["next"]["statusTemplate"]
+    for kind in ("Ready", "ContainersReady"):
+        template, n = re.subn(rf'status: "True"(\s+)type: {kind}\n',
+                              rf'status: "False"\1type: {kind}\1reason: ContainersNotReady\n', template)
+        if n != 1:
+            raise RuntimeError(f"kwok's pod-ready stage no longer sets {kind} as expected")
+    template, n = re.subn(r"(containerStatuses:\n\{\{ range \.spec\.containers \}\}.*?)ready: true",
+                          r"\1ready: false", template, count=1, flags=re.DOTALL)
+    if n != 1:
+        raise RuntimeError("kwok's pod-ready stage no longer lists containerStatuses as expected")
+    stage["spec"]["next"]["statusTemplate"] = template
+    return stage
 
 # name in the cache -> (Go module, pin in build-binaries.sh, folder in the module, glob)
 UPSTREAM_CRDS = {
@@ -596,6 +635,8 @@ class LocalKubeCluster:
         etcd_url: str | None = None,
         etcd_prefix: str | None = None,
         controllers: bool = True,
+        pod_cidr: str = POD_CIDR,
+        answering: bool = False,
     ) -> None:
         self.workdir = Path(workdir)
         self.log_dir = Path(log_dir)
@@ -613,6 +654,11 @@ class LocalKubeCluster:
         with etcd_prefix (kube-apiserver's --etcd-prefix) so clusters sharing it never see each other."""
         self.etcd_prefix = etcd_prefix
         self.controllers = controllers
+        self.pod_cidr = pod_cidr
+        """Where kwok hands pod addresses out of (a pod runtime's range when pods answer)."""
+        self.answering = answering
+        """True: a pod runtime (devstack/pod_runtime.py) answers for the InferenceService pods and says
+        when they are Ready; kwok only starts them (kwok_stages)."""
         """False: etcd and kube-apiserver only (no controller-manager, scheduler, kwok nor nodes), for
         a cluster whose objects nobody turns into pods (bench/placement_race.py's lean members)."""
         self.pki = self.workdir / "pki"
@@ -767,22 +813,22 @@ class LocalKubeCluster:
             "--leader-elect=false",
         ])
         kwok_config = self.workdir / "kwok.yaml"
-        kwok_config.write_text(self._kwok_stages())
+        kwok_config.write_text(self._kwok_stages(self.answering))
         self._spawn("kwok", [
             binaries["kwok"],
             f"--kubeconfig={kubeconfig}",
             f"--config={kwok_config}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-            f"--cidr={POD_CIDR}",
+            f"--cidr={self.pod_cidr}",
             "--node-lease-duration-seconds=40",  # matches the heartbeat-with-lease stage
         ])
 
     @staticmethod
-    def _kwok_stages() -> str:
+    def _kwok_stages(answering: bool = False) -> str:
         # kwok itself ships no default stages (kwokctl adds them); without any it refuses to run.
         root = go_module_dir("sigs.k8s.io/kwok", pinned_versions()["KWOK_VERSION"])
-        return yaml.safe_dump_all(kwok_stages(root), sort_keys=False)
+        return yaml.safe_dump_all(kwok_stages(root, answering), sort_keys=False)
 
     # -- failures, for tests of recovery --
 

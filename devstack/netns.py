@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 PREFIX = "servingops"
 SUBNET = "10.250"
+POD_SUBNET = "10.244"
 MAX_INDEX = 250
 NETNS_DIR = Path("/var/run/netns")
 LOCK_PATH = Path("/run/servingops-netns.lock")
@@ -74,6 +75,29 @@ class NetworkNamespace:
     @property
     def path(self) -> Path:
         return NETNS_DIR / self.name
+
+    @property
+    def pod_cidr(self) -> str:
+        """The pod range of a cluster whose pods answer in this namespace (devstack/pod_runtime.py): one
+        /24 of kwok's 10.244.0.0/16 per namespace, so stacks side by side never share an address."""
+        return f"{POD_SUBNET}.{self.index}.0/24"
+
+    def route_pods(self) -> None:
+        """A host route for pod_cidr into the namespace: the host (Traefik, Prometheus, a test) reaches
+        a pod's address there. It goes with the veth pair when the namespace is deleted."""
+        _ip("route", "replace", self.pod_cidr, "via", self.address)
+
+    def add_address(self, ip: str) -> None:
+        """Answer for `ip` inside the namespace (on its loopback; routed in by route_pods)."""
+        if f" {ip}/32 " not in _ip("-n", self.name, "-o", "addr", "show", "dev", "lo"):
+            _ip("-n", self.name, "addr", "add", f"{ip}/32", "dev", "lo")
+
+    def remove_address(self, ip: str) -> None:
+        _ip("-n", self.name, "addr", "del", f"{ip}/32", "dev", "lo", check=False)
+
+    def exec_argv(self) -> list[str]:
+        """The prefix that runs a command inside the namespace."""
+        return ["ip", "netns", "exec", self.name]
 
     @classmethod
     def create(cls) -> NetworkNamespace:

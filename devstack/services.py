@@ -159,6 +159,11 @@ class Prometheus:
     def targets_file(self) -> Path:
         return self.workdir / "targets.json"
 
+    @property
+    def pod_targets_file(self) -> Path:
+        """The serving pods' /metrics, written by devstack/pod_runtime.py (one group per pod)."""
+        return self.workdir / "pods.json"
+
     def set_targets(self, targets: list[str], labels: dict[str, str] | None = None) -> None:
         """Replace the scraped targets (host:port); Prometheus re-reads the file on change."""
         self.set_target_groups([(targets, labels or {})])
@@ -185,12 +190,15 @@ class Prometheus:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if not self.targets_file.exists():
             self.set_targets([])
+        if not self.pod_targets_file.exists():
+            self.pod_targets_file.write_text("[]")
         config = {
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"},
             "scrape_configs": [
                 {
                     "job_name": "servingops-test",
-                    "file_sd_configs": [{"files": [str(self.targets_file)], "refresh_interval": "1s"}],
+                    "file_sd_configs": [{"files": [str(self.targets_file), str(self.pod_targets_file)],
+                                         "refresh_interval": "1s"}],
                 }
             ],
         }

@@ -25,7 +25,7 @@ KWOK_VERSION=v0.8.0        # go 1.26.0, client-go v0.36 (one minor of skew is su
 HELM_VERSION=v3.22.0       # go 1.26.0; its go.mod has no replace directives
 # devstack/kube.py reads these pins to copy CRD manifests (and kwok's stages) out of the
 # module cache, so every version of the local cluster is pinned here.
-GATEWAY_API_VERSION=v1.4.1 # standard channel, incl. HTTPRoute (not built)
+GATEWAY_API_VERSION=v1.5.0 # standard channel (not built): HTTPRoute, and TLSRoute, without which Traefik never syncs
 KUEUE_VERSION=v0.17.0      # CRDs copied; the controller (cmd/kueue) built for devstack/kueue.py
 KEDA_VERSION=v2.18.3       # only the ScaledObject CRD is copied (the KEDA operator is not run)
 PROMETHEUS_ADAPTER_VERSION=v0.12.0 # the newest release; no replace directives (k8s.io/* v0.30.0)

