@@ -2,9 +2,17 @@
 
 A missing ConfigMap means "built-in defaults"; one that does not parse is reported, not raised,
 so the workflow can park its run with the message (retrying would read the same bad text).
+
+`IngressConfigReader` reads the `ingress` block alone for the serving activities, which render
+and observe routes on every pass: no workflow input carries it, so no workflow's commands change
+when it does, and a new Gateway or domain reaches every route within `ttl` seconds.
 """
 
 from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -12,12 +20,18 @@ from temporalio import activity
 
 from servingops.api_models.operator_config import (
     DEFAULT_CONFIGMAP,
+    IngressConfig,
     OperatorConfig,
     OperatorConfigError,
     OperatorDefaults,
     parse_configmap_data,
+    parse_ingress,
     resolve,
 )
+
+INGRESS_TTL = 10.0
+"""Seconds one read of the ingress block serves: observe runs on every pass of every service, and
+an operator changing the Gateway waits at most this long (plus the next pass) to see it applied."""
 
 
 class OperatorConfigActivities:
@@ -44,3 +58,44 @@ class OperatorConfigActivities:
 
     def all(self) -> list[object]:
         return [self.read]
+
+
+class IngressConfigReader:
+    """The ConfigMap's `ingress` block, read at most every `ttl` seconds and shared by the serving
+    activities' threads. Calling it returns the block (defaults when the ConfigMap or the key is
+    absent) or raises OperatorConfigError naming the ConfigMap when the block does not parse; an
+    apiserver error is raised as is (the activity retries) and is not remembered."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, name: str = DEFAULT_CONFIGMAP,
+                 ttl: float = INGRESS_TTL, clock: Callable[[], float] = time.monotonic) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.name = name
+        self.ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._read_at: float | None = None
+        self._result: IngressConfig | OperatorConfigError = IngressConfig()
+
+    def __call__(self) -> IngressConfig:
+        with self._lock:
+            now = self._clock()
+            if self._read_at is None or now - self._read_at >= self.ttl:
+                self._result = self._read()
+                self._read_at = now
+            result = self._result
+        if isinstance(result, OperatorConfigError):
+            raise result
+        return result
+
+    def _read(self) -> IngressConfig | OperatorConfigError:
+        try:
+            configmap = self.core.read_namespaced_config_map(self.name, self.namespace, _request_timeout=30)
+        except ApiException as exc:
+            if exc.status == 404:
+                return IngressConfig()
+            raise
+        try:
+            return parse_ingress(configmap.data)
+        except OperatorConfigError as error:
+            return OperatorConfigError(f"ConfigMap {self.namespace}/{self.name}: {error}")

@@ -28,18 +28,35 @@ told otherwise), one YAML document per block:
           authSecretRef: {name: mimir-reader, key: token}   # in the controller namespace
           headers: {X-Scope-OrgID: tenant-a}                # never credentials (refused):
                                                              # the token is in authSecretRef
+      ingress: |                 # upstream OME's `ingress` block, the fields this product implements
+        omeIngressGateway: servingops-gateway/inference    # <namespace>/<name> of the Gateway every
+                                 # HTTPRoute attaches to; empty (the default): routes attach to none
+        ingressDomain: svc.cluster.local
+        domainTemplate: "{{ .Name }}.{{ .Namespace }}.{{ .IngressDomain }}"
+        urlScheme: http          # of status.url and the components' urls (http or https)
 
 The worker reads it when a rollout run opens and the run keeps what it read (the workflow
 history records it), so a change applies to the next run, never halfway through one. Unknown
 keys are errors, not silently ignored: a typo in an operator default must not look like "unset".
+
+The `ingress` block is the exception to "read when a run opens": the serving activities read it
+themselves (activities/operator_config.py IngressConfigReader, cached for a few seconds), because
+a route's parentRefs and hostnames are a property of the cluster, not of a run. A component's
+host is domainTemplate applied to its HTTPRoute's name (`<isvc>-<component>`); the entrypoint
+component's route (router, else engine) also answers on the service's own host (Name = the
+InferenceService's name), like upstream's top-level route. The template is Go-template syntax as
+OME writes it, restricted to `{{ .Name }}`, `{{ .Namespace }}` and `{{ .IngressDomain }}`
+(anything else, `.Annotations.*` and `.Labels.*` included, is a config error), and it must use
+`.Name`: without it every service would claim the same host.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from servingops.api_models.credential_headers import address_has_userinfo, credential_headers
@@ -47,7 +64,7 @@ from servingops.api_models.durations import parse_duration
 from servingops.api_models.refs import ObjectRef
 
 DEFAULT_CONFIGMAP = "servingops-config"
-BLOCKS = ("rollout", "canaryAnalysis", "metricProviders", "lifecycle", "workloadClusters", "placement")
+BLOCKS = ("rollout", "canaryAnalysis", "metricProviders", "lifecycle", "workloadClusters", "placement", "ingress")
 
 
 class PrometheusSource(BaseModel):
@@ -167,6 +184,122 @@ class MetricProvider(_Block):
         return headers
 
 
+_TEMPLATE_ACTION = re.compile(r"{{(.*?)}}", re.DOTALL)
+_TEMPLATE_VARIABLES = {".Name": "name", ".Namespace": "namespace", ".IngressDomain": "domain"}
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class HostError(ValueError):
+    """domainTemplate renders something that is not a DNS name for this object (a label over 63
+    characters, say): the route cannot be given that hostname."""
+
+
+def _template_parts(template: str) -> list[tuple[str, str]]:
+    """The template as (literal, "") and ("", variable) parts; ValueError naming what is not supported.
+
+    Only the three variables OME's domain template is normally written with are implemented:
+    anything else Go's text/template would accept (pipelines, functions, `.Annotations.<key>`,
+    trim markers) is refused here rather than rendered differently from upstream."""
+    parts: list[tuple[str, str]] = []
+    position = 0
+    for action in _TEMPLATE_ACTION.finditer(template):
+        parts.append((template[position:action.start()], ""))
+        variable = action.group(1).strip()
+        if variable not in _TEMPLATE_VARIABLES:
+            raise ValueError(f"{{{{{action.group(1)}}}}} is not supported: a domainTemplate may use only "
+                             f"{{{{ .Name }}}}, {{{{ .Namespace }}}} and {{{{ .IngressDomain }}}}")
+        parts.append(("", variable))
+        position = action.end()
+    parts.append((template[position:], ""))
+    literal = "".join(text for text, _ in parts)
+    if "{{" in literal or "}}" in literal:
+        raise ValueError("an unbalanced {{ or }}")
+    return [part for part in parts if part != ("", "")]
+
+
+def _is_subdomain(name: str) -> bool:
+    """A DNS-1123 subdomain, the shape of an object name and of a DNS domain."""
+    return 0 < len(name) <= 253 and all(_DNS_LABEL.match(label) for label in name.split("."))
+
+
+def _is_dns_name(host: str) -> bool:
+    """A fully qualified host: a subdomain of at least two labels (as upstream checks its hosts)."""
+    return _is_subdomain(host) and "." in host
+
+
+class IngressConfig(_Block):
+    """Upstream OME's `ingress` block, the fields that apply to Gateway API routes (docstring above).
+    Upstream's other keys (ingressGateway, ingressService, localGateway, ingressClassName,
+    pathTemplate, enableGatewayAPI, ...) configure Istio, Knative and Ingress objects this product
+    does not render; they are refused as unknown rather than silently ignored."""
+
+    ome_ingress_gateway: str = ""
+    """`<namespace>/<name>` of the Gateway every component's HTTPRoute attaches to (parentRefs);
+    empty: routes attach to no Gateway and have no hostnames."""
+    # Upstream ships "svc.cluster.local" in its ConfigMap and Helm chart and falls back to
+    # "example.com" in Go only when the key is missing. We take the shipped value: a cluster moving
+    # from OME with its ConfigMap unchanged gets the same hosts, and one default (model and chart)
+    # cannot disagree with itself. It only matters once omeIngressGateway is set.
+    ingress_domain: str = "svc.cluster.local"
+    domain_template: str = "{{ .Name }}.{{ .Namespace }}.{{ .IngressDomain }}"
+    url_scheme: Literal["http", "https"] = "http"
+
+    @field_validator("ome_ingress_gateway")
+    @classmethod
+    def _gateway(cls, value: str) -> str:
+        if not value:
+            return value
+        namespace, _, name = value.partition("/")
+        if not (_DNS_LABEL.match(namespace) and _is_subdomain(name)):
+            raise ValueError(f"{value!r} is not <namespace>/<name> of a Gateway")
+        return value
+
+    @field_validator("ingress_domain")
+    @classmethod
+    def _domain(cls, value: str) -> str:
+        if not _is_subdomain(value):
+            raise ValueError(f"{value!r} is not a DNS domain")
+        return value
+
+    @field_validator("domain_template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        parts = _template_parts(value)
+        if ("", ".Name") not in parts:
+            raise ValueError("must use {{ .Name }}: without it every InferenceService would claim the same host")
+        return value
+
+    @model_validator(mode="after")
+    def _renders_hosts(self) -> IngressConfig:
+        # A literal part that can never be in a host (an underscore, an upper-case letter) is the
+        # operator's mistake, reported here once rather than on every service.
+        try:
+            self.host("name", "namespace")
+        except HostError as error:
+            raise ValueError(str(error)) from None
+        return self
+
+    @property
+    def gateway(self) -> tuple[str, str] | None:
+        """(namespace, name) of the Gateway, or None when routes attach to none."""
+        if not self.ome_ingress_gateway:
+            return None
+        namespace, _, name = self.ome_ingress_gateway.partition("/")
+        return namespace, name
+
+    def host(self, name: str, namespace: str) -> str:
+        """domainTemplate applied to an object name; HostError when the result is not a DNS name."""
+        values = {".Name": name, ".Namespace": namespace, ".IngressDomain": self.ingress_domain}
+        host = "".join(text or values[variable] for text, variable in _template_parts(self.domain_template))
+        if not _is_dns_name(host):
+            raise HostError(f"domainTemplate {self.domain_template!r} gives {host!r} for {namespace}/{name}, "
+                            f"not a DNS name (labels of at most 63 lowercase letters, digits and '-')")
+        return host
+
+    def url(self, host: str) -> str:
+        return f"{self.url_scheme}://{host}"
+
+
 class OperatorConfig(_Block):
     rollout: RolloutDefaults = RolloutDefaults()
     canary_analysis: CanaryAnalysisDefaults = CanaryAnalysisDefaults()
@@ -174,10 +307,22 @@ class OperatorConfig(_Block):
     lifecycle: LifecycleDefaults = LifecycleDefaults()
     workload_clusters: WorkloadClusterDefaults = WorkloadClusterDefaults()
     placement: PlacementDefaults = PlacementDefaults()
+    ingress: IngressConfig = IngressConfig()
 
 
 class OperatorConfigError(ValueError):
     """The ConfigMap exists but does not parse; the message names the key and the problem."""
+
+
+def _problems(error: ValidationError, prefix: tuple[str, ...] = ()) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in (*prefix, *e['loc']))}: {e['msg']}" for e in error.errors())
+
+
+def _block(key: str, text: str) -> Any:
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        raise OperatorConfigError(f"{key}: not YAML: {error}") from None
 
 
 def parse_configmap_data(data: dict[str, str] | None) -> OperatorConfig:
@@ -185,15 +330,23 @@ def parse_configmap_data(data: dict[str, str] | None) -> OperatorConfig:
     for key, text in (data or {}).items():
         if key not in BLOCKS:
             raise OperatorConfigError(f"unknown key {key!r} (expected one of {', '.join(BLOCKS)})")
-        try:
-            blocks[key] = yaml.safe_load(text) or {}
-        except yaml.YAMLError as error:
-            raise OperatorConfigError(f"{key}: not YAML: {error}") from None
+        blocks[key] = _block(key, text)
     try:
         return OperatorConfig.model_validate(blocks)
     except ValidationError as error:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors())
-        raise OperatorConfigError(problems) from None
+        raise OperatorConfigError(_problems(error)) from None
+
+
+def parse_ingress(data: dict[str, str] | None) -> IngressConfig:
+    """The `ingress` block alone (the serving activities' read): a typo in another block must not
+    take every route off its Gateway, and the other blocks' readers report their own errors."""
+    text = (data or {}).get("ingress")
+    if text is None:
+        return IngressConfig()
+    try:
+        return IngressConfig.model_validate(_block("ingress", text))
+    except ValidationError as error:
+        raise OperatorConfigError(_problems(error, ("ingress",))) from None
 
 
 class OperatorDefaults(BaseModel):

@@ -7,6 +7,11 @@ clock (the one the workflows' timers use), so an hour-long pause and a 10 s warm
 way they would on a real cluster. Every traffic change and status write is recorded so a test can
 check HTTPRoute weights and CanaryStatus after every transition.
 
+HTTPRoutes are kept as the objects the real activity applies (render.http_route, with the
+parentRefs and hostnames of `ingress`, the operator's ingress block, read through the same pure
+rules as the real activities: activities/serving/ingress.py), with a generation that moves when
+their spec does. A test plays the Gateway with `gateway_verdict` (the route's status.parents).
+
 The fake answers as the real activities do, and tests/test_serving_conformance.py runs the same
 cases against both. A call the real activity refuses is refused here with the same permanent
 error type (so the workflow sees what it would see on a cluster) and is also recorded in
@@ -29,7 +34,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from servingops.activities.kubernetes import AnnotationRemoval, EventNote, StatusPatch
 from servingops.activities.prometheus import EvaluateInput, Evaluation, MetricOutcome
-from servingops.activities.serving import render
+from servingops.activities.serving import ingress, render
 from servingops.activities.serving.types import (
     ComponentObservation,
     EnsureRevisionInput,
@@ -41,7 +46,7 @@ from servingops.activities.serving.types import (
 )
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.enums import ComponentType
-from servingops.api_models.operator_config import OperatorDefaults, PrometheusSource
+from servingops.api_models.operator_config import IngressConfig, OperatorConfigError, OperatorDefaults, PrometheusSource
 from servingops.api_models.refs import ObjectRef
 from servingops.api_models.serving import TrafficWeight
 
@@ -118,6 +123,11 @@ class FakeCluster:
         self.desired: dict[ComponentType, tuple[str, int]] = {}
         self.revisions: dict[ComponentType, dict[str, Revision]] = {}
         self.routes: dict[ComponentType, list[TrafficWeight]] = {}
+        self.route_objects: dict[ComponentType, dict[str, Any]] = {}
+        """Each component's HTTPRoute as the real activity would leave it (spec, generation, status)."""
+        self.ingress: IngressConfig | OperatorConfigError = IngressConfig()
+        """The operator ConfigMap's ingress block as the serving activities read it (an
+        OperatorConfigError: the block does not parse)."""
         self.status: dict[str, Any] = {}
         self.conditions: dict[str, dict[str, Any]] = {}
         self.patches: list[dict[str, Any]] = []
@@ -182,6 +192,34 @@ class FakeCluster:
             rev.pods[index] = float("inf")
         rev.pods.sort()
 
+    def gateway_verdict(self, component: ComponentType, parents: list[dict[str, Any]]) -> None:
+        """Play the Gateway: set the component's HTTPRoute status.parents (the route must exist)."""
+        self.route_objects[component]["status"] = {"parents": [dict(p) for p in parents]}
+
+    def route_generation(self, component: ComponentType) -> int:
+        return int(self.route_objects[component]["metadata"]["generation"])
+
+    def _routing(self) -> ingress.Routing:
+        return ingress.routing(self.ingress, NAME, NAMESPACE, self.desired)
+
+    def _apply_route(self, component: ComponentType, weights: list[TrafficWeight]) -> None:
+        """Server-side apply, as the real set_traffic does: the generation moves only when the spec
+        does, the status (the Gateway's) stays, and managedFields say which spec fields we own."""
+        attachment = (self._routing().attachments or {}).get(component)
+        if attachment is None:  # the attachment cannot be rendered now: the route keeps its own
+            attachment = ingress.live_attachment(self.route_objects.get(component))
+        body = render.http_route(self.owner, component, weights, attachment)
+        before = self.route_objects.get(component)
+        generation = int(before["metadata"]["generation"]) if before else 0
+        if before is None or before["spec"] != body["spec"]:
+            generation += 1
+        body["metadata"]["generation"] = generation
+        body["metadata"]["managedFields"] = [{"manager": "servingops", "operation": "Apply", "fieldsV1": {
+            "f:spec": {f"f:{key}": {} for key in body["spec"]}}}]
+        if before is not None and "status" in before:
+            body["status"] = before["status"]
+        self.route_objects[component] = body
+
     def refuse(self, error_type: ErrorType, message: str) -> Exception:
         """What the real activity raises for this call, recorded as a violation."""
         self.violations.append(f"{error_type.value}: {message}")
@@ -211,20 +249,25 @@ class FakeCluster:
             if cluster.gone:
                 return None
             components = []
+            routing = cluster._routing()
             for component, (revision, replicas) in cluster.desired.items():
                 revs = cluster.revisions.get(component, {})
                 route = cluster.routes.get(component)
+                # Like the real one: the component's address exists once its HTTPRoute does.
+                address = render.component_url(cluster.owner, component) if route is not None else None
+                url, route_status, drift = routing.observe(component, cluster.route_objects.get(component),
+                                                           address, "servingops")
                 components.append(ComponentObservation(
                     component=component, desired_revision=revision, desired_replicas=replicas,
                     revisions=[cluster._observe_revision(n, r, now) for n, r in revs.items()],
-                    traffic=list(route or []),
-                    # Like the real one: the component's address exists once its HTTPRoute does.
-                    url=render.component_url(cluster.owner, component) if route is not None else None))
+                    traffic=list(route or []), url=url, address=address, route_status=route_status,
+                    ingress_drift=drift))
             return ServiceObservation(uid=cluster.uid, generation=cluster.generation,
                                       resource_version=str(cluster.generation), deleting=cluster.deleting,
                                       annotations={k: v for k, v in cluster.annotations.items()
                                                    if k.startswith("ome.io/rollout-")},
-                                      spec_rollout=cluster.spec_rollout, components=components)
+                                      spec_rollout=cluster.spec_rollout, components=components,
+                                      ingress=routing.observation())
 
         @activity.defn(name="serving.ensure_revision")
         async def ensure_revision(request: EnsureRevisionInput) -> RevisionObservation:
@@ -278,6 +321,7 @@ class FakeCluster:
                 raise cluster.refuse(ErrorType.INVALID_TRAFFIC, f"no Service for revision(s) {', '.join(missing)} "
                                                                 f"of {request.component.value}")
             cluster.routes[request.component] = list(weights)
+            cluster._apply_route(request.component, list(weights))
             cluster.route_log.append((now, request.component, list(weights)))
 
         @activity.defn(name="serving.delete_revision")

@@ -46,7 +46,10 @@ FULL_VALUES: dict[str, Any] = {
     "operatorConfig": {"rollout": {"readyTimeout": "5m", "stallTimeout": "15m", "scaleDownDelaySeconds": 10},
                        "canaryAnalysis": {"bundledPrometheusAddress": "http://prom:9090"},
                        "metricProviders": {"tenant-a": {"serverAddress": "http://mimir/prometheus",
-                                                        "authSecretRef": {"name": "mimir", "key": "token"}}}},
+                                                        "authSecretRef": {"name": "mimir", "key": "token"}}},
+                       "ingress": {"omeIngressGateway": "gateways/public", "ingressDomain": "models.example.com",
+                                   "domainTemplate": "{{ .Name }}-{{ .Namespace }}.{{ .IngressDomain }}",
+                                   "urlScheme": "https"}},
     "rbac": {"secretNamespaces": ["team-a", "team-b"]},
 }
 """A value for every switch the templates have."""
@@ -191,6 +194,9 @@ def test_values_reach_every_object() -> None:
     assert _one(docs, "Deployment", "servingops-bridge")["spec"]["replicas"] == 2
     config = parse_configmap_data(_one(docs, "ConfigMap", DEFAULT_CONFIGMAP)["data"])
     assert config.rollout.ready_timeout == "5m" and config.metric_providers["tenant-a"].auth_secret_ref is not None
+    # The ingress block reaches the ConfigMap as written (a Go template in a value is not templated).
+    assert config.ingress.gateway == ("gateways", "public")
+    assert config.ingress.url(config.ingress.host("llama", "team-a")) == "https://llama-team-a.models.example.com"
     # secretNamespaces: the worker's Secret rights only there (and in the release namespace).
     secret_bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
                        and d["roleRef"]["name"] == "servingops-worker-secrets"]

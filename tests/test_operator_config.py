@@ -1,21 +1,29 @@
 """The operator ConfigMap: its schema (typos and bad durations are errors, not "unset"), the shipped
-manifest, and the operator.config activity against the real apiserver."""
+manifest, the ingress block (upstream OME's names, the domain template) and its cached reader, and
+the operator.config activity against the real apiserver."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from temporalio.testing import ActivityEnvironment
 
 from devstack import identities
-from servingops.activities.operator_config import OperatorConfigActivities
+from servingops.activities.operator_config import IngressConfigReader, OperatorConfigActivities
 from servingops.api_models.operator_config import (
     DEFAULT_CONFIGMAP,
+    HostError,
+    IngressConfig,
     OperatorConfig,
     OperatorConfigError,
     OperatorDefaults,
     PrometheusSource,
     parse_configmap_data,
+    parse_ingress,
     resolve,
 )
 from servingops.api_models.refs import ObjectRef
@@ -39,6 +47,7 @@ def test_the_shipped_configmap_parses_to_the_built_in_defaults() -> None:
     assert config.rollout == OperatorConfig().rollout
     assert config.canary_analysis.bundled_prometheus_address == "http://prometheus.monitoring.svc:9090"
     assert config.metric_providers == {}
+    assert config.ingress == IngressConfig(), "the chart's ingress values are the model's defaults"
 
 
 @pytest.mark.unit
@@ -112,3 +121,110 @@ def test_activity_reads_the_configmap(kube_api: client.ApiClient) -> None:
     broken = environment.run(acts.read)
     assert broken.error is not None and f"ConfigMap {ns}/servingops-config" in broken.error
     assert "stallTimeout" in broken.error
+
+
+# -- the ingress block -----------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_ingress_defaults_attach_to_no_gateway_and_render_upstreams_hosts() -> None:
+    config = parse_configmap_data({}).ingress
+    assert config == IngressConfig() and config.gateway is None
+    assert (config.ome_ingress_gateway, config.ingress_domain, config.url_scheme) == ("", "svc.cluster.local", "http")
+    assert config.domain_template == "{{ .Name }}.{{ .Namespace }}.{{ .IngressDomain }}"
+    assert config.host("llama-engine", "team-a") == "llama-engine.team-a.svc.cluster.local"
+
+
+@pytest.mark.unit
+def test_ingress_block_as_a_user_writes_it() -> None:
+    text = ("omeIngressGateway: servingops-gateway/inference\n"
+            "ingressDomain: models.example.com\n"
+            "domainTemplate: '{{.Name}}-{{ .Namespace }}.{{   .IngressDomain }}'\n"
+            "urlScheme: https\n")
+    config = parse_configmap_data({"ingress": text}).ingress
+    assert config.gateway == ("servingops-gateway", "inference")
+    host = config.host("llama-router", "team-a")
+    assert host == "llama-router-team-a.models.example.com"
+    assert config.url(host) == "https://llama-router-team-a.models.example.com"
+    # The serving activities read the block alone, with the same rules.
+    assert parse_ingress({"ingress": text, "rollout": "not: [parsed"}) == config
+    assert parse_ingress({}) == parse_ingress(None) == IngressConfig()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("text", "expected"), [
+    ("omeIngressGatway: a/b", "ingress.omeIngressGatway: Extra inputs are not permitted"),
+    # Upstream's Istio / Knative keys configure objects this product does not render: refused, not ignored.
+    ("ingressGateway: knative-serving/knative-ingress-gateway", "ingress.ingressGateway: Extra inputs"),
+    ("omeIngressGateway: inference", "'inference' is not <namespace>/<name> of a Gateway"),
+    ("omeIngressGateway: Gateways/Public", "is not <namespace>/<name> of a Gateway"),
+    ("ingressDomain: ''", "'' is not a DNS domain"),
+    ("urlScheme: ftp", "ingress.urlScheme: Input should be 'http' or 'https'"),
+    ("domainTemplate: '{{ .Name }}.{{ .Annotations.team }}.{{ .IngressDomain }}'",
+     "{{ .Annotations.team }} is not supported: a domainTemplate may use only {{ .Name }}, {{ .Namespace }} and "
+     "{{ .IngressDomain }}"),
+    ("domainTemplate: '{{ .Labels.app }}.{{ .Name }}.example.com'", "{{ .Labels.app }} is not supported"),
+    ("domainTemplate: '{{ .Name | lower }}.example.com'", "{{ .Name | lower }} is not supported"),
+    ("domainTemplate: '{{- .Name }}.example.com'", "is not supported"),
+    ("domainTemplate: '{{ .Name }.example.com'", "an unbalanced {{ or }}"),
+    ("domainTemplate: '{{ .Namespace }}.{{ .IngressDomain }}'",
+     "must use {{ .Name }}: without it every InferenceService would claim the same host"),
+    ("domainTemplate: '{{ .Name }}_{{ .Namespace }}.{{ .IngressDomain }}'", "not a DNS name"),
+    ("domainTemplate: '{{ .Name }}'", "not a DNS name"),
+    ("omeIngressGateway: [a, b]", "ingress.omeIngressGateway: Input should be a valid string"),
+    ("omeIngressGateway: {", "ingress: not YAML"),
+])
+def test_bad_ingress_blocks_are_named(text: str, expected: str) -> None:
+    for parse in (parse_configmap_data, parse_ingress):
+        with pytest.raises(OperatorConfigError) as info:
+            parse({"ingress": text})
+        assert expected in str(info.value), parse
+
+
+@pytest.mark.unit
+def test_a_host_the_template_cannot_form_for_one_service_is_a_host_error() -> None:
+    config = IngressConfig(ome_ingress_gateway="gw/inference")
+    with pytest.raises(HostError, match="not a DNS name"):
+        config.host("x" * 60 + "-engine", "team-a")  # a label over 63 characters
+
+
+class _ConfigMaps:
+    """CoreV1Api.read_namespaced_config_map, counting calls."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] | None = None
+        self.status = 0
+        self.reads = 0
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **_: Any) -> client.V1ConfigMap:
+        self.reads += 1
+        if self.status:
+            raise ApiException(status=self.status)
+        return client.V1ConfigMap(data=self.data)
+
+
+@pytest.mark.unit
+def test_the_ingress_reader_caches_reports_and_recovers() -> None:
+    now = [0.0]
+    reader = IngressConfigReader(client.ApiClient(), "servingops-system", ttl=10, clock=lambda: now[0])
+    maps = _ConfigMaps()
+    reader.core = maps  # type: ignore[assignment]
+    maps.status = 404
+    assert reader() == IngressConfig(), "no ConfigMap: the defaults"
+    maps.status, maps.data = 0, {"ingress": "omeIngressGateway: gw/inference\n"}
+    assert reader() == IngressConfig() and maps.reads == 1, "read at most once per ttl"
+    now[0] = 10
+    assert reader().gateway == ("gw", "inference") and maps.reads == 2
+    now[0] = 20
+    maps.data = {"ingress": "omeIngressGateway: gw/inference\nurlSheme: https\n"}
+    for _ in range(2):  # a bad block is remembered like a good one: raised on every call until it changes
+        with pytest.raises(OperatorConfigError, match=re.escape("ConfigMap servingops-system/servingops-config: "
+                                                                "ingress.urlSheme: Extra inputs")):
+            reader()
+    assert maps.reads == 3
+    now[0] = 30
+    maps.status = 503  # the apiserver away: raised for the activity to retry, not remembered
+    with pytest.raises(ApiException):
+        reader()
+    maps.status, maps.data = 0, {"rollout": "stallTimeout: 1m\n"}
+    assert reader() == IngressConfig() and maps.reads == 5

@@ -31,6 +31,7 @@ from servingops.api_models.errors import ErrorType
 from servingops.api_models.ome import InferenceService
 from servingops.api_models.ome.components import EngineSpec
 from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.operator_config import IngressConfig
 from servingops.api_models.refs import ObjectRef
 from servingops.api_models.serving import TrafficWeight
 from tests.crd_helpers import create, manifest, new_namespace
@@ -207,7 +208,7 @@ def test_invalid_traffic_is_refused(kube_api: client.ApiClient, ns: str, acts: S
 
 @pytest.mark.integration
 def test_gateway_parent_and_gone_service(kube_api: client.ApiClient, ns: str) -> None:
-    acts = ServingActivities(kube_api, gateway=("inference", "gateway-system"))
+    acts = ServingActivities(kube_api, ingress=IngressConfig(ome_ingress_gateway="gateway-system/inference"))
     ref = _isvc(kube_api, ns)
     v1 = _component(_run(acts.observe, ObserveInput(isvc=ref)), ROUTER).desired_revision
     key = RevisionKey(isvc=ref, component=ROUTER, revision=v1)
@@ -219,8 +220,10 @@ def test_gateway_parent_and_gone_service(kube_api: client.ApiClient, ns: str) ->
     assert svc.spec and svc.spec.ports and svc.spec.ports[0].target_port == 9000
     _run(acts.set_traffic, SetTrafficInput(isvc=ref, component=ROUTER, weights=[TrafficWeight(revision=v1,
                                                                                               weight=100)]))
-    parents = _route(kube_api, ref, ROUTER)["spec"]["parentRefs"]
-    assert [(p["name"], p["namespace"]) for p in parents] == [("inference", "gateway-system")]
+    spec = _route(kube_api, ref, ROUTER)["spec"]
+    assert [(p["name"], p["namespace"]) for p in spec["parentRefs"]] == [("inference", "gateway-system")]
+    # The router is the entrypoint: its own host and the service's (the default domain template).
+    assert spec["hostnames"] == [f"{ref.name}-router.{ns}.svc.cluster.local", f"{ref.name}.{ns}.svc.cluster.local"]
 
     # Once the InferenceService is gone: observe says so, writes are refused, deletes are no-ops.
     client.CustomObjectsApi(kube_api).delete_namespaced_custom_object(ref.group, ref.version, ns, ref.plural,

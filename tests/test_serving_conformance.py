@@ -24,6 +24,11 @@ Where they differed before this suite (and the fake was changed to match the rea
 - observe: the fake gave every component a URL (on a made-up domain) before any HTTPRoute existed
   and passed every annotation through; the real one has no URL until the route exists (then the
   route's cluster address) and passes only the ome.io/rollout-* annotations.
+
+The HTTPRoute's Gateway side (the operator's ingress block: parentRefs, hostnames, the verdict read
+back from status.parents, drift after the block changes) is one case here; no Gateway controller
+runs beside this suite, so the test writes the route's status subresource itself, as the Gateway
+would.
 """
 
 from __future__ import annotations
@@ -56,14 +61,16 @@ from servingops.api_models import contract
 from servingops.api_models.errors import ErrorType
 from servingops.api_models.ome import InferenceService
 from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.operator_config import IngressConfig
 from servingops.api_models.refs import ConditionUpdate, ObjectRef
-from servingops.api_models.serving import TrafficWeight
+from servingops.api_models.serving import IngressObservation, RouteStatus, TrafficWeight
 from testkit.rollout_fakes import FakeCluster
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.support.conformance import FAKE_UNIT_AND_REAL, chosen_backend
 
 ENGINE = ComponentType.ENGINE
 HOLD = "test.servingops.io/hold"
+ROUTES = ("gateway.networking.k8s.io", "v1")
 DEADLINE = 120.0
 """Real seconds a real backend may take to settle (an upper bound on a loaded machine, never asserted)."""
 
@@ -103,6 +110,18 @@ class Backend(Protocol):
 
     async def status(self, ref: ObjectRef) -> dict[str, Any]:
         """status as stored, with conditions as a list under `conditions`."""
+        ...
+
+    def use_ingress(self, config: IngressConfig) -> None:
+        """The operator's ingress block from now on (what the worker's ConfigMap reader would give)."""
+        ...
+
+    async def route(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The engine's HTTPRoute as stored (None before it exists)."""
+        ...
+
+    async def gateway_verdict(self, ref: ObjectRef, parents: list[dict[str, Any]]) -> None:
+        """Play the Gateway: write the engine's HTTPRoute status.parents."""
         ...
 
 
@@ -162,6 +181,15 @@ class FakeBackend:
 
     async def status(self, ref: ObjectRef) -> dict[str, Any]:
         return {**self.cluster.status, "conditions": list(self.cluster.conditions.values())}
+
+    def use_ingress(self, config: IngressConfig) -> None:
+        self.cluster.ingress = config
+
+    async def route(self, ref: ObjectRef) -> dict[str, Any] | None:
+        return self.cluster.route_objects.get(ENGINE)
+
+    async def gateway_verdict(self, ref: ObjectRef, parents: list[dict[str, Any]]) -> None:
+        self.cluster.gateway_verdict(ENGINE, parents)
 
 
 # -- the local cluster ------------------------------------------------------------------------------
@@ -235,6 +263,23 @@ class RealBackend:
     async def status(self, ref: ObjectRef) -> dict[str, Any]:
         obj = self.custom.get_namespaced_custom_object(ref.group, ref.version, self.namespace, ref.plural, ref.name)
         return dict(obj.get("status") or {})
+
+    def use_ingress(self, config: IngressConfig) -> None:
+        self.activities.update({fn.__name__: fn for fn in ServingActivities(self.api, ingress=config).all()})
+
+    async def route(self, ref: ObjectRef) -> dict[str, Any] | None:
+        try:
+            obj = self.custom.get_namespaced_custom_object(*ROUTES, self.namespace, "httproutes", f"{ref.name}-engine")
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(obj)
+
+    async def gateway_verdict(self, ref: ObjectRef, parents: list[dict[str, Any]]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            *ROUTES, self.namespace, "httproutes", f"{ref.name}-engine", {"status": {"parents": parents}},
+            _content_type="application/merge-patch+json")
 
 
 @pytest.fixture(scope="module")
@@ -458,3 +503,74 @@ async def test_the_fake_records_what_the_real_activities_refuse() -> None:
     with pytest.raises(ApplicationError):
         await ensure(fake, ref, "rev1", -2)
     assert len(fake.cluster.violations) == 2 and "InvalidTraffic" in fake.cluster.violations[0]
+
+
+def _parent_entry(name: str, accepted: tuple[str, str], resolved: tuple[str, str, str],
+                  generation: int) -> dict[str, Any]:
+    """A status.parents entry as a Gateway writes it (every field the HTTPRoute CRD requires)."""
+    def condition(kind: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
+        return {"type": kind, "status": status, "reason": reason, "message": message,
+                "observedGeneration": generation, "lastTransitionTime": "2026-01-01T00:00:00Z"}
+
+    return {"parentRef": {"name": name, "namespace": "conformance-gw"}, "controllerName": "example.com/gateway",
+            "conditions": [condition("Accepted", *accepted), condition("ResolvedRefs", *resolved)]}
+
+
+async def test_routes_attach_to_the_gateway_and_its_verdict_is_read_back(backend: Backend) -> None:
+    backend.use_ingress(IngressConfig(ome_ingress_gateway="conformance-gw/inference", ingress_domain="example.test"))
+    ref = await backend.new_service(1)
+    namespace = ref.namespace or ""
+    host, engine_host = f"{ref.name}.{namespace}.example.test", f"{ref.name}-engine.{namespace}.example.test"
+    seen_service = await observe(backend, ref)
+    assert seen_service is not None
+    assert seen_service.ingress == IngressObservation(gateway="conformance-gw/inference", url=f"http://{host}")
+    first = await engine(backend, ref)
+    assert (first.url, first.address, first.route_status, first.ingress_drift) == (None, None, None, False)
+    old = first.desired_revision
+    await ensure(backend, ref, old, 1)
+    await set_traffic(backend, ref, (old, 100))
+
+    # parentRefs and hostnames; the engine is the entrypoint, so it answers on the service's host too.
+    route = await backend.route(ref)
+    assert route is not None
+    assert route["spec"]["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                            "namespace": "conformance-gw", "name": "inference"}]
+    assert route["spec"]["hostnames"] == [engine_host, host]
+    generation = int(route["metadata"]["generation"])
+    seen = await engine(backend, ref)
+    assert seen.url == f"http://{engine_host}" and not seen.ingress_drift
+    assert seen.address == render.component_url(render.Owner(ref.name, namespace, ref.uid or ""), ENGINE)
+    assert seen.route_status == RouteStatus(route=f"{ref.name}-engine", generation=generation)
+
+    # The Gateway's verdict, its own reason and message; an entry for another parent is not ours.
+    await backend.gateway_verdict(ref, [
+        _parent_entry("other", ("False", "NoMatchingParent"), ("True", "ResolvedRefs", ""), generation),
+        _parent_entry("inference", ("True", "Accepted"), ("False", "BackendNotFound", "no such Service"), generation)])
+    assert (await engine(backend, ref)).route_status == RouteStatus(
+        route=f"{ref.name}-engine", generation=generation, reported=True, accepted=True, resolved_refs=False,
+        reason="BackendNotFound", message="no such Service", observed_generation=generation, current=True)
+
+    # A new split is a new generation: the verdict on the older one is not current.
+    await backend.render_new_revision(ref)
+    new = (await engine(backend, ref)).desired_revision
+    await ensure(backend, ref, new, 1)
+    await set_traffic(backend, ref, (old, 50), (new, 50))
+    route = await backend.route(ref)
+    assert route is not None and int(route["metadata"]["generation"]) > generation
+    generation = int(route["metadata"]["generation"])
+    stale = (await engine(backend, ref)).route_status
+    assert stale is not None and stale.generation == generation and not stale.current
+    await backend.gateway_verdict(ref, [
+        _parent_entry("inference", ("True", "Accepted"), ("True", "ResolvedRefs", ""), generation)])
+    accepted = (await engine(backend, ref)).route_status
+    assert accepted is not None and (accepted.accepted, accepted.resolved_refs, accepted.current) == (True, True, True)
+
+    # The Gateway removed from the block: the route drifts until it is applied again, weights as they were.
+    backend.use_ingress(IngressConfig())
+    seen = await engine(backend, ref)
+    assert seen.ingress_drift and seen.route_status is None and seen.url == seen.address
+    await set_traffic(backend, ref, (old, 50), (new, 50))
+    route = await backend.route(ref)
+    assert route is not None and "parentRefs" not in route["spec"] and "hostnames" not in route["spec"]
+    seen = await engine(backend, ref)
+    assert not seen.ingress_drift and split(seen.traffic) == [(old, 50), (new, 50)]

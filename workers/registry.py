@@ -25,7 +25,7 @@ from servingops.activities.oci.activities import (
     SecretRef,
     kubernetes_secret_credentials,
 )
-from servingops.activities.operator_config import OperatorConfigActivities
+from servingops.activities.operator_config import IngressConfigReader, OperatorConfigActivities
 from servingops.activities.placement.activities import PlacementActivities
 from servingops.activities.prometheus import PrometheusActivities
 from servingops.activities.replica.activities import ReplicaActivities
@@ -72,7 +72,12 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *SourceActivities(api_client, settings.spool_dir, settings.hf_endpoint, settings.ollama_registry).all(),
         *UploadActivities(api_client, settings.spool_dir, upload_public_url, settings.controller_namespace).all(),
         inspect_model,
-        *ServingActivities(api_client, controller_namespace=settings.controller_namespace,
+        # The routes' Gateway and hostnames: the operator ConfigMap's ingress block, read by the
+        # serving activities themselves (cached a few seconds), so no workflow input carries it.
+        *ServingActivities(api_client,
+                           ingress=IngressConfigReader(api_client, settings.controller_namespace,
+                                                       settings.operator_config),
+                           controller_namespace=settings.controller_namespace,
                            artifacts=f"{settings.registry}/{settings.registry_repository}").all(),
         *RuntimeActivities(api_client).all(),
         *AutoscalerActivities(api_client).all(),

@@ -4,7 +4,14 @@ HTTPRoute whose weights carry the traffic split. They observe and move; the work
 Revisions are created with a plain create (a 409 means a concurrent or earlier attempt already
 did it) and only their replicas are patched afterwards: a revision's pod template is fixed by its
 hash, so there is nothing else to reconcile. The HTTPRoute is server-side applied, so a retry is
-a no-op and fields other managers own (e.g. a gateway's hostnames) are kept.
+a no-op and fields other managers own are kept.
+
+The route's parentRefs and hostnames come from the operator's `ingress` block, read by the
+activities themselves (`ingress`: an IngressConfigReader in the worker), so no workflow input or
+command depends on it. While the block does not parse, or its domain template gives no DNS name
+for a service, set_traffic moves only the weights and keeps the attachment the route has: a typo
+in the ConfigMap never takes a serving route off its Gateway. observe reports why
+(ServiceObservation.ingress), and the InferenceService's IngressReady condition says it.
 
 Errors are classified (api_models.errors): what the spec or the input cannot give (a component
 with nothing to run, a spec that does not parse, an object the apiserver rejects with 400/422, a
@@ -15,6 +22,7 @@ on the object at once; an apiserver that is away, conflicting (409), throttling 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
@@ -23,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio import activity
 
-from servingops.activities.serving import multinode, omenative, render, scaling
+from servingops.activities.serving import ingress, multinode, omenative, render, scaling
 from servingops.activities.serving.omenative import OMENATIVE, ProjectedReplicas, deployment_mode
 from servingops.activities.serving.placement_demand import demand_hold
 from servingops.activities.serving.resolution import KubeReader, ResolvedService, Unresolvable, resolve_service
@@ -44,8 +52,9 @@ from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.components import EngineSpec
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
+from servingops.api_models.operator_config import IngressConfig, OperatorConfigError
 from servingops.api_models.refs import ObjectRef
-from servingops.api_models.serving import TrafficWeight
+from servingops.api_models.serving import IngressObservation, TrafficWeight
 
 FIELD_MANAGER = "servingops"
 _APPLY = "application/apply-patch+yaml"
@@ -99,11 +108,17 @@ def _revision_observation(revision: str, dep: client.V1Deployment | None) -> Rev
     )
 
 
-class ServingActivities:
-    """Bound to one ApiClient for the life of the worker; `gateway` = (name, namespace) of the
-    Gateway every HTTPRoute attaches to, or None for routes without parentRefs."""
+IngressSource = IngressConfig | Callable[[], IngressConfig]
+"""A fixed ingress configuration, or a callable giving the current one (raising OperatorConfigError
+when it does not parse): activities/operator_config.py IngressConfigReader."""
 
-    def __init__(self, api_client: client.ApiClient, gateway: tuple[str, str] | None = None,
+
+class ServingActivities:
+    """Bound to one ApiClient for the life of the worker; `ingress` is the operator's ingress block
+    (the Gateway every HTTPRoute attaches to, the hostnames): fixed, or read on each call (the
+    worker passes an IngressConfigReader). None: the defaults, routes attached to no Gateway."""
+
+    def __init__(self, api_client: client.ApiClient, ingress: IngressSource | None = None,
                  controller_namespace: str | None = None, artifacts: str | None = None) -> None:
         self.api_client = api_client
         self.apps = client.AppsV1Api(api_client)
@@ -112,7 +127,7 @@ class ServingActivities:
         self._reader = KubeReader(self.custom, self.apps, controller_namespace)
         self._artifacts = artifacts
         """`<registry>/<repository>` where Deckhouse models' artifacts are (served by reference)."""
-        self.gateway = gateway
+        self._ingress_source = ingress if ingress is not None else IngressConfig()
         self.projected = ProjectedReplicas(api_client)
         """OMENative components: their projected InferenceReplicas (activities/serving/omenative.py)."""
         self._readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="serving-read")
@@ -196,6 +211,16 @@ class ServingActivities:
                 return None
             raise
 
+    def _ingress(self, owner: render.Owner, spec: InferenceServiceSpec) -> ingress.Routing:
+        """The ingress block as read now and what it gives this service's routes."""
+        source = self._ingress_source
+        config: IngressConfig | OperatorConfigError
+        try:
+            config = source() if callable(source) else source
+        except OperatorConfigError as exc:
+            config = exc
+        return ingress.routing(config, owner.name, owner.namespace, (c for c, _ in render.set_components(spec)))
+
     def _revisions(self, owner: render.Owner, component: ComponentType) -> list[RevisionObservation]:
         selector = ",".join(f"{k}={v}" for k, v in render.selector_labels(owner.name, component).items())
         items = self.apps.list_namespaced_deployment(owner.namespace, label_selector=selector,
@@ -237,9 +262,12 @@ class ServingActivities:
         demand = demand_hold(owner.name, annotations, spec)
         if demand is not None:
             return self._observation(obj, [], held=demand, resolved=resolved)
+        routing = self._ingress(owner, spec)
         for component, cspec in render.set_components(spec):
             route = self._route(owner.name, owner.namespace, component)
             native = deployment_mode(spec, cspec, annotations) == OMENATIVE
+            address = render.component_url(owner, component) if route else None
+            url, route_status, drift = routing.observe(component, route, address, FIELD_MANAGER)
             components.append(ComponentObservation(
                 component=component,
                 desired_revision=(multinode.render_component if native else render.render_revision)(
@@ -247,16 +275,20 @@ class ServingActivities:
                 desired_replicas=render.desired_replicas(cspec),
                 revisions=self.projected.revisions(owner, component) if native else self._revisions(owner, component),
                 traffic=render.route_weights(route, owner.name, component) if route else [],
-                url=render.component_url(owner, component) if route else None,
+                url=url,
+                address=address,
+                route_status=route_status,
+                ingress_drift=drift,
                 replica=omenative.replica_name(owner.name, component) if native else None,
                 lifecycle=self.projected.lifecycle(owner, component) if native else None,
                 autoscaler_digest=scaling.scaler_digest(cspec) if native else None,
             ))
-        return self._observation(obj, components, resolved=resolved)
+        return self._observation(obj, components, resolved=resolved, ingress=routing.observation())
 
     @staticmethod
     def _observation(obj: dict[str, Any], components: list[ComponentObservation], held: ServingHold | None = None,
-                     resolved: ResolvedService | None = None, placed: bool = False) -> ServiceObservation:
+                     resolved: ResolvedService | None = None, placed: bool = False,
+                     ingress: IngressObservation | None = None) -> ServiceObservation:
         meta = obj["metadata"]
         annotations = meta.get("annotations") or {}
         rollout = (obj.get("spec") or {}).get("rollout")
@@ -275,6 +307,7 @@ class ServingActivities:
             runtime_sync_token=resolved.sync_token if resolved is not None else None,
             held=held,
             placed=placed,
+            ingress=ingress,
         )
 
     @activity.defn(name="serving.ensure_revision")
@@ -399,12 +432,17 @@ class ServingActivities:
         services = [(w.revision, self._read(self._service_exists, revision_name(inp.isvc.name, inp.component.value,
                                                                                 w.revision), namespace))
                     for w in inp.weights]
-        owner, _ = live.result()
+        owner, spec = live.result()
         missing = [revision for revision, exists in services if not exists.result()]
         if missing:
             raise application_error(ErrorType.INVALID_TRAFFIC,
                                     f"no Service for revision(s) {', '.join(missing)} of {inp.component.value}")
-        body = render.http_route(owner, inp.component, inp.weights, self.gateway)
+        routing = self._ingress(owner, spec)
+        attachment = (routing.attachments or {}).get(inp.component)
+        if attachment is None:
+            # The attachment cannot be rendered now (observe says why): keep the route's as it is.
+            attachment = ingress.live_attachment(self._route(owner.name, owner.namespace, inp.component))
+        body = render.http_route(owner, inp.component, inp.weights, attachment)
         try:
             self.custom.patch_namespaced_custom_object(
                 _GATEWAY_GROUP, _GATEWAY_VERSION, owner.namespace, _ROUTES, body["metadata"]["name"], body,

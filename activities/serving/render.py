@@ -13,6 +13,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from servingops.activities.serving.ingress import DETACHED, Attachment
 from servingops.activities.serving.types import revision_name, route_name
 from servingops.api_models.canonical import canonical_json
 from servingops.api_models.ome.components import DecoderSpec, EngineSpec, PodSpec, RouterSpec
@@ -226,17 +227,21 @@ def service(owner: Owner, rendered: RenderedRevision, spec: ComponentSpec) -> di
 
 
 def http_route(owner: Owner, component: ComponentType, weights: list[TrafficWeight],
-               gateway: tuple[str, str] | None = None) -> dict[str, Any]:
-    """One rule whose weighted backendRefs are the revision Services, weights exactly as given."""
+               attachment: Attachment = DETACHED) -> dict[str, Any]:
+    """One rule whose weighted backendRefs are the revision Services, weights exactly as given;
+    parentRefs and hostnames from `attachment` (activities/serving/ingress.py), none when empty.
+    Fields left out are not ours under server-side apply: a route applied without them loses the
+    ones we applied before and keeps any another manager set."""
     backends = [
         {"group": "", "kind": "Service", "name": revision_name(owner.name, component.value, w.revision),
          "port": SERVICE_PORT, "weight": w.weight}
         for w in weights
     ]
     spec: dict[str, Any] = {"rules": [{"backendRefs": backends}]}
-    if gateway is not None:
-        spec["parentRefs"] = [{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": gateway[0],
-                               "namespace": gateway[1]}]
+    if attachment.parent_refs:
+        spec["parentRefs"] = [dict(ref) for ref in attachment.parent_refs]
+    if attachment.hostnames:
+        spec["hostnames"] = list(attachment.hostnames)
     return {
         "apiVersion": GATEWAY_API_VERSION,
         "kind": "HTTPRoute",
@@ -259,5 +264,7 @@ def route_weights(route: dict[str, Any], isvc: str, component: ComponentType) ->
 
 
 def component_url(owner: Owner, component: ComponentType) -> str:
-    """The component's stable address, named after its HTTPRoute (`<isvc>-<component>`)."""
+    """The component's cluster-local address, named after its HTTPRoute (`<isvc>-<component>`): its
+    url when no Gateway is configured, and status.address / the "cluster-local" entry of
+    status.addresses for the entrypoint."""
     return f"http://{route_name(owner.name, component.value)}.{owner.namespace}.svc.cluster.local"

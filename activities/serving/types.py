@@ -8,8 +8,9 @@ per revision, both named `<isvc>-<component>-rev-<hash>`, and one HTTPRoute name
 hash of the rendered pod template. Activities observe and move capacity and traffic; the
 workflow decides.
 
-`TrafficWeight` is also part of the rollout messages, so it lives in the API models
-(api_models.serving) and is only used here.
+`TrafficWeight` is also part of the rollout messages, and `RouteStatus` and `IngressObservation`
+are kept in the InferenceService workflow's memory, so they live in the API models
+(api_models.serving) and are only used here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pydantic import BaseModel
 
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.refs import ObjectRef
-from servingops.api_models.serving import TrafficWeight
+from servingops.api_models.serving import IngressObservation, RouteStatus, TrafficWeight
 
 
 def revision_name(isvc: str, component: str, revision: str) -> str:
@@ -54,6 +55,18 @@ class ComponentObservation(BaseModel):
     traffic: list[TrafficWeight]
     """The HTTPRoute's current split (empty before the first set_traffic)."""
     url: str | None = None
+    """Once the HTTPRoute exists: `<urlScheme>://<the component's host>` when a Gateway is
+    configured, else its cluster-local address (status.components[c].url)."""
+    address: str | None = None
+    """Once the HTTPRoute exists: the component's cluster-local address (render.component_url); the
+    entrypoint's is status.address. A new field: older histories decode it as None."""
+    route_status: RouteStatus | None = None
+    """What the configured Gateway says of the component's HTTPRoute; None without a Gateway (or
+    before the route exists, or while the ingress block does not parse). A new field."""
+    ingress_drift: bool = False
+    """The live HTTPRoute does not carry the parentRefs / hostnames the ingress configuration renders
+    now: the InferenceService workflow applies it again with its current weights when no run is
+    moving the component. A new field: older histories decode it as False."""
     replica: str | None = None
     """OMENative: the projected InferenceReplica serving the component (its /scale is the scale target)."""
     lifecycle: dict[str, object] | None = None
@@ -102,6 +115,9 @@ class ServiceObservation(BaseModel):
     placed: bool = False
     """spec.placement is set: member clusters serve it (the placement workflow), nothing is rendered
     here (components empty). A new field: histories recorded before it decode it as False."""
+    ingress: IngressObservation | None = None
+    """Where the service answers by the operator's ingress block as read now. A new field: histories
+    recorded before it decode it as None, and the workflow then writes no IngressReady."""
 
 
 

@@ -18,7 +18,7 @@ from servingops.api_models.ome.enums import ComponentType, RolloutPlanSource
 from servingops.api_models.ome.migration import MigrationHistoryEntry
 from servingops.api_models.ome.rollout import RolloutGroup, RolloutPolicyRef
 from servingops.api_models.ome.rollout_status import CanaryStatus, RolloutCoordinationGroupStatus
-from servingops.api_models.serving import TrafficWeight
+from servingops.api_models.serving import IngressObservation, RouteStatus, TrafficWeight
 
 
 class Progression(StrEnum):
@@ -119,6 +119,11 @@ class ComponentView(BaseModel):
     """What the InferenceService workflow knows of one component; status is rendered from it."""
 
     url: str | None = None
+    """status.components[c].url: the component's host behind the Gateway, else its cluster-local address."""
+    address: str | None = None
+    """The component's cluster-local address (the entrypoint's is status.address)."""
+    route_status: RouteStatus | None = None
+    """What the Gateway last said of the component's HTTPRoute (None without a Gateway)."""
     stable: str | None = None
     """Hash of the revision that fully owns traffic (latestRolledoutRevision)."""
     previous: str | None = None
@@ -174,6 +179,12 @@ class ServiceState(BaseModel):
     migration_history: list[MigrationHistoryEntry] = []
     """status.migrationHistory: the most recent migrations of this service's Instances, newest last
     (workflows/migration/history.py)."""
+    ingress: IngressObservation | None = None
+    """Where the service answers, as last observed (None: never observed with the ingress block,
+    and no IngressReady is written)."""
+    ingress_verdict: str | None = None
+    """The last IngressReady verdict that was not a wait (`<status>:<reason>`): a Warning Event is
+    recorded when a new one is False, not again for the same one after a wait in between."""
 
 
 class ServiceView(ServiceState):

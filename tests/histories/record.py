@@ -53,6 +53,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.operator_config import IngressConfig
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
@@ -418,6 +419,50 @@ async def rolling(rec: Recording) -> None:
         await isvc.roll_to("b")
         await isvc.until(lambda: isvc.coordination("0").get("phase") == "Idle", what="rolled")
         await isvc.until(lambda: isvc.rolled_out("b"), what="closed")
+
+
+def _gateway_verdict(cluster: FakeCluster, resolved: tuple[str, str, str] = ("True", "ResolvedRefs", "")) -> None:
+    """Play the Gateway on the engine's route, for its current generation. (Only the fakes of this
+    tree have a Gateway: ingress-gateway is not recordable from a tree before the ingress block.)"""
+    generation = cluster.route_generation(ENGINE)
+    conditions = [{"type": "Accepted", "status": "True", "reason": "Accepted", "message": "",
+                   "observedGeneration": generation},
+                  {"type": "ResolvedRefs", "status": resolved[0], "reason": resolved[1], "message": resolved[2],
+                   "observedGeneration": generation}]
+    cluster.gateway_verdict(ENGINE, [{"parentRef": {"name": "inference", "namespace": "servingops-gateway"},
+                                      "controllerName": "traefik.io/gateway-controller", "conditions": conditions}])
+
+
+async def ingress_gateway(rec: Recording) -> None:
+    """A Gateway configured after the service was served: the next resync applies the route again
+    with its split (parentRefs, hostnames), Ready is held (IngressNotReady) until the Gateway
+    accepts it; a blue-green rollout on the attached route, accepted again; the Gateway then
+    refuses a backend (IngressReady False BackendNotFound, a Warning, re-read by the poll); the
+    Gateway removed from the block detaches the route."""
+    async with served(rec, desired={ENGINE: ("a", 2)}) as isvc:
+        cluster = isvc.cluster
+
+        def condition(kind: str) -> tuple[Any, Any]:
+            found = cluster.conditions.get(kind, {})
+            return found.get("status"), found.get("reason")
+
+        cluster.ingress = IngressConfig(ome_ingress_gateway="servingops-gateway/inference",
+                                        ingress_domain="example.test")
+        await isvc.until(lambda: "parentRefs" in cluster.route_objects[ENGINE]["spec"], step=30, what="attached")
+        await isvc.until(lambda: condition("Ready") == ("False", "IngressNotReady"), step=1, what="held")
+        _gateway_verdict(cluster)
+        await isvc.until(lambda: condition("IngressReady") == ("True", "RouteAccepted"), step=2, what="accepted")
+        await isvc.roll_to("b")
+        await isvc.until(lambda: isvc.weights() == {"b": 100}, what="flip")
+        await isvc.until(lambda: isvc.rolled_out("b"), what="closed")
+        _gateway_verdict(cluster)
+        await isvc.until(lambda: condition("Ready") == ("True", "ComponentsReady"), step=2, what="accepted again")
+        _gateway_verdict(cluster, ("False", "BackendNotFound", "service llama-engine-rev-b not found"))
+        await isvc.until(lambda: condition("IngressReady") == ("False", "BackendNotFound"), step=30, what="refused")
+        await isvc.env.sleep(120)  # looked at again (60 s polls), said once
+        cluster.ingress = IngressConfig()
+        await isvc.until(lambda: condition("IngressReady") == ("True", "GatewayNotConfigured"), step=30,
+                         what="detached")
 
 
 async def service_continue_as_new(rec: Recording) -> None:
@@ -959,6 +1004,7 @@ SCENARIOS: dict[str, Scenario] = {
     "reports-in-flight": reports_in_flight,
     "reports-in-flight-continue-as-new": reports_in_flight_continue_as_new,
     "zero-drain-delay": zero_drain_delay,
+    "ingress-gateway": ingress_gateway,
     "policy-ref": policy_ref,
     "policy-lifecycle": policy_lifecycle,
     "policy-continue-as-new": policy_continue_as_new,

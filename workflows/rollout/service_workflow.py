@@ -91,6 +91,18 @@ _RESYNC_HELD = 60.0
 """The longest wait between looks at a held spec's model and runtime (sooner at first)."""
 _RETRY_REMOVAL = 60.0
 """How soon a consumed annotation whose removal failed is tried again (a pass re-reads it first)."""
+_RESYNC_INGRESS_WAIT = 60.0
+"""The longest wait between looks at routes the Gateway has not accepted yet (sooner at first): its
+verdict is written on the HTTPRoute, and no event of the InferenceService says it arrived."""
+_RESYNC_INGRESS = 293.0
+"""How often a service whose routes are settled is observed again (about 5 minutes): a Gateway that
+later refuses a route turns IngressReady (and Ready) False within this long, and a change of the
+operator's ingress block (a Gateway configured after the service was served) reaches its routes.
+Neither is an event of the InferenceService; the cost is one observe (and status write) per
+service per interval. Not a round number: at 300 s it came due at the instant a run's 5m
+readyTimeout report woke the service, and the time-skipping test server refuses the CancelTimer
+of a timer that fires while the task is with the worker (temporalio/sdk-java#2606, #3088; see
+tests/test_replica_workflow.py). The real server takes it; the tests would strand the run."""
 REMOVE_CONSUMED_ANNOTATIONS = "remove-consumed-annotations"
 """The patch that added the kube.remove_annotation calls (docs/durability.md)."""
 OMENATIVE_AUTOSCALER = "omenative-autoscaler"
@@ -159,6 +171,11 @@ class InferenceServiceWorkflow:
         self._removals_done: set[tuple[str, str]] = set()
         """(annotation, value) already removed or found changed: not tried again until it changes."""
         self._removal_failed = False
+        self._ingress_since: datetime | None = None
+        """When the current wait for the Gateway to accept the routes began (paces its poll)."""
+        self._ingress_settling = False
+        """A route was applied again for a new ingress configuration: looked at soon, whatever the
+        last verdict said (it was about the route before)."""
 
     # -- bridge signals ----------------------------------------------------------------------
 
@@ -278,7 +295,24 @@ class InferenceServiceWorkflow:
             waits.append(_RETRY_REMOVAL)
         if self._state.soak_until is not None:
             waits.append(max(0.0, (self._state.soak_until - workflow.now()).total_seconds()))
+        waits.extend(self._ingress_wait())
         return min(waits) if waits else None
+
+    def _ingress_wait(self) -> list[float]:
+        """Polls for what no event of this object brings (the Gateway's verdict, the operator's ingress
+        block): soon while a route is not accepted, every few minutes once all are. None for an
+        observation from before the ingress block (histories recorded then replay without these
+        timers) or a refused spec."""
+        ingress = self._state.ingress
+        condition = status.ingress_condition(ingress, self._state.components)
+        if self._refusal is not None or ingress is None or condition is None:
+            self._ingress_since = None
+            return []
+        if self._ingress_settling or not status.ingress_ready(condition):
+            self._ingress_since = self._ingress_since or workflow.now()
+            return [poll_interval(workflow.now() - self._ingress_since, _RESYNC_INGRESS_WAIT)]
+        self._ingress_since = None
+        return [_RESYNC_INGRESS]
 
     def _summary(self) -> str:
         if self._refusal is not None:
@@ -290,7 +324,9 @@ class InferenceServiceWorkflow:
         if self._state.active:
             return "RollingOut"
         views = self._state.components.values()
-        return "Ready" if views and all(v.serving_ready for v in views) else "Pending"
+        ingress = status.ingress_condition(self._state.ingress, self._state.components)
+        serving = bool(views) and all(v.serving_ready for v in views)
+        return "Ready" if serving and status.ingress_ready(ingress) else "Pending"
 
     # -- observing and acting -------------------------------------------------------------------
 
@@ -326,6 +362,10 @@ class InferenceServiceWorkflow:
         state = self._state
         state.generation = observation.generation
         state.annotations = dict(observation.annotations)
+        self._ingress_settling = False
+        if observation.ingress is not None and observation.ingress != state.ingress:
+            state.ingress = observation.ingress
+            self._dirty = True
         if observation.placed != self._placed:
             self._placed = observation.placed
             self._dirty = True
@@ -376,7 +416,10 @@ class InferenceServiceWorkflow:
         count when no run moves it, and readiness of whatever carries its traffic."""
         ref = self._require_ref()
         view = self._state.components.setdefault(seen.component, ComponentView())
-        view.url = seen.url
+        ingress = self._state.ingress
+        if ingress is None or ingress.problem_reason is None:
+            view.url = seen.url  # else the last known: the ingress block that gave it cannot be read now
+        view.address, view.route_status = seen.address, seen.route_status
         view.desired = seen.desired_revision
         view.replica, view.lifecycle = seen.replica, seen.lifecycle
         if view.stable is None and seen.traffic:
@@ -397,6 +440,8 @@ class InferenceServiceWorkflow:
         revisions = {r.revision: r for r in seen.revisions}
         moving = any(seen.component in (t.component for t in run.targets) for run in self._state.active.values())
         stable = revisions.get(view.stable)
+        if seen.ingress_drift and not moving:
+            await self._reattach(seen)
         if not moving and stable is not None and stable.replicas != seen.desired_replicas:
             await workflow.execute_activity_method(
                 ServingActivities.ensure_revision,
@@ -415,6 +460,30 @@ class InferenceServiceWorkflow:
         view.serving_ready = any(revisions[r].ready_replicas > 0 for r in carrying if r in revisions)
         if view.latest_ready is None and stable is not None and stable.ready_replicas > 0:
             view.latest_ready = view.stable
+
+    async def _reattach(self, seen: ComponentObservation) -> None:
+        """The ingress configuration changed since the component's route was programmed (a Gateway
+        set or removed, another domain, the entrypoint moved): apply the route again with the split
+        it carries, so existing services follow the operator's configuration. Only while no run moves
+        the component (a run's own set_traffic renders the new attachment, and two writers of one
+        split could undo each other). A drift is new data (older histories decode it as False), so
+        replaying them schedules no such call."""
+        weights = [w for w in seen.traffic if w.weight > 0]
+        if not weights or sum(w.weight for w in weights) != 100:
+            return  # not a split this workflow programmed: leave it to the next run
+        try:
+            await workflow.execute_activity_method(
+                ServingActivities.set_traffic,
+                SetTrafficInput(isvc=self._require_ref(), component=seen.component, weights=weights), **options.KUBE)
+        except ActivityError as error:
+            # The live split cannot be programmed again (a backend's Service deleted behind our
+            # back): housekeeping, not the user's spec, so no refusal. The route keeps serving as it
+            # is, IngressReady keeps saying it is not attached, and the next look tries again.
+            if error_type_of(error) is not ErrorType.INVALID_TRAFFIC:
+                raise
+            workflow.logger.warning("%s route not re-attached: %s", seen.component.value, error_message(error))
+            return
+        self._ingress_settling = True
 
     @staticmethod
     def _scaler_due(seen: ComponentObservation, view: ComponentView) -> bool:
@@ -776,6 +845,9 @@ class InferenceServiceWorkflow:
         if self._state.migration_history:
             body["migrationHistory"] = [e.model_dump(by_alias=True, exclude_none=True, mode="json")
                                         for e in self._state.migration_history]
+        ingress = status.ingress_condition(self._state.ingress, self._state.components)
+        self._note(status.ingress_note(ingress, self._state.ingress_verdict))
+        self._state.ingress_verdict = status.ingress_verdict(ingress, self._state.ingress_verdict)
         notes, self._notes = self._notes, []
         patch = StatusPatch(ref=ref, status=body, conditions=conditions,
                             observed_generation=self._state.generation, events=notes)

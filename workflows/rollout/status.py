@@ -1,13 +1,21 @@
 """Render the InferenceService status the rollout workflows own, from the InferenceService
 workflow's memory: per-component traffic / revisions / canary / rolloutPhase, status.url,
-status.canary (the entrypoint unit's run), status.rollout (active run, last run, resolution
-view), status.rolloutCoordination, the Ready conditions, and the Events that go with a status
-write (`EventReason`). Pure functions returning the wire dicts and Event notes that
-kube.patch_status merges into status and records.
+status.address and status.addresses, status.canary (the entrypoint unit's run), status.rollout
+(active run, last run, resolution view), status.rolloutCoordination, the Ready and IngressReady
+conditions, and the Events that go with a status write (`EventReason`). Pure functions returning
+the wire dicts and Event notes that kube.patch_status merges into status and records.
 
-Condition transitions get their Event from kube.patch_status itself; the notes here say what a
-condition does not show: a canary step promoted, traffic moved, a run completed or rolled back,
-and the Warning of a refused spec or a failed run (its reason is the condition's reason)."""
+kube.patch_status records no Event of its own for a condition's transition: the notes here are
+every Event: a canary step promoted, traffic moved, a run completed or rolled back, and the
+Warning of a refused spec, a failed run or a route the Gateway refuses (its reason is the
+condition's reason).
+
+IngressReady (docs/rollouts.md "Routes and the Gateway"): with no Gateway configured it is True
+(GatewayNotConfigured; the service answers at its cluster-local address, as before the ingress
+block existed), so no stale False is left behind when a Gateway is removed and Ready keeps its
+old meaning. With one, it is True (RouteAccepted) only when the Gateway reports every component's
+route Accepted and ResolvedRefs for the route's current generation, and False otherwise with
+the Gateway's own reason and message; Ready is then never True while it is False."""
 
 from __future__ import annotations
 
@@ -42,7 +50,7 @@ from servingops.api_models.ome.rollout_status import (
 )
 from servingops.api_models.ome.traffic import ComponentTrafficTarget
 from servingops.api_models.refs import ConditionUpdate
-from servingops.api_models.serving import TrafficWeight
+from servingops.api_models.serving import IngressObservation, RouteStatus, TrafficWeight
 from servingops.workflows.rollout.models import Refusal
 from servingops.workflows.rollout.plan import entrypoint, target_id
 
@@ -148,8 +156,107 @@ def run_record(run: ActiveRun, outcome: RolloutRunOutcome, closed_at: datetime) 
     return record.to_api()
 
 
+class IngressReason(StrEnum):
+    """Reasons of IngressReady (and Ready's while ingress holds it) that are ours; a route the Gateway
+    refuses carries the Gateway's own reason instead (NoMatchingParent, BackendNotFound, ...), and a
+    configuration that cannot be rendered the observation's (IngressConfigInvalid, InvalidHost)."""
+
+    ROUTE_ACCEPTED = "RouteAccepted"
+    GATEWAY_NOT_CONFIGURED = "GatewayNotConfigured"
+    ROUTE_NOT_CREATED = "RouteNotCreated"
+    """A component has no HTTPRoute yet (its first revision is being served)."""
+    PARENT_STATUS_NOT_AVAILABLE = "ParentStatusNotAvailable"
+    """The Gateway has written no verdict for our parentRef yet (upstream OME's reason)."""
+    ROUTE_GENERATION_NOT_OBSERVED = "RouteGenerationNotObserved"
+    """The Gateway's verdict is for an older generation of the route (a split was just programmed)."""
+    INGRESS_NOT_READY = "IngressNotReady"
+    """Ready's reason when every component serves but IngressReady is not True."""
+
+
+_INGRESS_WAITS = {IngressReason.ROUTE_NOT_CREATED.value, IngressReason.PARENT_STATUS_NOT_AVAILABLE.value,
+                  IngressReason.ROUTE_GENERATION_NOT_OBSERVED.value}
+"""IngressReady False reasons that end by themselves once the Gateway catches up: no Warning for them
+(every new service and every traffic shift passes through one)."""
+
+
+def _route_verdict(gateway: str, component: ComponentType, route: RouteStatus | None) -> tuple[str, str] | None:
+    """(reason, message) of what keeps one component's route from being ready; None when it is."""
+    if route is None:
+        return IngressReason.ROUTE_NOT_CREATED.value, f"{component.value} has no HTTPRoute yet"
+    if not route.reported:
+        return (IngressReason.PARENT_STATUS_NOT_AVAILABLE.value,
+                f"Gateway {gateway} has not reported on HTTPRoute {route.route} yet")
+    if route.current and (route.accepted is False or route.resolved_refs is False):
+        which = "Accepted" if route.accepted is False else "ResolvedRefs"
+        said = f": {route.message}" if route.message else ""
+        return route.reason or f"Not{which}", f"HTTPRoute {route.route}: {which} False{said}"
+    if route.accepted is None or route.resolved_refs is None:
+        said = f" ({route.reason}{': ' + route.message if route.message else ''})" if route.reason else ""
+        return (IngressReason.PARENT_STATUS_NOT_AVAILABLE.value,
+                f"Gateway {gateway} has not decided Accepted and ResolvedRefs of HTTPRoute {route.route} yet{said}")
+    if not route.current:
+        return (IngressReason.ROUTE_GENERATION_NOT_OBSERVED.value,
+                f"Gateway {gateway} reported on generation {route.observed_generation} of HTTPRoute {route.route}, "
+                f"not on generation {route.generation} yet")
+    return None
+
+
+def ingress_condition(ingress: IngressObservation | None,
+                      components: dict[ComponentType, ComponentView]) -> ConditionUpdate | None:
+    """IngressReady from the last observation; None when there is nothing to say (no components, or
+    an observation from before the ingress block existed). A route the Gateway refuses outranks one
+    it has yet to look at: the refusal is what someone has to act on."""
+    if ingress is None or not components:
+        return None
+    if ingress.problem_reason is not None:
+        return ConditionUpdate(type="IngressReady", status="False", reason=ingress.problem_reason,
+                               message=ingress.problem or "")
+    if not ingress.gateway:
+        return ConditionUpdate(type="IngressReady", status="True", reason=IngressReason.GATEWAY_NOT_CONFIGURED.value,
+                               message="no ingress.omeIngressGateway: the routes attach to no Gateway; the service "
+                                       "answers at its cluster-local address")
+    verdicts = [verdict for component, view in sorted(components.items(), key=lambda item: item[0].value)
+                if (verdict := _route_verdict(ingress.gateway, component, view.route_status)) is not None]
+    if verdicts:
+        reason, message = next((v for v in verdicts if v[0] not in _INGRESS_WAITS), verdicts[0])
+        return ConditionUpdate(type="IngressReady", status="False", reason=reason, message=message)
+    routes = ", ".join(view.route_status.route for _, view in sorted(components.items(), key=lambda i: i[0].value)
+                       if view.route_status is not None)
+    return ConditionUpdate(type="IngressReady", status="True", reason=IngressReason.ROUTE_ACCEPTED.value,
+                           message=f"Gateway {ingress.gateway} accepted {routes}")
+
+
+def ingress_ready(condition: ConditionUpdate | None) -> bool:
+    """Whether ingress lets the service be Ready (no IngressReady written counts as ready)."""
+    return condition is None or condition.status == "True"
+
+
+def ingress_waiting(condition: ConditionUpdate | None) -> bool:
+    """IngressReady False for a reason that ends by itself (the workflow looks again soon)."""
+    return condition is not None and condition.status == "False" and condition.reason in _INGRESS_WAITS
+
+
+def ingress_verdict(condition: ConditionUpdate | None, before: str | None) -> str | None:
+    """ServiceState.ingress_verdict after this condition: waits do not count (see ingress_note)."""
+    if condition is None or ingress_waiting(condition):
+        return before
+    return f"{condition.status}:{condition.reason}"
+
+
+def ingress_note(condition: ConditionUpdate | None, before: str | None) -> EventNote | None:
+    """The Warning of IngressReady turning False with a verdict it did not have (the Gateway refused a
+    route, the ingress block does not parse, a host cannot be formed): once per verdict, not on
+    the waits every new route and every traffic shift pass through."""
+    if condition is None or condition.status != "False" or ingress_waiting(condition):
+        return None
+    if ingress_verdict(condition, before) == before:
+        return None
+    return EventNote(type="Warning", reason=condition.reason, message=condition.message)
+
+
 def conditions(state: ServiceState, refusal: Refusal | None = None,
                held: ServingHold | None = None) -> list[ConditionUpdate]:
+    """EngineReady / DecoderReady / RouterReady, IngressReady, Ready and RolloutReady."""
     updates = []
     for component, view in sorted(state.components.items(), key=lambda item: item[0].value):
         updates.append(ConditionUpdate(
@@ -158,6 +265,9 @@ def conditions(state: ServiceState, refusal: Refusal | None = None,
             message=f"{component.value} serves revision {view.stable}" if view.serving_ready
             else f"{component.value} has no ready pods on a revision carrying traffic"))
     ready = bool(state.components) and all(v.serving_ready for v in state.components.values())
+    ingress = ingress_condition(state.ingress, state.components)
+    if ingress is not None:
+        updates.append(ingress)
     if refusal is not None and not ready:
         # Nothing serves and nothing will until the spec changes: say why, not "waiting".
         updates.append(ConditionUpdate(type="Ready", status="False", reason=refusal.reason.value,
@@ -165,6 +275,10 @@ def conditions(state: ServiceState, refusal: Refusal | None = None,
     elif held is not None and not ready:
         # Nothing serves yet, and will once the model / runtime can: say which and why.
         updates.append(ConditionUpdate(type="Ready", status="False", reason=held.reason, message=held.message))
+    elif ready and ingress is not None and not ingress_ready(ingress):
+        # The pods serve but the Gateway does not (yet) route to them: never a silent Ready.
+        updates.append(ConditionUpdate(type="Ready", status="False", reason=IngressReason.INGRESS_NOT_READY.value,
+                                       message=f"IngressReady is False: {ingress.reason}: {ingress.message}"))
     else:
         updates.append(ConditionUpdate(type="Ready", status="True" if ready else "False",
                                        reason="ComponentsReady" if ready else "ComponentsNotReady",
@@ -204,9 +318,7 @@ def service_status(isvc: str, state: ServiceState, now: datetime) -> dict[str, A
     served = list(state.components)
     if served:
         entry = entrypoint(served)
-        url = state.components[entry].url
-        if url:
-            body["url"] = url
+        body.update(addresses(state.ingress, state.components[entry]))
         # status.canary mirrors the canary of the unit owning the ISVC entrypoint.
         canary = state.components[entry].canary
         if canary is not None:
@@ -222,6 +334,23 @@ def service_status(isvc: str, state: ServiceState, now: datetime) -> dict[str, A
         coordination = RolloutCoordinationStatus(groups=[state.coordination[k] for k in sorted(state.coordination)])
         body["rolloutCoordination"] = coordination.to_api()
     return body
+
+
+def addresses(ingress: IngressObservation | None, entry: ComponentView) -> dict[str, Any]:
+    """status.url, status.address and status.addresses from the entrypoint component (seed 004:
+    one address per Gateway the routes attach to, named by its class, plus the cluster-local one;
+    status.url is the Gateway's, status.address the cluster-local one). Nothing before the
+    entrypoint's route exists, and nothing new while the ingress block cannot be rendered (what
+    was written stays)."""
+    if ingress is None:
+        # Observed before the ingress block existed: status.url as it was then.
+        return {"url": entry.url} if entry.url else {}
+    if ingress.problem_reason is not None or not entry.address:
+        return {}
+    external = ingress.url if ingress.gateway else None
+    listed = [{"name": "external", "url": external}] if external else []
+    listed.append({"name": "cluster-local", "url": entry.address})
+    return {"url": external or entry.address, "address": {"url": entry.address}, "addresses": listed}
 
 
 def overlays_condition(mounted: list[dict[str, object]], skipped: list[str]) -> ConditionUpdate:
