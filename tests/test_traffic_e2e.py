@@ -107,3 +107,32 @@ def test_canary_steps_split_requests_in_their_weights(traffic_stack: TrafficStac
         assert window.succeeded >= 2000, shares
         assert abs(share * 100 - weights[canary_backend]) <= 3, shares
     print(f"canary shares (weight, requests, percent answered by the canary): {shares}")
+
+
+def test_a_blue_green_flip_retirement_and_scale_down_lose_no_request(traffic_stack: TrafficStack) -> None:
+    stack = traffic_stack
+    isvc = stack.live.isvc(_unique("flip"))
+    isvc.create({"engine": component(OLD_IMAGE, 3)})  # no spec.rollout: blue-green
+    blue = isvc.first_revision()
+    _serving_through_gateway(stack, isvc)
+
+    with _load(stack, isvc.name, seconds=120) as load:
+        isvc.set_component("engine", component(NEW_IMAGE, 3))
+        green = isvc.wait("the green revision", lambda: next((b for b in isvc.deployments() if b != blue), None))
+        isvc.rolled_out(green)
+        load.mark("flipped")
+        isvc.wait("blue retired", lambda: blue not in isvc.deployments())
+        isvc.wait("blue's pods gone", lambda: isvc.revision(blue) not in isvc.pods())
+        load.mark("retired")
+        isvc.set_component("engine", component(NEW_IMAGE, 1))
+        isvc.wait("scaled down to one Ready pod", lambda: isvc.pods().get(isvc.revision(green)) == (1, 1))
+        isvc.hold("one pod serving", lambda: isvc.pods().get(isvc.revision(green)) == (1, 1), 3)
+        report = load.stop()
+
+    assert report.failed == 0, report.failures
+    after_flip = report.window("flipped")
+    assert set(after_flip.window(after_flip.start_s + SETTLE_S).by_revision) == {isvc.revision(green)}
+    assert len(report.window("retired").by_pod) == 3, "every green pod answered before the scale-down"
+    assert report.window(None, "flipped").by_revision[isvc.revision(blue)] > 0, "blue answered before the flip"
+    assert report.window("retired").succeeded >= 600, "the scale-down was under load"
+    print(f"blue-green under load: {report.succeeded} answered, 0 failed; by revision {dict(report.by_revision)}")

@@ -186,11 +186,34 @@ def upstream_pod_labels(isvc: str, component: ComponentType) -> dict[str, str]:
     return {UPSTREAM_COMPONENT_LABEL: component.value, UPSTREAM_SERVICE_LABEL: isvc}
 
 
+DRAIN_SECONDS = 5
+"""How long a deleted serving pod keeps answering before its engine is told to stop (a preStop sleep).
+A pod's deletion reaches the data plane through the EndpointSlice controller and the Gateway's own
+resync; requests the Gateway still sends meanwhile must find the pod up. Measured on the local stack:
+Traefik stopped sending within about 0.3 s; 5 s leaves room for a loaded cluster."""
+
+
+def drain_before_stop(template: dict[str, Any], main: str | None) -> None:
+    """Give the main container a preStop sleep of DRAIN_SECONDS unless it has a preStop hook of its own
+    (upstream OME's runtimes have none: a scale-down there drops the requests in flight to the gone pod).
+    Kept out of the revision hash, as the upstream labels are: adding it must not roll every service."""
+    containers: list[dict[str, Any]] = (template.get("spec") or {}).get("containers") or []
+    container = next((c for c in containers if c.get("name") == main), None) if main else None
+    container = container or (containers[0] if containers else None)
+    if container is None or (container.get("lifecycle") or {}).get("preStop"):
+        return
+    grace = (template.get("spec") or {}).get("terminationGracePeriodSeconds")
+    seconds = DRAIN_SECONDS if grace is None else min(DRAIN_SECONDS, max(int(grace) - 1, 0))
+    if seconds > 0:
+        container.setdefault("lifecycle", {})["preStop"] = {"sleep": {"seconds": seconds}}
+
+
 def deployment(owner: Owner, rendered: RenderedRevision, spec: ComponentSpec, replicas: int) -> dict[str, Any]:
     labels = selector_labels(owner.name, rendered.component, rendered.revision)
     template = copy.deepcopy(rendered.template)
     template["metadata"]["labels"] = {**upstream_pod_labels(owner.name, rendered.component),
                                       **template["metadata"]["labels"]}
+    drain_before_stop(template, main_container_name(spec))
     body: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
