@@ -27,13 +27,21 @@ from kubernetes.client.exceptions import ApiException
 from devstack import identities
 from devstack.kube import CONTROLLER_BINARIES, REPO_ROOT, LocalKubeCluster, missing_binaries
 from devstack.members import MemberCluster
+from devstack.pod_runtime import PodRuntimeProcess
 from devstack.process import ManagedProcess, free_port, http_ok, pid_alive, tcp_open
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
+from devstack.traefik import GATEWAY_NAME, GATEWAY_NAMESPACE, Traefik
 from devstack.webhook import WebhookProcess, register
 
 EXAMPLES = REPO_ROOT / "deploy" / "examples"
 CRDS = REPO_ROOT / "deploy" / "crds"
 READY_WAIT_SECONDS = 180
+SERVED_KINDS = ("InferenceService",)
+"""Examples that are Ready only once their pods are (the others are model imports, done by the worker)."""
+STATUSLESS_KINDS = ("ClusterServingRuntime", "ServingRuntime")
+"""Examples with no readiness of their own: listed, not waited for."""
+INGRESS_DOMAIN = "example.com"
+"""The operator ConfigMap's ingress.ingressDomain under `./dev up`: hosts are <name>.<namespace>.example.com."""
 TOKEN_SECONDS = 30 * 24 * 3600
 """The processes' ServiceAccount tokens outlive any dev session; `./dev up` issues fresh ones."""
 
@@ -65,11 +73,22 @@ def up(state_dir: Path, members: int = 0) -> int:
     # the worker, not in a pod), so the cluster starts without them, the examples become Ready, and
     # they are built and joined after: examples Ready minutes sooner, the same stack in the end.
     staged = members == 0 and bool(missing_binaries(CONTROLLER_BINARIES))
-    cluster = LocalKubeCluster(state_dir / "kube", logs, controllers=not staged).start()
+    # The InferenceServices' pods answer (devstack/pod_runtime.py): the runtime's network namespace gives
+    # the range kwok hands their addresses out of, so it starts first.
+    cluster = LocalKubeCluster(state_dir / "kube", logs, controllers=not staged, answering=True)
+    runtime = PodRuntimeProcess(cluster.kubeconfig_path, state_dir / "runtime", logs,
+                                prometheus.pod_targets_file).start()
+    cluster.pod_cidr = runtime.pod_cidr
+    cluster.start()
     # The chart as an operator installs it; a canary that names no metrics source samples the
-    # Prometheus started above. Helm creates CRDs but never updates them: apply the generated ones.
+    # Prometheus started above, and every HTTPRoute attaches to the Gateway Traefik serves on loopback.
+    # Helm creates CRDs but never updates them: apply the generated ones.
     identities.install(cluster, identities.local_values(
-        operatorConfig={"canaryAnalysis": {"bundledPrometheusAddress": prometheus.url}}), wait=not staged)
+        operatorConfig={"canaryAnalysis": {"bundledPrometheusAddress": prometheus.url},
+                        "ingress": {"omeIngressGateway": f"{GATEWAY_NAMESPACE}/{GATEWAY_NAME}",
+                                    "ingressDomain": INGRESS_DOMAIN}}), wait=not staged)
+    traefik = Traefik(state_dir / "traefik", logs, cluster.kubeconfig_path, port=_port(8000)).start(
+        cluster.api_client())
     cluster.apply_crds([CRDS])
     ids = identities.issue(cluster, state_dir / "identities", seconds=TOKEN_SECONDS)
 
@@ -132,8 +151,9 @@ def up(state_dir: Path, members: int = 0) -> int:
         member.register(api, ids.namespace)
 
     def processes() -> list[ManagedProcess | None]:
-        return [temporal.process, registry.process, prometheus.process, *cluster._processes, hub, worker, bridge,
-                *agents, webhook.process, *(p for m in fleet for p in m.processes())]
+        return [temporal.process, registry.process, prometheus.process, runtime.process, *cluster._processes,
+                traefik.process, hub, worker, bridge, *agents, webhook.process,
+                *(p for m in fleet for p in m.processes())]
 
     state = {
         "pids": [p.pid for p in processes() if p and p.pid],
@@ -144,6 +164,7 @@ def up(state_dir: Path, members: int = 0) -> int:
         "prometheus": prometheus.url,
         "metrics": f"worker http://{worker_metrics}/metrics, bridge http://{bridge_metrics}/metrics",
         "hub": hub_url,
+        "gateway": traefik.url,
         "logs": str(logs),
         "members": {m.name: str(m.cluster.kubeconfig_path) for m in fleet},
     }
@@ -155,11 +176,15 @@ def up(state_dir: Path, members: int = 0) -> int:
     print(f"export KUBECONFIG={cluster.kubeconfig_path}")
     print(f"registry:        {registry.address}    Prometheus: {prometheus.url}    Hub: {hub_url}")
     print(f"metrics:         {state['metrics']} (scraped by Prometheus)")
+    print(f"gateway:         {traefik.url} (Traefik; an InferenceService answers for Host "
+          f"<name>.<namespace>.{INGRESS_DOMAIN})")
     print(f"logs:            {logs}")
     for member in fleet:
         print(f"member cluster:  {member.name} (WorkloadCluster), KUBECONFIG={member.cluster.kubeconfig_path}")
     print(f"node disks:      {state_dir / 'nodes'} (one agent per kwok node)")
-    report(api, applied, wait_seconds=READY_WAIT_SECONDS)
+    # Served examples need pods, so on a new machine they are reported once the controllers have joined.
+    served = [doc for doc in applied if doc["kind"] in SERVED_KINDS]
+    report(api, [doc for doc in applied if not staged or doc not in served], wait_seconds=READY_WAIT_SECONDS)
     if staged:
         began = time.monotonic()
         print(f"\nbuilding and joining {', '.join(CONTROLLER_BINARIES)} (the examples above are usable meanwhile;"
@@ -171,7 +196,27 @@ def up(state_dir: Path, members: int = 0) -> int:
         (state_dir / "stack.json").write_text(json.dumps(state, indent=2))
         print(f"controllers, {len(cluster.node_names)} kwok nodes and their agents joined in "
               f"{time.monotonic() - began:.0f}s")
+        report(api, served, wait_seconds=READY_WAIT_SECONDS)
+    for doc in served:
+        print(answer_line(traefik, doc))
     return 0
+
+
+def answer_line(traefik: Traefik, doc: dict[str, Any]) -> str:
+    """One request to a served example's host through the Gateway, said as a line of `up`'s output."""
+    host = f"{doc['metadata']['name']}.{doc['metadata'].get('namespace', 'default')}.{INGRESS_DOMAIN}"
+    deadline, last = time.monotonic() + 30, "no answer"
+    while time.monotonic() < deadline:
+        try:
+            code, headers, _ = traefik.get("/v1/models", host)
+        except OSError as exc:
+            code, headers, last = 0, {}, str(exc)
+        if code == 200:
+            return (f"{host} answered through the gateway: 200 from pod {headers.get('x-servingops-pod')}, "
+                    f"revision {headers.get('x-servingops-revision')}")
+        last = last if code == 0 else f"status {code}"
+        time.sleep(1)
+    return f"{host} did not answer through the gateway: {last}"
 
 
 def apply_examples(api: client.ApiClient) -> list[dict[str, Any]]:
@@ -206,6 +251,8 @@ def _plural(api: client.ApiClient, group: str, version: str, kind: str) -> str |
 
 
 def _phase(api: client.ApiClient, doc: dict[str, Any]) -> tuple[str, str]:
+    if doc["kind"] in STATUSLESS_KINDS:
+        return "-", ""
     group, _, version = doc["apiVersion"].rpartition("/")
     plural = _plural(api, group, version, doc["kind"])
     meta = doc["metadata"]
@@ -233,7 +280,7 @@ def report(api: client.ApiClient, applied: list[dict[str, Any]], wait_seconds: f
         where = f"{doc['metadata'].get('namespace', '')}/" if doc["metadata"].get("namespace") else ""
         print(f"  {doc['kind']:<20} {where}{doc['metadata']['name']:<32} {phase:<12} {message}")
     ready = sum(1 for p, _ in phases if p == "Ready")
-    print(f"{ready} of {len(applied)} became Ready")
+    print(f"{ready} of {sum(1 for p, _ in phases if p != '-')} became Ready")
 
 
 def down(state_dir: Path) -> int:
@@ -262,8 +309,8 @@ def status(state_dir: Path) -> int:
         return 1
     alive = sum(1 for pid in state["pids"] if pid_alive(pid))
     print(f"{alive} of {len(state['pids'])} processes alive")
-    for key in ("temporal_ui", "kubeconfig", "registry", "prometheus", "hub", "logs"):
-        print(f"  {key:<12} {state[key]}")
+    for key in ("temporal_ui", "kubeconfig", "registry", "prometheus", "hub", "gateway", "logs"):
+        print(f"  {key:<12} {state.get(key, '-')}")
     return 0 if alive == len(state["pids"]) else 1
 
 

@@ -13,10 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client
 
 from devstack.kube import CONTROLLER_BINARIES, REPO_ROOT, STORAGE_BINARIES
 from devstack.process import cache_dir, find_binary
+from devstack.stack import SERVED_KINDS, STATUSLESS_KINDS
 from servingops.runtime.kube import load_api_client
 
 pytestmark = pytest.mark.e2e
@@ -66,8 +68,11 @@ def test_dev_up_makes_the_examples_ready_and_down_stops_everything(tmp_path: Pat
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "Temporal UI:" in up.stdout
-        examples = sorted(Path(REPO_ROOT / "deploy" / "examples").glob("*.yaml"))
-        assert f"{len(examples)} of {len(examples)} became Ready" in up.stdout, up.stdout
+        kinds = _example_kinds()
+        ready = len([k for k in kinds if k not in STATUSLESS_KINDS])
+        assert f"{ready} of {ready} became Ready" in up.stdout, up.stdout
+        # The example InferenceService answers through the stack's Gateway (the README's curl line).
+        assert "tiny-llama.default.example.com answered through the gateway: 200" in up.stdout, up.stdout
         assert _cli("status", state=state).returncode == 0
         stack = json.loads((state / "stack.json").read_text())
         pids = stack["pids"]
@@ -90,6 +95,11 @@ def test_dev_up_makes_the_examples_ready_and_down_stops_everything(tmp_path: Pat
              and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
     assert alive == [], f"left running: {alive}"
     assert not os.path.exists(state / "stack.json")
+
+
+def _example_kinds() -> list[str]:
+    return [doc["kind"] for path in sorted((REPO_ROOT / "deploy" / "examples").glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
 def _stopped(pids: list[int]) -> list[int]:
@@ -117,10 +127,16 @@ def test_dev_up_on_a_new_machine_makes_the_examples_ready_before_building_the_co
         assert up.returncode == 0, up.stdout + up.stderr
         stack = json.loads((state / "stack.json").read_text())
         pids = stack["pids"]
-        examples = sorted(Path(REPO_ROOT / "deploy" / "examples").glob("*.yaml"))
-        ready = up.stdout.index(f"{len(examples)} of {len(examples)} became Ready")
-        # The examples were Ready before the controllers were built, and the controllers joined after.
-        assert ready < up.stdout.index("building and joining") < up.stdout.index("joined in"), up.stdout
+        kinds = _example_kinds()
+        imports = len([k for k in kinds if k not in STATUSLESS_KINDS and k not in SERVED_KINDS])
+        served = len([k for k in kinds if k in SERVED_KINDS])
+        ready = up.stdout.index(f"{imports} of {imports} became Ready")
+        # The model imports were Ready before the controllers were built; the served examples, which
+        # need pods, once they had joined, and then answered through the Gateway.
+        order = [up.stdout.index(line) for line in (
+            "building and joining", "joined in", f"{served} of {served} became Ready",
+            "answered through the gateway: 200")]
+        assert ready < order[0] and order == sorted(order), up.stdout
         for name in CONTROLLER_BINARIES:
             assert (cache / "bin" / name).is_file(), f"{name} not built into the new machine's cache"
         api = load_api_client(stack["kubeconfig"])
