@@ -174,6 +174,13 @@ class PodRuntime:
         self.targets_file = targets_file
         self.served: dict[str, Served] = {}
         self.pods: dict[str, dict[str, Any]] = {}
+        self.waiting: dict[str, str] = {}
+        """Running pods whose server could not start yet (key -> why), tried again every probe: kwok hands a
+        deleted pod's address to a new pod at once, while the old pod's server still drains on it (its
+        preStop and grace period); a kubelet would not have that address back before tearing the old
+        sandbox down, so the new pod starts, unready, once the address is free."""
+        self._changes = threading.RLock()
+        """The watch and the probe loop (retrying waiting pods) both start and stop servers."""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
 
@@ -216,7 +223,12 @@ class PodRuntime:
         return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
 
     def _observe(self, pod: dict[str, Any]) -> None:
+        with self._changes:
+            self._observe_locked(pod)
+
+    def _observe_locked(self, pod: dict[str, Any]) -> None:
         key = self._key(pod)
+        self.waiting.pop(key, None)
         if pod["metadata"].get("deletionTimestamp"):
             self._gone(key, pod)
             return
@@ -235,14 +247,25 @@ class PodRuntime:
                 served.settings = settings
             return
         self.netns.add_address(ip)
-        self.server.start(pod=key, uid=pod["metadata"]["uid"], ip=ip, ports=container_ports(pod),
-                          revision=pod["metadata"].get("labels", {}).get(REVISION_LABEL, ""),
-                          model=served_model(pod), **settings)
+        try:
+            self.server.start(pod=key, uid=pod["metadata"]["uid"], ip=ip, ports=container_ports(pod),
+                              revision=pod["metadata"].get("labels", {}).get(REVISION_LABEL, ""),
+                              model=served_model(pod), **settings)
+        except RuntimeError as exc:  # one pod's trouble never stops the others' (see `waiting`)
+            if key not in self.waiting:
+                log.info("%s waits: %s", key, exc)
+            self.waiting[key] = str(exc)
+            return
         self.served[key] = Served(key, pod["metadata"]["uid"], ip, container_ports(pod), settings)
         self._write_targets()
         self._probe(key)
 
     def _gone(self, key: str, pod: dict[str, Any] | None = None) -> None:
+        with self._changes:
+            self._gone_locked(key, pod)
+
+    def _gone_locked(self, key: str, pod: dict[str, Any] | None) -> None:
+        self.waiting.pop(key, None)
         with self._lock:
             known = self.pods.pop(key, None)
         served = self.served.pop(key, None)
@@ -265,13 +288,19 @@ class PodRuntime:
             log.info("stopped %s: %s", served.key, result)
         except RuntimeError as exc:
             log.warning("stopping %s: %s", served.key, exc)
-        if not any(s.ip == served.ip for s in self.served.values()):
-            self.netns.remove_address(served.ip)
+        with self._changes:  # a waiting pod given this address may start on it meanwhile: keep it then
+            if not any(s.ip == served.ip for s in self.served.values()):
+                self.netns.remove_address(served.ip)
 
     # -- readiness --------------------------------------------------------------------------
 
     def _probe_loop(self) -> None:
         while not self._stopping.wait(PROBE_SECONDS):
+            for key in list(self.waiting):
+                with self._lock:
+                    pod = self.pods.get(key)
+                if pod is not None:
+                    self._observe(pod)
             for key in list(self.served):
                 try:
                     self._probe(key)
