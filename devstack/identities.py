@@ -196,6 +196,11 @@ def delete_identities(api: client.ApiClient, docs: Iterable[dict[str, Any]]) -> 
                 raise
 
 
+def operator_config_name(release: str = RELEASE) -> str:
+    """The chart's operator ConfigMap (templates/configmap.yaml, `servingops.config`)."""
+    return f"{release}-config"
+
+
 @dataclass(frozen=True)
 class Identities:
     """A kubeconfig per process, and where the chart put their namespaced objects."""
@@ -223,7 +228,7 @@ class Identities:
     @classmethod
     def admin(cls, kubeconfig: Path, namespace: str = NAMESPACE) -> Identities:
         """Every process as the cluster admin: for benchmarks only, which measure, not check."""
-        return cls(namespace, kubeconfig, kubeconfig, kubeconfig, f"{RELEASE}-config", f"{RELEASE}-bridge",
+        return cls(namespace, kubeconfig, kubeconfig, kubeconfig, operator_config_name(), f"{RELEASE}-bridge",
                    agent=kubeconfig, webhook=kubeconfig)
 
 
@@ -266,5 +271,5 @@ def issue(cluster: LocalKubeCluster, directory: Path, *, release: str = RELEASE,
     finally:
         api.close()  # type: ignore[no-untyped-call]
     return Identities(namespace, paths["worker"], paths["bridge"], paths["uploads"],
-                      operator_config or f"{release}-config", f"{release}-bridge", agent=paths["agent"],
+                      operator_config or operator_config_name(release), f"{release}-bridge", agent=paths["agent"],
                       webhook=paths["webhook"])

@@ -17,6 +17,11 @@ The members share the control plane's Temporal server (each worker on a task que
 registry and Hub, which a real fleet would not; nothing a member's worker does reaches another
 cluster's apiserver.
 
+An *answering* member (`answering=True`) also has pods that answer and a Gateway of its own: a pod runtime
+(devstack/pod_runtime.py) in a network namespace of its own, kwok handing out addresses in its range, and
+Traefik (devstack/traefik.py) whose Gateway the member's operator ConfigMap attaches every route to under
+INGRESS_DOMAIN, so a placed InferenceService answers through its member's gateway as it would in a fleet.
+
 A *lean* member (`servingops=False, controllers=False`, optionally `etcd_url` of a SharedEtcd) is
 an apiserver, its CRDs (ours and Kueue's), the chart's identities (no workloads) and Kueue, nothing
 else: it takes the placement-member identity's writes and Kueue's decisions, but nothing turns a
@@ -34,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -41,7 +47,9 @@ from devstack import identities
 from devstack.identities import Identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster, apply_objects, upstream_crd_dirs
 from devstack.kueue import DEFAULT_FRAMEWORKS, KueueProcess, label_namespace
+from devstack.pod_runtime import PodRuntimeProcess
 from devstack.process import ManagedProcess
+from devstack.traefik import Traefik
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 FLAVOR = "placement-flavor"
@@ -51,6 +59,8 @@ PLACEMENT_QUEUE = "ome-placement"
 name it (kueue.x-k8s.io/queue-name)."""
 MEMBER_IDENTITY = f"{identities.RELEASE}-placement-member"
 PROJECT_CRDS = REPO_ROOT / "deploy" / "crds"
+INGRESS_DOMAIN = "example.com"
+"""An answering member's routes' domain: `<isvc>.<namespace>.example.com` in the Host header."""
 
 
 def _kueue_doc(kind: str, name: str, spec: dict[str, Any], namespace: str | None = None) -> dict[str, Any]:
@@ -76,7 +86,8 @@ class MemberCluster:
 
     def __init__(self, name: str, workdir: Path, log_dir: Path, *, labels: dict[str, str] | None = None,
                  cpu_quota: str = "4", nodes: int = 2, servingops: bool = True, controllers: bool = True,
-                 etcd_url: str | None = None, kueue_frameworks: Sequence[str] = DEFAULT_FRAMEWORKS) -> None:
+                 etcd_url: str | None = None, kueue_frameworks: Sequence[str] = DEFAULT_FRAMEWORKS,
+                 answering: bool = False) -> None:
         self.name = name
         self.labels = dict(labels or {})
         self.cpu_quota = cpu_quota
@@ -91,7 +102,9 @@ class MemberCluster:
         self.cluster = LocalKubeCluster(self.workdir / "kube", self.log_dir, nodes=nodes if controllers else 0,
                                         controllers=controllers, etcd_url=etcd_url,
                                         etcd_prefix=f"/registry-{name}" if etcd_url else None,
-                                        install_upstream_crds=controllers)
+                                        install_upstream_crds=controllers, answering=answering)
+        self.runtime: PodRuntimeProcess | None = None
+        self.traefik: Traefik | None = None
         self.kueue: KueueProcess | None = None
         self.identities: Identities | None = None
         self.worker: ManagedProcess | None = None
@@ -112,6 +125,10 @@ class MemberCluster:
         """The cluster, the chart (with the placement-member identity), Kueue and its ClusterQueue,
         then the member's own worker and bridge."""
         try:
+            if self.cluster.answering:  # the runtime first: kwok needs its pod range
+                self.runtime = PodRuntimeProcess(self.cluster.kubeconfig_path, self.workdir / "runtime",
+                                                 self.log_dir).start()
+                self.cluster.pod_cidr = self.runtime.pod_cidr
             self.cluster.start()
             if not self.cluster.install_upstream_crds:
                 self.cluster.apply_crds([d for d in upstream_crd_dirs() if d.name == "kueue"])
@@ -125,6 +142,10 @@ class MemberCluster:
                                       frameworks=self.kueue_frameworks).start()
             apply_objects(self.api, [_kueue_doc("ResourceFlavor", FLAVOR, {}),
                                      _kueue_doc("ClusterQueue", CLUSTER_QUEUE, _quota_spec(self.cpu_quota))])
+            if self.cluster.answering:
+                self.traefik = Traefik(self.workdir / "traefik", self.log_dir, self.cluster.kubeconfig_path)
+                self.traefik.start(self.api)
+                self._attach_routes(self.traefik.gateway)
             if self.servingops:
                 self.identities = identities.issue(self.cluster, self.workdir / "identities")
                 self._start_servingops(temporal_address, worker_env or {})
@@ -153,10 +174,22 @@ class MemberCluster:
             # placement's SplitByCapacity reads.
             "--kinds", "InferenceService,InferenceReplica,AcceleratorQuota"], self.log_dir, cwd=REPO_ROOT).start()
 
+    def _attach_routes(self, gateway: str) -> None:
+        """The chart's operator ConfigMap names the member's Gateway (before its worker starts, which
+        reads it): the ingress block in upstream OME's names."""
+        ingress = yaml.safe_dump({"omeIngressGateway": gateway, "ingressDomain": INGRESS_DOMAIN})
+        client.CoreV1Api(self.api).patch_namespaced_config_map(
+            identities.operator_config_name(), identities.NAMESPACE, {"data": {"ingress": ingress}})
+
+    def host(self, namespace: str, isvc: str) -> str:
+        """What a client puts in Host to reach `isvc` through an answering member's Gateway."""
+        return f"{isvc}.{namespace}.{INGRESS_DOMAIN}"
+
     def processes(self) -> list[ManagedProcess]:
         """Every process of the member (`./dev down` stops them by pid)."""
         kueue = [self.kueue.process] if self.kueue is not None and self.kueue.process is not None else []
-        return [*self.cluster._processes, *kueue, *(p for p in (self.worker, self.bridge) if p is not None)]
+        plane = [p.process for p in (self.runtime, self.traefik) if p is not None and p.process is not None]
+        return [*self.cluster._processes, *kueue, *plane, *(p for p in (self.worker, self.bridge) if p is not None)]
 
     def stop(self) -> None:
         for proc in (self.bridge, self.worker):
@@ -166,10 +199,14 @@ class MemberCluster:
             with contextlib.suppress(Exception):  # the apiserver may be the thing a test stopped
                 self.kueue.stop()
             self.kueue = None
+        if self.traefik is not None:
+            self.traefik.stop()
         if self._api is not None:
             self._api.close()  # type: ignore[no-untyped-call]
             self._api = None
         self.cluster.stop()
+        if self.runtime is not None:
+            self.runtime.stop()
 
     # -- what tests and `./dev up --members` do with a member --
 

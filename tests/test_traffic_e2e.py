@@ -6,23 +6,32 @@ Shown here, with the worker and the bridge as processes:
 - a canary's steps at 10, 25 and 50 percent: over at least 2,000 requests per step, the share the new
   revision answered is within 3 points of the step's weight;
 - a blue-green flip, its old revision's retirement, and a scale-down lose no request;
+- a rolling update under load loses no request either;
 - the InferenceService's URL answers through the Gateway, and its status says the Gateway accepted
-  the route.
+  the route; a route the Gateway refuses shows on the InferenceService (IngressReady with the Gateway's
+  own reason, a Warning, Ready held) until the Gateway takes it.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import yaml
+from kubernetes import client
 
+from devstack.kube import apply_objects
+from devstack.traefik import GATEWAY_API, GATEWAY_CLASS, GATEWAY_NAMESPACE, LISTENER
+from servingops.activities.operator_config import INGRESS_TTL
+from servingops.workflows.rollout.status import IngressReason
 from testkit.load import BackgroundLoad, LoadReport, LoadSpec
 from tests.rollout_live import NEW_IMAGE, OLD_IMAGE, LiveIsvc, canary, component
-from tests.support.traffic_stack import TrafficStack, traffic_stack
+from tests.support.traffic_stack import TrafficStack, failures, traffic_stack
 
 pytestmark = pytest.mark.e2e
 
@@ -93,7 +102,7 @@ def test_canary_steps_split_requests_in_their_weights(traffic_stack: TrafficStac
         isvc.rolled_out(canary_backend)
         report = load.stop()
     canary_hash = isvc.revision(canary_backend)
-    assert report.failed == 0, report.failures
+    assert report.failed == 0, failures(report)
 
     programs = [(t, w) for t, w in changes if len(w) == 2]
     seen_weights = [w.get(canary_backend) for _, w in programs]
@@ -129,10 +138,117 @@ def test_a_blue_green_flip_retirement_and_scale_down_lose_no_request(traffic_sta
         isvc.hold("one pod serving", lambda: isvc.pods().get(isvc.revision(green)) == (1, 1), 3)
         report = load.stop()
 
-    assert report.failed == 0, report.failures
+    assert report.failed == 0, failures(report)
     after_flip = report.window("flipped")
     assert set(after_flip.window(after_flip.start_s + SETTLE_S).by_revision) == {isvc.revision(green)}
     assert len(report.window("retired").by_pod) == 3, "every green pod answered before the scale-down"
     assert report.window(None, "flipped").by_revision[isvc.revision(blue)] > 0, "blue answered before the flip"
     assert report.window("retired").succeeded >= 600, "the scale-down was under load"
     print(f"blue-green under load: {report.succeeded} answered, 0 failed; by revision {dict(report.by_revision)}")
+
+
+def test_a_rolling_update_loses_no_request(traffic_stack: TrafficStack) -> None:
+    stack = traffic_stack
+    isvc = stack.live.isvc(_unique("rolling"))
+    rollout = {"groups": [{"components": ["engine"], "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 1}}]}
+    isvc.create({"engine": component(OLD_IMAGE, 3), "rollout": rollout})
+    old = isvc.first_revision()
+    _serving_through_gateway(stack, isvc)
+
+    with _load(stack, isvc.name, seconds=120) as load, _route_marks(isvc, load) as changes:
+        load.mark("updated")
+        isvc.set_component("engine", component(NEW_IMAGE, 3))
+        new = isvc.wait("the new revision", lambda: next((b for b in isvc.deployments() if b != old), None))
+        isvc.rolled_out(new)
+        isvc.wait("the old revision's pods gone", lambda: isvc.revision(old) not in isvc.pods())
+        load.mark("old gone")
+        isvc.hold("the new revision alone serving", lambda: isvc.serving() == {new: 100}, 3)
+        report = load.stop()
+
+    assert report.failed == 0, failures(report)
+    # The answers moved over: both revisions answered while the pods were replaced, the new one alone after.
+    moving = report.window("updated", "old gone")
+    assert set(moving.by_revision) == {isvc.revision(old), isvc.revision(new)}, dict(moving.by_revision)
+    assert set(report.window("old gone").by_revision) == {isvc.revision(new)}
+    print(f"rolling update under load: {report.succeeded} answered, 0 failed; routes seen {[w for _, w in changes]}; "
+          f"by revision {dict(report.by_revision)}")
+
+
+WAITS = {IngressReason.ROUTE_NOT_CREATED.value, IngressReason.PARENT_STATUS_NOT_AVAILABLE.value,
+         IngressReason.ROUTE_GENERATION_NOT_OBSERVED.value}
+
+
+def _private_gateway(stack: TrafficStack, name: str, admits: str) -> dict[str, Any]:
+    """A second Gateway on the same listener port, admitting routes from `admits` ("Same": its own
+    namespace only, so every InferenceService's route is refused; "All")."""
+    group, version = GATEWAY_API
+    return {"apiVersion": f"{group}/{version}", "kind": "Gateway",
+            "metadata": {"name": name, "namespace": GATEWAY_NAMESPACE},
+            "spec": {"gatewayClassName": GATEWAY_CLASS, "listeners": [
+                {"name": LISTENER, "protocol": "HTTP", "port": stack.traefik.port,
+                 "allowedRoutes": {"namespaces": {"from": admits}}}]}}
+
+
+@contextmanager
+def _routes_attach_to(stack: TrafficStack, gateway: str) -> Iterator[None]:
+    """The operator ConfigMap names `gateway` for new routes, then the stack's own again. The worker
+    reads the ingress block at most every INGRESS_TTL seconds: waited out after each change."""
+    core = client.CoreV1Api(stack.live.api)
+
+    def attach(to: str) -> None:
+        ingress = yaml.safe_dump({"omeIngressGateway": to, "ingressDomain": "example.com"})
+        core.patch_namespaced_config_map(stack.operator_config, stack.namespace, {"data": {"ingress": ingress}})
+        time.sleep(INGRESS_TTL + 0.5)
+
+    attach(gateway)
+    try:
+        yield
+    finally:
+        attach(stack.traefik.gateway)
+
+
+def _route_verdict(stack: TrafficStack, route: str, gateway: str) -> dict[str, Any]:
+    """The Accepted condition the Gateway wrote for `gateway` on the HTTPRoute."""
+    group, version = GATEWAY_API
+    obj = client.CustomObjectsApi(stack.live.api).get_namespaced_custom_object(
+        group, version, stack.namespace, "httproutes", route)
+    namespace, name = gateway.split("/")
+    for parent in (obj.get("status") or {}).get("parents") or []:
+        ref = parent.get("parentRef") or {}
+        if ref.get("name") == name and ref.get("namespace", stack.namespace) == namespace:
+            return next((c for c in parent.get("conditions") or [] if c.get("type") == "Accepted"), {})
+    return {}
+
+
+def test_a_route_the_gateway_refuses_holds_ready_until_the_gateway_takes_it(traffic_stack: TrafficStack) -> None:
+    stack = traffic_stack
+    gateway_name = _unique("private")
+    gateway = f"{GATEWAY_NAMESPACE}/{gateway_name}"
+    api = stack.live.api
+    apply_objects(api, [_private_gateway(stack, gateway_name, admits="Same")])
+    isvc = stack.live.isvc(_unique("refused"))
+    with _routes_attach_to(stack, gateway):
+        isvc.create({"engine": component(OLD_IMAGE, 1)})
+        refused = isvc.wait("IngressReady False with the Gateway's verdict", lambda: (
+            (c := isvc.condition("IngressReady")).get("status") == "False" and c.get("reason") not in WAITS and c))
+        verdict = _route_verdict(stack, f"{isvc.name}-engine", gateway)
+        # The Gateway's own words, not ours: Traefik's reason and message for the refusal.
+        assert verdict.get("status") == "False", verdict
+        assert refused["reason"] == verdict["reason"], (refused, verdict)
+        said = f": {verdict['message']}" if verdict.get("message") else ""
+        assert refused["message"] == f"HTTPRoute {isvc.name}-engine: Accepted False{said}", refused
+        assert isvc.condition("EngineReady")["status"] == "True", "the pods serve: only the route is refused"
+        ready = isvc.condition("Ready")
+        assert (ready["status"], ready["reason"]) == ("False", IngressReason.INGRESS_NOT_READY.value), ready
+        warnings = [e.message for e in isvc.events(verdict["reason"]) if e.type == "Warning"]
+        assert warnings == [refused["message"]], [(e.type, e.reason, e.message) for e in isvc.events()]
+        code, _, _ = stack.traefik.get("/v1/models", stack.host(isvc.name))
+        assert code == 404, "a refused route must not route"
+
+        # The platform team opens the Gateway to every namespace: the route is taken, the service Ready.
+        apply_objects(api, [_private_gateway(stack, gateway_name, admits="All")])
+        isvc.wait("IngressReady True once the Gateway accepts", lambda: (
+            (c := isvc.condition("IngressReady")).get("status") == "True" and c))
+        isvc.wait("Ready", lambda: isvc.condition("Ready").get("status") == "True")
+        headers = _serving_through_gateway(stack, isvc)
+    print(f"refused: {refused['reason']}: {refused['message']}; then answered by {headers['x-servingops-pod']}")

@@ -28,6 +28,7 @@ from devstack.pod_runtime import PodRuntimeProcess
 from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 from devstack.traefik import Traefik
+from testkit.load import LoadReport
 from tests.fixtures.kube import own_identities
 from tests.rollout_live import LiveStack
 
@@ -43,6 +44,8 @@ class TrafficStack:
     traefik: Traefik
     prometheus: Prometheus
     runtime: PodRuntimeProcess
+    operator_config: str
+    """The name of the worker's operator ConfigMap, in `namespace`."""
 
     @property
     def namespace(self) -> str:
@@ -92,9 +95,11 @@ def traffic_stack(temporal_server: TemporalDevServer, oci_registry: OciRegistry,
                                   workdir / "spool", logs, host_id=f"host-{task_queue}", identities=ids)
             launcher = BridgeLauncher(ids, temporal_server.address, logs)
             try:
-                launcher.start(task_queue=task_queue, kinds="InferenceService,RolloutPolicy")
+                # InferenceReplica: OMENative services and their migrations; WorkloadCluster: placement.
+                launcher.start(task_queue=task_queue,
+                               kinds="InferenceService,RolloutPolicy,InferenceReplica,WorkloadCluster")
                 yield TrafficStack(LiveStack(api, namespace, worker, temporal_server.address), cluster, traefik,
-                                   prometheus, runtime)
+                                   prometheus, runtime, ids.operator_config)
             finally:
                 launcher.stop_all()
                 worker.stop()
@@ -103,3 +108,11 @@ def traffic_stack(temporal_server: TemporalDevServer, oci_registry: OciRegistry,
             traefik.stop()
         cluster.stop()
         runtime.stop()
+
+
+def failures(report: LoadReport) -> str:
+    """Where in the run requests failed: what an assertion on `report.failed == 0` says when it does not hold
+    (each failure's start, reason, revision and pod, and the run's marks)."""
+    failed = [(round(r.start_s, 2), r.reason, r.revision, r.pod) for r in report.records if not r.ok]
+    marks = [(m.label, round(m.at_s, 2)) for m in report.marks]
+    return f"{len(failed)} failed: {failed[:30]}; marks {marks}"
