@@ -27,6 +27,7 @@ from temporalio.common import (
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from servingops.api_models import contract
 from servingops.api_models.contract import MigrationStart, StartObject, WorkflowType
@@ -82,11 +83,19 @@ class Dispatcher:
     async def handle(self, key: Hashable, observed: Observed) -> None:
         result = plan(observed.route, observed.obj, self.fingerprints.get(key), gone=observed.gone)
         warnings = list(result.warnings)
-        for dispatch in result.dispatches:
-            if dispatch.workflow_type in self.served:
-                await self.send(dispatch, observed)
-            else:
-                warnings.append(not_served(dispatch))
+        shortcuts = [d for d in result.dispatches if d.running_only]
+        # The shortcuts leave together, beside the durable dispatches (which keep their order).
+        pending = [asyncio.create_task(self.signal_running(d, observed)) for d in shortcuts]
+        try:
+            for dispatch in result.dispatches:
+                if dispatch.running_only:
+                    continue
+                if dispatch.workflow_type in self.served:
+                    await self.send(dispatch, observed)
+                else:
+                    warnings.append(not_served(dispatch))
+        finally:
+            await asyncio.gather(*pending)
         if observed.gone:
             self.fingerprints.pop(key, None)
         elif result.fingerprint is not None:
@@ -133,6 +142,22 @@ class Dispatcher:
         response = getattr(handle, "_start_workflow_response", None)
         if getattr(response, "started", False):
             self.metrics.started(dispatch.workflow_type.value)
+
+    async def signal_running(self, dispatch: Dispatch, observed: Observed) -> None:
+        """A running_only dispatch: the signal if the workflow runs, else nothing. Never raises: a
+        durable dispatch of the same change follows."""
+        assert dispatch.signal is not None
+        try:
+            await self.temporal.get_workflow_handle(dispatch.workflow_id).signal(dispatch.signal.value,
+                                                                                dispatch.signal_arg)
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:  # not running: nothing to shortcut
+                log.debug("shortcut %s to %s not delivered: %s", dispatch.signal.value, dispatch.workflow_id, exc)
+            return
+        except Exception as exc:  # best effort by design
+            log.debug("shortcut %s to %s not delivered: %s", dispatch.signal.value, dispatch.workflow_id, exc)
+            return
+        self.metrics.signal(dispatch.workflow_type.value, dispatch.signal.value, time.monotonic() - observed.seen_at)
 
     def _warn(self, observed: Observed, reason: str, message: str) -> None:
         meta = observed.obj["metadata"]

@@ -128,6 +128,9 @@ class Dispatch:
     start_arg: Any
     signal: Signal | None = None
     signal_arg: Any = None
+    running_only: bool = False
+    """Signal the workflow only if it is running, once, best effort: a shortcut beside a durable
+    dispatch that carries the same news (a failure or an absent workflow is not retried)."""
 
     def describe(self) -> str:
         """What the dispatch delivers, for a person reading an Event."""
@@ -191,6 +194,15 @@ def plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, *, gon
             changed = AnnotationEvent(uid=uid, generation=generation, resource_version=version, name=name,
                                       value=after.get(name))
             result.dispatches.append(Dispatch(route.workflow_type, workflow_id, start, Signal.ANNOTATION, changed))
+            if route.workflow_type == WorkflowType.INFERENCE_SERVICE and name in contract.ROLLOUT_SIGNALS:
+                # Straight to the service's rollout runs too: a promote's shortest path to its weights
+                # skips the service workflow's forward (a workflow task and a signal), which still
+                # follows; a run acts on the change once (RolloutHandlers.on_annotation).
+                namespace = ref.namespace or ""
+                result.dispatches.extend(
+                    Dispatch(WorkflowType.ROLLOUT, contract.rollout_workflow_id(namespace, ref.name, uid, key),
+                             None, Signal.RUN_ANNOTATION, changed, running_only=True)
+                    for key in contract.rollout_unit_keys(obj.get("spec") or {}))
 
     already = previous.migrations if previous else frozenset()
     for key in sorted(set(requests) - already):

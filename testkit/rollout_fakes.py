@@ -117,6 +117,8 @@ class FakeCluster:
         """Per (component, revision) readiness delay; float('inf') never becomes Ready."""
         self.generation = 1
         self.annotations: dict[str, str] = {}
+        self.annotation_writes = 0
+        """How many annotation changes were made: each one's resourceVersion, as an apiserver's grows."""
         self.spec_rollout: dict[str, Any] | None = None
         self.deleting = False
         self.gone = False

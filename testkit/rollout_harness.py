@@ -58,8 +58,10 @@ class Isvc:
             self.cluster.annotations.pop(name, None)
         else:
             self.cluster.annotations[name] = value
+        self.cluster.annotation_writes += 1
         await self.handle.signal(contract.Signal.ANNOTATION, AnnotationEvent(
-            uid=self.cluster.uid, generation=self.cluster.generation, resource_version="0", name=name, value=value))
+            uid=self.cluster.uid, generation=self.cluster.generation,
+            resource_version=str(self.cluster.annotation_writes), name=name, value=value))
 
     def rollout_id(self, group: str) -> str:
         return contract.rollout_workflow_id(NAMESPACE, NAME, self.cluster.uid, group)
@@ -103,8 +105,10 @@ async def served(env: WorkflowEnvironment, *, desired: dict[ComponentType, tuple
         isvc = Isvc(env=env, cluster=cluster, handle=handle)
 
         async def bridge(name: str, value: str | None) -> None:
+            cluster.annotation_writes += 1
             await handle.signal(contract.Signal.ANNOTATION, AnnotationEvent(
-                uid=cluster.uid, generation=cluster.generation, resource_version="0", name=name, value=value))
+                uid=cluster.uid, generation=cluster.generation, resource_version=str(cluster.annotation_writes),
+                name=name, value=value))
 
         cluster.bridge = bridge
         try:

@@ -27,6 +27,7 @@ pytestmark = pytest.mark.unit
 
 MODEL = ROUTES["Model"]
 ISVC = ROUTES["InferenceService"]
+RUNTIME = ROUTES["ServingRuntime"]
 REQUEST_KEY = "ome.io/migration-request-v1-6f1c2a4e-9d2b-4c1e-8f00-0123456789ab"
 
 
@@ -109,6 +110,27 @@ def test_watched_annotations_become_annotation_signals() -> None:
     removed = plan(ISVC, obj(name="svc", rv="12"), promoted.fingerprint)
     assert [d.signal_arg.value for d in removed.dispatches] == [None]
     assert plan(ISVC, obj(name="svc", rv="13"), removed.fingerprint).dispatches == []
+
+
+def test_rollout_annotations_also_go_straight_to_the_rollout_runs() -> None:
+    """A rollout annotation reaches the service workflow (the durable signal-with-start) and, as a
+    best-effort shortcut, every rollout run the spec can have: one per group index and one per
+    component set (a component in no group rolls alone). Other annotations do not."""
+    spec = {"engine": {}, "decoder": {}, "rollout": {"groups": [{"components": ["engine"]}]}}
+    first = plan(ISVC, {**obj(name="svc"), "spec": spec}, None)
+    promoted = plan(ISVC, {**obj(name="svc", rv="11", annotations={"ome.io/rollout-promote": "abc123"}),
+                           "spec": spec}, first.fingerprint)
+    event = AnnotationEvent(uid="u1", generation=1, resource_version="11", name="ome.io/rollout-promote",
+                            value="abc123")
+    durable, *shortcuts = promoted.dispatches
+    assert (durable.workflow_id, durable.signal, durable.running_only) == ("isvc/ns/svc/u1", Signal.ANNOTATION, False)
+    assert [(d.workflow_type, d.workflow_id, d.signal, d.running_only) for d in shortcuts] == [
+        (WorkflowType.ROLLOUT, f"rollout/ns/svc/u1/{key}", Signal.RUN_ANNOTATION, True)
+        for key in ("0", "engine", "decoder")]
+    assert all(d.signal_arg == event for d in promoted.dispatches)
+    runtime = plan(RUNTIME, {**obj(name="rt", annotations={"ome.io/inherit-from": "base"}), "spec": spec},
+                   plan(RUNTIME, obj(name="rt"), None).fingerprint)
+    assert [d.running_only for d in runtime.dispatches] == [False]
 
 
 def test_migration_request_starts_its_own_workflow_once() -> None:

@@ -126,10 +126,13 @@ async def test_histories_before_the_patches_need_them(scenario: str, monkeypatch
 # revision_status call); reports-in-flight*.json hold the new branches. For capacity-from-scale,
 # annotation-cleanup: the older recordings' fake answered serving.ensure_revision with nothing, and a
 # step without the scale's answer reads with revision_status on either branch. zero-drain-delay-before
-# was recorded before `no-timer-for-zero-delay` (its drain starts a zero-length timer).
+# was recorded before `no-timer-for-zero-delay` (its drain starts a zero-length timer). Every stored
+# rollout history but local-serving-writes was recorded before `local-serving-writes` (its scale and
+# weights were scheduled activities).
 ROLLOUT_BEFORE_PATCHES = [("reports-in-flight", "canary-promote"), ("reports-in-flight", "rollout-continue-as-new-1"),
                           ("capacity-from-scale", "annotation-cleanup"),
-                          ("no-timer-for-zero-delay", "zero-drain-delay-before")]
+                          ("no-timer-for-zero-delay", "zero-drain-delay-before"),
+                          ("local-serving-writes", "reports-in-flight"), ("local-serving-writes", "zero-drain-delay")]
 
 
 @pytest.mark.parametrize(("patch_id", "scenario"), ROLLOUT_BEFORE_PATCHES)

@@ -15,6 +15,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from servingops.api_models import contract
+from servingops.api_models.contract import AnnotationEvent
 from servingops.api_models.contract.rollout import PromoteRequest
 from servingops.workflows.rollout.models import RolloutSettings
 from testkit.rollout_harness import ENGINE, Isvc, analysis, canary_group, roll_to, rolled_out, served, start_env
@@ -189,6 +190,32 @@ async def test_manual_step_waits_for_the_right_promote(env: WorkflowEnvironment)
         assert answer["currentStep"] == 3 and answer["promotedThrough"] == "b"
         await isvc.until(lambda: isvc.phase() == "Stable", what="complete")
         assert isvc.weights() == {"b": 100}
+
+
+async def test_an_annotation_change_reaches_the_run_twice_and_acts_once(env: WorkflowEnvironment) -> None:
+    """The bridge sends a rollout annotation's change straight to the run and the service forwards
+    it too: the run acts on it once, and a copy that arrives after a newer change (the promote's
+    removal) is dropped by its resourceVersion instead of promoting a second step."""
+    steps = [{"capacity": "25%", "traffic": 10, "pause": {}}, {"capacity": "50%", "traffic": 40, "pause": {}},
+             {"capacity": "100%", "traffic": 100}]
+    async with served(env, rollout=canary_group(steps)) as isvc:
+        await roll_to(isvc, "b")
+        await isvc.until(lambda: at_step(isvc, 0, 10) and isvc.phase() == "Paused", what="manual hold")
+        promote = AnnotationEvent(uid=isvc.cluster.uid, generation=isvc.cluster.generation,
+                                  resource_version=str(isvc.cluster.annotation_writes + 1),
+                                  name=contract.ROLLOUT_PROMOTE, value="b")
+        await isvc.rollout("0").signal(contract.Signal.RUN_ANNOTATION, promote)  # the bridge's shortcut
+        await isvc.until(lambda: at_step(isvc, 1, 40), what="promoted by the shortcut")
+        await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")  # the same change through the service
+        assert isvc.cluster.annotation_writes == int(promote.resource_version)
+        await isvc.until(lambda: "promotedThrough" not in isvc.canary() and
+                         contract.ROLLOUT_PROMOTE not in isvc.cluster.annotations, what="consumed, removed, re-armed")
+        assert at_step(isvc, 1, 40), "the forwarded copy of the change is not a second promote"
+        await isvc.rollout("0").signal(contract.Signal.RUN_ANNOTATION, promote)  # late, after the removal
+        await isvc.env.sleep(600)
+        assert at_step(isvc, 1, 40), "a copy older than the removal does not promote again"
+        await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")
+        await isvc.until(lambda: isvc.phase() == "Stable", what="a new promote completes the canary")
 
 
 async def test_promote_force_skips_a_timed_gate(env: WorkflowEnvironment) -> None:

@@ -53,6 +53,25 @@ KUBE: ActivityOptions = {
 }
 """A Kubernetes read or write (also the serving activities and the operator ConfigMap read)."""
 
+class LocalActivityOptions(TypedDict, total=False):
+    """The keyword arguments of `workflow.execute_local_activity*` that the catalogue fixes."""
+
+    start_to_close_timeout: timedelta
+    retry_policy: RetryPolicy
+
+
+KUBE_LOCAL: LocalActivityOptions = {
+    # A local activity runs inside the workflow task that asks for it: no schedule on the server,
+    # no poll, no second workflow task for its result. Used where a workflow task waits on a short
+    # apiserver write and a person waits on the workflow task (a promote's scale and weights).
+    # Kept short: while it runs the workflow task stays open (the SDK heartbeats it past its timeout).
+    "start_to_close_timeout": timedelta(seconds=10),
+    # Unbounded as KUBE, for the same reason; past the SDK's local retry threshold (a minute) the
+    # backoff becomes a durable timer instead of a held workflow task.
+    "retry_policy": KUBE["retry_policy"],
+}
+"""A Kubernetes write on a path a user waits on, as a local activity (`execute_local_activity*`)."""
+
 CLEANUP: ActivityOptions = {
     "start_to_close_timeout": timedelta(seconds=30),
     # Bounded: a best-effort Kubernetes write the workflow can do without (removing a consumed

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.refs import ObjectRef
 
 # Namespace names cannot contain "_", so this never collides with a real namespace.
@@ -87,6 +89,11 @@ class Signal(StrEnum):
     """ome.io/rollout-paused (str | None)."""
     READY_TIMEOUT = "ready-timeout"
     """ome.io/rollout-ready-timeout (str | None)."""
+    RUN_ANNOTATION = "run-annotation"
+    """Bridge and InferenceServiceWorkflow -> RolloutWorkflow: an ome.io/rollout-* annotation changed
+    (AnnotationEvent). The bridge sends it straight to the service's running rollout runs (best
+    effort: the shortest path from a promote to its weights) and the service forwards it too (the
+    durable path); the run acts on each change once, by the event's resourceVersion."""
     RETARGET = "retarget"
     """InferenceServiceWorkflow -> RolloutWorkflow: new targets and/or plan (contract.rollout.RetargetRequest)."""
     NODE_REPORT = "node-report"
@@ -248,6 +255,23 @@ def inference_service_workflow_id(namespace: str, name: str, uid: str) -> str:
 
 def rollout_workflow_id(namespace: str, isvc: str, uid: str, group: str) -> str:
     return f"rollout/{namespace}/{isvc}/{uid}/{group}"
+
+
+def rollout_unit_keys(spec: Mapping[str, Any]) -> list[str]:
+    """Every key a rollout run of this InferenceService spec can have (workflows.rollout.plan.units):
+    each spec.rollout group's index, and each component set in the spec (a component in no group rolls
+    on its own). A superset is fine: it names the runs that may exist, not the ones that do."""
+    rollout = spec.get("rollout")
+    groups = rollout.get("groups") if isinstance(rollout, Mapping) else None
+    keys = [str(index) for index in range(len(groups))] if isinstance(groups, list) else []
+    return keys + [component.value for component in ComponentType if spec.get(component.value) is not None]
+
+
+def resource_version_order(resource_version: str) -> int | None:
+    """A resourceVersion as a number to order two changes of one object by, or None when it is not
+    one. Kubernetes calls the value opaque; every apiserver backed by etcd writes etcd's revision,
+    an integer that grows with every write, and that is what ordering needs here."""
+    return int(resource_version) if resource_version.isdigit() else None
 
 
 def migration_workflow_id(namespace: str, replica: str, request_uuid: str) -> str:

@@ -169,6 +169,9 @@ class Isvc:
     env: WorkflowEnvironment
     cluster: FakeCluster
     handle: WorkflowHandle[Any, Any]
+    annotation_writes: int = 0
+    """Annotation changes sent: each one's resourceVersion grows, as an apiserver's does (runs from
+    the patch annotation-events-to-runs on act on a change once, by it)."""
 
     def event(self, **extra: Any) -> dict[str, Any]:
         return {"uid": self.cluster.uid, "generation": self.cluster.generation,
@@ -187,7 +190,9 @@ class Isvc:
             self.cluster.annotations.pop(name, None)
         else:
             self.cluster.annotations[name] = value
-        await self.handle.signal("annotation", self.event(name=name, value=value))
+        self.annotation_writes += 1
+        await self.handle.signal("annotation", {**self.event(name=name, value=value),
+                                                "resource_version": str(100 + self.annotation_writes)})
 
     async def delete(self) -> None:
         await self.handle.signal("delete", self.event(deleting=True))
@@ -510,6 +515,15 @@ async def reports_in_flight_continue_as_new(rec: Recording) -> None:
     `capacity-from-scale`: the run waits for its last report's acknowledgement before it continues
     as new (four times) and before it completes."""
     await rollout_continue_as_new(rec)
+
+
+async def local_serving_writes(rec: Recording) -> None:
+    """canary-promote recorded with the patches `local-serving-writes` (each step's scale,
+    `serving.ensure_revision`, and weights, `serving.set_traffic`, are local activities run in the
+    workflow task that decides them: markers in the history instead of scheduled activities) and
+    `annotation-events-to-runs` (the service forwards each annotation change as its event,
+    `run-annotation`, which the run acts on once by resourceVersion)."""
+    await canary_promote(rec)
 
 
 async def zero_drain_delay(rec: Recording) -> None:
@@ -1004,6 +1018,7 @@ SCENARIOS: dict[str, Scenario] = {
     "reports-in-flight": reports_in_flight,
     "reports-in-flight-continue-as-new": reports_in_flight_continue_as_new,
     "zero-drain-delay": zero_drain_delay,
+    "local-serving-writes": local_serving_writes,
     "ingress-gateway": ingress_gateway,
     "policy-ref": policy_ref,
     "policy-lifecycle": policy_lifecycle,

@@ -16,7 +16,8 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from servingops.api_models.contract import Query, Signal, Update
+    from servingops.api_models import contract
+    from servingops.api_models.contract import AnnotationEvent, Query, Signal, Update
     from servingops.api_models.contract.rollout import (
         ComponentTarget,
         PinnedGroup,
@@ -73,7 +74,34 @@ class RolloutHandlers:
         self._report_in_flight: asyncio.Task[None] | None = None
         """The last report sent and not yet acknowledged by the parent (patch reports-in-flight)."""
 
-    # -- annotation signals (forwarded by the InferenceService workflow) -----------------------
+    # -- annotation signals (from the bridge and the InferenceService workflow) -----------------
+
+    @workflow.signal(name=Signal.RUN_ANNOTATION)
+    def on_annotation(self, event: AnnotationEvent) -> None:
+        """A rollout annotation's change, as the bridge saw it. It comes twice: straight from the
+        bridge (the short path from a promote to its weights) and forwarded by the InferenceService
+        workflow (the path that cannot be lost), in either order. Each change is acted on once, by
+        its resourceVersion: a change no newer than the last one acted on for that annotation is
+        dropped, so a late copy cannot undo a newer change (a promote's value forwarded after its
+        removal arrived would otherwise promote a second step)."""
+        order = contract.resource_version_order(event.resource_version)
+        if order is not None:
+            if order <= self.progress.annotation_versions.get(event.name, -1):
+                return
+            self.progress.annotation_versions[event.name] = order
+        handler = {
+            contract.ROLLOUT_PROMOTE: self.on_promote,
+            contract.ROLLOUT_PROMOTE_FORCE: self.on_promote_force,
+            contract.ROLLOUT_ROLLBACK: self.on_rollback,
+            contract.ROLLOUT_RESUME: self.on_resume,
+            contract.ROLLOUT_PAUSED: self.on_paused,
+            contract.ROLLOUT_READY_TIMEOUT: self.on_ready_timeout,
+        }.get(event.name)
+        if handler is not None:
+            handler(event.value)
+
+    # The signals below carry the value alone: what the InferenceService workflow forwarded before
+    # the patch `annotation-events-to-runs` (histories recorded then still send them).
 
     @workflow.signal(name=Signal.PROMOTE)
     def on_promote(self, value: str | None) -> None:

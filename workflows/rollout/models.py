@@ -80,6 +80,9 @@ class CarriedRun(BaseModel):
     last_outcome_key: str = ""
     forced_through: str | None = None
     pending_force: bool = False
+    annotation_versions: dict[str, int] = {}
+    """Per rollout annotation, the resourceVersion of the last change acted on (Signal.RUN_ANNOTATION):
+    the same change from the second path, or an older one arriving late, is not acted on again."""
 
 
 RolloutInput.model_rebuild()

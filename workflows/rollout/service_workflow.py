@@ -103,6 +103,9 @@ service per interval. Not a round number: at 300 s it came due at the instant a 
 readyTimeout report woke the service, and the time-skipping test server refuses the CancelTimer
 of a timer that fires while the task is with the worker (temporalio/sdk-java#2606, #3088; see
 tests/test_replica_workflow.py). The real server takes it; the tests would strand the run."""
+ANNOTATION_EVENTS_TO_RUNS = "annotation-events-to-runs"
+"""The patch after which a rollout annotation is forwarded to the runs as the bridge's event
+(Signal.RUN_ANNOTATION, ordered by resourceVersion) instead of its value alone (docs/durability.md)."""
 REMOVE_CONSUMED_ANNOTATIONS = "remove-consumed-annotations"
 """The patch that added the kube.remove_annotation calls (docs/durability.md)."""
 OMENATIVE_AUTOSCALER = "omenative-autoscaler"
@@ -769,8 +772,14 @@ class InferenceServiceWorkflow:
                         self._state.held.pop(key, None)
                         self._state.held_primary.pop(key, None)
                         self._changed = True
+            # The event itself, with its resourceVersion: the bridge sends it to the runs too, and
+            # a run acts on each change once. Histories from before the patch forwarded the value.
+            events_to_runs = workflow.patched(ANNOTATION_EVENTS_TO_RUNS)
             for run in list(self._state.active.values()):
-                await self._signal(run, name, event.value)
+                if events_to_runs:
+                    await self._signal(run, Signal.RUN_ANNOTATION, event)
+                else:
+                    await self._signal(run, name, event.value)
 
     async def _signal(self, run: ActiveRun, name: str, value: object) -> None:
         try:

@@ -11,13 +11,18 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.serving.activities import ServingActivities
-    from servingops.activities.serving.types import RevisionKey, SetTrafficInput
+    from servingops.activities.serving.types import RevisionKey
     from servingops.api_models.errors import ErrorType, error_type_of
     from servingops.api_models.ome.enums import CoordinationPhase, RolloutRunOutcome
     from servingops.api_models.serving import TrafficWeight
     from servingops.workflows import options
     from servingops.workflows.rollout.progressions.driver import Driver
-    from servingops.workflows.rollout.progressions.readiness import all_ready, scale_down_delay, scale_revision
+    from servingops.workflows.rollout.progressions.readiness import (
+        all_ready,
+        scale_down_delay,
+        scale_revision,
+        set_weights,
+    )
 
 
 async def run(driver: Driver) -> RolloutRunOutcome | None:
@@ -54,9 +59,7 @@ async def run(driver: Driver) -> RolloutRunOutcome | None:
     await driver.coordinate(CoordinationPhase.SHIFTING)
     for target in moving:
         weights = [TrafficWeight(revision=target.revision, weight=100)]
-        await workflow.execute_activity_method(
-            ServingActivities.set_traffic,
-            SetTrafficInput(isvc=driver.isvc, component=target.component, weights=weights), **options.KUBE)
+        await set_weights(driver.isvc, target.component, weights)
         driver.record_traffic(target.component, weights)
     await driver.coordinate(CoordinationPhase.DRAINING)
     await scale_down_delay(driver.scale_down_delay())
@@ -74,9 +77,7 @@ async def _abandon(driver: Driver, outcome: RolloutRunOutcome | None) -> Rollout
     await driver.coordinate(CoordinationPhase.ROLLING_BACK)
     for target in driver.moving():
         weights = [TrafficWeight(revision=target.stable_revision, weight=100)]
-        await workflow.execute_activity_method(
-            ServingActivities.set_traffic,
-            SetTrafficInput(isvc=driver.isvc, component=target.component, weights=weights), **options.KUBE)
+        await set_weights(driver.isvc, target.component, weights)
         driver.record_traffic(target.component, weights)
         await workflow.execute_activity_method(
             ServingActivities.delete_revision,

@@ -22,7 +22,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.serving.activities import ServingActivities
-    from servingops.activities.serving.types import ObserveInput, RevisionKey, RevisionObservation, SetTrafficInput
+    from servingops.activities.serving.types import ObserveInput, RevisionKey, RevisionObservation
     from servingops.api_models.contract.rollout import ComponentTarget, PinnedGroup, RetargetRequest
     from servingops.api_models.durations import parse_duration
     from servingops.api_models.errors import ErrorType, error_type_of
@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.workflows import options
     from servingops.workflows.rollout import analysis, status
     from servingops.workflows.rollout.progressions.driver import CanaryDriver
-    from servingops.workflows.rollout.progressions.readiness import scale_down_delay, scale_revision
+    from servingops.workflows.rollout.progressions.readiness import scale_down_delay, scale_revision, set_weights
     from servingops.workflows.rollout.steps import (
         Gate,
         GateOutcome,
@@ -208,9 +208,7 @@ class _StepMachine:
 
     async def _set_weights(self, component: ComponentType, weights: list[TrafficWeight]) -> None:
         """Program the component's route, then remember what it now carries."""
-        await workflow.execute_activity_method(
-            ServingActivities.set_traffic, SetTrafficInput(isvc=self.d.isvc, component=component, weights=weights),
-            **options.KUBE)
+        await set_weights(self.d.isvc, component, weights)
         self.d.progress.traffic[component] = weights
 
     async def _gate(self, step: RolloutGroupStep) -> GateOutcome:

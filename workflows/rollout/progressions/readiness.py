@@ -1,5 +1,5 @@
-"""The serving calls every progression makes the same way: scale one revision, and read whether a
-set of revisions is Ready."""
+"""The serving calls every progression makes the same way: scale one revision, program a
+component's weights, and read whether a set of revisions is Ready."""
 
 from __future__ import annotations
 
@@ -9,11 +9,22 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.serving.activities import ServingActivities
-    from servingops.activities.serving.types import EnsureRevisionInput, RevisionKey, RevisionObservation
+    from servingops.activities.serving.types import (
+        EnsureRevisionInput,
+        RevisionKey,
+        RevisionObservation,
+        SetTrafficInput,
+    )
     from servingops.api_models.contract.rollout import ComponentTarget
     from servingops.api_models.ome.enums import ComponentType
     from servingops.api_models.refs import ObjectRef
+    from servingops.api_models.serving import TrafficWeight
     from servingops.workflows import options
+
+LOCAL_SERVING_WRITES = "local-serving-writes"
+"""The patch after which a run's scale (`serving.ensure_revision`) and weights (`serving.set_traffic`)
+are local activities (docs/durability.md): run inside the workflow task that decides them, a
+promote's scale and weights cost no server round trip each."""
 
 NO_TIMER_FOR_ZERO_DELAY = "no-timer-for-zero-delay"
 """The patch after which a zero scale-down delay starts no timer (docs/durability.md)."""
@@ -37,10 +48,21 @@ async def scale_revision(isvc: ObjectRef, component: ComponentType, revision: st
                          replicas: int) -> RevisionObservation:
     """Ensure the revision's Deployment and Service exist with `replicas` (RevisionSuperseded when the
     spec no longer renders a revision that does not exist yet); the Deployment as the write left it."""
-    return await workflow.execute_activity_method(
-        ServingActivities.ensure_revision,
-        EnsureRevisionInput(key=RevisionKey(isvc=isvc, component=component, revision=revision), replicas=replicas),
-        **options.KUBE)
+    request = EnsureRevisionInput(key=RevisionKey(isvc=isvc, component=component, revision=revision),
+                                  replicas=replicas)
+    if workflow.patched(LOCAL_SERVING_WRITES):
+        return await workflow.execute_local_activity_method(ServingActivities.ensure_revision, request,
+                                                            **options.KUBE_LOCAL)
+    return await workflow.execute_activity_method(ServingActivities.ensure_revision, request, **options.KUBE)
+
+
+async def set_weights(isvc: ObjectRef, component: ComponentType, weights: list[TrafficWeight]) -> None:
+    """Program the component's HTTPRoute with exactly these weights."""
+    request = SetTrafficInput(isvc=isvc, component=component, weights=weights)
+    if workflow.patched(LOCAL_SERVING_WRITES):
+        await workflow.execute_local_activity_method(ServingActivities.set_traffic, request, **options.KUBE_LOCAL)
+        return
+    await workflow.execute_activity_method(ServingActivities.set_traffic, request, **options.KUBE)
 
 
 async def scale_down_delay(delay: timedelta) -> None:

@@ -13,14 +13,14 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.serving.activities import ServingActivities
-    from servingops.activities.serving.types import RevisionKey, SetTrafficInput
+    from servingops.activities.serving.types import RevisionKey
     from servingops.api_models.contract.rollout import ComponentTarget
     from servingops.api_models.ome.enums import ComponentType, CoordinationPhase, RolloutRunOutcome
     from servingops.api_models.ome.rollout import GroupRollingUpdate
     from servingops.api_models.serving import TrafficWeight
     from servingops.workflows import options
     from servingops.workflows.rollout.progressions.driver import Driver
-    from servingops.workflows.rollout.progressions.readiness import all_ready, scale_revision
+    from servingops.workflows.rollout.progressions.readiness import all_ready, scale_revision, set_weights
     from servingops.workflows.rollout.steps import scaled
 
 DEFAULT_BUDGET = "25%"
@@ -142,9 +142,7 @@ async def _route(driver: Driver, target: ComponentTarget, weight: int) -> None:
     weights = [TrafficWeight(revision=target.revision, weight=weight)] if weight > 0 else []
     if weight < 100:
         weights.insert(0, TrafficWeight(revision=target.stable_revision, weight=100 - weight))
-    await workflow.execute_activity_method(
-        ServingActivities.set_traffic,
-        SetTrafficInput(isvc=driver.isvc, component=target.component, weights=weights), **options.KUBE)
+    await set_weights(driver.isvc, target.component, weights)
     driver.record_traffic(target.component, weights)
 
 
