@@ -83,19 +83,16 @@ class Dispatcher:
     async def handle(self, key: Hashable, observed: Observed) -> None:
         result = plan(observed.route, observed.obj, self.fingerprints.get(key), gone=observed.gone)
         warnings = list(result.warnings)
-        shortcuts = [d for d in result.dispatches if d.running_only]
-        # The shortcuts leave together, beside the durable dispatches (which keep their order).
-        pending = [asyncio.create_task(self.signal_running(d, observed)) for d in shortcuts]
-        try:
-            for dispatch in result.dispatches:
-                if dispatch.running_only:
-                    continue
-                if dispatch.workflow_type in self.served:
-                    await self.send(dispatch, observed)
-                else:
-                    warnings.append(not_served(dispatch))
-        finally:
-            await asyncio.gather(*pending)
+        # The shortcuts leave first, together: the workflow task they wake (a promote's scale and
+        # weights) is then not queued on the worker behind the one the durable signal wakes.
+        await asyncio.gather(*(self.signal_running(d, observed) for d in result.dispatches if d.running_only))
+        for dispatch in result.dispatches:
+            if dispatch.running_only:
+                continue
+            if dispatch.workflow_type in self.served:
+                await self.send(dispatch, observed)
+            else:
+                warnings.append(not_served(dispatch))
         if observed.gone:
             self.fingerprints.pop(key, None)
         elif result.fingerprint is not None:
