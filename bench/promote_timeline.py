@@ -136,6 +136,8 @@ def print_timeline(promotes: list[Promote], stamps: list[Stamp]) -> None:
 
 
 _WORKER_SERIES = ("temporal_activity_execution_latency_seconds", "temporal_activity_schedule_to_start_latency_seconds",
+                  # The promote's scale and weights run as local activities (patch local-serving-writes).
+                  "temporal_local_activity_execution_latency_seconds",
                   "temporal_workflow_task_execution_latency_seconds",
                   "temporal_workflow_task_schedule_to_start_latency_seconds",
                   "temporal_workflow_task_replay_latency_seconds")
