@@ -14,7 +14,8 @@ cluster; then many concurrent canaries on one worker.
       - until the controller wrote the next step's traffic weights into its routing object (servingops:
         the HTTPRoute's backendRef weights; Argo: its canary Ingress's canary-weight), and
       - until status showed the next manual pause (or, after the last step, the rollout complete).
-    Goal: servingops' p99 to the weight change < 1 s. The ratios to Argo Rollouts are printed beside.
+    Goals: servingops' p99 to the weight change < 1 s, and servingops / Argo Rollouts <= 1.0 at p50 and
+    at p99, to the weights and to the status (issue #34).
 (b) `--concurrent` InferenceServices, each canarying on one worker: all rolled to a new revision,
     each promoted `--concurrent-promotes` times. The worker's RSS (VmRSS, VmHWM), and the history
     length (event count, fetch_history) of every workflow run.
@@ -229,8 +230,10 @@ def summary(values: list[float]) -> str:
             f"max {max(values) * 1000:7.0f} ms")  # fmt: skip
 
 
-def report_promotes(results: dict[str, tuple[list[float], list[float]]], ours: str, peer: str) -> float:
-    """Print both peers' figures and the ratios; returns servingops' p99 to the weight change (s)."""
+def report_promotes(results: dict[str, tuple[list[float], list[float]]], ours: str, peer: str,
+                    goals: Goals) -> float:
+    """Print both peers' figures and the ratios, each ratio a goal (<= 1.0: issue #34's promote goal);
+    returns servingops' p99 to the weight change (s)."""
     titles = ("promote -> next step's weights written (servingops: HTTPRoute backendRef weights; "
               "Argo Rollouts: canary Ingress canary-weight)",
               "promote -> status shows the next manual pause (after the last step: rollout complete)")  # fmt: skip
@@ -240,8 +243,12 @@ def report_promotes(results: dict[str, tuple[list[float], list[float]]], ours: s
         for label in (ours, peer):
             print(f"  {label:<{width}}  {summary(results[label][index])}", flush=True)
         mine, theirs = results[ours][index], results[peer][index]
-        print(f"  ratio {ours} / {peer}: p50 {statistics.median(mine) / statistics.median(theirs):.2f}, "
-              f"p99 {percentile(mine, 99) / percentile(theirs, 99):.2f}", flush=True)
+        p50 = statistics.median(mine) / statistics.median(theirs)
+        p99 = percentile(mine, 99) / percentile(theirs, 99)
+        print(f"  ratio {ours} / {peer}: p50 {p50:.2f}, p99 {p99:.2f}", flush=True)
+        to = ("weights", "status")[index]
+        goals.check(f"promote -> {to}, {ours} / {peer}, p50", p50, "<=", 1.0)
+        goals.check(f"promote -> {to}, {ours} / {peer}, p99", p99, "<=", 1.0)
     for index, what in enumerate(("weights", "status")):
         for label in (ours, peer):
             print(f"per promote, {label} (ms to {what}, step 0 first): "
@@ -341,7 +348,7 @@ def main() -> None:
         marks: dict[str, list[tuple[float, float, float]]] = {}
         results = measure_promotes([ours, peer], steps, marks)
         services.wait(name, lambda s: s is not None and s[0] == "Stable", 120)
-        p99 = report_promotes(results, ours.label, peer.label)
+        p99 = report_promotes(results, ours.label, peer.label, goals)
         # Where servingops' time went: the histories' server stamps between each promote and its route.
         wall = time.time() - time.monotonic()
         uid = bench.get(name)["metadata"]["uid"]

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Hashable
+from datetime import timedelta
 
 from kubernetes import client
 from opentelemetry import trace
@@ -42,6 +43,8 @@ log = logging.getLogger("servingops.bridge.dispatch")
 tracer = trace.get_tracer("servingops.bridge")
 
 MAX_BACKOFF = 5.0
+SHORTCUT_TIMEOUT = timedelta(seconds=2)
+"""How long a running_only signal may take before the durable dispatches go without it."""
 
 
 class Dispatcher:
@@ -145,14 +148,12 @@ class Dispatcher:
         durable dispatch of the same change follows."""
         assert dispatch.signal is not None
         try:
-            await self.temporal.get_workflow_handle(dispatch.workflow_id).signal(dispatch.signal.value,
-                                                                                dispatch.signal_arg)
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.NOT_FOUND:  # not running: nothing to shortcut
+            # Bounded: the durable dispatches wait for the shortcuts, and must not wait long.
+            await self.temporal.get_workflow_handle(dispatch.workflow_id).signal(
+                dispatch.signal.value, dispatch.signal_arg, rpc_timeout=SHORTCUT_TIMEOUT)
+        except Exception as exc:  # best effort by design; NOT_FOUND is the usual answer (no such run)
+            if not (isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND):
                 log.debug("shortcut %s to %s not delivered: %s", dispatch.signal.value, dispatch.workflow_id, exc)
-            return
-        except Exception as exc:  # best effort by design
-            log.debug("shortcut %s to %s not delivered: %s", dispatch.signal.value, dispatch.workflow_id, exc)
             return
         self.metrics.signal(dispatch.workflow_type.value, dispatch.signal.value, time.monotonic() - observed.seen_at)
 

@@ -44,6 +44,7 @@ from servingops.activities.serving.types import (
     ServiceObservation,
     SetTrafficInput,
 )
+from servingops.api_models.contract import AnnotationEvent
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.operator_config import IngressConfig, OperatorConfigError, OperatorDefaults, PrometheusSource
@@ -160,6 +161,13 @@ class FakeCluster:
         error and recorded here; `served()` fails the test when any was made."""
 
     # -- test-side edits ----------------------------------------------------------------------
+
+    def annotation_event(self, name: str, value: str | None) -> AnnotationEvent:
+        """What the bridge sends for a change of one of the object's annotations: a new write, so a
+        resourceVersion above every earlier one."""
+        self.annotation_writes += 1
+        return AnnotationEvent(uid=self.uid, generation=self.generation, resource_version=str(self.annotation_writes),
+                               name=name, value=value)
 
     def set_desired(self, component: ComponentType, revision: str, replicas: int = 4) -> None:
         """Edit the spec so the component renders `revision` (a new generation)."""

@@ -19,7 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from servingops.api_models import contract
-from servingops.api_models.contract import AnnotationEvent, ObjectEvent
+from servingops.api_models.contract import ObjectEvent
 from servingops.api_models.ome.enums import ComponentType
 from servingops.workers.sandbox import workflow_runner
 from servingops.workflows.rollout import WORKFLOWS
@@ -58,10 +58,7 @@ class Isvc:
             self.cluster.annotations.pop(name, None)
         else:
             self.cluster.annotations[name] = value
-        self.cluster.annotation_writes += 1
-        await self.handle.signal(contract.Signal.ANNOTATION, AnnotationEvent(
-            uid=self.cluster.uid, generation=self.cluster.generation,
-            resource_version=str(self.cluster.annotation_writes), name=name, value=value))
+        await self.handle.signal(contract.Signal.ANNOTATION, self.cluster.annotation_event(name, value))
 
     def rollout_id(self, group: str) -> str:
         return contract.rollout_workflow_id(NAMESPACE, NAME, self.cluster.uid, group)
@@ -105,10 +102,7 @@ async def served(env: WorkflowEnvironment, *, desired: dict[ComponentType, tuple
         isvc = Isvc(env=env, cluster=cluster, handle=handle)
 
         async def bridge(name: str, value: str | None) -> None:
-            cluster.annotation_writes += 1
-            await handle.signal(contract.Signal.ANNOTATION, AnnotationEvent(
-                uid=cluster.uid, generation=cluster.generation, resource_version=str(cluster.annotation_writes),
-                name=name, value=value))
+            await handle.signal(contract.Signal.ANNOTATION, cluster.annotation_event(name, value))
 
         cluster.bridge = bridge
         try:

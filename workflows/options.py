@@ -53,6 +53,7 @@ KUBE: ActivityOptions = {
 }
 """A Kubernetes read or write (also the serving activities and the operator ConfigMap read)."""
 
+
 class LocalActivityOptions(TypedDict, total=False):
     """The keyword arguments of `workflow.execute_local_activity*` that the catalogue fixes."""
 

@@ -190,6 +190,8 @@ class Isvc:
             self.cluster.annotations.pop(name, None)
         else:
             self.cluster.annotations[name] = value
+        # Above the generation-based resourceVersions of the other events (the apiserver's grows across
+        # all of an object's writes); written as a plain dict, so older trees can record with it too.
         self.annotation_writes += 1
         await self.handle.signal("annotation", {**self.event(name=name, value=value),
                                                 "resource_version": str(100 + self.annotation_writes)})

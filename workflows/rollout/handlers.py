@@ -89,14 +89,9 @@ class RolloutHandlers:
             if order <= self.progress.annotation_versions.get(event.name, -1):
                 return
             self.progress.annotation_versions[event.name] = order
-        handler = {
-            contract.ROLLOUT_PROMOTE: self.on_promote,
-            contract.ROLLOUT_PROMOTE_FORCE: self.on_promote_force,
-            contract.ROLLOUT_ROLLBACK: self.on_rollback,
-            contract.ROLLOUT_RESUME: self.on_resume,
-            contract.ROLLOUT_PAUSED: self.on_paused,
-            contract.ROLLOUT_READY_TIMEOUT: self.on_ready_timeout,
-        }.get(event.name)
+        # The annotation's own signal handler below (contract.ROLLOUT_SIGNALS names it) does the rest.
+        name = contract.ROLLOUT_SIGNALS.get(event.name)
+        handler = workflow.get_signal_handler(name) if name is not None else None
         if handler is not None:
             handler(event.value)
 
