@@ -9,10 +9,13 @@ status.components.engine.canary / rolloutPhase, status.rollout, and the Events.
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from typing import Any
 
 import pytest
 
+from servingops.api_models import contract
 from servingops.api_models.ome.rollout_status import CanaryStatus
 from servingops.runtime.temporal import TemporalSettings, connect
 from servingops.sdk import RolloutClient
@@ -52,6 +55,45 @@ def _annotation_seen(isvc: LiveIsvc, key: str, value: str | None) -> None:
     """Wait until the InferenceService workflow acted on the annotation's latest value (the
     bridge sends only the latest: a value set and changed back before it looked is never seen)."""
     isvc.wait(f"{key}={value} seen by the workflow", lambda: isvc.service_state().annotations.get(key) == value)
+
+
+async def _run_annotation_signals(isvc: LiveIsvc, group: str) -> list[tuple[dict[str, Any], str]]:
+    """The `run-annotation` signals in the rollout run's history: (the event, the workflow that sent
+    it, "" when a client sent it: the bridge)."""
+    temporal = await connect(TemporalSettings(address=isvc.stack.temporal_address))
+    run = temporal.get_workflow_handle(contract.rollout_workflow_id(isvc.ns, isvc.name, isvc.uid(), group))
+    found = []
+    async for event in run.fetch_history_events():
+        if not event.HasField("workflow_execution_signaled_event_attributes"):
+            continue
+        signaled = event.workflow_execution_signaled_event_attributes
+        if signaled.signal_name == contract.Signal.RUN_ANNOTATION:
+            sender = signaled.external_workflow_execution.workflow_id
+            found.append((json.loads(signaled.input.payloads[0].data), sender))
+    return found
+
+
+def test_a_promote_reaches_the_run_by_both_paths_and_advances_one_step(live_stack: LiveStack) -> None:
+    """The bridge sends the promote straight to the rollout run and the InferenceService workflow
+    forwards it too (the path that cannot be lost): the run's history holds the one change twice, from
+    the bridge and from the service, and the canary advanced one step, not two."""
+    isvc = live_stack.isvc("shortcut")
+    steps = [{"capacity": "50%", "traffic": 20, "pause": {}}, {"capacity": "50%", "traffic": 50, "pause": {}},
+             {"capacity": "100%", "traffic": 100}]
+    stable, canary_backend = _start(isvc, steps)
+    revision = _paused_at(isvc, 0)["canaryRevisionHash"]
+    isvc.annotate(PROMOTE, revision)
+    _paused_at(isvc, 1)
+    isvc.wait("the consumed promote removed and promotion re-armed",
+              lambda: "promotedThrough" not in isvc.canary() and PROMOTE not in (isvc.get() or {})["metadata"].get(
+                  "annotations", {}))
+    time.sleep(QUIET)
+    assert isvc.canary()["currentStep"] == 1 and isvc.serving() == {stable: 50, canary_backend: 50}
+    promotes = [(event, sender) for event, sender in asyncio.run(_run_annotation_signals(isvc, "0"))
+                if event["name"] == PROMOTE and event["value"] == revision]
+    service = contract.inference_service_workflow_id(isvc.ns, isvc.name, isvc.uid())
+    assert sorted(sender for _, sender in promotes) == ["", service], promotes
+    assert len({event["resource_version"] for event, _ in promotes}) == 1, promotes
 
 
 def test_rollback_holds_the_target_until_resume_reenters_at_step_zero(live_stack: LiveStack) -> None:
