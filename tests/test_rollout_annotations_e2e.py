@@ -57,6 +57,19 @@ def _annotation_seen(isvc: LiveIsvc, key: str, value: str | None) -> None:
     isvc.wait(f"{key}={value} seen by the workflow", lambda: isvc.service_state().annotations.get(key) == value)
 
 
+def _promoted_to_step_one(isvc: LiveIsvc) -> tuple[str, str, str]:
+    """A canary of two manual steps (20 %, 50 %) promoted once by the annotation: (stable backend,
+    canary backend, canary revision hash) once it waits at step 1. promotedThrough clears as soon as
+    the workflow removes the consumed promote."""
+    steps = [{"capacity": "50%", "traffic": 20, "pause": {}}, {"capacity": "50%", "traffic": 50, "pause": {}},
+             {"capacity": "100%", "traffic": 100}]
+    stable, canary_backend = _start(isvc, steps)
+    revision = _paused_at(isvc, 0)["canaryRevisionHash"]
+    isvc.annotate(PROMOTE, revision)
+    _paused_at(isvc, 1)
+    return stable, canary_backend, revision
+
+
 async def _run_annotation_signals(isvc: LiveIsvc, group: str) -> list[tuple[dict[str, Any], str]]:
     """The `run-annotation` signals in the rollout run's history: (the event, the workflow that sent
     it, "" when a client sent it: the bridge)."""
@@ -78,12 +91,7 @@ def test_a_promote_reaches_the_run_by_both_paths_and_advances_one_step(live_stac
     forwards it too (the path that cannot be lost): the run's history holds the one change twice, from
     the bridge and from the service, and the canary advanced one step, not two."""
     isvc = live_stack.isvc("shortcut")
-    steps = [{"capacity": "50%", "traffic": 20, "pause": {}}, {"capacity": "50%", "traffic": 50, "pause": {}},
-             {"capacity": "100%", "traffic": 100}]
-    stable, canary_backend = _start(isvc, steps)
-    revision = _paused_at(isvc, 0)["canaryRevisionHash"]
-    isvc.annotate(PROMOTE, revision)
-    _paused_at(isvc, 1)
+    stable, canary_backend, revision = _promoted_to_step_one(isvc)
     isvc.wait("the consumed promote removed and promotion re-armed",
               lambda: "promotedThrough" not in isvc.canary() and PROMOTE not in (isvc.get() or {})["metadata"].get(
                   "annotations", {}))
@@ -98,12 +106,7 @@ def test_a_promote_reaches_the_run_by_both_paths_and_advances_one_step(live_stac
 
 def test_rollback_holds_the_target_until_resume_reenters_at_step_zero(live_stack: LiveStack) -> None:
     isvc = live_stack.isvc("rollback")
-    steps = [{"capacity": "50%", "traffic": 20, "pause": {}}, {"capacity": "50%", "traffic": 50, "pause": {}},
-             {"capacity": "100%", "traffic": 100}]
-    stable, canary_backend = _start(isvc, steps)
-    revision = _paused_at(isvc, 0)["canaryRevisionHash"]
-    isvc.annotate(PROMOTE, revision)
-    _paused_at(isvc, 1)  # promotedThrough clears as soon as the workflow removes the consumed promote
+    stable, canary_backend, revision = _promoted_to_step_one(isvc)
     assert isvc.serving() == {stable: 50, canary_backend: 50}
     isvc.annotate(PROMOTE, None)  # removed: promotion re-armed, and nothing lingers for a later run
     isvc.wait("promotedThrough cleared", lambda: "promotedThrough" not in isvc.canary())
