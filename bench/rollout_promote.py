@@ -56,7 +56,7 @@ PROMOTE = "ome.io/rollout-promote"
 OLD_IMAGE, NEW_IMAGE = "vllm/vllm-openai:v0.9", "vllm/vllm-openai:v0.10"
 GOAL_P99_S = 1.0
 PROMOTE_PATH_ACTIVITIES = ("serving.ensure_revision", "serving.revision_status", "serving.set_traffic",
-                           "kube.patch_status", "kube.remove_annotation")
+                           "serving.scale_then_route", "kube.patch_status", "kube.remove_annotation")
 MB = 2**20
 
 

@@ -41,6 +41,8 @@ from servingops.activities.serving.types import (
     ObserveInput,
     RevisionKey,
     RevisionObservation,
+    ScaleThenRouteInput,
+    ScaleThenRouteResult,
     ServiceObservation,
     SetTrafficInput,
 )
@@ -250,6 +252,13 @@ class FakeCluster:
                                  ready=sum(r.ready(now) for r in revs.values()),
                                  revisions={name: r.replicas for name, r in revs.items()}))
 
+    @staticmethod
+    def is_split(weights: list[TrafficWeight]) -> bool:
+        """What an HTTPRoute can carry: each revision once, weights 0-100 adding up to 100."""
+        revisions = [w.revision for w in weights]
+        return bool(weights) and len(set(revisions)) == len(revisions) and all(0 <= w.weight <= 100 for w in weights) \
+            and sum(w.weight for w in weights) == 100
+
     def activities(self) -> list[Callable[..., Any]]:
         cluster = self
 
@@ -320,8 +329,7 @@ class FakeCluster:
             now = await cluster.now()
             weights = request.weights
             revisions = [w.revision for w in weights]
-            if not weights or len(set(revisions)) != len(revisions) or any(not 0 <= w.weight <= 100 for w in weights) \
-                    or sum(w.weight for w in weights) != 100:
+            if not cluster.is_split(weights):
                 raise cluster.refuse(ErrorType.INVALID_TRAFFIC, f"not a split: {weights}")
             if cluster.gone:
                 raise application_error(ErrorType.OBJECT_GONE, f"{cluster.ref.describe()} is gone")
@@ -333,6 +341,24 @@ class FakeCluster:
             cluster.routes[request.component] = list(weights)
             cluster._apply_route(request.component, list(weights))
             cluster.route_log.append((now, request.component, list(weights)))
+
+        @activity.defn(name="serving.scale_then_route")
+        async def scale_then_route(request: ScaleThenRouteInput) -> ScaleThenRouteResult:
+            if not request.revisions:
+                raise cluster.refuse(ErrorType.INVALID_INPUT, "no revision to scale")
+            isvc = request.revisions[0].key.isvc
+            if any(r.key.isvc != isvc for r in request.revisions) or any(r.isvc != isvc for r in request.routes):
+                raise cluster.refuse(ErrorType.INVALID_INPUT, "one call serves one InferenceService")
+            for route in request.routes:  # refused before anything moves, as the real one
+                if not cluster.is_split(route.weights):
+                    raise cluster.refuse(ErrorType.INVALID_TRAFFIC, f"not a split: {route.weights}")
+            scaled = [await ensure_revision(revision) for revision in request.revisions]
+            routed = bool(request.routes) and all(seen.ready_replicas >= asked.replicas
+                                                  for seen, asked in zip(scaled, request.revisions, strict=True))
+            if routed:
+                for route in request.routes:
+                    await set_traffic(route)
+            return ScaleThenRouteResult(scaled=scaled, routed=routed)
 
         @activity.defn(name="serving.delete_revision")
         async def delete_revision(key: RevisionKey) -> None:
@@ -388,8 +414,8 @@ class FakeCluster:
         async def operator_config() -> OperatorDefaults:
             return cluster.operator
 
-        return [observe, ensure_revision, revision_status, set_traffic, delete_revision, evaluate, patch_status,
-                remove_annotation, read_object, operator_config]
+        return [observe, ensure_revision, revision_status, set_traffic, scale_then_route, delete_revision, evaluate,
+                patch_status, remove_annotation, read_object, operator_config]
 
 
 async def until(env: WorkflowEnvironment, predicate: Callable[[], bool], *, step: float = 1.0,

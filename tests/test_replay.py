@@ -128,11 +128,13 @@ async def test_histories_before_the_patches_need_them(scenario: str, monkeypatch
 # step without the scale's answer reads with revision_status on either branch. zero-drain-delay-before
 # was recorded before `no-timer-for-zero-delay` (its drain starts a zero-length timer). Every stored
 # rollout history but local-serving-writes was recorded before `local-serving-writes` (its scale and
-# weights were scheduled activities).
+# weights were scheduled activities); every one but scale-then-route was recorded before `scale-then-route`
+# (a step's scale and weights were two local activities).
 ROLLOUT_BEFORE_PATCHES = [("reports-in-flight", "canary-promote"), ("reports-in-flight", "rollout-continue-as-new-1"),
                           ("capacity-from-scale", "annotation-cleanup"),
                           ("no-timer-for-zero-delay", "zero-drain-delay-before"),
-                          ("local-serving-writes", "reports-in-flight"), ("local-serving-writes", "zero-drain-delay")]
+                          ("local-serving-writes", "reports-in-flight"), ("local-serving-writes", "zero-drain-delay"),
+                          ("scale-then-route", "local-serving-writes")]
 
 
 @pytest.mark.parametrize(("patch_id", "scenario"), ROLLOUT_BEFORE_PATCHES)
@@ -140,10 +142,12 @@ async def test_rollout_histories_before_the_promote_patches_need_them(scenario: 
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Each of the patches alone, forced to its new branch, breaks the replay of a rollout run
     recorded before it (a nondeterminism error, or other activities than the history's): each patch
-    is what keeps those runs alive."""
+    is what keeps those runs alive. A local activity's marker is matched to the call by its sequence
+    number, not its type: replaying `scale-then-route` over a `serving.ensure_revision` marker hands
+    that answer to the new call, which fails the workflow task (RuntimeError, a decoding failure)."""
     real = workflow.patched
     monkeypatch.setattr(workflow, "patched", lambda asked: True if asked == patch_id else real(asked))
-    with pytest.raises((NondeterminismError, AssertionError)):
+    with pytest.raises((NondeterminismError, AssertionError, RuntimeError)):
         await replay_comparing_activities(load(HISTORIES / "RolloutWorkflow" / f"{scenario}.json"))
 
 

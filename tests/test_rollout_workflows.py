@@ -6,11 +6,13 @@ are checked against the step."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
@@ -216,6 +218,40 @@ async def test_an_annotation_change_reaches_the_run_twice_and_acts_once(env: Wor
         assert at_step(isvc, 1, 40), "a copy older than the removal does not promote again"
         await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")
         await isvc.until(lambda: isvc.phase() == "Stable", what="a new promote completes the canary")
+
+
+async def local_activities(isvc: Isvc, group: str = "0") -> list[str]:
+    """The activity types of the run's local activities, in the order its history recorded them."""
+    types = []
+    async for event in isvc.rollout(group).fetch_history_events():
+        marker = event.marker_recorded_event_attributes
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and marker.marker_name == "core_local_activity":
+            data = marker.details["data"].payloads[0].data
+            types.append(json.loads(data)["activity_type"])
+    return types
+
+
+async def test_a_promote_between_steps_of_equal_capacity_writes_its_weights_with_the_scale(
+        env: WorkflowEnvironment) -> None:
+    """The canary revision already carries the next step's capacity: the promote's scale and weights
+    are one local activity (patch scale-then-route), no set_traffic after it. A first step whose
+    capacity is not Ready at its scale routes after the capacity polls, as before."""
+    steps = [{"capacity": "100%", "traffic": 10, "pause": {}}, {"capacity": "100%", "traffic": 50, "pause": {}},
+             {"capacity": "100%", "traffic": 100}]
+    async with served(env, rollout=canary_group(steps)) as isvc:
+        await roll_to(isvc, "b")
+        await isvc.until(lambda: at_step(isvc, 0, 10) and isvc.phase() == "Paused", what="manual hold")
+        first = await local_activities(isvc)
+        assert first == ["serving.scale_then_route", "serving.set_traffic"], \
+            "a step whose capacity is not Ready yet routes after its polls"
+        await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")
+        await isvc.until(lambda: at_step(isvc, 1, 50), what="promoted")
+        assert (await local_activities(isvc))[len(first):] == ["serving.scale_then_route"]
+        await isvc.annotate(contract.ROLLOUT_PROMOTE, None)
+        await isvc.until(lambda: "promotedThrough" not in isvc.canary(), what="re-armed")
+        await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")
+        await isvc.until(lambda: isvc.phase() == "Stable", what="complete")
+        assert isvc.weights() == {"b": 100}
 
 
 async def test_promote_force_skips_a_timed_gate(env: WorkflowEnvironment) -> None:

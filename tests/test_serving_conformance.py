@@ -2,7 +2,8 @@
 real activities do on the local cluster: one suite, run against both.
 
 Each case drives a backend through the activities by their names (serving.observe,
-serving.ensure_revision, serving.revision_status, serving.set_traffic, serving.delete_revision,
+serving.ensure_revision, serving.revision_status, serving.set_traffic, serving.scale_then_route,
+serving.delete_revision,
 kube.patch_status, kube.remove_annotation) and checks what they answer and refuse. The real
 backend is ServingActivities and KubernetesActivities on the session's apiserver, with kwok
 playing the kubelets; the fake is FakeCluster on a clock the test moves. A case that passes on
@@ -54,6 +55,8 @@ from servingops.activities.serving.types import (
     ObserveInput,
     RevisionKey,
     RevisionObservation,
+    ScaleThenRouteInput,
+    ScaleThenRouteResult,
     ServiceObservation,
     SetTrafficInput,
 )
@@ -428,6 +431,56 @@ async def test_splits_the_route_cannot_carry_are_refused(backend: Backend) -> No
     for weights in ([(unborn, 100)], [(revision, 100), (unborn, 0)], [(revision, 50), (unborn, 50)]):
         assert await refused(set_traffic(backend, ref, *weights)) is ErrorType.INVALID_TRAFFIC, weights
     assert split((await engine(backend, ref)).traffic) == [(revision, 100)], "a refused split changes nothing"
+
+
+async def scale_then_route(backend: Backend, ref: ObjectRef, revision: str, replicas: int,
+                           *weights: tuple[str, int], isvc: ObjectRef | None = None) -> ScaleThenRouteResult:
+    route = SetTrafficInput(isvc=isvc or ref, component=ENGINE,
+                            weights=[TrafficWeight(revision=r, weight=w) for r, w in weights])
+    result: ScaleThenRouteResult = await backend.call("scale_then_route", ScaleThenRouteInput(
+        revisions=[EnsureRevisionInput(key=RevisionKey(isvc=ref, component=ENGINE, revision=revision),
+                                       replicas=replicas)],
+        routes=[route] if weights else []))
+    return result
+
+
+async def test_a_step_scales_and_routes_in_one_call_only_once_its_capacity_is_ready(backend: Backend) -> None:
+    ref = await backend.new_service(1)
+    old = (await engine(backend, ref)).desired_revision
+    await ensure(backend, ref, old, 1)
+    await set_traffic(backend, ref, (old, 100))
+    await backend.render_new_revision(ref)
+    new = (await engine(backend, ref)).desired_revision
+
+    # Created by the call, not Ready yet: scaled, the route left as it was.
+    first = await scale_then_route(backend, ref, new, 1, (old, 50), (new, 50))
+    assert not first.routed and [(s.revision, s.replicas) for s in first.scaled] == [(new, 1)]
+    assert first.scaled[0].ready_replicas == 0
+    assert split((await engine(backend, ref)).traffic) == [(old, 100)]
+    await ready(backend, ref, new, 1)
+
+    # Ready at the asked replicas: the route is written in the same call.
+    second = await scale_then_route(backend, ref, new, 1, (old, 50), (new, 50))
+    assert second.routed and [(s.revision, s.replicas, s.ready_replicas) for s in second.scaled] == [(new, 1, 1)]
+    assert split((await engine(backend, ref)).traffic) == [(old, 50), (new, 50)]
+    # Asked for more than is Ready: scaled up, not routed.
+    grown = await scale_then_route(backend, ref, new, 2, (old, 0), (new, 100))
+    assert not grown.routed and grown.scaled[0].replicas == 2
+    assert split((await engine(backend, ref)).traffic) == [(old, 50), (new, 50)]
+    # No route asked: a scale, never "routed".
+    assert not (await scale_then_route(backend, ref, new, 1)).routed
+
+    # Refused before anything moves: a split the route cannot carry, a second service named.
+    assert await refused(scale_then_route(backend, ref, new, 3, (old, 60), (new, 60))) is ErrorType.INVALID_TRAFFIC
+    other = ref.model_copy(update={"name": f"{ref.name}-other"})
+    assert await refused(scale_then_route(backend, ref, new, 3, (new, 100), isvc=other)) is ErrorType.INVALID_INPUT
+    assert (await revision_status(backend, ref, new)).replicas == 1
+    assert await refused(backend.call("scale_then_route", ScaleThenRouteInput(revisions=[]))) \
+        is ErrorType.INVALID_INPUT
+    # The route's other revisions still need their Service, as set_traffic's do.
+    assert await refused(scale_then_route(backend, ref, new, 1, ("0123456789", 50), (new, 50))) \
+        is ErrorType.INVALID_TRAFFIC
+    assert split((await engine(backend, ref)).traffic) == [(old, 50), (new, 50)]
 
 
 async def test_scale_down_removes_unready_pods_first(backend: Backend) -> None:

@@ -22,7 +22,7 @@ on the object at once; an apiserver that is away, conflicting (409), throttling 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
@@ -41,6 +41,8 @@ from servingops.activities.serving.types import (
     ObserveInput,
     RevisionKey,
     RevisionObservation,
+    ScaleThenRouteInput,
+    ScaleThenRouteResult,
     ServiceObservation,
     ServingHold,
     SetTrafficInput,
@@ -108,6 +110,9 @@ def _revision_observation(revision: str, dep: client.V1Deployment | None) -> Rev
     )
 
 
+LiveService = tuple[render.Owner, InferenceServiceSpec, dict[str, str]]
+"""The InferenceService as an activity reads it before it writes: owner, rendered spec, annotations."""
+
 IngressSource = IngressConfig | Callable[[], IngressConfig]
 """A fixed ingress configuration, or a callable giving the current one (raising OperatorConfigError
 when it does not parse): activities/operator_config.py IngressConfigReader."""
@@ -150,11 +155,7 @@ class ServingActivities:
             return None  # the name now belongs to another object
         return obj
 
-    def _live_isvc(self, ref: ObjectRef) -> tuple[render.Owner, InferenceServiceSpec]:
-        owner, spec, _ = self._live_isvc_annotated(ref)
-        return owner, spec
-
-    def _live_isvc_annotated(self, ref: ObjectRef) -> tuple[render.Owner, InferenceServiceSpec, dict[str, str]]:
+    def _live_isvc_annotated(self, ref: ObjectRef) -> LiveService:
         """The live service's owner, rendered spec and annotations (the deployment mode may be one)."""
         obj = self._isvc(ref)
         if obj is None:
@@ -313,6 +314,10 @@ class ServingActivities:
     @activity.defn(name="serving.ensure_revision")
     def ensure_revision(self, inp: EnsureRevisionInput) -> RevisionObservation:
         """Create the revision from the current spec when absent, else only set its replicas."""
+        return self._ensure_revision(inp, self._read(self._live_isvc_annotated, inp.key.isvc))
+
+    def _ensure_revision(self, inp: EnsureRevisionInput, live: Future[LiveService]) -> RevisionObservation:
+        """ensure_revision with the service's read already started (`live`)."""
         key = inp.key
         if inp.replicas < 0:
             raise application_error(ErrorType.INVALID_INPUT, f"replicas must be >= 0, got {inp.replicas}")
@@ -320,7 +325,6 @@ class ServingActivities:
         name = revision_name(key.isvc.name, key.component.value, key.revision)
         # The three reads are independent: issued together (the Service's answer is used only when
         # the Deployment exists). Errors surface from .result() in the order the code had them.
-        live = self._read(self._live_isvc_annotated, key.isvc)
         deployment = self._read(self._deployment, name, namespace)
         service = self._read(self._service_exists, name, namespace)
         owner, spec, annotations = live.result()
@@ -427,12 +431,45 @@ class ServingActivities:
     def set_traffic(self, inp: SetTrafficInput) -> None:
         """Program the component's HTTPRoute with exactly these weights."""
         _validate_weights(inp.weights)
+        self._set_traffic(inp, self._read(self._live_isvc_annotated, inp.isvc), with_services=())
+
+    @activity.defn(name="serving.scale_then_route")
+    def scale_then_route(self, inp: ScaleThenRouteInput) -> ScaleThenRouteResult:
+        """A canary step's scale and weights in one call (one workflow task hop and one read of the
+        InferenceService fewer on a promote's path): each revision ensured as ensure_revision does;
+        the routes programmed as set_traffic does, only when every revision has its replicas Ready.
+        Everything named must belong to one InferenceService."""
+        if not inp.revisions:
+            raise application_error(ErrorType.INVALID_INPUT, "no revision to scale")
+        isvc = inp.revisions[0].key.isvc
+        strays = [r.key.isvc.describe() for r in inp.revisions if r.key.isvc != isvc] + \
+                 [r.isvc.describe() for r in inp.routes if r.isvc != isvc]
+        if strays:
+            raise application_error(ErrorType.INVALID_INPUT,
+                                    f"one call serves one InferenceService ({isvc.describe()}), also named: "
+                                    f"{', '.join(strays)}")
+        for route in inp.routes:
+            _validate_weights(route.weights)
+        live = self._read(self._live_isvc_annotated, isvc)
+        scaled = [self._ensure_revision(request, live) for request in inp.revisions]
+        routed = bool(inp.routes) and all(seen.ready_replicas >= request.replicas
+                                          for seen, request in zip(scaled, inp.revisions, strict=True))
+        if routed:
+            # An ensured revision's Service exists (ensure_revision creates or checks it): not read again.
+            ensured = [(r.key.component, r.key.revision) for r in inp.revisions]
+            for route in inp.routes:
+                self._set_traffic(route, live, with_services=[rev for comp, rev in ensured if comp == route.component])
+        return ScaleThenRouteResult(scaled=scaled, routed=routed)
+
+    def _set_traffic(self, inp: SetTrafficInput, live: Future[LiveService], with_services: Iterable[str]) -> None:
+        """set_traffic with the service's read already started (`live`); `with_services`: revisions whose
+        Service is known to exist."""
         namespace = _namespace(inp.isvc)
-        live = self._read(self._live_isvc, inp.isvc)
+        known = set(with_services)
         services = [(w.revision, self._read(self._service_exists, revision_name(inp.isvc.name, inp.component.value,
                                                                                 w.revision), namespace))
-                    for w in inp.weights]
-        owner, spec = live.result()
+                    for w in inp.weights if w.revision not in known]
+        owner, spec, _ = live.result()
         missing = [revision for revision, exists in services if not exists.result()]
         if missing:
             raise application_error(ErrorType.INVALID_TRAFFIC,
@@ -489,7 +526,8 @@ class ServingActivities:
         return _revision_observation(key.revision, deployment)
 
     def all(self) -> list[Any]:
-        return [self.observe, self.ensure_revision, self.set_traffic, self.delete_revision, self.revision_status]
+        return [self.observe, self.ensure_revision, self.set_traffic, self.scale_then_route, self.delete_revision,
+                self.revision_status]
 
 
 def _validate_weights(weights: list[TrafficWeight]) -> None:

@@ -138,3 +138,20 @@ class SetTrafficInput(BaseModel):
     isvc: ObjectRef
     component: ComponentType
     weights: list[TrafficWeight]
+
+
+class ScaleThenRouteInput(BaseModel):
+    """A canary step's serving in one call: ensure each revision at its replicas (as
+    EnsureRevisionInput), then, only when every one of them has that many Ready, program each
+    route (as SetTrafficInput). Refused as those two are."""
+
+    revisions: list[EnsureRevisionInput]
+    routes: list[SetTrafficInput] = []
+
+
+class ScaleThenRouteResult(BaseModel):
+    scaled: list[RevisionObservation]
+    """Each revision's Deployment as the scale left it, in the order asked."""
+    routed: bool
+    """Whether the routes were programmed: every revision had its replicas Ready (always False
+    when no route was asked)."""

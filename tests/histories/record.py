@@ -528,6 +528,26 @@ async def local_serving_writes(rec: Recording) -> None:
     await canary_promote(rec)
 
 
+async def scale_then_route(rec: Recording) -> None:
+    """A canary whose steps all run at full capacity, recorded with the patch `scale-then-route` (a
+    step's scale and weights are one local activity, `serving.scale_then_route`): the first step's
+    capacity is not Ready at the scale (the weights wait for the polls, then `serving.set_traffic`),
+    the two promotes find it Ready and route in the same call; Stable, drained."""
+    steps = [{"capacity": "100%", "traffic": 10, "pause": {}}, {"capacity": "100%", "traffic": 50, "pause": {}},
+             {"capacity": "100%", "traffic": 100}]
+    async with served(rec, rollout=canary(steps, scaleDownDelaySeconds=0)) as isvc:
+        await isvc.roll_to("b")
+        await isvc.until(lambda: isvc.at_step(0, 10) and isvc.phase() == "Paused", what="manual hold")
+        await isvc.annotate(PROMOTE, "b")
+        await isvc.until(lambda: isvc.at_step(1, 50) and isvc.phase() == "Paused", what="first promote")
+        await isvc.annotate(PROMOTE, None)
+        await isvc.until(lambda: "promotedThrough" not in isvc.canary(), what="removal re-arms promotion")
+        await isvc.annotate(PROMOTE, "b")
+        await isvc.until(lambda: isvc.phase() == "Stable", what="complete")
+        await isvc.until(lambda: isvc.rolled_out("b") and isvc.cluster.replicas(ENGINE, "a") is None,
+                         what="closed and drained")
+
+
 async def zero_drain_delay(rec: Recording) -> None:
     """A canary with `scaleDownDelaySeconds: 0`: held at a manual step, promoted by annotation to
     Stable, the old revision deleted right after the traffic moved (patch
@@ -1021,6 +1041,7 @@ SCENARIOS: dict[str, Scenario] = {
     "reports-in-flight-continue-as-new": reports_in_flight_continue_as_new,
     "zero-drain-delay": zero_drain_delay,
     "local-serving-writes": local_serving_writes,
+    "scale-then-route": scale_then_route,
     "ingress-gateway": ingress_gateway,
     "policy-ref": policy_ref,
     "policy-lifecycle": policy_lifecycle,

@@ -33,7 +33,13 @@ with workflow.unsafe.imports_passed_through():
     from servingops.workflows import options
     from servingops.workflows.rollout import analysis, status
     from servingops.workflows.rollout.progressions.driver import CanaryDriver
-    from servingops.workflows.rollout.progressions.readiness import scale_down_delay, scale_revision, set_weights
+    from servingops.workflows.rollout.progressions.readiness import (
+        SCALE_THEN_ROUTE,
+        scale_down_delay,
+        scale_revision,
+        scale_then_route,
+        set_weights,
+    )
     from servingops.workflows.rollout.steps import (
         Gate,
         GateOutcome,
@@ -64,6 +70,9 @@ async def run(driver: CanaryDriver) -> RolloutRunOutcome | None:
 class _StepMachine:
     def __init__(self, driver: CanaryDriver) -> None:
         self.d = driver
+        self._routed_with_scale: int | None = None
+        """The weight the step's capacity gate already programmed with its scale (patch
+        scale-then-route), which _apply_traffic then records instead of writing again."""
 
     async def run(self) -> RolloutRunOutcome | None:
         if self.d.progress.canary is None:
@@ -102,7 +111,7 @@ class _StepMachine:
                     return RolloutRunOutcome.COMPLETED
                 continue
             step = steps[current]
-            if not await self._capacity_gate(step):
+            if not await self._capacity_gate(step, route=True):
                 continue
             await self._apply_traffic(step)
             verdict = await self._gate(step)
@@ -124,16 +133,29 @@ class _StepMachine:
         self.d.progress.last_sample = None
         self.d.progress.last_outcome_key = ""
 
-    async def _capacity_gate(self, step: RolloutGroupStep) -> bool:
-        """Converge new-revision replicas for the step; False when interrupted or parked."""
+    async def _capacity_gate(self, step: RolloutGroupStep, *, route: bool = False) -> bool:
+        """Converge new-revision replicas for the step; False when interrupted or parked. With `route`,
+        the step's weights are written together with the scale when its capacity is already Ready
+        (patch scale-then-route: a promote between steps of equal capacity costs one local activity)."""
         canary = self.d.canary()
         self.d.gate_name = StepWait.CAPACITY.value
         want = {t.component: step_capacity(step, t.desired_replicas) for t in self.d.moving()}
         scaled: dict[ComponentType, RevisionObservation] = {}
+        self._routed_with_scale = None
         try:
-            for target in self.d.moving():
-                scaled[target.component] = await scale_revision(self.d.isvc, target.component, target.revision,
-                                                                want[target.component])
+            if route and workflow.patched(SCALE_THEN_ROUTE):
+                weight = self._step_weight(step)
+                routes = [] if self.d.progress.programmed_weight == weight else \
+                    [(t.component, self._split(t, weight)) for t in self.d.moving()]
+                both = await scale_then_route(
+                    self.d.isvc, [(t.component, t.revision, want[t.component]) for t in self.d.moving()], routes)
+                scaled = {t.component: seen for t, seen in zip(self.d.moving(), both.scaled, strict=True)}
+                if both.routed:
+                    self._routed_with_scale = weight
+            else:
+                for target in self.d.moving():
+                    scaled[target.component] = await scale_revision(self.d.isvc, target.component, target.revision,
+                                                                    want[target.component])
         except ActivityError as error:
             if error_type_of(error) is not ErrorType.REVISION_SUPERSEDED:
                 raise
@@ -184,15 +206,24 @@ class _StepMachine:
             if self.d.interrupted():
                 return False
 
+    def _step_weight(self, step: RolloutGroupStep) -> int:
+        """The canary weight the step programs."""
+        canary = self.d.canary()
+        programmed = canary.observed_traffic_weight or 0
+        if canary.pre_step_hold and step.traffic > programmed:
+            return programmed  # a repin may only hold or tighten exposure
+        return step.traffic
+
     async def _apply_traffic(self, step: RolloutGroupStep) -> None:
         canary = self.d.canary()
-        weight = step.traffic
-        programmed = canary.observed_traffic_weight or 0
-        if canary.pre_step_hold and weight > programmed:
-            weight = programmed  # a repin may only hold or tighten exposure
+        weight = self._step_weight(step)
+        routed, self._routed_with_scale = self._routed_with_scale, None
         if self.d.progress.programmed_weight != weight:
             for target in self.d.moving():
-                await self._route(target, weight)
+                if routed == weight:  # written by the capacity gate's call: only remembered here
+                    self.d.progress.traffic[target.component] = self._split(target, weight)
+                else:
+                    await self._route(target, weight)
             self.d.progress.programmed_weight = weight
             canary.observed_traffic_weight = weight
             await self.d.publish()
@@ -200,8 +231,12 @@ class _StepMachine:
             self.d.progress.analysis_start = workflow.now()
 
     async def _route(self, target: ComponentTarget, weight: int) -> None:
-        await self._set_weights(target.component, [TrafficWeight(revision=target.stable_revision, weight=100 - weight),
-                                                   TrafficWeight(revision=target.revision, weight=weight)])
+        await self._set_weights(target.component, self._split(target, weight))
+
+    @staticmethod
+    def _split(target: ComponentTarget, weight: int) -> list[TrafficWeight]:
+        return [TrafficWeight(revision=target.stable_revision, weight=100 - weight),
+                TrafficWeight(revision=target.revision, weight=weight)]
 
     async def _send_all_to(self, target: ComponentTarget, revision: str) -> None:
         await self._set_weights(target.component, [TrafficWeight(revision=revision, weight=100)])

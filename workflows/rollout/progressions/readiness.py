@@ -13,6 +13,8 @@ with workflow.unsafe.imports_passed_through():
         EnsureRevisionInput,
         RevisionKey,
         RevisionObservation,
+        ScaleThenRouteInput,
+        ScaleThenRouteResult,
         SetTrafficInput,
     )
     from servingops.api_models.contract.rollout import ComponentTarget
@@ -25,6 +27,11 @@ LOCAL_SERVING_WRITES = "local-serving-writes"
 """The patch after which a run's scale (`serving.ensure_revision`) and weights (`serving.set_traffic`)
 are local activities (docs/durability.md): run inside the workflow task that decides them, a
 promote's scale and weights cost no server round trip each."""
+
+SCALE_THEN_ROUTE = "scale-then-route"
+"""The patch after which a canary step's scale and weights are one local activity
+(`serving.scale_then_route`): the weights are written in the same call when the scale finds the step's
+capacity Ready (a promote between steps of equal capacity), one workflow task hop fewer."""
 
 NO_TIMER_FOR_ZERO_DELAY = "no-timer-for-zero-delay"
 """The patch after which a zero scale-down delay starts no timer (docs/durability.md)."""
@@ -54,6 +61,19 @@ async def scale_revision(isvc: ObjectRef, component: ComponentType, revision: st
         return await workflow.execute_local_activity_method(ServingActivities.ensure_revision, request,
                                                             **options.KUBE_LOCAL)
     return await workflow.execute_activity_method(ServingActivities.ensure_revision, request, **options.KUBE)
+
+
+async def scale_then_route(isvc: ObjectRef, revisions: list[tuple[ComponentType, str, int]],
+                           routes: list[tuple[ComponentType, list[TrafficWeight]]]) -> ScaleThenRouteResult:
+    """Scale each (component, revision, replicas) as scale_revision does and, only when all of them have
+    their replicas Ready, program each (component, weights) route as set_weights does; one local
+    activity. The result says whether the routes were written."""
+    request = ScaleThenRouteInput(
+        revisions=[EnsureRevisionInput(key=RevisionKey(isvc=isvc, component=component, revision=revision),
+                                       replicas=replicas) for component, revision, replicas in revisions],
+        routes=[SetTrafficInput(isvc=isvc, component=component, weights=weights) for component, weights in routes])
+    return await workflow.execute_local_activity_method(ServingActivities.scale_then_route, request,
+                                                        **options.KUBE_LOCAL)
 
 
 async def set_weights(isvc: ObjectRef, component: ComponentType, weights: list[TrafficWeight]) -> None:
