@@ -182,9 +182,10 @@ _KWOK_OWN_STAGES: list[dict[str, Any]] = [
          "next": {"statusTemplate": _RUNNING_NOT_READY},
      }},
     # A kubelet reports a pod Ready only when its containers are and every readiness gate's
-    # condition is True (ReadinessGatesNotReady otherwise); kwok's pod-ready says Ready at once,
-    # so a pod whose gate is not (or no longer) True is set back here, and pod-ready-again makes it
-    # Ready when the gate opens. Ready's lastTransitionTime then moves as a kubelet's would.
+    # condition is True (ReadinessGatesNotReady otherwise). pod-ready starts a pod with gates unready
+    # (_unready_behind_gates); a Ready pod whose gate closes later is set back here, and
+    # pod-ready-again makes it Ready when the gate opens. Ready's lastTransitionTime then moves as a
+    # kubelet's would.
     {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": "pod-gates-not-ready"},
      "spec": {
          "resourceRef": {"apiGroup": "v1", "kind": "Pod"},
@@ -292,12 +293,26 @@ def kwok_stages(module_root: Path, answering: bool = False) -> list[dict[str, An
             if answering:
                 own.append(_start_answered(stage))
                 stage["spec"]["selector"]["matchExpressions"].append(_NOT_ANSWERED)
+            stage["spec"]["next"]["statusTemplate"] = _unready_behind_gates(template)
     if answering:
         # The runtime decides these pods' readiness, holds included (it honours POD_UNREADY_ANNOTATION).
         for stage in own:
             if stage["metadata"]["name"] in ("pod-ready-again", "pod-held-unready"):
                 stage["spec"]["selector"]["matchExpressions"].append(_NOT_ANSWERED)
     return [*stages, *own]
+
+
+def _unready_behind_gates(template: str) -> str:
+    """kwok's pod-ready template with Ready False (ReadinessGatesNotReady) for a pod that has readiness
+    gates, as a kubelet reports a pod whose gates nobody opened yet; pod-ready-again makes it Ready once
+    they are. Saying Ready first and correcting it after (pod-gates-not-ready) let the EndpointSlice
+    controller list such a pod as a ready endpoint for a moment."""
+    template, n = re.subn(r'status: "True"(\s+)type: Ready\n',
+                          r'{{ if .spec.readinessGates }}status: "False"\1reason: ReadinessGatesNotReady'
+                          r'{{ else }}status: "True"{{ end }}\1type: Ready\n', template)
+    if n != 1:
+        raise RuntimeError("kwok's pod-ready stage no longer sets Ready as expected")
+    return template
 
 
 def _start_answered(pod_ready: dict[str, Any]) -> dict[str, Any]:

@@ -7,13 +7,14 @@ tests/test_control_plane_outage_e2e.py; here each stage is driven directly."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from devstack.kube import (
     POD_FAIL_ANNOTATION,
@@ -152,9 +153,21 @@ def test_a_pod_annotated_with_restarts_reports_them_and_stays_ready(kube_api: cl
 def test_a_readiness_gate_is_left_to_its_owner_and_holds_ready_as_a_kubelet_would(kube_api: client.ApiClient,
                                                                                    ns: str) -> None:
     """kwok's own pod-ready stage would set every readiness gate True; a kubelet never writes a
-    gate, and reports the pod Ready only while every gate is True."""
+    gate, and reports the pod Ready only while every gate is True: not even for a moment at start
+    (an EndpointSlice would list it as a ready endpoint then)."""
     core = client.CoreV1Api(kube_api)
     name = f"p-{uuid.uuid4().hex[:6]}"
+    seen: list[str | None] = []  # every Ready status the pod was written with, in order
+    stream = watch.Watch()
+    since = core.list_namespaced_pod(ns, field_selector=f"metadata.name={name}").metadata.resource_version
+
+    def record() -> None:
+        for event in stream.stream(core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
+                                   resource_version=since, timeout_seconds=int(DEADLINE)):
+            seen.append(_condition(event["object"], "Ready"))
+
+    watcher = threading.Thread(target=record, daemon=True)
+    watcher.start()
     core.create_namespaced_pod(ns, {
         "metadata": {"name": name},
         "spec": {"readinessGates": [{"conditionType": "example.com/gate"}],
@@ -169,6 +182,9 @@ def test_a_readiness_gate_is_left_to_its_owner_and_holds_ready_as_a_kubelet_woul
     assert next(c.reason for c in pod.status.conditions if c.type == "Ready") == "ReadinessGatesNotReady"
     time.sleep(2)
     assert ready_is("False") is not None, "held while the gate is not set"
+    stream.stop()
+    watcher.join(timeout=DEADLINE)
+    assert "True" not in seen and "False" in seen, f"Ready as written before the gate opened: {seen}"
 
     def gate(status: str) -> None:
         core.patch_namespaced_pod_status(name, ns, {"status": {"conditions": [
