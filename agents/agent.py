@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servingops.activities.oci.registry_client import RegistryError
 from servingops.agents.plan import Copy, Decision, Hold, Invalid, Local, Remove, decide
 from servingops.agents.pull import BadArtifact, Cancelled, Puller, PullStats, RateLimit, RegistryFactory, layout
 from servingops.agents.report import NodeState, Reporter
 from servingops.agents.store import Record, Store
 from servingops.api_models.ome.model_keys import ModelKey
+from servingops.clients.oci.registry_client import RegistryError
 
 log = logging.getLogger("servingops.agent")
 

@@ -28,12 +28,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servingops.activities.oci import media_types as mt
-from servingops.activities.oci.modelpack import normalize_filepath
-from servingops.activities.oci.registry_client import RegistryError
 from servingops.agents.plan import ArtifactRef
 from servingops.agents.registry import AgentRegistry, Layer, Manifest
 from servingops.agents.store import PARTIAL_DIR, READ_BLOCK, FileEntry, Marker, Store
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.modelpack import normalize_filepath
+from servingops.clients.oci.registry_client import RegistryError
 
 log = logging.getLogger("servingops.agent.pull")
 

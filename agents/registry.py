@@ -1,6 +1,6 @@
 """Reading an artifact from the registry: the manifest by digest, and blobs streamed from an offset.
 
-The import's client (activities/oci/registry_client.py, oras-py's Registry extended) already carries the
+The import's client (clients/oci/registry_client.py, oras-py's Registry extended) already carries the
 auth handling (token and basic challenges, docker config), the per-request timeouts and the error mapping;
 its `pull_blob_to` streams, but always from byte 0. The agent adds a ranged GET on the same client, so a
 layer interrupted by a kill continues where the file on disk stops.
@@ -14,9 +14,9 @@ from typing import Any
 
 import requests
 
-from servingops.activities.oci import media_types as mt
-from servingops.activities.oci.modelpack import normalize_digest
-from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.modelpack import normalize_digest
+from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from servingops.activities.oci.activities import credentials_from_secret_data
-from servingops.activities.oci.registry_client import RegistryCredentials
+from servingops.clients.oci.credentials import credentials_from_secret_data
+from servingops.clients.oci.registry_client import RegistryCredentials
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from servingops.activities.oci.modelpack import normalize_filepath
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
+from servingops.clients.oci.modelpack import normalize_filepath
 
 log = logging.getLogger("servingops.agent.store")
 

@@ -115,7 +115,7 @@ class ErrorType(StrEnum):
     """The named source has no stored index yet (its first refresh): retried."""
     CATALOG_ENTRY_NOT_FOUND = "CatalogEntryNotFound"
     """The source's index lists no such name (or not at that version)."""
-    # -- a type Catalog source (another cluster's catalog endpoint, activities/catalog/remote.py) -----
+    # -- a type Catalog source (another cluster's catalog endpoint, clients/catalog_remote.py) ------
     CATALOG_URL_INVALID = "CatalogURLInvalid"
     """Not an https://host[:port][/path] URL."""
     CATALOG_CA_INVALID = "CatalogCAInvalid"

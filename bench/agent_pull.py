@@ -35,8 +35,8 @@ from bench.goals import Goals
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import find_binary
 from devstack.services import OciRegistry
-from servingops.activities.oci.registry_client import MiB
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
+from servingops.clients.oci.registry_client import MiB
 from testkit.node_agent import (
     CountingProxy,
     agent_process,

@@ -19,9 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from devstack import model_repos
-from servingops.activities.oci.media_types import DOCKER_MANIFEST_V2
-from servingops.activities.oci.modelpack import sha256_digest
-from servingops.activities.oci.registry_client import ModelRegistry, file_sha256
 
 # The media types are the ones the import reads: one definition, in the activity.
 from servingops.activities.sources.ollama import (
@@ -33,6 +30,9 @@ from servingops.activities.sources.ollama import (
     MEDIA_TEMPLATE,
 )
 from servingops.api_models.canonical import canonical_json
+from servingops.clients.oci.media_types import DOCKER_MANIFEST_V2
+from servingops.clients.oci.modelpack import sha256_digest
+from servingops.clients.oci.registry_client import ModelRegistry, file_sha256
 
 # A chat template in Ollama's Go template syntax, as the library's models ship them.
 DEFAULT_TEMPLATE = (

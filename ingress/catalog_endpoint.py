@@ -2,7 +2,7 @@
 
 An HTTPS server (TLS certificate and key given at start) that publishes this cluster's Ready ClusterModels and
 lets a consumer with a catalog credential pull exactly the artifacts it was granted. The wire format (paths,
-the index document and its revision) lives in activities/catalog/remote.py, shared with the consuming side.
+the index document and its revision) lives in clients/catalog_remote.py, shared with the consuming side.
 
 HTTP contract:
 
@@ -82,7 +82,9 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from servingops.activities.catalog.remote import (
+from servingops.api_models.canonical import canonical_json
+from servingops.api_models.deckhouse.model import ClusterModel, ResolvedModel
+from servingops.clients.catalog_remote import (
     DIGEST,
     GRANT_TOKEN_PREFIX,
     GRANTS_PATH,
@@ -93,9 +95,7 @@ from servingops.activities.catalog.remote import (
     RemoteEntry,
     index_document,
 )
-from servingops.activities.oci import media_types as mt
-from servingops.api_models.canonical import canonical_json
-from servingops.api_models.deckhouse.model import ClusterModel, ResolvedModel
+from servingops.clients.oci import media_types as mt
 from servingops.runtime.kube import load_api_client
 from servingops.runtime.process import start_logging, stop_on_signals
 

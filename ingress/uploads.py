@@ -13,7 +13,7 @@ HTTP contract (all paths `/uploads/<session id>`, the session id being the model
   `Upload-Complete: ?1` once the upload is complete.
 - `DELETE`: discards a partial upload (204); the session stays open.
 - The file name comes from `X-Filename` or `?filename=` (a plain name, no path); it is a hint only: the content
-  is classified by its magic bytes when the last byte is in (activities/model_files/archive.py).
+  is classified by its magic bytes when the last byte is in (clients/model_files/archive.py).
 - `Authorization: Bearer <token>` on every request.
 
 Answers: 200 chunk accepted (JSON with the offset) / HEAD; 201 upload complete (JSON with size, sha256, kind);
@@ -31,7 +31,7 @@ request on the session sends it again. The model workflow then closes the sessio
 the URL answers 401 from then on).
 
 The server finds a session by its id alone: the signed session record is the ConfigMap `upload-session-<id>`
-of the controller namespace (activities/uploads/sessions.py). So its identity needs only `get` on ConfigMaps
+of the controller namespace (clients/upload_sessions.py). So its identity needs only `get` on ConfigMaps
 of that namespace and on the signing-key Secret: no right on any other Secret, none in another namespace, and
 no write anywhere (deploy/chart/templates/rbac-uploads.yaml). The token is never in its memory, only the
 sha256 of the token a client presents, compared in constant time with the record's. Nothing here logs a header.
@@ -64,9 +64,11 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-from servingops.activities.model_files.archive import classify_upload
-from servingops.activities.model_files.errors import InvalidModel
-from servingops.activities.uploads.sessions import (
+from servingops.api_models.contract import Signal, model_workflow_id
+from servingops.api_models.contract.uploads import UploadComplete
+from servingops.clients.model_files.archive import classify_upload
+from servingops.clients.model_files.errors import InvalidModel
+from servingops.clients.upload_sessions import (
     DEFAULT_CONTROLLER_NAMESPACE,
     SESSION_ID,
     UPLOADS_PREFIX,
@@ -78,8 +80,6 @@ from servingops.activities.uploads.sessions import (
     upload_dir,
     verified_record,
 )
-from servingops.api_models.contract import Signal, model_workflow_id
-from servingops.api_models.contract.uploads import UploadComplete
 
 log = logging.getLogger("servingops.uploads.server")
 

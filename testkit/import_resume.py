@@ -14,7 +14,7 @@ import requests
 from devstack.hub_server import HubServer
 from devstack.model_repos import sha256_file
 from devstack.process import ManagedProcess
-from servingops.activities.oci.registry_client import ModelRegistry
+from servingops.clients.oci.registry_client import ModelRegistry
 
 KILL_AT = 0.55
 """Kill once the spool holds this share of the weights and a shard is mid-download. With four shards

@@ -20,9 +20,9 @@ from kubernetes.client.exceptions import ApiException
 
 from devstack.kube import KWOK_NODE_ANNOTATION, REPO_ROOT
 from devstack.process import ManagedProcess
-from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, role_for_path
-from servingops.activities.oci.registry_client import MiB, ModelRegistry
 from servingops.api_models.ome.model_keys import GROUP, VERSION, ModelKind
+from servingops.clients.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, role_for_path
+from servingops.clients.oci.registry_client import MiB, ModelRegistry
 from testkit.waiting import wait_until
 
 REPOSITORY = "servingops/models"

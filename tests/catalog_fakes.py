@@ -24,7 +24,6 @@ from servingops.activities.catalog.artifacts import catalog_repository, sha256_o
 from servingops.activities.catalog.huggingface_index import result_of
 from servingops.activities.catalog.index_document import index_of
 from servingops.activities.catalog.policy import evaluate_policy
-from servingops.activities.catalog.remote import RemoteIndex, index_document
 from servingops.activities.catalog.store import (
     REMOTE_INDEX_MEDIA_TYPE,
     index_manifest,
@@ -35,6 +34,7 @@ from servingops.activities.catalog.types import CatalogEntry, ScanCursor, ScanPr
 from servingops.api_models.conditions import merge_conditions
 from servingops.api_models.deckhouse.catalog_source import CatalogPolicy
 from servingops.api_models.refs import ConditionUpdate
+from servingops.clients.catalog_remote import RemoteIndex, index_document
 
 SCOPED = {"allowedOrganizations": ["devstack"], "maxIndexedEntries": 100, "refreshBudget": "5m"}
 """A policy the rule allows."""

@@ -32,10 +32,10 @@ from servingops.activities.basemodels.types import (
 )
 from servingops.activities.kubernetes import ArtifactReferences, KubernetesActivities
 from servingops.activities.oci.activities import RegistryTarget
-from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.activities.sources.activities import SourceActivities
 from servingops.api_models.ome.model_keys import STATUS_CONFIGMAP_LABEL, ModelKey, ModelKind
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.oci.registry_client import ModelRegistry
 from testkit.node_agent import (
     REPOSITORY,
     create_model,

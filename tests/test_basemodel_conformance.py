@@ -62,10 +62,10 @@ from servingops.activities.basemodels.types import (
 )
 from servingops.activities.kubernetes import ArtifactReferences, EventNote, KubernetesActivities, StatusPatch
 from servingops.activities.oci.activities import RegistryTarget
-from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.errors import ErrorType
 from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION, STATUS_CONFIGMAP_LABEL, ModelKey, ModelKind
 from servingops.api_models.refs import ConditionUpdate, ObjectRef
+from servingops.clients.oci.registry_client import ModelRegistry
 from servingops.workers.kubernetes_errors import classify
 from testkit.node_agent import (
     REPOSITORY,

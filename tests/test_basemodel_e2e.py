@@ -24,8 +24,8 @@ from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
-from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION, ModelKey, ModelKind
+from servingops.clients.oci.registry_client import ModelRegistry
 from testkit.node_agent import (
     agent_process,
     delete_model,

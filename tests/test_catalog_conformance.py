@@ -61,7 +61,6 @@ from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.catalog.artifacts import catalog_repository, sha256_of
 from servingops.activities.catalog.huggingface_index import CatalogIndexActivities
 from servingops.activities.catalog.index_document import index_of
-from servingops.activities.catalog.remote import RemoteIndex
 from servingops.activities.catalog.remote_activities import CatalogRemoteActivities
 from servingops.activities.catalog.scan_store import offload
 from servingops.activities.catalog.schedule import CatalogScheduleActivities
@@ -75,9 +74,10 @@ from servingops.activities.catalog.store import (
 from servingops.activities.catalog.types import CatalogEntry, ScanProgress
 from servingops.activities.kubernetes import KubernetesActivities
 from servingops.activities.oci.activities import RegistryTarget
-from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.deckhouse.catalog_source import ModelCatalogSource
 from servingops.api_models.errors import ErrorType
+from servingops.clients.catalog_remote import RemoteIndex
+from servingops.clients.oci.registry_client import ModelRegistry
 from servingops.ingress.catalog_endpoint import CatalogEndpointServer, StaticClientCredentials
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.catalog_fakes import REGISTRY as FAKE_REGISTRY

@@ -35,8 +35,8 @@ from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, parse_index
 from servingops.activities.catalog.names import public_name
 from servingops.activities.catalog.store import CURRENT_TAG, catalog_repository
-from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.contract import Query, catalog_schedule_id, catalog_workflow_id
+from servingops.clients.oci.registry_client import ModelRegistry
 from servingops.runtime.temporal import TemporalSettings, connect
 from testkit.waiting import wait_until
 from tests.fixtures.hub import HubRepos

@@ -30,8 +30,8 @@ from servingops.activities.catalog.index_document import index_of
 from servingops.activities.catalog.policy import evaluate_policy
 from servingops.activities.catalog.types import IndexHuggingFaceInput, IndexHuggingFaceResult, ScanState
 from servingops.activities.oci.activities import RegistryTarget
-from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.deckhouse.catalog_source import CatalogPolicy
+from servingops.clients.oci.registry_client import ModelRegistry
 from tests.fixtures.hub import HubRepos
 
 pytestmark = pytest.mark.integration

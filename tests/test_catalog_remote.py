@@ -37,7 +37,21 @@ from devstack.kube import LocalKubeCluster
 from devstack.services import OciRegistry
 from servingops.activities.catalog.artifacts import catalog_repository
 from servingops.activities.catalog.copy import CopyProgress, CopyResult, copy_artifact
-from servingops.activities.catalog.remote import (
+from servingops.activities.catalog.remote_activities import (
+    CatalogRemoteActivities,
+    CatalogRemoteSource,
+    CopyArtifactInput,
+    FetchRemoteIndexInput,
+    GrantSummary,
+    RefreshRemoteIndexInput,
+    RemoteRefresh,
+    RequestGrantInput,
+    application_error_of,
+)
+from servingops.activities.catalog.store import CURRENT_TAG, REMOTE_INDEX_MEDIA_TYPE
+from servingops.activities.oci.activities import RegistryTarget
+from servingops.api_models.deckhouse.model import ClusterModel
+from servingops.clients.catalog_remote import (
     GRANTS_PATH,
     ArtifactDigestMismatch,
     CatalogCertificateUntrusted,
@@ -57,22 +71,9 @@ from servingops.activities.catalog.remote import (
     parse_index,
     request_grant,
 )
-from servingops.activities.catalog.remote_activities import (
-    CatalogRemoteActivities,
-    CatalogRemoteSource,
-    CopyArtifactInput,
-    FetchRemoteIndexInput,
-    GrantSummary,
-    RefreshRemoteIndexInput,
-    RemoteRefresh,
-    RequestGrantInput,
-)
-from servingops.activities.catalog.store import CURRENT_TAG, REMOTE_INDEX_MEDIA_TYPE
-from servingops.activities.oci import media_types as mt
-from servingops.activities.oci.activities import RegistryTarget
-from servingops.activities.oci.modelpack import sha256_digest
-from servingops.activities.oci.registry_client import ModelRegistry
-from servingops.api_models.deckhouse.model import ClusterModel
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.modelpack import sha256_digest
+from servingops.clients.oci.registry_client import ModelRegistry
 from servingops.ingress.catalog_endpoint import (
     DEFAULT_CLIENTS_SECRET,
     CatalogEndpointServer,
@@ -285,7 +286,9 @@ def test_an_unreachable_endpoint(pki: Pki) -> None:
     assert error.value.reason == "CatalogUnreachable" and error.value.retryable
     with pytest.raises(CatalogUnreachable):
         request_grant("https://no-such-host.invalid", pki.ca_pem, CREDENTIAL, ["sha256:" + "0" * 64])
-    application = error.value.to_application_error()
+    # The activity-boundary form, as the activities raise it (the clients know no Temporal).
+    application = application_error_of(CatalogRemoteSource(source="unreachable", url=f"https://127.0.0.1:{port}"),
+                                        error.value)
     assert application.type == "CatalogUnreachable" and not application.non_retryable
 
 

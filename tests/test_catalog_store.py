@@ -16,8 +16,6 @@ from temporalio.testing import ActivityEnvironment
 from devstack.services import OciRegistry
 from servingops.activities.catalog import scan_store
 from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, index_of, parse_index
-from servingops.activities.catalog.remote import RemoteIndex
-from servingops.activities.catalog.remote import index_document as remote_index_body
 from servingops.activities.catalog.resolve import CatalogResolveActivities, CatalogResolveInput
 from servingops.activities.catalog.store import (
     CURRENT_TAG,
@@ -30,8 +28,10 @@ from servingops.activities.catalog.store import (
 )
 from servingops.activities.catalog.types import CatalogEntry, ScanCursor, ScanState
 from servingops.activities.oci.activities import RegistryTarget
-from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.catalog_remote import RemoteIndex
+from servingops.clients.catalog_remote import index_document as remote_index_body
+from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
 
 pytestmark = pytest.mark.integration
 

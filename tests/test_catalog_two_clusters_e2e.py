@@ -32,10 +32,10 @@ from devstack.members import PROJECT_CRDS
 from devstack.process import ManagedProcess
 from devstack.product import BridgeLauncher
 from devstack.services import OciRegistry, TemporalDevServer
-from servingops.activities.catalog.remote import parse_index
 from servingops.activities.catalog.store import REMOTE_INDEX_MEDIA_TYPE, catalog_repository
-from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.deckhouse.model import ClusterModel
+from servingops.clients.catalog_remote import parse_index
+from servingops.clients.oci.registry_client import ModelRegistry
 from servingops.ingress.catalog_endpoint import DEFAULT_CLIENTS_SECRET, CatalogEndpointServer, serve
 from testkit.waiting import wait_until
 from tests.fixtures.kube import own_identities

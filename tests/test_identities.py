@@ -31,15 +31,11 @@ from temporalio.testing import ActivityEnvironment
 
 from devstack import identities
 from devstack.identities import Identities
-from servingops.activities.uploads.sessions import (
-    SIGNING_KEY_SECRET,
-    UploadActivities,
-    record_name,
-    secret_name,
-)
+from servingops.activities.uploads.sessions import UploadActivities, secret_name
 from servingops.activities.uploads.types import CloseUploadInput, OpenUploadInput
 from servingops.api_models.deckhouse import ClusterModel, Model
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.upload_sessions import SIGNING_KEY_SECRET, record_name
 from testkit.waiting import wait_until
 from tests import rbac_calls
 from tests.crd_helpers import create, manifest, new_namespace

@@ -94,14 +94,7 @@ from devstack.services import OciRegistry
 from servingops.activities.host import HostActivities, HostClaim
 from servingops.activities.kubernetes import KubernetesActivities
 from servingops.activities.model_files.activity import inspect as inspect_model
-from servingops.activities.model_files.inspect import InspectionResult
 from servingops.activities.oci.activities import ArtifactRef, OciActivities, PushedBlob, RegistryTarget
-from servingops.activities.oci.media_types import (
-    ARTIFACT_TYPE_MODEL_MANIFEST,
-    MODEL_WEIGHT_CONFIG_RAW,
-    MODEL_WEIGHT_RAW,
-    OCI_MANIFEST,
-)
 from servingops.activities.sources.activities import SourceActivities
 from servingops.activities.sources.spool import HEADER_WINDOW, SMALL_FILE
 from servingops.activities.sources.types import FetchedFile, SourceFile, SourceListing
@@ -110,6 +103,13 @@ from servingops.activities.uploads.types import PreparedFile, PreparedUpload, Up
 from servingops.api_models.deckhouse.enums import ArtifactKind, ModelPhase, ModelReason
 from servingops.api_models.deckhouse.model import Artifact, ModelStatus
 from servingops.api_models.errors import ErrorType
+from servingops.clients.model_files.inspect import InspectionResult
+from servingops.clients.oci.media_types import (
+    ARTIFACT_TYPE_MODEL_MANIFEST,
+    MODEL_WEIGHT_CONFIG_RAW,
+    MODEL_WEIGHT_RAW,
+    OCI_MANIFEST,
+)
 from servingops.workers.kubernetes_errors import classify
 from servingops.workflows.model_import import FINALIZER
 from testkit.waiting import wait_until_async

@@ -20,7 +20,9 @@ import pytest
 
 from devstack import model_repos as repos
 from devstack.model_repos import GGUF_STRING, GGUF_UINT32, GGUFTensor, TensorSpec
-from servingops.activities.model_files import (
+from servingops.api_models.deckhouse.enums import EndpointType, ModelFeature, ModelFormat, SourceType
+from servingops.api_models.errors import CONDITION_REASON_PATTERN, ErrorType, application_error
+from servingops.clients.model_files import (
     ArchiveLimits,
     FileRole,
     InvalidModel,
@@ -33,10 +35,8 @@ from servingops.activities.model_files import (
     read_safetensors_header,
     stage_upload,
 )
-from servingops.activities.model_files.archive import _Extractor
-from servingops.activities.model_files.gguf import MAX_STRING_BYTES
-from servingops.api_models.deckhouse.enums import EndpointType, ModelFeature, ModelFormat, SourceType
-from servingops.api_models.errors import CONDITION_REASON_PATTERN, ErrorType, application_error
+from servingops.clients.model_files.archive import _Extractor
+from servingops.clients.model_files.gguf import MAX_STRING_BYTES
 
 pytestmark = pytest.mark.unit
 

@@ -18,8 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from devstack.identities import NAMESPACE as CONTROLLER_NAMESPACE
 from devstack.ollama_registry import publish_ollama_model
 from devstack.services import OciRegistry
-from servingops.activities.oci.registry_client import ModelRegistry
-from servingops.activities.uploads.sessions import record_name
+from servingops.clients.oci.registry_client import ModelRegistry
+from servingops.clients.upload_sessions import record_name
 from testkit.model_import import GROUP, REPOSITORY, VERSION, Stack
 from testkit.waiting import wait_until
 from tests.fixtures.hub import HubRepos

@@ -25,9 +25,9 @@ from kubernetes import client
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.services import OciRegistry
-from servingops.activities.oci.registry_client import MiB
 from servingops.agents.store import PARTIAL_DIR
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
+from servingops.clients.oci.registry_client import MiB
 from testkit.node_agent import (
     CountingProxy,
     agent_process,

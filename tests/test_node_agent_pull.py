@@ -19,13 +19,13 @@ import pytest
 from kubernetes import client
 
 from devstack.services import OciRegistry
-from servingops.activities.oci.registry_client import MiB
 from servingops.agents.agent import Agent, AgentConfig
 from servingops.agents.registry import AgentRegistry
 from servingops.agents.report import Reporter
 from servingops.agents.store import MARKER, PARTIAL_DIR
 from servingops.agents.watch import KindWatcher
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
+from servingops.clients.oci.registry_client import MiB
 from testkit.node_agent import (
     CountingProxy,
     delete_node,

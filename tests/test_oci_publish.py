@@ -28,7 +28,6 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 from devstack.services import OciRegistry, TemporalDevServer
-from servingops.activities.oci import media_types as mt
 from servingops.activities.oci.activities import (
     ArtifactRef,
     DeleteArtifactInput,
@@ -38,12 +37,13 @@ from servingops.activities.oci.activities import (
     PushFileInput,
     PushManifestInput,
     RegistryTarget,
-    credentials_from_secret_data,
 )
-from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, role_for_path
-from servingops.activities.oci.registry_client import MiB, ModelRegistry, UploadProgress, UploadResume, parse_range
 from servingops.activities.oci.resume import ResumeDetails, UploadLocations
 from servingops.api_models.errors import ErrorType
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.credentials import credentials_from_secret_data
+from servingops.clients.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, role_for_path
+from servingops.clients.oci.registry_client import MiB, ModelRegistry, UploadProgress, UploadResume, parse_range
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.secret_scan import register_token
 
@@ -491,7 +491,7 @@ class _AuthProxy:
 def test_publish_through_an_authenticating_registry(oci_registry: OciRegistry, model_dir: Path,
                                                     scheme: str) -> None:
     from servingops.activities.oci.activities import SecretRef
-    from servingops.activities.oci.registry_client import RegistryCredentials
+    from servingops.clients.oci.registry_client import RegistryCredentials
 
     proxy = _AuthProxy(oci_registry.url, scheme)
     try:
@@ -597,7 +597,7 @@ def test_heartbeat_details_alone_cannot_resume(oci_registry: OciRegistry, big_fi
 
 @pytest.mark.unit
 def test_registry_error_messages_lose_url_queries() -> None:
-    from servingops.activities.oci.registry_client import scrub_queries
+    from servingops.clients.oci.registry_client import scrub_queries
 
     text = ("HTTPConnectionPool(host='r', port=5000): Max retries exceeded with url: "
             f"/v2/m/blobs/uploads/1?_state=abc&upload_token={UPLOAD_TOKEN} (Caused by ReadTimeoutError())")

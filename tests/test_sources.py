@@ -30,7 +30,6 @@ from temporalio.worker import Worker
 from devstack.hub_server import HubServer
 from devstack.ollama_registry import DEFAULT_LICENSE, DEFAULT_PARAMS, DEFAULT_TEMPLATE, publish_ollama_model
 from devstack.services import OciRegistry, TemporalDevServer
-from servingops.activities.model_files import inspect_model_dir, read_gguf_header, read_safetensors_header
 from servingops.activities.sources import (
     TOKEN_KEYS,
     CleanSpoolInput,
@@ -50,6 +49,7 @@ from servingops.api_models.deckhouse import Model
 from servingops.api_models.deckhouse.enums import ModelFormat, SourceType
 from servingops.api_models.errors import ErrorType
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.model_files import inspect_model_dir, read_gguf_header, read_safetensors_header
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import new_namespace
 from tests.fixtures.hub import HUB_USER_TOKEN, HubRepos

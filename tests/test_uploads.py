@@ -36,13 +36,10 @@ from devstack.model_repos import GGUF_STRING, GGUFTensor, make_gguf_repo, write_
 from devstack.process import free_port
 from devstack.services import TemporalDevServer
 from servingops.activities.uploads.sessions import (
-    KEY_RECORD,
-    KEY_SIGNATURE,
     LABEL_MANAGED_BY,
     LABEL_SESSION,
     MANAGED_BY,
     UploadActivities,
-    record_name,
     secret_name,
 )
 from servingops.activities.uploads.types import (
@@ -57,6 +54,7 @@ from servingops.api_models.contract.uploads import UploadComplete
 from servingops.api_models.deckhouse import ClusterModel, Model
 from servingops.api_models.errors import ErrorType
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.upload_sessions import KEY_RECORD, KEY_SIGNATURE, record_name
 from servingops.ingress.uploads import UploadServer
 from servingops.runtime.temporal import TemporalSettings, connect
 from tests.crd_helpers import create, manifest, new_namespace

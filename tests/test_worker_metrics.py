@@ -24,15 +24,15 @@ from temporalio.worker import Worker
 
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.kubernetes import EventNote, StatusPatch
-from servingops.activities.oci import media_types as mt
 from servingops.activities.oci.activities import OciActivities, PushFileInput, RegistryTarget
-from servingops.activities.oci.registry_client import MiB
 from servingops.activities.sources.activities import SourceActivities
 from servingops.activities.sources.types import FetchedFile
 from servingops.api_models.contract.rollout import ServiceState
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.enums import RolloutRunOutcome
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.registry_client import MiB
 from servingops.runtime import metrics as metrics_module
 from servingops.runtime.metrics import WorkerMetrics, prometheus_runtime
 from servingops.runtime.temporal import TemporalSettings, connect

@@ -26,7 +26,6 @@ with workflow.unsafe.imports_passed_through():
     from servingops.activities.host import HostActivities, HostClaim
     from servingops.activities.model_files.activity import InspectInput
     from servingops.activities.model_files.activity import inspect as inspect_model
-    from servingops.activities.model_files.inspect import InspectionResult, ProviderInfo
     from servingops.activities.oci.activities import (
         ArtifactRef,
         BlobsInput,
@@ -35,12 +34,13 @@ with workflow.unsafe.imports_passed_through():
         PushFileInput,
         PushManifestInput,
     )
-    from servingops.activities.oci.media_types import RAW_LAYER_MEDIA_TYPE
-    from servingops.activities.oci.modelpack import ModelPackMeta, role_for_path
     from servingops.activities.sources.activities import SourceActivities
     from servingops.activities.sources.types import CleanSpoolInput, FetchInput, ResolveInput, SourceListing
     from servingops.api_models.deckhouse.enums import SourceType
     from servingops.api_models.refs import ObjectRef
+    from servingops.clients.model_files.inspect import InspectionResult, ProviderInfo
+    from servingops.clients.oci.media_types import RAW_LAYER_MEDIA_TYPE
+    from servingops.clients.oci.modelpack import ModelPackMeta, role_for_path
 
 DELETE_CANCELS_IMPORT = "delete-cancels-import"
 """Patch: a delete mid-import used to write Failed ("gave up after retries (CancelledError)")

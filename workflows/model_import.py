@@ -38,7 +38,6 @@ with workflow.unsafe.imports_passed_through():
         KubernetesActivities,
         StatusPatch,
     )
-    from servingops.activities.model_files.inspect import InspectionResult, ProviderInfo
     from servingops.activities.oci.activities import ArtifactRef, DeleteArtifactInput, OciActivities
     from servingops.activities.sources.types import SourceFile
     from servingops.activities.uploads.sessions import UploadActivities
@@ -61,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from servingops.api_models.errors import ErrorType, error_message, error_type_of
     from servingops.api_models.refs import ConditionUpdate, ObjectRef
+    from servingops.clients.model_files.inspect import InspectionResult, ProviderInfo
     from servingops.workflows.import_steps import (
         DELETE_CANCELS_IMPORT,
         FileProgress,

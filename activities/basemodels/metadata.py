@@ -2,7 +2,7 @@
 
 Upstream OME's model agent reads config.json on the node and fills the spec fields the user left
 empty (pkg/modelagent/config_parser.go, pkg/controller/v1beta1/basemodel: updateSpecWithConfig);
-here the import's inspection (activities/model_files) states the same facts once, in the worker,
+here the import's inspection (clients/model_files) states the same facts once, in the worker,
 before any node copies anything. What upstream derives, and how it maps here:
 
 - modelType: config.json's model_type (inspection `family`);

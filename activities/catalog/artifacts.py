@@ -11,9 +11,9 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from servingops.activities.oci import media_types as mt
-from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.canonical import canonical_json
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.registry_client import ModelRegistry
 
 CATALOG_REPOSITORY_PREFIX = "servingops/catalog"
 EMPTY_CONFIG = b"{}"

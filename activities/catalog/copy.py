@@ -32,7 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from servingops.activities.catalog.remote import (
+from servingops.clients.catalog_remote import (
     DIGEST,
     DIGEST_PATTERN,
     MAX_MANIFEST_BYTES,
@@ -47,8 +47,8 @@ from servingops.activities.catalog.remote import (
     raise_for_server,
     transport_error,
 )
-from servingops.activities.oci import media_types as mt
-from servingops.activities.oci.registry_client import ModelRegistry
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.registry_client import ModelRegistry
 
 READ_BLOCK = 1 << 20
 """Bytes read from the remote and written to the spool per step: a blob is never held whole in memory."""

@@ -87,7 +87,6 @@ from servingops.activities.catalog.types import (
     ScanSummary,
 )
 from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, open_registry
-from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.activities.sources.activities import _without_token_in_errors
 from servingops.activities.sources.huggingface import (
     API_TIMEOUT,
@@ -97,9 +96,10 @@ from servingops.activities.sources.huggingface import (
     hub_error,
 )
 from servingops.activities.sources.tokens import read_token
-from servingops.activities.uploads.sessions import DEFAULT_CONTROLLER_NAMESPACE
 from servingops.api_models.canonical import canonical_json
 from servingops.api_models.errors import ErrorType, application_error
+from servingops.clients.oci.registry_client import ModelRegistry
+from servingops.clients.upload_sessions import DEFAULT_CONTROLLER_NAMESPACE
 
 log = logging.getLogger(__name__)
 

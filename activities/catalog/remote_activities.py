@@ -36,7 +36,15 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from servingops.activities.catalog.artifacts import catalog_repository, sha256_of
 from servingops.activities.catalog.copy import CopyProgress, CopyResult, copy_artifact
-from servingops.activities.catalog.remote import (
+from servingops.activities.catalog.store import (
+    REMOTE_INDEX_MEDIA_TYPE,
+    StoredIndex,
+    push_index,
+    remote_index_document,
+)
+from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, _registry_failure, open_registry
+from servingops.api_models.errors import ErrorType, application_error
+from servingops.clients.catalog_remote import (
     DIGEST_PATTERN,
     MAX_GRANT_DIGESTS,
     MAX_INDEX_BYTES,
@@ -47,16 +55,8 @@ from servingops.activities.catalog.remote import (
     fetch_remote_index,
     request_grant,
 )
-from servingops.activities.catalog.store import (
-    REMOTE_INDEX_MEDIA_TYPE,
-    StoredIndex,
-    push_index,
-    remote_index_document,
-)
-from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, _registry_failure, open_registry
-from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
-from servingops.activities.uploads.sessions import DEFAULT_CONTROLLER_NAMESPACE
-from servingops.api_models.errors import ErrorType, application_error
+from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
+from servingops.clients.upload_sessions import DEFAULT_CONTROLLER_NAMESPACE
 
 FETCH_INDEX_ACTIVITY = "catalog.fetch_remote_index"
 REFRESH_INDEX_ACTIVITY = "catalog.refresh_remote_index"

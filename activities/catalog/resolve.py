@@ -35,12 +35,12 @@ from temporalio import activity
 from servingops.activities.catalog.artifacts import catalog_repository
 from servingops.activities.catalog.index_document import parse_index
 from servingops.activities.catalog.names import public_names
-from servingops.activities.catalog.remote import CatalogRemoteError
-from servingops.activities.catalog.remote import parse_index as parse_remote_index
 from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, open_registry
 from servingops.api_models.deckhouse.model import ResolvedModel
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.catalog_remote import CatalogRemoteError
+from servingops.clients.catalog_remote import parse_index as parse_remote_index
 
 GROUP, VERSION, PLURAL = "ai.deckhouse.io", "v1alpha1", "modelcatalogsources"
 HF_URL = "https://huggingface.co"

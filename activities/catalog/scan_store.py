@@ -26,7 +26,7 @@ from servingops.activities.catalog.artifacts import (
     single_layer_manifest,
 )
 from servingops.activities.catalog.types import ScanProgress
-from servingops.activities.oci.registry_client import ModelRegistry
+from servingops.clients.oci.registry_client import ModelRegistry
 
 SCAN_MEDIA_TYPE = "application/vnd.servingops.catalog.scan.v1+zlib"
 """The layer of a scan body: zlib-compressed canonical JSON (`ScanState.pack`)."""

@@ -37,14 +37,14 @@ from servingops.activities.catalog.artifacts import (
     single_layer_manifest,
 )
 from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, index_of
-from servingops.activities.catalog.remote import INDEX_CONTENT_TYPE, SCHEMA_VERSION, RemoteIndex
 from servingops.activities.catalog.scan_store import hydrate
 from servingops.activities.catalog.types import ScanProgress
-from servingops.activities.oci import media_types as mt
 from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, open_registry
-from servingops.activities.oci.registry_client import ModelRegistry
 from servingops.api_models.canonical import canonical_json
 from servingops.api_models.errors import ErrorType, application_error
+from servingops.clients.catalog_remote import INDEX_CONTENT_TYPE, SCHEMA_VERSION, RemoteIndex
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.registry_client import ModelRegistry
 
 STORE_ACTIVITY = "catalog.store_index"
 STORE_REMOTE_ACTIVITY = "catalog.store_remote_index"

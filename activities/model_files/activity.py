@@ -7,10 +7,10 @@ from pathlib import Path
 from pydantic import BaseModel
 from temporalio import activity
 
-from servingops.activities.model_files.errors import InvalidModel
-from servingops.activities.model_files.inspect import InspectionResult, ProviderInfo, inspect_model_dir
 from servingops.api_models.deckhouse.enums import SourceType
 from servingops.api_models.errors import application_error
+from servingops.clients.model_files.errors import InvalidModel
+from servingops.clients.model_files.inspect import InspectionResult, ProviderInfo, inspect_model_dir
 
 
 class InspectInput(BaseModel):

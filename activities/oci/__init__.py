@@ -1,6 +1,5 @@
 """OCI registry activities: publish a model directory as a CNCF ModelPack artifact.
 
-`media_types` names every media type, `modelpack` builds config and manifest bytes (pure),
-`registry_client` extends oras-py for streaming, resumable uploads, `activities` wraps them as
-Temporal activities.
+`activities` wraps the registry client and the ModelPack builders of `clients/oci/` as Temporal activities;
+`resume` keeps an upload's resume point without its secret.
 """

@@ -17,20 +17,21 @@ details carry it without its query and the host keeps the full URL (`resume.py`)
 from __future__ import annotations
 
 import base64
-import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-import oras.utils
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from servingops.activities.oci import media_types as mt
-from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, normalize_digest
-from servingops.activities.oci.registry_client import (
+from servingops.activities.oci.resume import DEFAULT_STATE_DIR, ResumeDetails, UploadLocations
+from servingops.api_models.errors import ErrorType, application_error
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.credentials import credentials_from_secret_data
+from servingops.clients.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, normalize_digest
+from servingops.clients.oci.registry_client import (
     DEFAULT_CHUNK_SIZE,
     BlobDigestMismatch,
     LocalFileChanged,
@@ -40,8 +41,6 @@ from servingops.activities.oci.registry_client import (
     UploadProgress,
     file_sha256,
 )
-from servingops.activities.oci.resume import DEFAULT_STATE_DIR, ResumeDetails, UploadLocations
-from servingops.api_models.errors import ErrorType, application_error
 from servingops.runtime.metrics import worker_metrics
 
 HEARTBEAT_INTERVAL = 2.0
@@ -358,32 +357,6 @@ def _role_of(media_type: str) -> mt.FileRole:
 
 
 # -- credentials from Kubernetes Secrets -----------------------------------------------------
-
-
-def credentials_from_secret_data(data: Mapping[str, str], registry: str) -> RegistryCredentials | None:
-    """Credentials for `registry` from a Secret's decoded data.
-
-    Understands `kubernetes.io/dockerconfigjson` (`.dockerconfigjson`), the legacy `.dockercfg`
-    and `kubernetes.io/basic-auth` (`username`, `password`).
-    """
-    raw = data.get(".dockerconfigjson") or data.get(".dockercfg")
-    if raw:
-        config = json.loads(raw)
-        auths = config.get("auths", config) if ".dockerconfigjson" in data else config
-        wanted = set(oras.utils.iter_localhosts(registry))
-        for key, entry in auths.items():
-            host = key.split("://", 1)[-1].split("/", 1)[0]
-            if host not in wanted or not isinstance(entry, dict):
-                continue
-            if entry.get("username") and entry.get("password"):
-                return RegistryCredentials(entry["username"], entry["password"])
-            if entry.get("auth"):
-                user, _, password = base64.b64decode(entry["auth"]).decode("utf-8").partition(":")
-                return RegistryCredentials(user, password)
-        return None
-    if data.get("username") and data.get("password"):
-        return RegistryCredentials(data["username"], data["password"])
-    return None
 
 
 def kubernetes_secret_credentials(core_v1: Any) -> CredentialsResolver:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from servingops.activities.oci.registry_client import UploadResume
+from servingops.clients.oci.registry_client import UploadResume
 
 log = logging.getLogger(__name__)
 

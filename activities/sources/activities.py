@@ -22,7 +22,6 @@ from kubernetes import client
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from servingops.activities.model_files import InvalidModel
 from servingops.activities.sources.huggingface import DEFAULT_HF_ENDPOINT, HF_ENDPOINT_ENV, HuggingFaceSource
 from servingops.activities.sources.ollama import DEFAULT_OLLAMA_REGISTRY, OLLAMA_REGISTRY_ENV, OllamaSource
 from servingops.activities.sources.spool import HEARTBEAT_INTERVAL, Expected, FetchResult, Heartbeat, Spool
@@ -38,6 +37,7 @@ from servingops.api_models.deckhouse.enums import SourceType
 from servingops.api_models.deckhouse.model import HUGGING_FACE_URL_PREFIX
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.model_files import InvalidModel
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

@@ -43,11 +43,11 @@ from huggingface_hub.hf_api import ModelInfo
 from huggingface_hub.utils import build_hf_headers, validate_repo_id  # type: ignore[attr-defined]
 from temporalio.exceptions import ApplicationError
 
-from servingops.activities.model_files import InvalidModel, ProviderInfo
 from servingops.activities.sources.spool import CHUNK_SIZE, Opener, RangeBody
 from servingops.activities.sources.types import SourceFile, SourceListing
 from servingops.api_models.deckhouse.enums import SourceType
 from servingops.api_models.errors import ErrorType, application_error
+from servingops.clients.model_files import InvalidModel, ProviderInfo
 
 log = logging.getLogger(__name__)
 

@@ -37,13 +37,13 @@ from urllib.parse import urlsplit
 
 from temporalio.exceptions import ApplicationError
 
-from servingops.activities.model_files import ProviderInfo
-from servingops.activities.oci.media_types import DOCKER_MANIFEST_V2, OCI_MANIFEST
-from servingops.activities.oci.registry_client import ModelRegistry, RegistryError
 from servingops.activities.sources.spool import CHUNK_SIZE, Opener, RangeBody
 from servingops.activities.sources.types import SourceFile, SourceListing
 from servingops.api_models.deckhouse.enums import SourceType
 from servingops.api_models.errors import ErrorType, application_error
+from servingops.clients.model_files import ProviderInfo
+from servingops.clients.oci.media_types import DOCKER_MANIFEST_V2, OCI_MANIFEST
+from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ Layout, per model (the model's uid names its directory, so a reused name never s
     <root>/<uid>/.cache/servingops/done/<path>.json         what we know about a complete file
     <root>/<uid>/.cache/servingops/lock/<path>.lock         one fetch per file at a time
 
-The bookkeeping lives under `.cache/`, a directory `activities.model_files` skips as "tools' bookkeeping",
+The bookkeeping lives under `.cache/`, a directory `clients.model_files` skips as "tools' bookkeeping",
 so the model directory can be inspected as is.
 
 Both providers hand this module an `Opener` (a ranged GET); it does the rest the same way for both:
@@ -507,7 +507,7 @@ def _header_end(kind: HeaderKind, buf: bytes, size: int) -> int:
     return _gguf_end(buf, size)
 
 
-# GGUF value types (see activities.model_files.gguf) and their sizes.
+# GGUF value types (see clients.model_files.gguf) and their sizes.
 _GGUF_SCALAR_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _GGUF_STRING, _GGUF_ARRAY, _GGUF_UINT32 = 8, 9, 4
 # Sanity bounds (the inspector's, or looser): past them the header is invalid and we stop walking.

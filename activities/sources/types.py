@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servingops.activities.model_files import ProviderInfo
 from servingops.api_models.deckhouse.enums import SourceType
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.model_files import ProviderInfo
 
 
 class SourceFile(BaseModel):

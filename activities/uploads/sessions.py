@@ -11,7 +11,8 @@ A session is two objects, one for each reader:
 - the session record (see `record_name`): a ConfigMap in the controller namespace named after the session
   id, holding only what the upload endpoint needs to accept bytes: a JSON SessionRecord (model reference,
   sha256 of the token, expiry, maximum size) and an HMAC-SHA256 of it (with the ConfigMap's namespace and
-  name) under a key only the controller holds.
+  name) under a key only the controller holds. The record, its signing and its check are
+  clients/upload_sessions.py, which the endpoint shares; this module writes it.
 
 Why the record is apart from the user's Secret: an upload URL names only a session id, so an endpoint that
 found the session on the user's Secret had to list Secrets in every namespace. A record at a name derived from
@@ -38,7 +39,6 @@ import hashlib
 import hmac
 import logging
 import os
-import re
 import secrets
 import shutil
 import time
@@ -48,11 +48,8 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
-from servingops.activities.model_files.archive import ArchiveLimits, stage_upload
-from servingops.activities.model_files.errors import InvalidModel
 from servingops.activities.uploads.readers import grant_readers
 from servingops.activities.uploads.types import (
     CloseUploadInput,
@@ -64,11 +61,27 @@ from servingops.activities.uploads.types import (
 )
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.model_files.archive import ArchiveLimits, stage_upload
+from servingops.clients.model_files.errors import InvalidModel
+from servingops.clients.upload_sessions import (
+    DEFAULT_CONTROLLER_NAMESPACE,
+    KEY_RECORD,
+    KEY_SIGNATURE,
+    SIGNING_KEY_DATA,
+    SIGNING_KEY_SECRET,
+    SessionRecord,
+    SigningKey,
+    record_name,
+    rfc3339,
+    session_spool,
+    sign,
+    token_digest,
+    upload_dir,
+    upload_path,
+    verified_record,
+)
 
 log = logging.getLogger("servingops.uploads")
-
-DEFAULT_CONTROLLER_NAMESPACE = "servingops-system"
-UPLOADS_PREFIX = "/uploads/"
 
 # Secret data keys: the controller contract that the seed leaves out of status.
 KEY_UPLOAD_URL = "uploadURL"
@@ -78,33 +91,12 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "servingops"
 LABEL_SESSION = "ai.deckhouse.io/upload-session"
 LABEL_MODEL_KIND = "ai.deckhouse.io/model-kind"
-RECORD_PREFIX = "upload-session-"
-# ConfigMap data keys of a session record.
-KEY_RECORD = "session"
-KEY_SIGNATURE = "signature"
-
-SIGNING_KEY_SECRET = "servingops-upload-signing-key"
-_SIGNING_KEY_DATA = "key"
-
-# Session ids are Kubernetes uids; the pattern also keeps a URL's id from naming any other spool path.
-SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 _MAX_NAME = 253
 _HEARTBEAT_SECONDS = 2.0
 # The file list rides in the activity result; stay far below Temporal's 2 MB payload limit.
 _MAX_LISTED_BYTES = 512 * 1024
 UPLOAD_LIMITS = ArchiveLimits(max_entries=10_000)
 """Archive limits for uploads: fewer entries than the library default, so the file list stays a small payload."""
-
-
-class SessionRecord(BaseModel):
-    """What the upload server needs to accept bytes for a session: stored signed, in the session's ConfigMap."""
-
-    v: int = 1
-    session_id: str
-    model: ObjectRef
-    token_sha256: str
-    expires_at: dt.datetime
-    max_bytes: int
 
 
 # -- naming and paths ---------------------------------------------------------------------------
@@ -129,85 +121,11 @@ def secret_namespace(ref: ObjectRef, controller_namespace: str) -> str:
     return ref.namespace or controller_namespace
 
 
-def record_name(session_id: str) -> str:
-    """The session record's ConfigMap, in the controller namespace: found from the session id alone."""
-    if not SESSION_ID.match(session_id):
-        raise ValueError(f"{session_id!r} is not a session id")
-    return f"{RECORD_PREFIX}{session_id}"
-
-
-def upload_path(session_id: str) -> str:
-    return f"{UPLOADS_PREFIX}{session_id}"
-
-
-def session_spool(spool_root: Path, session_id: str) -> Path:
-    """`<spool_root>/<model uid>`: everything this worker keeps for one model."""
-    if not SESSION_ID.match(session_id):
-        raise ValueError(f"{session_id!r} is not a session id")
-    return Path(spool_root) / session_id
-
-
-def upload_dir(spool_root: Path, session_id: str) -> Path:
-    return session_spool(spool_root, session_id) / "upload"
-
-
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
-def _rfc3339(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# -- signing --------------------------------------------------------------------------------------
-
-
-def sign(key: bytes, namespace: str, name: str, record_json: str) -> str:
-    # The record's own namespace and name are signed too: a record copied under another name is worthless.
-    message = f"{namespace}\n{name}\n{record_json}".encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
-
-
-class SigningKey:
-    """The controller's session-signing key, kept in a Secret of the controller namespace; read only.
-
-    Read once and cached; `refresh` re-reads it (after a rotation, signatures made with the old key fail
-    and those sessions answer 401 until re-opened). The upload endpoint uses this class: it has no code
-    that could create or change the key, and its identity may only read that one Secret.
-    """
-
-    def __init__(self, core: client.CoreV1Api, namespace: str) -> None:
-        self.core = core
-        self.namespace = namespace
-        self._key: bytes | None = None
-        self._read_at = 0.0
-
-    def get(self) -> bytes | None:
-        """The key, or None while there is none yet."""
-        if self._key is None:
-            self._key = self._read()
-            self._read_at = time.monotonic()
-        return self._key
-
-    def refresh(self, *, min_age: float = 30.0) -> bool:
-        """Forget the cached key if it is older than `min_age` seconds; True when it was forgotten."""
-        if self._key is not None and time.monotonic() - self._read_at >= min_age:
-            self._key = None
-            return True
-        return False
-
-    def _read(self) -> bytes | None:
-        try:
-            secret = self.core.read_namespaced_secret(SIGNING_KEY_SECRET, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return base64.b64decode((secret.data or {})[_SIGNING_KEY_DATA])
+# -- the signing key --------------------------------------------------------------------------------
 
 
 class OwnedSigningKey(SigningKey):
@@ -227,7 +145,7 @@ class OwnedSigningKey(SigningKey):
                 metadata=client.V1ObjectMeta(name=SIGNING_KEY_SECRET, namespace=self.namespace,
                                              labels={LABEL_MANAGED_BY: MANAGED_BY}),
                 type="Opaque",
-                data={_SIGNING_KEY_DATA: base64.b64encode(secrets.token_bytes(32)).decode()},
+                data={SIGNING_KEY_DATA: base64.b64encode(secrets.token_bytes(32)).decode()},
             )
             try:
                 self.core.create_namespaced_secret(self.namespace, body)
@@ -235,30 +153,6 @@ class OwnedSigningKey(SigningKey):
                 if exc.status != 409:  # another worker created it first: read theirs
                     raise
         raise RuntimeError(f"cannot read or create Secret {self.namespace}/{SIGNING_KEY_SECRET}")
-
-
-def verified_record(config_map: client.V1ConfigMap, key: bytes, controller_namespace: str) -> SessionRecord | None:
-    """The session a record ConfigMap holds, if its signature holds and it is consistent.
-
-    Consistent: the ConfigMap sits in the controller namespace under the name of the session it holds, and
-    the session id is the uid of the model it names.
-    """
-    meta = config_map.metadata
-    data = config_map.data or {}
-    raw, signature = data.get(KEY_RECORD), data.get(KEY_SIGNATURE)
-    namespace, name = (meta.namespace or "", meta.name or "") if meta else ("", "")
-    if not raw or not signature:
-        return None
-    if not hmac.compare_digest(sign(key, namespace, name, raw), signature):
-        return None
-    try:
-        record = SessionRecord.model_validate_json(raw)
-    except ValidationError:
-        return None
-    if (record.session_id != record.model.uid or namespace != controller_namespace
-            or not SESSION_ID.match(record.session_id) or name != record_name(record.session_id)):
-        return None
-    return record
 
 
 # -- activities -------------------------------------------------------------------------------------
@@ -428,7 +322,7 @@ class UploadActivities:
             readers = grant_readers(self.api_client, ref, written)
             log.info("opened upload session %s for %s (Secret %s/%s, record %s/%s, expires %s, readable by %d "
                      "subjects)", record.session_id, ref.describe(), namespace, name, self.controller_namespace,
-                     record_name(record.session_id), _rfc3339(record.expires_at), len(readers))
+                     record_name(record.session_id), rfc3339(record.expires_at), len(readers))
             return self._info(record, namespace, name)
         raise application_error(ErrorType.CONFLICT, f"Secret {namespace}/{name}: still conflicting")
 
@@ -522,6 +416,3 @@ def _list_files(root: Path, shown: str) -> list[PreparedFile]:
     files.sort(key=lambda f: f.path)
     return files
 
-
-def rfc3339(when: dt.datetime) -> str:
-    return _rfc3339(when)

@@ -50,7 +50,7 @@ def truncated_safetensors(path: str, end: int, size: int) -> ApplicationError:
 
 
 def file_role(path: str) -> str:
-    """The role model.inspect gives a file (the rule of activities/model_files/inspect.py, for the names a
+    """The role model.inspect gives a file (the rule of clients/model_files/inspect.py, for the names a
     Hugging Face repository or an upload has)."""
     parts = path.split("/")
     name = parts[-1].lower()

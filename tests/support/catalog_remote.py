@@ -16,13 +16,13 @@ from cryptography.x509.oid import NameOID
 from kubernetes import client
 
 from devstack.services import OciRegistry
-from servingops.activities.catalog.remote import (
+from servingops.api_models.deckhouse.model import ClusterModel
+from servingops.clients.catalog_remote import (
     canonical_json,
 )
-from servingops.activities.oci import media_types as mt
-from servingops.activities.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, sha256_digest
-from servingops.activities.oci.registry_client import ModelRegistry
-from servingops.api_models.deckhouse.model import ClusterModel
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, sha256_digest
+from servingops.clients.oci.registry_client import ModelRegistry
 
 REPOSITORY = "servingops/models"
 

@@ -51,7 +51,6 @@ from servingops.workflows.entity import EntitySignals, EntityState
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.catalog.huggingface_index import CatalogIndexActivities
     from servingops.activities.catalog.policy import evaluate_policy
-    from servingops.activities.catalog.remote import RemoteIndex
     from servingops.activities.catalog.remote_activities import (
         CatalogRemoteActivities,
         CatalogRemoteSource,
@@ -79,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.errors import error_message, error_type_of
     from servingops.api_models.refs import ConditionUpdate, ObjectRef
     from servingops.api_models.timestamps import rfc3339
+    from servingops.clients.catalog_remote import RemoteIndex
     from servingops.workflows.visibility import Visibility
 
 CONDITION = "Ready"

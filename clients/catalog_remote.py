@@ -6,7 +6,7 @@ format both sides share (paths, the index document, its revision) and the client
 - `fetch_remote_index(url, ca_pem, credential) -> RemoteIndex`: `GET <url>/catalog/v1/index`;
 - `request_grant(url, ca_pem, credential, digests) -> Grant`: `POST <url>/catalog/v1/grants`, which trades the
   catalog credential for a short-lived, read-only pull token for exactly those artifact digests;
-- `RemoteCatalog`: the HTTPS connection both use, and `copy.py` for the `/v2/` pulls.
+- `RemoteCatalog`: the HTTPS connection both use, and activities/catalog/copy.py for the `/v2/` pulls.
 
 Transport rules: https only (an `http://` URL is refused before any connection, `CatalogURLInvalid`); the server
 is verified with the CA of the source's `caSecretName` (`ca.crt`) when one is given, else with the system's
@@ -16,7 +16,8 @@ abandoned (`CatalogResponseTooLarge`), never loaded whole.
 
 Every failure is a `CatalogRemoteError` subclass carrying its own reason (an `ErrorType` member,
 api_models/errors.py), the value the workflow writes as the Ready condition's reason; `retryable` says
-whether asking again may help.
+whether asking again may help. The activities (activities/catalog/remote_activities.py) raise it as an
+activity error of that reason; nothing here knows Temporal.
 The credential and any grant token are never part of a message, a log line or a repr.
 
 Index document (canonical JSON: sorted keys, no whitespace, UTF-8):
@@ -46,11 +47,10 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
-from temporalio.exceptions import ApplicationError
 
 from servingops.api_models.base import DNS1123_SUBDOMAIN
 from servingops.api_models.canonical import canonical_json
-from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.errors import ErrorType
 
 # -- the wire format (shared with ingress/catalog_endpoint.py) ---------------------------------------------
 
@@ -163,10 +163,6 @@ class CatalogRemoteError(Exception):
     @property
     def retryable(self) -> bool:
         return not self.reason.permanent
-
-    def to_application_error(self) -> ApplicationError:
-        """The activity-boundary form: type = the reason, non-retryable unless the reason is transient."""
-        return application_error(self.reason, str(self))
 
 
 class CatalogURLInvalid(CatalogRemoteError):

@@ -22,9 +22,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from servingops.activities.model_files.diffusers import MODEL_INDEX, DiffusersPipeline, read_diffusers
-from servingops.activities.model_files.errors import InvalidModel, load_json_object
-from servingops.activities.model_files.gguf import (
+from servingops.api_models.deckhouse.enums import EndpointType, ModelFeature, ModelFormat, SourceType
+from servingops.api_models.deckhouse.model import ResolvedModel, SourceCapabilities
+from servingops.api_models.errors import ErrorType
+from servingops.clients.model_files.diffusers import MODEL_INDEX, DiffusersPipeline, read_diffusers
+from servingops.clients.model_files.errors import InvalidModel, load_json_object
+from servingops.clients.model_files.gguf import (
     POOLING_CLS,
     POOLING_LAST,
     POOLING_MEAN,
@@ -32,7 +35,7 @@ from servingops.activities.model_files.gguf import (
     GGUFInfo,
     read_gguf_header,
 )
-from servingops.activities.model_files.safetensors import (
+from servingops.clients.model_files.safetensors import (
     FLOAT_DTYPES,
     INDEX_SUFFIX,
     SafetensorsInfo,
@@ -40,9 +43,6 @@ from servingops.activities.model_files.safetensors import (
     read_safetensors_index,
     read_weight_dir,
 )
-from servingops.api_models.deckhouse.enums import EndpointType, ModelFeature, ModelFormat, SourceType
-from servingops.api_models.deckhouse.model import ResolvedModel, SourceCapabilities
-from servingops.api_models.errors import ErrorType
 
 # Directories that are bookkeeping of the tools that fetched the model, not part of it.
 _SKIPPED_DIRS = frozenset({".git", ".cache", ".huggingface"})

@@ -39,9 +39,9 @@ from oras.provider import Registry
 from pydantic import BaseModel
 from requests.adapters import HTTPAdapter
 
-from servingops.activities.oci import media_types as mt
-from servingops.activities.oci.modelpack import normalize_digest, sha256_digest
 from servingops.api_models.canonical import canonical_json
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.modelpack import normalize_digest, sha256_digest
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from enum import IntEnum
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from servingops.activities.model_files.errors import InvalidModel, display_path
 from servingops.api_models.errors import ErrorType
+from servingops.clients.model_files.errors import InvalidModel, display_path
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servingops.activities.model_files.errors import InvalidModel, display_path, load_json_object
-from servingops.activities.model_files.safetensors import SafetensorsInfo, WeightSet, read_weight_dir
 from servingops.api_models.errors import ErrorType
+from servingops.clients.model_files.errors import InvalidModel, display_path, load_json_object
+from servingops.clients.model_files.safetensors import SafetensorsInfo, WeightSet, read_weight_dir
 
 MODEL_INDEX = "model_index.json"
 # Weights in a format we do not serve (pickles can run code when loaded; the rest need other runtimes).

@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from servingops.activities.oci import media_types as mt
-from servingops.activities.oci.media_types import FileRole
 from servingops.api_models.canonical import canonical_json
+from servingops.clients.oci import media_types as mt
+from servingops.clients.oci.media_types import FileRole
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

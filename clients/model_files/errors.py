@@ -1,6 +1,6 @@
 """Why a model file or an upload is rejected: an ErrorType (the condition reason) and a message a user can act on.
 
-Everything in `activities.model_files` signals bad input with `InvalidModel` and nothing else, so the
+Everything in `clients.model_files` signals bad input with `InvalidModel` and nothing else, so the
 import workflow can end in phase Failed with `reason` and `message` on its condition instead of retrying
 an input that will never get better. The activities raise it across the boundary as
 `application_error(exc.reason, exc.message)`: the ApplicationError's type is the reason itself.

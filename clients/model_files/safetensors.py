@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servingops.activities.model_files.errors import InvalidModel, display_path, load_json_object
 from servingops.api_models.errors import ErrorType
+from servingops.clients.model_files.errors import InvalidModel, display_path, load_json_object
 
 # The reference implementation refuses headers above 100 MB; so do we, before reading one.
 MAX_HEADER_BYTES = 100_000_000

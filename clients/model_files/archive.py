@@ -29,10 +29,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
-from servingops.activities.model_files.errors import InvalidModel
-from servingops.activities.model_files.gguf import is_gguf_prefix
-from servingops.activities.model_files.safetensors import is_safetensors_prefix
 from servingops.api_models.errors import ErrorType
+from servingops.clients.model_files.errors import InvalidModel
+from servingops.clients.model_files.gguf import is_gguf_prefix
+from servingops.clients.model_files.safetensors import is_safetensors_prefix
 
 CHUNK = 1 << 20
 # Peeked from the start of an upload to classify it: the tar magic sits at offset 257.
