@@ -57,7 +57,7 @@ from devstack.process import ManagedProcess
 log = logging.getLogger("devstack.pod_runtime")
 
 UPSTREAM_SERVICE_LABEL = "ome.io/inferenceservice"
-"""Pods of an InferenceService carry it (activities/serving/render.py): the ones this runtime answers for."""
+"""Pods of an InferenceService carry it (rendering/render.py): the ones this runtime answers for."""
 REVISION_LABEL = "serving.ome.io/revision"
 ANNOTATION_PREFIX = "devstack.servingops.io/"
 FAULT_KEYS = {"ttft-ms": "ttft_ms", "tpot-ms": "tpot_ms", "tokens": "tokens", "error-rate": "error_rate"}

@@ -42,7 +42,7 @@ from servingops.activities.migration.types import (
     Resolved,
     ResolveInput,
 )
-from servingops.activities.replica import in_place, kueue
+from servingops.activities.replica import in_place
 from servingops.activities.replica import pods as render
 from servingops.activities.replica.activities import MAX_COLLISIONS, QUOTA_EXCEEDED
 from servingops.activities.replica.revisions import revision_hash, same_data
@@ -71,6 +71,7 @@ from servingops.api_models.ome.instance_status import InstanceTermination
 from servingops.api_models.ome.replica import InferenceReplicaSpec, InferenceReplicaStatus
 from servingops.api_models.operator_config import LifecycleDefaults, OperatorDefaults
 from servingops.api_models.refs import ObjectRef
+from servingops.rendering import kueue
 
 NAMESPACE = "team-a"
 LEDGER_BOUND = ledger.BOUND_BYTES

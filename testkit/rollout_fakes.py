@@ -9,7 +9,7 @@ check HTTPRoute weights and CanaryStatus after every transition.
 
 HTTPRoutes are kept as the objects the real activity applies (render.http_route, with the
 parentRefs and hostnames of `ingress`, the operator's ingress block, read through the same pure
-rules as the real activities: activities/serving/ingress.py), with a generation that moves when
+rules as the real activities: rendering/ingress.py), with a generation that moves when
 their spec does. A test plays the Gateway with `gateway_verdict` (the route's status.parents).
 
 The fake answers as the real activities do, and tests/test_serving_conformance.py runs the same
@@ -34,7 +34,6 @@ from temporalio.testing import WorkflowEnvironment
 
 from servingops.activities.kubernetes import AnnotationRemoval, EventNote, StatusPatch
 from servingops.activities.prometheus import EvaluateInput, Evaluation, MetricOutcome
-from servingops.activities.serving import ingress, render
 from servingops.activities.serving.types import (
     ComponentObservation,
     EnsureRevisionInput,
@@ -52,6 +51,7 @@ from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.operator_config import IngressConfig, OperatorConfigError, OperatorDefaults, PrometheusSource
 from servingops.api_models.refs import ObjectRef
 from servingops.api_models.serving import TrafficWeight
+from servingops.rendering import ingress, render
 
 NAMESPACE = "team-a"
 NAME = "llama"

@@ -32,10 +32,10 @@ from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, TemporalDevServer
-from servingops.activities.serving.render import LABEL_COMPONENT, LABEL_NAME, LABEL_REVISION
 from servingops.api_models import contract
 from servingops.api_models.contract.rollout import RolloutState, ServiceView
 from servingops.api_models.ome import InferenceService
+from servingops.rendering.render import LABEL_COMPONENT, LABEL_NAME, LABEL_REVISION
 from servingops.runtime.temporal import TemporalSettings, connect
 from testkit.waiting import hold, wait_until
 from tests.crd_helpers import create, manifest

@@ -1,13 +1,13 @@
-"""A runtime's acceleratorConfig applied to the main container (activities/serving/accelerator_overrides.py)
-and chosen by the service's accelerator class (activities/serving/resolution.py)."""
+"""A runtime's acceleratorConfig applied to the main container (rendering/accelerator_overrides.py)
+and chosen by the service's accelerator class (rendering/resolution.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from servingops.activities.serving.accelerator_overrides import apply, merge_args
-from servingops.activities.serving.resolution import resolve_service
 from servingops.api_models.ome.runtimes import AcceleratorModelConfig
+from servingops.rendering.accelerator_overrides import apply, merge_args
+from servingops.rendering.resolution import resolve_service
 from tests.support.serving_world import Cluster, ready_model, sample_service, sglang_runtime
 
 pytestmark = pytest.mark.unit

@@ -22,7 +22,6 @@ from servingops.activities.serving.autoscaler import (
     scaled_object_name,
 )
 from servingops.activities.serving.omenative import replica_name
-from servingops.activities.serving.scaling import bounds, owns_replicas, projected_count
 from servingops.activities.serving.types import EnsureRevisionInput, ObserveInput, RevisionKey, ServiceObservation
 from servingops.api_models.errors import ErrorType
 from servingops.api_models.ome import InferenceService
@@ -30,6 +29,7 @@ from servingops.api_models.ome.autoscaling import ComponentAutoscaler
 from servingops.api_models.ome.components import EngineSpec
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.refs import ObjectRef
+from servingops.rendering.scaling import bounds, owns_replicas, projected_count
 from tests.crd_helpers import create, manifest, new_namespace
 
 ENGINE = ComponentType.ENGINE

@@ -31,7 +31,7 @@ from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, TemporalDevServer
-from servingops.activities.serving.render import LABEL_NAME
+from servingops.rendering.render import LABEL_NAME
 from testkit.import_resume import TEST_SHAPES, assert_artifact_matches, spool_weight_bytes
 from testkit.model_import import REPOSITORY
 from testkit.waiting import wait_until

@@ -1,7 +1,7 @@
 """A multi-node (leader/worker) component rendered into a gang, pure: the two templates and the
-gang's revision (activities/serving/multinode.py), the projected replica's runners and the counting
+gang's revision (rendering/multinode.py), the projected replica's runners and the counting
 of gang Instances (activities/serving/omenative.py), the model wired into both roles of a runtime's
-leader/worker piece (activities/serving/resolution.py) and a replica rendered from such refs
+leader/worker piece (rendering/resolution.py) and a replica rendered from such refs
 (activities/replica/from_refs.py)."""
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import pytest
 from kubernetes import client
 
 from servingops.activities.replica.from_refs import NotRenderable, render_runners
-from servingops.activities.serving import multinode, omenative, render
-from servingops.activities.serving.resolution import resolve_service
+from servingops.activities.serving import omenative
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.components import EngineSpec
 from servingops.api_models.ome.enums import ComponentType, RunnerName
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.ome.replica import InferenceReplicaSpec
+from servingops.rendering import multinode, render
+from servingops.rendering.resolution import resolve_service
 from tests.support.serving_world import Cluster, ready_model, sample_service, sglang_runtime
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ The engine's `leader` / `worker` project onto the replica `<isvc>-engine` as run
 workers told their leader's address. Only leaders carry the revision label, so a revision's Service
 has one endpoint per gang; an Instance counts as ready once its whole gang is. A lost worker
 recreates its gang; a canary moves whole gangs through the replica's pacing
-(activities/serving/multinode.py, omenative.py)."""
+(rendering/multinode.py, omenative.py)."""
 
 from __future__ import annotations
 

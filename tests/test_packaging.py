@@ -47,7 +47,7 @@ CONSOLE_SCRIPT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["proj
 NAMESPACE = CONSOLE_SCRIPT.split(":")[0].rpartition("cli")[0]
 """What the installed packages' names start with: "" for top-level packages, "servingops." under a namespace."""
 PRODUCT = ("api_models", "workflows", "activities", "runtime", "workers", "crd_bridge", "sdk", "cli", "ingress",
-           "agents", "clients")
+           "agents", "clients", "rendering")
 """Every product package: each folder of the checkout that the wheel must carry."""
 NOT_INSTALLED = ("devstack", "tests", "bench")
 """The local stack, the test helpers and the benchmarks live in the checkout only."""

@@ -23,10 +23,10 @@ from servingops.activities.placement.activities import PlacementActivities
 from servingops.activities.placement.clients import SECRET_RECHECK, MemberClients
 from servingops.activities.placement.member import MemberClient
 from servingops.activities.placement.types import ApplyMemberInput, CapacityInput, MemberTarget, SourceInput
-from servingops.activities.serving import multinode
-from servingops.activities.serving.render import Unservable
 from servingops.activities.workload_cluster.kubeconfig import MemberAccess, api_client
 from servingops.api_models.refs import ObjectRef
+from servingops.rendering import multinode
+from servingops.rendering.render import Unservable
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,6 @@
-"""SplitByCapacity's normalization (activities/placement/capacity.py): what one replica demands as the
-member renders it, and how many whole replicas a member's capacity report holds."""
+"""SplitByCapacity's normalization (activities/placement/capacity.py, over activities/component_shape.py):
+what one replica demands as the member renders it, and how many whole replicas a member's capacity report
+holds."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from typing import Any
 
 import pytest
 
+from servingops.activities.component_shape import ComponentShape, component_shape, pod_requests
 from servingops.activities.placement import capacity
-from servingops.activities.serving import multinode
 from servingops.api_models.ome.components import EngineSpec
 from servingops.api_models.ome.enums import ComponentType
+from servingops.rendering import multinode
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +48,7 @@ def test_a_pod_requests_what_the_scheduler_counts() -> None:
     pod = _pod(_container(limits={"nvidia.com/gpu": "2"}),  # an unset request is its limit
                _container(requests={"cpu": "500m", "nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "1"}),
                init=[_container(requests={"nvidia.com/gpu": "4"})])
-    assert capacity.pod_requests(pod) == {"nvidia.com/gpu": Decimal(4), "cpu": Decimal("0.5")}
+    assert pod_requests(pod) == {"nvidia.com/gpu": Decimal(4), "cpu": Decimal("0.5")}
 
 
 def test_a_gang_replica_demands_its_leader_and_every_worker() -> None:
@@ -54,17 +56,17 @@ def test_a_gang_replica_demands_its_leader_and_every_worker() -> None:
         "leader": {"runner": {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}},
         "worker": {"size": 3, "runner": {"name": "main", "image": "x",
                                          "resources": {"limits": {"nvidia.com/gpu": "8"}}}}})
-    shape = capacity.component_shape("engine", multinode.runner_templates("chat", ComponentType.ENGINE, engine))
+    shape = component_shape("engine", multinode.runner_templates("chat", ComponentType.ENGINE, engine))
     assert shape.demand["nvidia.com/gpu"] == 32
     assert len(shape.rendering_hash) == 64
     bigger = EngineSpec.model_validate({**engine.to_api(), "worker": {**engine.to_api()["worker"], "size": 4}})
-    other = capacity.component_shape("engine", multinode.runner_templates("chat", ComponentType.ENGINE, bigger))
+    other = component_shape("engine", multinode.runner_templates("chat", ComponentType.ENGINE, bigger))
     assert other.rendering_hash != shape.rendering_hash, "the worker count is part of the rendering"
 
 
-def _shape(gpus: int, nics: int = 0) -> capacity.ComponentShape:
+def _shape(gpus: int, nics: int = 0) -> ComponentShape:
     demand = {"nvidia.com/gpu": Decimal(gpus), **({"example.com/nic": Decimal(nics)} if nics else {})}
-    return capacity.ComponentShape("engine", "0" * 64, demand)
+    return ComponentShape("engine", "0" * 64, demand)
 
 
 def test_whole_replicas_sum_over_flavors_and_take_the_scarcest_resource() -> None:
@@ -76,8 +78,8 @@ def test_whole_replicas_sum_over_flavors_and_take_the_scarcest_resource() -> Non
     assert (found.report_uid, found.report_resource_version) == ("uid-root", "42")
     scarce = capacity.normalize([_shape(4, nics=5)], root, NOW)
     assert scarce.replicas == 2, "10 nics hold only 2 replicas of 5"
-    with_decoder = capacity.normalize([_shape(4), capacity.ComponentShape("decoder", "1" * 64,
-                                                                          {"nvidia.com/gpu": Decimal(4)})], root, NOW)
+    with_decoder = capacity.normalize([_shape(4), ComponentShape("decoder", "1" * 64,
+                                                                 {"nvidia.com/gpu": Decimal(4)})], root, NOW)
     assert with_decoder.replicas == 2, "a unit is an engine and a decoder replica: 8 GPUs"
     assert with_decoder.fingerprint != found.fingerprint
 
@@ -86,7 +88,7 @@ def test_whole_replicas_sum_over_flavors_and_take_the_scarcest_resource() -> Non
     (_root(), [_shape(1)], "NoCapacityReport"),
     (_root(_entry("h100", "8", complete=False)), [_shape(1)], "CapacityIncomplete"),
     (_root(_entry("h100", "8", observed=NOW - timedelta(minutes=6))), [_shape(1)], "CapacityStale"),
-    (_root(_entry("h100", "8")), [capacity.ComponentShape("engine", "0" * 64, {"cpu": Decimal(2)})],
+    (_root(_entry("h100", "8")), [ComponentShape("engine", "0" * 64, {"cpu": Decimal(2)})],
      "NoAcceleratorDemand"),
 ])
 def test_what_cannot_be_verified_is_unknown_with_its_reason(root: dict[str, Any], shapes: list[Any],

@@ -77,9 +77,9 @@ from servingops.activities.placement.types import (
     PlacementSource,
     SourceInput,
 )
-from servingops.activities.replica.kueue import QUEUE_LABEL
 from servingops.api_models.ome.placement import EXECUTION_ANNOTATION, ORIGIN_LABEL
 from servingops.api_models.refs import ObjectRef
+from servingops.rendering.kueue import QUEUE_LABEL
 from testkit.placement_fakes import FakeFleet, FakeMember
 from testkit.waiting import wait_until
 from tests.fixtures.kube import api_as

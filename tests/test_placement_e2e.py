@@ -33,10 +33,10 @@ from devstack.kube import LocalKubeCluster
 from devstack.members import PLACEMENT_QUEUE, MemberCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
-from servingops.activities.replica.kueue import ADMISSION_GATE, QUEUE_LABEL
 from servingops.api_models.contract import Query, placement_workflow_id
 from servingops.api_models.contract.placement import ADOPT_ANNOTATION
 from servingops.api_models.ome.placement import EXECUTION_ANNOTATION, ORIGIN_LABEL
+from servingops.rendering.kueue import ADMISSION_GATE, QUEUE_LABEL
 from servingops.runtime.temporal import TemporalSettings, connect
 from testkit.waiting import wait_until
 from tests.support.replica_stack import restart

@@ -328,7 +328,7 @@ def test_a_replica_renders_from_a_runtime_ref_and_waits_for_a_missing_model(
 
 def test_a_runtime_with_leader_and_worker_renders_a_gang(cluster: ReplicaCluster, ns: str, acts: ReplicaActivities,
                                                          kube_api: client.ApiClient) -> None:
-    """activities/serving/multinode.py through from_refs: the runtime's engineConfig leader/worker."""
+    """rendering/multinode.py through from_refs: the runtime's engineConfig leader/worker."""
     runtime = f"srt-{uuid.uuid4().hex[:6]}"
     custom = client.CustomObjectsApi(kube_api)
     custom.create_cluster_custom_object("ome.io", "v1beta1", "clusterservingruntimes", {

@@ -1,4 +1,4 @@
-"""Kueue admission's pure parts (activities/replica/kueue.py): what a gang's pods carry to be one Kueue
+"""Kueue admission's pure parts (rendering/kueue.py): what a gang's pods carry to be one Kueue
 pod group, why a Workload holds its pods (Kueue's own words, matched to pods by ownerReference), the
 reading of a pod's queue, and the engine's side of it: the Waiting token, the FailedScale condition
 and the once-per-operation announcement (workflows/replica/operations.py, status.py)."""
@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from servingops.activities.replica import kueue, pods
+from servingops.activities.replica import pods
 from servingops.activities.replica.observe import pod_view
 from servingops.activities.replica.types import PodView
 from servingops.api_models.ome.enums import InstanceOperationType
 from servingops.api_models.ome.instance_status import InstanceOperation, OMENativeInstanceStatus
 from servingops.api_models.ome.replica import Runner
+from servingops.rendering import kueue
 from servingops.workflows.replica import status
 from servingops.workflows.replica.instances import InstanceView
 from servingops.workflows.replica.operations import admission_wait, announce_admission

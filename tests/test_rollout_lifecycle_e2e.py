@@ -24,9 +24,9 @@ from temporalio.client import WorkflowExecutionStatus
 
 from devstack.kube import POD_UNREADY_ANNOTATION
 from devstack.services import Prometheus
-from servingops.activities.serving.render import LABEL_REVISION
 from servingops.api_models import contract
 from servingops.api_models.ome.rollout_policy import RolloutPolicy
+from servingops.rendering.render import LABEL_REVISION
 from servingops.runtime.temporal import TemporalSettings, connect
 from servingops.workflows.rollout.models import RolloutSettings
 from tests.crd_helpers import create, manifest

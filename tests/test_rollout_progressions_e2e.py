@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 
 from devstack.kube import POD_UNREADY_ANNOTATION
-from servingops.activities.serving.render import LABEL_COMPONENT, LABEL_NAME, LABEL_REVISION
 from servingops.api_models import contract
+from servingops.rendering.render import LABEL_COMPONENT, LABEL_NAME, LABEL_REVISION
 from tests.rollout_live import NEW_IMAGE, OLD_IMAGE, LiveIsvc, LiveStack, Recorder, component, live_stack
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""ome.io/inherit-from resolution (activities/serving/runtime_inheritance.py), pure."""
+"""ome.io/inherit-from resolution (rendering/runtime_inheritance.py), pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from servingops.activities.serving.runtime_inheritance import (
+from servingops.rendering.runtime_inheritance import (
     InheritanceReason,
     RuntimeObject,
     resolve,

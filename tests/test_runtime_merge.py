@@ -1,10 +1,10 @@
-"""Component merge and model wiring (activities/serving/runtime_merge.py), pure."""
+"""Component merge and model wiring (rendering/runtime_merge.py), pure."""
 
 from __future__ import annotations
 
 import pytest
 
-from servingops.activities.serving.runtime_merge import (
+from servingops.rendering.runtime_merge import (
     ModelMount,
     attach_model,
     merge_component,

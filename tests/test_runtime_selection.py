@@ -1,4 +1,4 @@
-"""Runtime selection rules (activities/serving/runtime_selection.py), pure."""
+"""Runtime selection rules (rendering/runtime_selection.py), pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from servingops.activities.serving.runtime_selection import (
+from servingops.api_models.ome.models import BaseModelSpec
+from servingops.api_models.ome.runtimes import ServingRuntimeSpec
+from servingops.rendering.runtime_selection import (
     RuntimeCandidate,
     RuntimeKind,
     check_runtime,
@@ -14,8 +16,6 @@ from servingops.activities.serving.runtime_selection import (
     select_runtime,
     versions_match,
 )
-from servingops.api_models.ome.models import BaseModelSpec
-from servingops.api_models.ome.runtimes import ServingRuntimeSpec
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,6 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from servingops.activities.serving import render
 from servingops.activities.serving.activities import ServingActivities
 from servingops.activities.serving.types import (
     EnsureRevisionInput,
@@ -24,8 +23,6 @@ from servingops.activities.serving.types import (
     RevisionObservation,
     ServiceObservation,
     SetTrafficInput,
-    revision_name,
-    route_name,
 )
 from servingops.api_models.errors import ErrorType
 from servingops.api_models.ome import InferenceService
@@ -34,6 +31,8 @@ from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.operator_config import IngressConfig
 from servingops.api_models.refs import ObjectRef
 from servingops.api_models.serving import TrafficWeight
+from servingops.rendering import render
+from servingops.rendering.names import revision_name, route_name
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.support.placement_demand import execution, rendering_hash
 
@@ -324,7 +323,7 @@ def test_a_component_without_a_container_is_unservable() -> None:
     render.check_servable(served, ROUTER, served.router)
 
 _HASH_SCRIPT = """
-from servingops.activities.serving import render
+from servingops.rendering import render
 from servingops.api_models.ome.components import EngineSpec
 from servingops.api_models.ome.enums import ComponentType
 spec = EngineSpec.model_validate({spec!r})

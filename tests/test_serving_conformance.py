@@ -48,7 +48,6 @@ from temporalio.testing import ActivityEnvironment
 
 from devstack.kube import POD_UNREADY_ANNOTATION
 from servingops.activities.kubernetes import AnnotationRemoval, KubernetesActivities, StatusPatch
-from servingops.activities.serving import render
 from servingops.activities.serving.activities import ServingActivities
 from servingops.activities.serving.types import (
     EnsureRevisionInput,
@@ -67,6 +66,7 @@ from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.operator_config import IngressConfig
 from servingops.api_models.refs import ConditionUpdate, ObjectRef
 from servingops.api_models.serving import IngressObservation, RouteStatus, TrafficWeight
+from servingops.rendering import render
 from testkit.rollout_fakes import FakeCluster
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.support.conformance import FAKE_UNIT_AND_REAL, chosen_backend

@@ -1,4 +1,4 @@
-"""The pure rules of a component's HTTPRoute and its Gateway (activities/serving/ingress.py and
+"""The pure rules of a component's HTTPRoute and its Gateway (rendering/ingress.py and
 render.http_route): parentRefs and hostnames from the operator's ingress block, the entrypoint's
 top-level host, weights exactly as given, the Gateway's verdict read from status.parents, and
 whether a live route drifted from what the configuration renders now."""
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from servingops.activities.serving import ingress, render
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.operator_config import IngressConfig, OperatorConfigError
 from servingops.api_models.serving import IngressObservation, RouteStatus, TrafficWeight
+from servingops.rendering import ingress, render
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""An InferenceService naming a model and a runtime, made concrete (activities/serving/resolution.py),
+"""An InferenceService naming a model and a runtime, made concrete (rendering/resolution.py),
 on upstream OME's own sample manifests (tests/fixtures/ome_samples), with an in-memory reader."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from servingops.activities.serving import render
-from servingops.activities.serving.resolution import Unresolvable, UnresolvableReason, resolve_service
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
+from servingops.rendering import render
+from servingops.rendering.resolution import Unresolvable, UnresolvableReason, resolve_service
 from tests.support.serving_world import Cluster, ready_model, sample_service, sglang_runtime
 
 pytestmark = pytest.mark.unit

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from temporalio import activity
 from urllib3.exceptions import HTTPError
 
+from servingops.activities.component_shape import component_shape
 from servingops.activities.custom_objects import CustomObjects
 from servingops.activities.placement import capacity, mirrors
 from servingops.activities.placement.clients import MemberClients
@@ -48,9 +49,6 @@ from servingops.activities.placement.types import (
     PlacementSource,
     SourceInput,
 )
-from servingops.activities.replica.kueue import ADMISSION_GATE, QUEUE_LABEL
-from servingops.activities.serving import multinode, render
-from servingops.activities.serving.resolution import Unresolvable, resolve_service
 from servingops.activities.workload_cluster.registration import RegistrationUnusable, versioned_member_access
 from servingops.api_models.contract.placement import ADOPT_ANNOTATION, ADOPT_VALUE
 from servingops.api_models.ome import instance_keys as keys
@@ -66,6 +64,9 @@ from servingops.api_models.ome.placement import (
 )
 from servingops.api_models.ome.placement_status import PlacementCapacityPool, PlacementCapacitySample
 from servingops.api_models.ome.replica import InferenceReplicaStatus
+from servingops.rendering import multinode, render
+from servingops.rendering.kueue import ADMISSION_GATE, QUEUE_LABEL
+from servingops.rendering.resolution import Unresolvable, resolve_service
 
 GROUP, VERSION = "ome.io", "v1beta1"
 _COMPONENTS = (ComponentType.ENGINE, ComponentType.DECODER, ComponentType.ROUTER)
@@ -291,7 +292,7 @@ class PlacementActivities:
                 resolved = resolve_service(member.reader(), body)
                 root = capacity.root_quota(member.accelerator_quotas())
             spec = InferenceServiceSpec.model_validate(resolved.spec)
-            shapes = [capacity.component_shape(c.value, multinode.runner_templates(target.name, c, cspec))
+            shapes = [component_shape(c.value, multinode.runner_templates(target.name, c, cspec))
                       for c in (ComponentType.ENGINE, ComponentType.DECODER)
                       if (cspec := render.component_spec(spec, c)) is not None]
             normalized = capacity.normalize(shapes, root, datetime.now(UTC))

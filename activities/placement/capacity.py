@@ -1,5 +1,6 @@
-"""SplitByCapacity's normalization, as pure rules: what one replica of a source demands as a member
-renders it, and how many whole replicas a member's capacity report holds.
+"""SplitByCapacity's normalization, as pure rules: how many whole replicas a member's capacity report
+holds, by what one replica of a source demands as the member renders it (activities/component_shape.py,
+shared with the member's own demand check).
 
 Seed 004: a member's capacity is "that cluster's own derived capacity", written by its own
 controller on the root AcceleratorQuota (`status.capacity`: per resource and flavor, allocatable,
@@ -12,7 +13,8 @@ Read here as:
   ("Engine and Decoder use equal whole-replica floors"); the router is excluded (its replicas follow
   a per-home policy). A replica's demand of a resource is the sum over its pods (a gang: the leader
   and `size` workers) of each pod's effective request: the larger of its containers' sum and its
-  largest init container, a request defaulting to its limit, as the scheduler counts it.
+  largest init container, a request defaulting to its limit, as the scheduler counts it
+  (component_shape.py).
 - Only resources the report covers count (the accelerators the member's report names); cpu and
   memory are not normalized. A service that demands none of them has no capacity to divide by.
 - Whole replicas of one resource: a replica's pods land on one flavor, so it is the sum over the
@@ -33,20 +35,12 @@ from decimal import Decimal
 from typing import Any
 
 from servingops.activities.capacity.attribution import quantity_value
+from servingops.activities.component_shape import ComponentShape
 from servingops.api_models.canonical import canonical_json
 from servingops.api_models.timestamps import parse_rfc3339
 
 STALE_AFTER = timedelta(minutes=5)
 """A report whose observedAt is older than this says nothing about the member now."""
-
-
-@dataclass(frozen=True)
-class ComponentShape:
-    component: str
-    rendering_hash: str
-    """sha256 of the component's Instance pod templates and their sizes, as the member renders them."""
-    demand: dict[str, Decimal]
-    """Per resource, what one replica of this component requests in all its pods."""
 
 
 class CapacityUnknown(Exception):
@@ -57,39 +51,6 @@ class CapacityUnknown(Exception):
 
 def canonical_hash(value: Any) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
-
-
-
-
-def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
-    resources = container.get("resources") or {}
-    limits = {k: quantity_value(v) for k, v in (resources.get("limits") or {}).items()}
-    requests = {k: quantity_value(v) for k, v in (resources.get("requests") or {}).items()}
-    return {**limits, **requests}  # an unset request defaults to the limit
-
-
-def pod_requests(template: Mapping[str, Any]) -> dict[str, Decimal]:
-    """The effective request of one pod: max(sum of containers, largest init container) per resource."""
-    spec = template.get("spec") or {}
-    total: dict[str, Decimal] = {}
-    for container in spec.get("containers") or []:
-        for name, amount in _container_requests(container).items():
-            total[name] = total.get(name, Decimal(0)) + amount
-    for container in spec.get("initContainers") or []:
-        for name, amount in _container_requests(container).items():
-            total[name] = max(total.get(name, Decimal(0)), amount)
-    return total
-
-
-def component_shape(component: str, instances: Sequence[tuple[str, int, dict[str, Any]]]) -> ComponentShape:
-    """`instances`: (runner, size, pod template) of one replica, as multinode.runner_templates gives."""
-    demand: dict[str, Decimal] = {}
-    for _, size, template in instances:
-        for name, amount in pod_requests(template).items():
-            demand[name] = demand.get(name, Decimal(0)) + amount * size
-    hashed = canonical_hash([{"runner": runner, "size": size, "template": template}
-                             for runner, size, template in instances])
-    return ComponentShape(component=component, rendering_hash=hashed, demand=demand)
 
 
 def root_quota(quotas: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:

@@ -79,7 +79,7 @@ class MemberClient:
 
 
 class MemberReader:
-    """The serving resolution's Reader (activities/serving/resolution.py) over a member's apiserver,
+    """The serving resolution's Reader (rendering/resolution.py) over a member's apiserver,
     read-only: SplitByCapacity resolves a source the way the member will render it (its runtimes, its
     models) to learn what one replica demands. Runtime snapshots are neither read nor taken: demand
     follows the live runtime, and a placement identity never writes ControllerRevisions. Each kind's

@@ -26,7 +26,8 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio import activity
 
-from servingops.activities.replica import in_place, kueue, pods
+from servingops.activities.reference_reader import KubeReader
+from servingops.activities.replica import in_place, pods
 from servingops.activities.replica.from_refs import NotRenderable, render_runners
 from servingops.activities.replica.observe import pod_view
 from servingops.activities.replica.revisions import (
@@ -56,15 +57,16 @@ from servingops.activities.replica.types import (
     SetServingInput,
     SetServingResult,
 )
-from servingops.activities.serving.resolution import KubeReader, Unresolvable
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.replica import InferenceReplicaSpec, InferenceReplicaStatus, Runner
 from servingops.api_models.refs import ObjectRef
+from servingops.rendering import kueue
+from servingops.rendering.resolution import Unresolvable
 
 _GROUP, _VERSION, _PLURAL = "ome.io", "v1beta1", "inferencereplicas"
 _KUEUE_GROUP, _KUEUE_VERSION, _WORKLOADS = "kueue.x-k8s.io", "v1beta2", "workloads"
-"""Kueue's Workloads, read while a pod of ours waits at Kueue's admission gate (activities/replica/kueue.py)."""
+"""Kueue's Workloads, read while a pod of ours waits at Kueue's admission gate (rendering/kueue.py)."""
 _STRATEGIC = "application/strategic-merge-patch+json"
 FAN_OUT = 8
 """Pods one set_serving call reads and patches side by side."""

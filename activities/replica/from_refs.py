@@ -1,14 +1,14 @@
 """The runners of an InferenceReplica that names a model and/or a runtime instead of spec.runners
 (seed: "the controller renders the runners from the refs and never stores them"): rendered the way an
-InferenceService component is (activities/serving/resolution.py: the model's mount, the selected or
-named runtime's piece, fine-tuned weights, overlays, accelerator tuning; render.py: the pod template),
-stored only in the replica's ControllerRevision.
+InferenceService component is (rendering/resolution.py: the model's mount, the selected or
+named runtime's piece, fine-tuned weights, overlays, accelerator tuning; rendering/render.py: the pod
+template), stored only in the replica's ControllerRevision.
 
 A runtimeRef's pin (autoSync false, revision) is not honoured: the live runtime renders (seed; the
 validating webhook rejects a pinned reference). A component with a leader/worker shape (the runtime's
 `engineConfig` / `decoderConfig` leader and worker, merged with nothing or with the model's wiring)
 renders as a gang, runners `leader` (size 1) and `worker` (the worker count), the way an OMENative
-service's component does (activities/serving/multinode.py); otherwise one "default" runner.
+service's component does (rendering/multinode.py); otherwise one "default" runner.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from servingops.activities.serving import multinode, render
-from servingops.activities.serving.resolution import Reader, Unresolvable, resolve_service, runtime_piece
-from servingops.activities.serving.runtime_merge import merge_component
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.ome.instance_keys import RUNNER_LABEL
 from servingops.api_models.ome.replica import InferenceReplicaSpec, Runner
+from servingops.rendering import multinode, render
+from servingops.rendering.resolution import Reader, Unresolvable, resolve_service, runtime_piece
+from servingops.rendering.runtime_merge import merge_component
 
 
 class NotRenderable(ValueError):

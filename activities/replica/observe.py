@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from servingops.activities.replica import kueue
 from servingops.activities.replica.types import PodView
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.instance_status import InstanceTermination
+from servingops.rendering import kueue
 
 
 def parse_time(value: Any) -> datetime | None:

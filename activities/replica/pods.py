@@ -12,11 +12,11 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from servingops.activities.replica import kueue
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.constants import API_VERSION
 from servingops.api_models.ome.enums import RunnerName, TopologySpreadPolicy
 from servingops.api_models.ome.replica import InferenceReplicaSpec, Runner
+from servingops.rendering import kueue
 
 HOSTNAME_KEY = "kubernetes.io/hostname"
 PREFERRED_NODE_WEIGHT = 100
@@ -151,7 +151,7 @@ def _add_group_env(rendered: list[dict[str, Any]], leader_address: str) -> None:
 
 def _kueue_group(rendered: list[dict[str, Any]], templates: list[dict[str, Any]],
                  key: InstanceKey) -> list[dict[str, Any]]:
-    """A gang whose runners name a Kueue queue is one Kueue pod group (activities/replica/kueue.py),
+    """A gang whose runners name a Kueue queue is one Kueue pod group (rendering/kueue.py),
     admitted all or nothing; without a queue label nothing is added."""
     queue = kueue.queue_of(templates)
     if queue is None:

@@ -43,7 +43,7 @@ class PodView(BaseModel):
     """The Kueue LocalQueue the pod is submitted to (its kueue.x-k8s.io/queue-name label), if any."""
     admission: str | None = None
     """While Kueue holds the gated pod: why, in Kueue's words (its Workload's QuotaReserved=False
-    message, activities/replica/kueue.py). Volatile: it goes to an Event and a condition, never into
+    message, rendering/kueue.py). Volatile: it goes to an Event and a condition, never into
     the Instance's row."""
     containers_ready: bool = False
     ready: bool = False

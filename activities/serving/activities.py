@@ -31,10 +31,10 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio import activity
 
-from servingops.activities.serving import ingress, multinode, omenative, render, scaling
+from servingops.activities.reference_reader import KubeReader
+from servingops.activities.serving import omenative
 from servingops.activities.serving.omenative import OMENATIVE, ProjectedReplicas, deployment_mode
 from servingops.activities.serving.placement_demand import demand_hold
-from servingops.activities.serving.resolution import KubeReader, ResolvedService, Unresolvable, resolve_service
 from servingops.activities.serving.types import (
     ComponentObservation,
     EnsureRevisionInput,
@@ -46,8 +46,6 @@ from servingops.activities.serving.types import (
     ServiceObservation,
     ServingHold,
     SetTrafficInput,
-    revision_name,
-    route_name,
 )
 from servingops.api_models.credential_headers import scrubbed
 from servingops.api_models.errors import ErrorType, application_error
@@ -57,6 +55,9 @@ from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.operator_config import IngressConfig, OperatorConfigError
 from servingops.api_models.refs import ObjectRef
 from servingops.api_models.serving import IngressObservation, TrafficWeight
+from servingops.rendering import ingress, multinode, render, scaling
+from servingops.rendering.names import revision_name, route_name
+from servingops.rendering.resolution import ResolvedService, Unresolvable, resolve_service
 
 FIELD_MANAGER = "servingops"
 _APPLY = "application/apply-patch+yaml"
@@ -174,7 +175,7 @@ class ServingActivities:
 
     def _spec(self, ref: ObjectRef, obj: dict[str, Any]) -> InferenceServiceSpec:
         """The spec to render: as written, or, when it names a model, made concrete from the model
-        and its runtime (resolution.py; raises Unresolvable when that cannot be done now)."""
+        and its runtime (rendering/resolution.py; raises Unresolvable when that cannot be done now)."""
         return self._resolved(ref, obj)[0]
 
     def _resolved(self, ref: ObjectRef, obj: dict[str, Any]) -> tuple[InferenceServiceSpec, ResolvedService | None]:

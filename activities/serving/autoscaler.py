@@ -18,7 +18,7 @@ reference to this InferenceService) is never touched: applying over it is refuse
 Writes are server-side applies (field manager `servingops`), so a retry is a no-op; deletes carry the
 uid as a precondition, so a name reused meanwhile is left alone. The same call keeps the projected
 replica's spec.autoscaler the component's block (a merge patch replacing it whole) and hands the count
-back to the service when the block stops owning it (scaling.py says who owns it).
+back to the service when the block stops owning it (rendering/scaling.py says who owns it).
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 from temporalio import activity
 
-from servingops.activities.serving import render
 from servingops.activities.serving.omenative import OMENATIVE, deployment_mode, replica_name
-from servingops.activities.serving.scaling import bounds, owns_replicas, replacing
 from servingops.api_models.base import Condition
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.autoscaling import ComponentAutoscaler, ComponentAutoscalerStatus
 from servingops.api_models.ome.enums import AutoscalerClass, AutoscalerManagedBy, ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.refs import ObjectRef
+from servingops.rendering import render
+from servingops.rendering.scaling import bounds, owns_replicas, replacing
 
 FIELD_MANAGER = "servingops"
 _APPLY = "application/apply-patch+yaml"

@@ -15,9 +15,9 @@ so a per-revision Service selects the replica's pods of that revision, and
   `pacing.rollbackToRevision`: the replica's ControllerRevision of that template.
 
 A multi-node component (leader / worker) projects a gang per Instance: runners `leader` (size 1) and
-`worker` (its worker count), rendered by multinode.py; its revision is the gang's, its per-revision
-Service selects the leaders only, and an Instance counts as ready once its leader and every worker
-are Ready and in rotation.
+`worker` (its worker count), rendered by rendering/multinode.py; its revision is the gang's, its
+per-revision Service selects the leaders only, and an Instance counts as ready once its leader and
+every worker are Ready and in rotation.
 
 The mode: a per-component `ome.io/deploymentMode` annotation wins, then spec.deploymentMode, then the
 InferenceService's own `ome.io/deploymentMode` annotation; anything else is RawDeployment.
@@ -32,8 +32,6 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from servingops.activities.serving import multinode, render
-from servingops.activities.serving.scaling import owns_replicas, projected_count, replacing
 from servingops.activities.serving.types import RevisionObservation
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
@@ -45,6 +43,8 @@ from servingops.api_models.ome.instance_keys import (
     SERVING_GATE,
 )
 from servingops.api_models.ome.lifecycle import LifecycleStatus
+from servingops.rendering import multinode, render
+from servingops.rendering.scaling import owns_replicas, projected_count, replacing
 
 OMENATIVE = "OMENative"
 MODE_ANNOTATION = "ome.io/deploymentMode"

@@ -19,12 +19,12 @@ import json
 
 from pydantic import ValidationError
 
-from servingops.activities.placement.capacity import component_shape
-from servingops.activities.serving import multinode, render
+from servingops.activities.component_shape import component_shape
 from servingops.activities.serving.types import ServingHold
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.ome.placement import EXECUTION_ANNOTATION, PlacementExecutionPolicy
+from servingops.rendering import multinode, render
 
 DEMAND_MISMATCH = "PlacementDemandMismatch"
 """The hold's reason: this member renders a component otherwise than the accepted plan counted."""

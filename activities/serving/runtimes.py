@@ -1,5 +1,5 @@
 """Reads for the ServingRuntime workflow: a runtime and the parents its `ome.io/inherit-from`
-chain names, resolved (activities/serving/runtime_inheritance.py holds the rules)."""
+chain names, resolved (rendering/runtime_inheritance.py holds the rules)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from kubernetes import client
 from pydantic import BaseModel
 from temporalio import activity
 
-from servingops.activities.serving.resolution import KubeReader
-from servingops.activities.serving.runtime_inheritance import RuntimeObject, resolve
+from servingops.activities.reference_reader import KubeReader
 from servingops.api_models.ome.constants import GROUP
 from servingops.api_models.refs import ObjectRef
+from servingops.rendering.runtime_inheritance import RuntimeObject, resolve
 
 
 class RuntimeResolution(BaseModel):

@@ -4,9 +4,9 @@ class, inside `workflow.unsafe.imports_passed_through()`.
 
 An InferenceService component in RawDeployment mode is served as one Deployment and one Service
 per revision, both named `<isvc>-<component>-rev-<hash>`, and one HTTPRoute named
-`<isvc>-<component>` whose weighted backendRefs carry the split. The revision hash is a stable
-hash of the rendered pod template. Activities observe and move capacity and traffic; the
-workflow decides.
+`<isvc>-<component>` whose weighted backendRefs carry the split (the names: rendering/names.py).
+The revision hash is a stable hash of the rendered pod template. Activities observe and move
+capacity and traffic; the workflow decides.
 
 `TrafficWeight` is also part of the rollout messages, and `RouteStatus` and `IngressObservation`
 are kept in the InferenceService workflow's memory, so they live in the API models
@@ -20,14 +20,6 @@ from pydantic import BaseModel
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.refs import ObjectRef
 from servingops.api_models.serving import IngressObservation, RouteStatus, TrafficWeight
-
-
-def revision_name(isvc: str, component: str, revision: str) -> str:
-    return f"{isvc}-{component}-rev-{revision}"
-
-
-def route_name(isvc: str, component: str) -> str:
-    return f"{isvc}-{component}"
 
 
 class RevisionKey(BaseModel):
@@ -77,7 +69,7 @@ class ComponentObservation(BaseModel):
 
 
 class ServingHold(BaseModel):
-    """Why a spec that serves by reference cannot be rendered now (activities/serving/resolution.py
+    """Why a spec that serves by reference cannot be rendered now (rendering/resolution.py
     UnresolvableReason): it may become servable without a new generation (a model turns Ready, a
     runtime appears), so it is re-observed, not refused."""
 

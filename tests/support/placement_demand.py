@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from servingops.activities.placement import capacity
-from servingops.activities.serving import multinode, render
+from servingops.activities.component_shape import component_shape
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.ome.placement import EXECUTION_ANNOTATION
+from servingops.rendering import multinode, render
 
 ENGINE, DECODER = ComponentType.ENGINE, ComponentType.DECODER
 
@@ -22,7 +22,7 @@ def rendering_hash(isvc: str, body: dict[str, Any], component: ComponentType = E
     """What placement.read_capacity records for the component (the same two calls)."""
     cspec = render.component_spec(_spec(body), component)
     assert cspec is not None
-    return capacity.component_shape(component.value, multinode.runner_templates(isvc, component, cspec)).rendering_hash
+    return component_shape(component.value, multinode.runner_templates(isvc, component, cspec)).rendering_hash
 
 
 def execution(components: dict[str, str] | None) -> dict[str, str]:

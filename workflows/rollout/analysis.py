@@ -18,12 +18,12 @@ with workflow.unsafe.imports_passed_through():
         MetricQuery,
         PrometheusActivities,
     )
-    from servingops.activities.serving.types import revision_name
     from servingops.api_models.contract.rollout import ComponentTarget
     from servingops.api_models.ome.rollout import GroupCanary, RolloutAnalysis
     from servingops.api_models.ome.rollout_status import AnalysisMetricResult
     from servingops.api_models.operator_config import OperatorDefaults, PrometheusSource
     from servingops.api_models.refs import ObjectRef
+    from servingops.rendering.names import revision_name
     from servingops.workflows import options
     from servingops.workflows.rollout.templating import QueryContext, TemplateError, render
 

@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import Any
 
 from servingops.activities.kubernetes import EventNote
-from servingops.activities.serving.types import ServingHold, revision_name
+from servingops.activities.serving.types import ServingHold
 from servingops.api_models.contract.rollout import ActiveRun, ComponentTarget, ComponentView, ServiceState
 from servingops.api_models.errors import ErrorType
 from servingops.api_models.ome.enums import (
@@ -51,6 +51,7 @@ from servingops.api_models.ome.rollout_status import (
 from servingops.api_models.ome.traffic import ComponentTrafficTarget
 from servingops.api_models.refs import ConditionUpdate
 from servingops.api_models.serving import IngressObservation, RouteStatus, TrafficWeight
+from servingops.rendering.names import revision_name
 from servingops.workflows.rollout.models import Refusal
 from servingops.workflows.rollout.plan import entrypoint, target_id
 

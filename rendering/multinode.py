@@ -1,7 +1,7 @@
 """A multi-node (leader/worker) component rendered into the two pod templates of one gang: the
 leader's and the workers' (pure, no I/O). An OMENative component projects them as the replica's
-`leader` and `worker` runners (omenative.py); a replica rendered from refs does the same
-(activities/replica/from_refs.py).
+`leader` and `worker` runners (activities/serving/omenative.py); a replica rendered from refs does the
+same (activities/replica/from_refs.py).
 
 Upstream OME (checked at 17b77eda) renders such a component as a LeaderWorkerSet; what it does is
 followed here, mapped onto runners:
@@ -29,10 +29,10 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from servingops.activities.serving import render
 from servingops.api_models.ome.components import DecoderSpec, EngineSpec, LeaderSpec, PodSpec, WorkerSpec
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
+from servingops.rendering import render
 
 WORKERS_ANNOTATION = "servingops.io/gang-workers"
 """On the leader's template: how many workers its gang has, so whoever counts Instances from pods

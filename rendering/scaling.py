@@ -1,5 +1,6 @@
 """Who owns an OMENative component's replica count, and how a rollout's capacity maps onto the count
-an autoscaler chose. Pure rules shared by the projection (omenative.py) and the scaler (autoscaler.py).
+an autoscaler chose. Pure rules shared by the projection and the scaler (activities/serving/omenative.py,
+autoscaler.py).
 
 Seed 004 (InferenceReplicaSpec.replicas): on a projected replica the InferenceService controller writes
 the component's minReplicas (at least 1) at create, "and thereafter while no autoscaler owns the count

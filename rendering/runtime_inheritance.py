@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from servingops.activities.serving.runtime_merge import strategic_merge
 from servingops.api_models.contract import RUNTIME_INHERIT_FROM as INHERIT_FROM
+from servingops.rendering.runtime_merge import strategic_merge
 
 MAX_DEPTH = 8
 

@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from servingops.activities.serving.types import route_name
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.operator_config import HostError, IngressConfig, OperatorConfigError
 from servingops.api_models.serving import IngressObservation, RouteStatus
+from servingops.rendering.names import route_name
 
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 _ENTRY_ORDER = (ComponentType.ROUTER, ComponentType.ENGINE, ComponentType.DECODER)

@@ -1,5 +1,6 @@
 """Kueue admission for an Instance's pods. Pure: names, the pod-group metadata a gang gets, and why a
-Kueue Workload still holds its pods.
+Kueue Workload still holds its pods. The replica activities render and read pods by it, and placement
+labels a derived service's pods with the queue and reads the admission gate by the same names.
 
 A runner template carrying the `kueue.x-k8s.io/queue-name` label makes the Instance's pods Kueue's:
 its pod webhook adds the `kueue.x-k8s.io/admission` scheduling gate at create, and its controller

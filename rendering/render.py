@@ -13,14 +13,14 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from servingops.activities.serving.ingress import DETACHED, Attachment
-from servingops.activities.serving.types import revision_name, route_name
 from servingops.api_models.canonical import canonical_json
 from servingops.api_models.ome.components import DecoderSpec, EngineSpec, PodSpec, RouterSpec
 from servingops.api_models.ome.constants import API_VERSION
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.serving import TrafficWeight
+from servingops.rendering.ingress import DETACHED, Attachment
+from servingops.rendering.names import revision_name, route_name
 
 ComponentSpec = EngineSpec | DecoderSpec | RouterSpec
 
@@ -252,7 +252,7 @@ def service(owner: Owner, rendered: RenderedRevision, spec: ComponentSpec) -> di
 def http_route(owner: Owner, component: ComponentType, weights: list[TrafficWeight],
                attachment: Attachment = DETACHED) -> dict[str, Any]:
     """One rule whose weighted backendRefs are the revision Services, weights exactly as given;
-    parentRefs and hostnames from `attachment` (activities/serving/ingress.py), none when empty.
+    parentRefs and hostnames from `attachment` (rendering/ingress.py), none when empty.
     Fields left out are not ours under server-side apply: a route applied without them loses the
     ones we applied before and keeps any another manager set."""
     backends = [

@@ -3,7 +3,9 @@ its components merged with the service's, the model's node copy wired in. The se
 render the result exactly like an inline spec, so a runtime or model change is a new pod template,
 hence a new revision, rolled out by the group's progression like any other template change.
 
-The reads (the model, the runtimes and their ome.io/inherit-from parents) go through a `Reader`;
+The reads (the model, the runtimes and their ome.io/inherit-from parents) go through a `Reader`,
+which the activities implement over an apiserver (activities/reference_reader.py KubeReader; in a
+member cluster activities/placement/member.py MemberReader), so this module imports no client;
 everything else is pure (runtime_selection, runtime_inheritance, runtime_merge). A spec that cannot
 be served yet or at all raises `Unresolvable` with a reason and a message naming what was compared,
 which the InferenceService's Ready condition and a Warning Event carry (the operator must not need
@@ -19,35 +21,33 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from servingops.activities.serving import accelerator_overrides
-from servingops.activities.serving.render import MAIN_CONTAINER
-from servingops.activities.serving.runtime_inheritance import RuntimeObject, resolve
-from servingops.activities.serving.runtime_merge import (
-    ModelMount,
-    attach_model,
-    merge_component,
-    wire_container,
-    wire_pod,
-)
-from servingops.activities.serving.runtime_selection import (
-    RuntimeCandidate,
-    RuntimeKind,
-    check_runtime,
-    judge,
-    select_runtime,
-)
 from servingops.api_models.canonical import canonical_json
 from servingops.api_models.deckhouse import workload
 from servingops.api_models.ome.enums import LifeCycleState
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
 from servingops.api_models.ome.models import BaseModelSpec
 from servingops.api_models.ome.runtimes import AcceleratorModelConfig, ServingRuntimeSpec
+from servingops.rendering import accelerator_overrides
+from servingops.rendering.render import MAIN_CONTAINER
+from servingops.rendering.runtime_inheritance import RuntimeObject, resolve
+from servingops.rendering.runtime_merge import (
+    ModelMount,
+    attach_model,
+    merge_component,
+    wire_container,
+    wire_pod,
+)
+from servingops.rendering.runtime_selection import (
+    RuntimeCandidate,
+    RuntimeKind,
+    check_runtime,
+    judge,
+    select_runtime,
+)
 
 OME_GROUP = "ome.io"
 RUNTIME_SYNC = "ome.io/runtime-sync"
@@ -110,91 +110,6 @@ class ResolvedService:
     """autoSync false: the ControllerRevision whose runtime snapshot rendered the pods."""
     sync_token: str | None = None
     """autoSync false: the ome.io/runtime-sync value the pin was taken (or kept) at."""
-
-
-_VERSIONS = {"ome.io": "v1beta1", "ai.deckhouse.io": "v1alpha1"}
-_PLURALS = {
-    "Model": "models",
-    "ClusterModel": "clustermodels",
-    "BaseModel": "basemodels",
-    "ClusterBaseModel": "clusterbasemodels",
-    "FineTunedWeight": "finetunedweights",
-    "ServingRuntime": "servingruntimes",
-    "ClusterServingRuntime": "clusterservingruntimes",
-}
-_TIMEOUT = 30
-_SERVING_RUNTIMES = "servingruntimes"
-_CLUSTER_SERVING_RUNTIMES = "clusterservingruntimes"
-
-
-class KubeReader:
-    """The Reader over the apiserver (the worker's identity: get and list on the four kinds; get and
-    create ControllerRevisions in the controller namespace)."""
-
-    def __init__(self, custom: client.CustomObjectsApi, apps: client.AppsV1Api | None = None,
-                 controller_namespace: str | None = None) -> None:
-        self.custom = custom
-        self.apps = apps
-        self.controller_namespace = controller_namespace
-
-    def _snapshots(self) -> tuple[client.AppsV1Api, str]:
-        if self.apps is None or not self.controller_namespace:
-            raise Unresolvable(UnresolvableReason.RUNTIME_REVISION_NOT_FOUND,
-                               "this worker has no controller namespace for runtime snapshots")
-        return self.apps, self.controller_namespace
-
-    def get_snapshot(self, name: str) -> dict[str, Any] | None:
-        apps, namespace = self._snapshots()
-        try:
-            revision = apps.read_namespaced_controller_revision(name, namespace, _request_timeout=_TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        data = revision.data
-        return dict(data) if isinstance(data, dict) else None
-
-    def save_snapshot(self, name: str, data: dict[str, Any]) -> None:
-        apps, namespace = self._snapshots()
-        body = client.V1ControllerRevision(
-            metadata=client.V1ObjectMeta(name=name, labels={"app.kubernetes.io/managed-by": "servingops",
-                                                            "serving.ome.io/runtime": str(data["name"])[:63]}),
-            data=data, revision=1)
-        try:
-            apps.create_namespaced_controller_revision(namespace, body, _request_timeout=_TIMEOUT)
-        except ApiException as exc:
-            if exc.status != 409:  # already there: names are content hashes, so it is this snapshot
-                raise
-
-    def get(self, group: str, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
-        plural = _PLURALS[kind]
-        version = _VERSIONS[group]
-        try:
-            if namespace:
-                found = self.custom.get_namespaced_custom_object(group, version, namespace, plural, name,
-                                                                 _request_timeout=_TIMEOUT)
-            else:
-                found = self.custom.get_cluster_custom_object(group, version, plural, name,
-                                                              _request_timeout=_TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return dict(cast(dict[str, Any], found))
-
-    def list(self, group: str, kind: str, namespace: str | None) -> list[dict[str, Any]]:
-        """Only runtimes are listed (selection); spelled out per kind so the worker's role can be
-        held to exactly these lists (tests/rbac_calls.py reads the literal plurals)."""
-        if kind == "ServingRuntime" and namespace:
-            found = self.custom.list_namespaced_custom_object(OME_GROUP, "v1beta1", namespace, _SERVING_RUNTIMES,
-                                                              _request_timeout=_TIMEOUT)
-        elif kind == "ClusterServingRuntime":
-            found = self.custom.list_cluster_custom_object(OME_GROUP, "v1beta1", _CLUSTER_SERVING_RUNTIMES,
-                                                           _request_timeout=_TIMEOUT)
-        else:
-            raise ValueError(f"no list of {kind} in namespace {namespace!r} is needed")
-        items = cast(dict[str, Any], found).get("items") or []
-        return [dict(item) for item in items]
 
 
 # -- the model -----------------------------------------------------------------------------------
