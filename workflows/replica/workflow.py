@@ -30,7 +30,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from servingops.workflows import options
-from servingops.workflows.entity import EntitySignals, EntityState
+from servingops.workflows.entity import EntityWorkflow, ReconcileState
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
@@ -76,14 +76,13 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.ome.migration import MigrationStatus
     from servingops.api_models.ome.replica import InferenceReplicaStatus
     from servingops.api_models.operator_config import LifecycleDefaults
-    from servingops.api_models.refs import ConditionUpdate, ObjectRef
+    from servingops.api_models.refs import ConditionUpdate
     from servingops.workflows.replica import ledger, migrate, planner
     from servingops.workflows.replica import status as status_rules
     from servingops.workflows.replica.commands import Command, CreatePods, DeletePods, PatchInPlace, SetServing
     from servingops.workflows.replica.instances import group_pods
     from servingops.workflows.replica.operations import to_recreate
     from servingops.workflows.replica.settings import Lifecycle, lifecycle
-    from servingops.workflows.visibility import Visibility
 
 POLL = timedelta(seconds=2)
 """While an operation is in flight: re-read even without a pod event."""
@@ -97,10 +96,9 @@ _MIRRORED = ("observedGeneration", "currentRevision", "updateRevision", "replica
              "servingReplicas", "availableReplicas", "updatedReplicas", "updatedReadyReplicas", "rolloutHold")
 
 
-class ReplicaState(EntityState):
+class ReplicaState(ReconcileState):
     phase: str = "Pending"
     """For the Temporal UI: Pending, Progressing, Available, Degraded, Paused, Invalid, Deleted."""
-    acted_generation: int = 0
     rows: list[OMENativeInstanceStatus] = []
     blocks: list[RetryBlock] = []
     update_revision: str = ""
@@ -147,14 +145,14 @@ class ReplicaRun(StartObject):
 
 
 @workflow.defn(name=WorkflowType.INFERENCE_REPLICA)
-class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
+class InferenceReplicaWorkflow(EntityWorkflow[ReplicaState]):
     def __init__(self) -> None:
-        self.state = ReplicaState()
-        self.ref: ObjectRef | None = None
-        self.visibility: Visibility | None = None
+        super().__init__(ReplicaState())
         self._pods_changed = False
         self._nudge_pending = False
         self._notes: list[EventNote] = []
+        self._wait = timedelta(0)
+        """How long the last pass said to wait before the next."""
 
     @workflow.signal(name=Signal.PODS_CHANGED)
     def pods_changed(self) -> None:
@@ -173,39 +171,49 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
 
     @workflow.run
     async def run(self, start: ReplicaRun) -> ReplicaState:
-        ref = self.ref = start.ref
-        self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
-        if start.carried is not None:
-            self.adopt(start.carried)
-            self.state.passes = 0
-        self.visibility.publish(self.state.phase)
+        self.begin(start.ref, start.carried)
         if self.state.lifecycle_defaults is None:
             defaults = await workflow.execute_activity_method(OperatorConfigActivities.read, **options.KUBE)
             self.state.lifecycle_defaults = defaults.lifecycle
-        while not self.state.deleting:
-            self._pods_changed = False
-            wait = await self._pass()
-            if wait is None:
-                break
-            if workflow.info().is_continue_as_new_suggested() or self.state.passes >= MAX_PASSES_PER_RUN:
-                workflow.continue_as_new(ReplicaRun(ref=ref, carried=self.state))
-            if wait > timedelta(0):
-                try:
-                    await workflow.wait_condition(
-                        lambda: self.state.deleting or self._pods_changed
-                        or self.state.generation > self.state.acted_generation
-                        or bool(self.state.migration_asks) or bool(self.state.migration_cancels),
-                        timeout=wait)
-                except TimeoutError:
-                    pass
-        return self._gone()
+        return await self.live()
 
-    def _gone(self) -> ReplicaState:
-        assert self.visibility is not None
-        self.state.deleting = True
-        self.state.phase = "Deleted"
-        self.visibility.publish(self.state.phase)
-        return self.state
+    # -- the entity loop's hooks (workflows/entity.py) ----------------------------------------------
+
+    async def first_pass(self) -> bool:
+        if self.state.deleting:
+            return False
+        return await self.next_pass(False)
+
+    async def next_pass(self, timed_out: bool) -> bool:
+        self._pods_changed = False
+        wait = await self._pass()
+        if wait is None:
+            return False
+        self._wait = wait
+        return True
+
+    async def rest(self) -> bool:
+        if self._wait <= timedelta(0):
+            return False  # the pass asked for the next one at once
+        return await super().rest()
+
+    def rest_time(self) -> timedelta:
+        return self._wait
+
+    def woken(self) -> bool:
+        return self._pods_changed or bool(self.state.migration_asks) or bool(self.state.migration_cancels)
+
+    def run_is_full(self) -> bool:
+        return self.state.passes >= MAX_PASSES_PER_RUN
+
+    def reset_run_counts(self) -> None:
+        self.state.passes = 0
+
+    def next_run(self) -> ReplicaRun:
+        assert self.ref is not None
+        return ReplicaRun(ref=self.ref, carried=self.state)
+
+    # -- a pass -------------------------------------------------------------------------------------
 
     async def _pass(self) -> timedelta | None:
         """One observe-plan-write-act pass; how long to wait before the next, None when the replica is gone."""
