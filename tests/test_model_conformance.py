@@ -111,7 +111,7 @@ from servingops.api_models.deckhouse.enums import ArtifactKind, ModelPhase, Mode
 from servingops.api_models.deckhouse.model import Artifact, ModelStatus
 from servingops.api_models.errors import ErrorType
 from servingops.workers.kubernetes_errors import classify
-from servingops.workflows.model_import import FINALIZER
+from servingops.workflows.model import FINALIZER
 from testkit.waiting import wait_until_async
 from tests.fixtures.hub import HubRepos
 from tests.fixtures.kube import api_as
