@@ -145,7 +145,7 @@ class BaseModelWorkflow(EntityWorkflow[BaseModelState]):
 
     @workflow.run
     async def run(self, start: BaseModelRun) -> BaseModelState:
-        self.begin(start.ref, start.carried)
+        self.begin(start, start.carried)
         self.steps = ImportSteps(start.ref, self.state, self._write_progress)
         if not self.continued:
             present = await workflow.execute_activity_method(
@@ -183,9 +183,6 @@ class BaseModelWorkflow(EntityWorkflow[BaseModelState]):
     def reset_run_counts(self) -> None:
         self.state.polls = 0
 
-    def next_run(self) -> BaseModelRun:
-        assert self.ref is not None
-        return BaseModelRun(ref=self.ref, carried=self.state)
 
     async def closing(self) -> None:
         await self._cleanup()

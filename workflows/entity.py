@@ -20,7 +20,7 @@ workflow sets its state in __init__.
 
   A kind fills in the hooks below the loop: its passes (each says whether to go on: not when the
   object is gone, nor after a delete where the kind looks at one), its timer, its own wake-ups,
-  what a continued run carries. Every step makes the Temporal calls the hand-written loops made,
+  its share of passes per run. Every step makes the Temporal calls the hand-written loops made,
   in their order, so moving a workflow onto the skeleton changes no command (tests/test_replay.py).
 
 ModelWorkflow (an import, then a wait for deletion), PlacementWorkflow (its pass reads the source
@@ -95,8 +95,9 @@ R = TypeVar("R", bound=ReconcileState)
 class EntityWorkflow(EntitySignals[R], ABC):
     """The loop of an entity workflow; a kind subclasses it with its state and fills in the hooks.
 
-    Its run() is `self.begin(start.ref, start.carried)` then `return await self.live()`, with
-    whatever the kind does once between the two (a finalizer, a setting read)."""
+    Its run() is `self.begin(start, start.carried)` then `return await self.live()`, with whatever
+    the kind does once between the two (a finalizer, a setting read). The run's input is a
+    StartObject with a `carried` field (the state a continued run starts with)."""
 
     deleted_phase: ClassVar[str] = "Deleted"
     """The phase shown once the object is gone."""
@@ -107,12 +108,15 @@ class EntityWorkflow(EntitySignals[R], ABC):
         self.visibility: Visibility | None = None
         self.continued = False
         """This run continues an earlier one (it was started with the state that one carried)."""
+        self.start: StartObject | None = None
+        """This run's input; the next run's is the same, carrying the state."""
 
     # -- the loop ---------------------------------------------------------------------------------
 
-    def begin(self, ref: ObjectRef, carried: R | None) -> None:
-        """Take the object and a continued run's state; show the phase."""
-        self.ref = ref
+    def begin(self, start: StartObject, carried: R | None) -> None:
+        """Take the run's input and a continued run's state; show the phase."""
+        self.start = start
+        ref = self.ref = start.ref
         self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
         if carried is not None:
             self.adopt(carried)
@@ -142,7 +146,8 @@ class EntityWorkflow(EntitySignals[R], ABC):
         """History stays bounded: a new run, carrying the state, when the server suggests it or this
         run has done its share of passes."""
         if workflow.info().is_continue_as_new_suggested() or self.run_is_full():
-            workflow.continue_as_new(self.next_run())
+            assert self.start is not None
+            workflow.continue_as_new(self.start.model_copy(update={"carried": self.state}))
 
     async def rest(self) -> bool:
         """Wait for a delete, a newer generation, one of the kind's own wake-ups or its timer (a
@@ -180,10 +185,6 @@ class EntityWorkflow(EntitySignals[R], ABC):
     @abstractmethod
     def reset_run_counts(self) -> None:
         """A continued run counts its passes from zero."""
-
-    @abstractmethod
-    def next_run(self) -> StartObject:
-        """The input of the run that continues this one: the object and the state it carries."""
 
     def rest_time(self) -> timedelta | None:
         """How long a rest lasts at most; None: until a signal."""

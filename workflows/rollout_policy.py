@@ -98,7 +98,7 @@ class RolloutPolicyWorkflow(EntityWorkflow[PolicyState]):
 
     @workflow.run
     async def run(self, start: RolloutPolicyRun) -> PolicyState:
-        self.begin(start.ref, start.carried)
+        self.begin(start, start.carried)
         return await self.live()
 
     # -- the entity loop's hooks (workflows/entity.py) -------------------------------------------
@@ -129,9 +129,6 @@ class RolloutPolicyWorkflow(EntityWorkflow[PolicyState]):
     def reset_run_counts(self) -> None:
         self.state.refreshes = 0
 
-    def next_run(self) -> RolloutPolicyRun:
-        assert self.ref is not None
-        return RolloutPolicyRun(ref=self.ref, carried=self.state)
 
     def gone(self) -> PolicyState:
         self.state.reason, self.state.message = "Deleted", "the policy is gone"

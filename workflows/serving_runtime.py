@@ -58,7 +58,7 @@ class ServingRuntimeWorkflow(EntityWorkflow[RuntimeState]):
 
     @workflow.run
     async def run(self, start: RuntimeRun) -> RuntimeState:
-        self.begin(start.ref, start.carried)
+        self.begin(start, start.carried)
         return await self.live()
 
     # -- the entity loop's hooks (workflows/entity.py) ----------------------------------------------
@@ -87,9 +87,6 @@ class ServingRuntimeWorkflow(EntityWorkflow[RuntimeState]):
     def reset_run_counts(self) -> None:
         self.state.resyncs = 0
 
-    def next_run(self) -> RuntimeRun:
-        assert self.ref is not None
-        return RuntimeRun(ref=self.ref, carried=self.state)
 
     # -- a pass -------------------------------------------------------------------------------------
 

@@ -86,7 +86,7 @@ class WorkloadClusterWorkflow(EntityWorkflow[ClusterHealthState]):
 
     @workflow.run
     async def run(self, start: WorkloadClusterRun) -> ClusterHealthState:
-        self.begin(start.ref, start.carried)
+        self.begin(start, start.carried)
         return await self.live()
 
     # -- the entity loop's hooks (workflows/entity.py) ----------------------------------------------
@@ -118,9 +118,6 @@ class WorkloadClusterWorkflow(EntityWorkflow[ClusterHealthState]):
     def reset_run_counts(self) -> None:
         self.state.checks = 0
 
-    def next_run(self) -> WorkloadClusterRun:
-        assert self.ref is not None
-        return WorkloadClusterRun(ref=self.ref, carried=self.state)
 
     # -- a probe ------------------------------------------------------------------------------------
 

@@ -157,7 +157,7 @@ class AcceleratorCapacityWorkflow(EntityWorkflow[CapacityState]):
     @workflow.run
     async def run(self, start: CapacityRun) -> CapacityState:
         self.settings = start.settings
-        self.begin(start.ref, start.carried)
+        self.begin(start, start.carried)
         return await self.live()
 
     # -- the entity loop's hooks (workflows/entity.py) ----------------------------------------------
@@ -184,9 +184,6 @@ class AcceleratorCapacityWorkflow(EntityWorkflow[CapacityState]):
     def reset_run_counts(self) -> None:
         self.state.samples = self.state.writes = 0
 
-    def next_run(self) -> CapacityRun:
-        assert self.ref is not None
-        return CapacityRun(ref=self.ref, settings=self.settings, carried=self.state)
 
     # -- a sample -----------------------------------------------------------------------------------
 

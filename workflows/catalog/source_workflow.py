@@ -163,7 +163,7 @@ class CatalogSourceWorkflow(EntityWorkflow[CatalogState]):
 
     @workflow.run
     async def run(self, start: CatalogRun) -> CatalogState:
-        self.begin(start.ref, start.carried)
+        self.begin(start, start.carried)
         return await self.live()
 
     # -- the entity loop's hooks (workflows/entity.py) -------------------------------------------------
@@ -200,9 +200,6 @@ class CatalogSourceWorkflow(EntityWorkflow[CatalogState]):
     def reset_run_counts(self) -> None:
         self.state.refreshes = 0
 
-    def next_run(self) -> CatalogRun:
-        assert self.ref is not None
-        return CatalogRun(ref=self.ref, carried=self.state)
 
     async def closing(self) -> None:
         assert self.ref is not None

@@ -111,7 +111,7 @@ class InferenceReplicaWorkflow(EntityWorkflow[ReplicaState]):
 
     @workflow.run
     async def run(self, start: ReplicaRun) -> ReplicaState:
-        self.begin(start.ref, start.carried)
+        self.begin(start, start.carried)
         if self.state.lifecycle_defaults is None:
             defaults = await workflow.execute_activity_method(OperatorConfigActivities.read, **options.KUBE)
             self.state.lifecycle_defaults = defaults.lifecycle
@@ -149,9 +149,6 @@ class InferenceReplicaWorkflow(EntityWorkflow[ReplicaState]):
     def reset_run_counts(self) -> None:
         self.state.passes = 0
 
-    def next_run(self) -> ReplicaRun:
-        assert self.ref is not None
-        return ReplicaRun(ref=self.ref, carried=self.state)
 
     # -- a pass -------------------------------------------------------------------------------------
 
