@@ -160,11 +160,6 @@ class BaseModelWorkflow(EntityWorkflow[BaseModelState]):
     # A BaseModel's pass ends with its rest and the next one begins with the continue-as-new check:
     # the order its commands have always had, so its pause between two passes is empty.
 
-    async def first_pass(self) -> bool:
-        if self.state.deleting:
-            return False
-        return await self._poll()
-
     async def next_pass(self, timed_out: bool) -> bool:
         return await self._poll()
 
@@ -183,7 +178,6 @@ class BaseModelWorkflow(EntityWorkflow[BaseModelState]):
     def reset_run_counts(self) -> None:
         self.state.polls = 0
 
-
     async def closing(self) -> None:
         await self._cleanup()
 
@@ -192,7 +186,7 @@ class BaseModelWorkflow(EntityWorkflow[BaseModelState]):
         and rest; False once the BaseModel is gone or going."""
         assert self.ref is not None
         self.continue_if_due()
-        if self._read_due or self.state.generation > self.state.acted_generation:
+        if self._read_due or self.behind():
             self._read_due = False
             view = await workflow.execute_activity_method(BaseModelActivities.read, self.ref, **options.KUBE)
             if view is None or view.deleting:

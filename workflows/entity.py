@@ -153,13 +153,15 @@ class EntityWorkflow(EntitySignals[R], ABC):
         """Wait for a delete, a newer generation, one of the kind's own wake-ups or its timer (a
         durable timer: a signal ends the wait at once). True when the timer ran out."""
         try:
-            await workflow.wait_condition(
-                lambda: (self.state.deleting or self.state.generation > self.state.acted_generation
-                         or self.woken()),
-                timeout=self.rest_time())
+            await workflow.wait_condition(lambda: self.state.deleting or self.behind() or self.woken(),
+                                          timeout=self.rest_time())
         except TimeoutError:
             return True
         return False
+
+    def behind(self) -> bool:
+        """A newer generation than the one the last pass acted on was announced."""
+        return self.state.generation > self.state.acted_generation
 
     def gone(self) -> R:
         assert self.visibility is not None
@@ -170,9 +172,12 @@ class EntityWorkflow(EntitySignals[R], ABC):
 
     # -- what a kind fills in ---------------------------------------------------------------------
 
-    @abstractmethod
     async def first_pass(self) -> bool:
-        """The pass after begin(); False to stop (the object is gone, or being deleted)."""
+        """The pass after begin(); False to stop (the object is gone, or being deleted). Unless a
+        delete came before run(), the same pass as every other."""
+        if self.state.deleting:
+            return False
+        return await self.next_pass(False)
 
     @abstractmethod
     async def next_pass(self, timed_out: bool) -> bool:

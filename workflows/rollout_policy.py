@@ -104,13 +104,14 @@ class RolloutPolicyWorkflow(EntityWorkflow[PolicyState]):
     # -- the entity loop's hooks (workflows/entity.py) -------------------------------------------
 
     async def first_pass(self) -> bool:
-        if not self.continued or self.state.generation > self.state.acted_generation:
+        """A new run reconciles at once; a continued one only when a newer generation came."""
+        if not self.continued or self.behind():
             return await self._reconcile() and not self.state.deleting
         return not self.state.deleting
 
     async def next_pass(self, timed_out: bool) -> bool:
         """A newer spec is reconciled whole; a nudge or the resync only recounts the attachments."""
-        if self.state.generation > self.state.acted_generation:
+        if self.behind():
             return await self._reconcile() and not self.state.deleting
         self._refresh_now = False
         self.state.refreshes += 1
@@ -128,7 +129,6 @@ class RolloutPolicyWorkflow(EntityWorkflow[PolicyState]):
 
     def reset_run_counts(self) -> None:
         self.state.refreshes = 0
-
 
     def gone(self) -> PolicyState:
         self.state.reason, self.state.message = "Deleted", "the policy is gone"

@@ -64,8 +64,9 @@ class ServingRuntimeWorkflow(EntityWorkflow[RuntimeState]):
     # -- the entity loop's hooks (workflows/entity.py) ----------------------------------------------
 
     async def first_pass(self) -> bool:
-        if not self.continued or self.state.generation > self.state.acted_generation:
-            return await self._reconcile() and not self.state.deleting
+        """A new run walks the chain at once; a continued one only when a newer generation came."""
+        if not self.continued or self.behind():
+            return await self.next_pass(False)
         return not self.state.deleting
 
     async def next_pass(self, timed_out: bool) -> bool:
@@ -86,7 +87,6 @@ class ServingRuntimeWorkflow(EntityWorkflow[RuntimeState]):
 
     def reset_run_counts(self) -> None:
         self.state.resyncs = 0
-
 
     # -- a pass -------------------------------------------------------------------------------------
 

@@ -118,7 +118,6 @@ class WorkloadClusterWorkflow(EntityWorkflow[ClusterHealthState]):
     def reset_run_counts(self) -> None:
         self.state.checks = 0
 
-
     # -- a probe ------------------------------------------------------------------------------------
 
     async def _read_interval(self) -> None:

@@ -162,11 +162,6 @@ class AcceleratorCapacityWorkflow(EntityWorkflow[CapacityState]):
 
     # -- the entity loop's hooks (workflows/entity.py) ----------------------------------------------
 
-    async def first_pass(self) -> bool:
-        if self.state.deleting:
-            return False
-        return await self.next_pass(False)
-
     async def next_pass(self, timed_out: bool) -> bool:
         root = await self._sample()
         if root is None:
@@ -183,7 +178,6 @@ class AcceleratorCapacityWorkflow(EntityWorkflow[CapacityState]):
 
     def reset_run_counts(self) -> None:
         self.state.samples = self.state.writes = 0
-
 
     # -- a sample -----------------------------------------------------------------------------------
 

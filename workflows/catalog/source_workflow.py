@@ -200,7 +200,6 @@ class CatalogSourceWorkflow(EntityWorkflow[CatalogState]):
     def reset_run_counts(self) -> None:
         self.state.refreshes = 0
 
-
     async def closing(self) -> None:
         assert self.ref is not None
         await workflow.execute_activity_method(

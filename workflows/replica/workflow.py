@@ -119,11 +119,6 @@ class InferenceReplicaWorkflow(EntityWorkflow[ReplicaState]):
 
     # -- the entity loop's hooks (workflows/entity.py) ----------------------------------------------
 
-    async def first_pass(self) -> bool:
-        if self.state.deleting:
-            return False
-        return await self.next_pass(False)
-
     async def next_pass(self, timed_out: bool) -> bool:
         self._pods_changed = False
         wait = await self._pass()
@@ -148,7 +143,6 @@ class InferenceReplicaWorkflow(EntityWorkflow[ReplicaState]):
 
     def reset_run_counts(self) -> None:
         self.state.passes = 0
-
 
     # -- a pass -------------------------------------------------------------------------------------
 
