@@ -22,11 +22,13 @@ from servingops.api_models import contract
 from servingops.api_models.contract import ObjectEvent
 from servingops.api_models.ome.enums import ComponentType
 from servingops.workers.sandbox import workflow_runner
-from servingops.workflows.rollout import WORKFLOWS
+from servingops.workflows.inference_service.workflow import InferenceServiceWorkflow, ServiceInput
 from servingops.workflows.rollout.models import RolloutSettings
-from servingops.workflows.rollout.service_workflow import ServiceInput
+from servingops.workflows.rollout.workflow import RolloutWorkflow
 from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
 
+WORKFLOWS = (InferenceServiceWorkflow, RolloutWorkflow)
+"""The workflows a rollout test's worker serves: the service and its runs."""
 ENGINE = ComponentType.ENGINE
 DECODER = ComponentType.DECODER
 ROUTER = ComponentType.ROUTER

@@ -25,11 +25,10 @@ from servingops.api_models import contract
 from servingops.api_models.ome.autoscaling import ComponentAutoscaler
 from servingops.api_models.ome.enums import ComponentType
 from servingops.workers.sandbox import workflow_runner
-from servingops.workflows.rollout import WORKFLOWS
+from servingops.workflows.inference_service.workflow import ServiceInput
 from servingops.workflows.rollout.models import RolloutSettings
-from servingops.workflows.rollout.service_workflow import ServiceInput
 from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, until
-from testkit.rollout_harness import start_env
+from testkit.rollout_harness import WORKFLOWS, start_env
 
 pytestmark = pytest.mark.timeskip
 

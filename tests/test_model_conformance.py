@@ -111,7 +111,7 @@ from servingops.clients.oci.media_types import (
     OCI_MANIFEST,
 )
 from servingops.workers.kubernetes_errors import classify
-from servingops.workflows.model_import import FINALIZER
+from servingops.workflows.model import FINALIZER
 from testkit.waiting import wait_until_async
 from tests.fixtures.hub import HubRepos
 from tests.fixtures.kube import api_as

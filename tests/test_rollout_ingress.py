@@ -23,11 +23,11 @@ from servingops.api_models.operator_config import IngressConfig, OperatorConfigE
 from servingops.api_models.refs import ConditionUpdate
 from servingops.api_models.serving import IngressObservation, RouteStatus
 from servingops.workers.sandbox import workflow_runner
-from servingops.workflows.rollout import WORKFLOWS, status
+from servingops.workflows.inference_service.workflow import ServiceInput
+from servingops.workflows.rollout import status
 from servingops.workflows.rollout.models import RolloutSettings
-from servingops.workflows.rollout.service_workflow import ServiceInput
 from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster
-from testkit.rollout_harness import ENGINE, ROUTER, Isvc, roll_to, start_env
+from testkit.rollout_harness import ENGINE, ROUTER, WORKFLOWS, Isvc, roll_to, start_env
 
 DECODER = ComponentType.DECODER
 GATEWAY = "servingops-gateway/inference"

@@ -146,7 +146,7 @@ def test_held_until_model_and_runtime_exist_then_rendered_then_rolled(
         custom.patch_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes", runtime,
                                            {"spec": {"engineConfig": {"runner": {"image": "lmsysorg/sglang:v0.5.6"}}}})
         # No event of the service says so: its workflow re-observes a service served by reference
-        # every 30 s (service_workflow._RESYNC_BY_REFERENCE), re-renders, and the template changed.
+        # every 30 s (inference_service/pacing.py RESYNC_BY_REFERENCE), re-renders, and the template changed.
         flipped = wait_until("the new runtime revision serving", lambda: (
             (w := route_weights(kube_api, ns, "chat-engine")) and w.get(first_rev, 0) == 0 and
             any(v == 100 for v in w.values()) and w), worker, timeout=240)

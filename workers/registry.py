@@ -38,21 +38,23 @@ from servingops.activities.workload_cluster.activities import WorkloadClusterAct
 from servingops.workers.settings import WorkerSettings
 from servingops.workflows.basemodel import BaseModelWorkflow
 from servingops.workflows.capacity.report import AcceleratorCapacityWorkflow
-from servingops.workflows.catalog import WORKFLOWS as CATALOG_WORKFLOWS
+from servingops.workflows.catalog.source_workflow import CatalogSourceWorkflow
+from servingops.workflows.catalog.tick import CatalogRefreshTickWorkflow
+from servingops.workflows.inference_service.workflow import InferenceServiceWorkflow
 from servingops.workflows.migration.workflow import MigrationWorkflow
-from servingops.workflows.model_import import ModelWorkflow
+from servingops.workflows.model import ModelWorkflow
 from servingops.workflows.placement.workflow import PlacementWorkflow
 from servingops.workflows.replica.workflow import InferenceReplicaWorkflow
-from servingops.workflows.rollout import WORKFLOWS as ROLLOUT_WORKFLOWS
+from servingops.workflows.rollout.workflow import RolloutWorkflow
 from servingops.workflows.rollout_policy import RolloutPolicyWorkflow
 from servingops.workflows.serving_runtime import ServingRuntimeWorkflow
 from servingops.workflows.workload_cluster import WorkloadClusterWorkflow
 
 
 def workflows() -> Sequence[type]:
-    return [ModelWorkflow, *ROLLOUT_WORKFLOWS, RolloutPolicyWorkflow, ServingRuntimeWorkflow, BaseModelWorkflow,
-            InferenceReplicaWorkflow, MigrationWorkflow, WorkloadClusterWorkflow, PlacementWorkflow,
-            AcceleratorCapacityWorkflow, *CATALOG_WORKFLOWS]
+    return [ModelWorkflow, InferenceServiceWorkflow, RolloutWorkflow, RolloutPolicyWorkflow, ServingRuntimeWorkflow,
+            BaseModelWorkflow, InferenceReplicaWorkflow, MigrationWorkflow, WorkloadClusterWorkflow, PlacementWorkflow,
+            AcceleratorCapacityWorkflow, CatalogSourceWorkflow, CatalogRefreshTickWorkflow]
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:

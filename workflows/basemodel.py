@@ -38,7 +38,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from servingops.workflows import options
-from servingops.workflows.entity import EntitySignals, EntityState
+from servingops.workflows.entity import EntityWorkflow, ReconcileState
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.basemodels.activities import BaseModelActivities
@@ -65,9 +65,8 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.errors import ErrorType, error_message, error_type_of
     from servingops.api_models.ome.enums import LifeCycleState
     from servingops.api_models.ome.models import ModelStatusSpec
-    from servingops.api_models.refs import ConditionUpdate, ObjectRef
+    from servingops.api_models.refs import ConditionUpdate
     from servingops.workflows.import_steps import FileProgress, ImportSteps, TokenSecret
-    from servingops.workflows.visibility import Visibility
 
 FINALIZER = "servingops.io/basemodel-cleanup"
 FAST_POLL = timedelta(seconds=5)
@@ -83,14 +82,13 @@ MAX_POLLS_PER_RUN = 400
 PENDING, DELETING = "Pending", "Deleting"
 
 
-class BaseModelState(EntityState):
+class BaseModelState(ReconcileState):
     """What the `state` query answers."""
 
     phase: str = PENDING
     """The status.state written last (a LifeCycleState value), or Pending / Deleting."""
     reason: str = ""
     message: str = ""
-    acted_generation: int = 0
     delivered: str | None = None
     """The storage (uri, key, secretKey) the current delivery is for."""
     scheme: StorageScheme | None = None
@@ -129,13 +127,15 @@ def _storage_key(storage: dict[str, object]) -> str:
 
 
 @workflow.defn(name=WorkflowType.BASE_MODEL)
-class BaseModelWorkflow(EntitySignals[BaseModelState]):
+class BaseModelWorkflow(EntityWorkflow[BaseModelState]):
+    deleted_phase = DELETING
+
     def __init__(self) -> None:
-        self.state = BaseModelState()
-        self.ref: ObjectRef | None = None
+        super().__init__(BaseModelState())
         self.steps: ImportSteps | None = None
-        self.visibility: Visibility | None = None
         self._report_now = False
+        self._read_due = False
+        """The object is read at the next pass whatever its generation (a new workflow's first pass)."""
 
     @workflow.signal(name=Signal.NODE_REPORT)
     def node_report(self) -> None:
@@ -145,56 +145,66 @@ class BaseModelWorkflow(EntitySignals[BaseModelState]):
 
     @workflow.run
     async def run(self, start: BaseModelRun) -> BaseModelState:
-        ref = self.ref = start.ref
-        self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
-        if start.carried is not None:
-            self.adopt(start.carried)
-            self.state.polls = 0
-        self.steps = ImportSteps(ref, self.state, self._write_progress)
-        self.visibility.publish(self.state.phase)
-        if start.carried is None:
+        self.begin(start, start.carried)
+        self.steps = ImportSteps(start.ref, self.state, self._write_progress)
+        if not self.continued:
             present = await workflow.execute_activity_method(
-                KubernetesActivities.ensure_finalizer, FinalizerChange(ref=ref, finalizer=FINALIZER), **options.KUBE)
+                KubernetesActivities.ensure_finalizer, FinalizerChange(ref=start.ref, finalizer=FINALIZER),
+                **options.KUBE)
             if not present:
-                return self._gone()
-        first = start.carried is None
-        while not self.state.deleting:
-            if workflow.info().is_continue_as_new_suggested() or self.state.polls >= MAX_POLLS_PER_RUN:
-                workflow.continue_as_new(BaseModelRun(ref=ref, carried=self.state))
-            if first or self.state.generation > self.state.acted_generation:
-                first = False
-                view = await workflow.execute_activity_method(BaseModelActivities.read, ref, **options.KUBE)
-                if view is None or view.deleting:
-                    # Gone without a delete we saw (someone removed the finalizer): clean up all the same.
-                    self.state.deleting = True
-                    break
-                self.state.generation = max(self.state.generation, view.generation)
-                if _storage_key(view.storage) != self.state.delivered:
-                    await self._deliver_unless_deleted(view)
-                    continue
-                self.state.acted_generation = max(self.state.acted_generation, view.generation)
-                if self.state.phase in LifeCycleState.__members__.values():
-                    # Nothing to deliver again, but the edit is seen: observedGeneration says so.
-                    await self._write(LifeCycleState(self.state.phase), self.state.reason, self.state.message)
-            await self._observe()
-            interval = FAST_POLL if self._in_transit() else SLOW_POLL
-            try:
-                await workflow.wait_condition(
-                    lambda: (self.state.deleting or self._report_now
-                             or self.state.generation > self.state.acted_generation),
-                    timeout=interval)
-            except TimeoutError:
-                pass
-            self.state.polls += 1
-        await self._cleanup()
-        return self.state
+                return self.gone()
+        self._read_due = not self.continued
+        return await self.live()
 
-    def _gone(self) -> BaseModelState:
-        assert self.visibility is not None
-        self.state.deleting = True
-        self.state.phase = DELETING
-        self.visibility.publish(DELETING)
-        return self.state
+    # -- the entity loop's hooks (workflows/entity.py) -------------------------------------------
+    # A BaseModel's pass ends with its rest and the next one begins with the continue-as-new check:
+    # the order its commands have always had, so its pause between two passes is empty.
+
+    async def next_pass(self, timed_out: bool) -> bool:
+        return await self._poll()
+
+    async def pause(self) -> bool:
+        return False
+
+    def rest_time(self) -> timedelta:
+        return FAST_POLL if self._in_transit() else SLOW_POLL
+
+    def woken(self) -> bool:
+        return self._report_now
+
+    def run_is_full(self) -> bool:
+        return self.state.polls >= MAX_POLLS_PER_RUN
+
+    def reset_run_counts(self) -> None:
+        self.state.polls = 0
+
+    async def closing(self) -> None:
+        await self._cleanup()
+
+    async def _poll(self) -> bool:
+        """Deliver what a newer spec names (and look again after a delivery), else observe the nodes
+        and rest; False once the BaseModel is gone or going."""
+        assert self.ref is not None
+        self.continue_if_due()
+        if self._read_due or self.behind():
+            self._read_due = False
+            view = await workflow.execute_activity_method(BaseModelActivities.read, self.ref, **options.KUBE)
+            if view is None or view.deleting:
+                # Gone without a delete we saw (someone removed the finalizer): clean up all the same.
+                self.state.deleting = True
+                return False
+            self.state.generation = max(self.state.generation, view.generation)
+            if _storage_key(view.storage) != self.state.delivered:
+                await self._deliver_unless_deleted(view)
+                return not self.state.deleting
+            self.state.acted_generation = max(self.state.acted_generation, view.generation)
+            if self.state.phase in LifeCycleState.__members__.values():
+                # Nothing to deliver again, but the edit is seen: observedGeneration says so.
+                await self._write(LifeCycleState(self.state.phase), self.state.reason, self.state.message)
+        await self._observe()
+        await self.rest()
+        self.state.polls += 1
+        return not self.state.deleting
 
     def _in_transit(self) -> bool:
         if self.state.scheme in (StorageScheme.HF, StorageScheme.MODELPACK, StorageScheme.LOCAL):

@@ -23,15 +23,14 @@ from pydantic import ValidationError
 from temporalio import workflow
 
 from servingops.workflows import options
-from servingops.workflows.entity import EntitySignals, EntityState
+from servingops.workflows.entity import EntityWorkflow, ReconcileState
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import EventNote, KubernetesActivities, PolicyAttachments, StatusPatch
     from servingops.api_models.contract import Signal, StartObject, WorkflowType
     from servingops.api_models.ome.rollout_policy import RolloutPolicySpec, RolloutPolicyStatus
-    from servingops.api_models.refs import ConditionUpdate, ObjectRef
+    from servingops.api_models.refs import ConditionUpdate
     from servingops.workflows.rollout.policy_pinning import kind_of, portable_digest
-    from servingops.workflows.visibility import Visibility
 
 ATTACH_RESYNC = timedelta(minutes=5)
 """How often the attached-groups count is re-taken without a `refresh-now` nudge."""
@@ -39,15 +38,13 @@ MAX_REFRESHES_PER_RUN = 500
 """A run continues as new after this many refreshes even if Temporal has not suggested it yet."""
 
 
-class PolicyState(EntityState):
+class PolicyState(ReconcileState):
     """What the `state` query answers."""
 
     phase: str = "Pending"
     """Pending, Ready, Invalid or Deleted."""
     reason: str = "Pending"
     message: str = ""
-    acted_generation: int = 0
-    """The generation the status reflects."""
     portable_digest: str | None = None
     attached_groups: int | None = None
     refreshes: int = 0
@@ -84,11 +81,9 @@ def validate(spec: dict[str, Any] | None) -> tuple[RolloutPolicySpec | None, str
 
 
 @workflow.defn(name=WorkflowType.ROLLOUT_POLICY)
-class RolloutPolicyWorkflow(EntitySignals[PolicyState]):
+class RolloutPolicyWorkflow(EntityWorkflow[PolicyState]):
     def __init__(self) -> None:
-        self.state = PolicyState()
-        self.ref: ObjectRef | None = None
-        self.visibility: Visibility | None = None
+        super().__init__(PolicyState())
         self._refresh_now = False
 
     # -- signals, queries ------------------------------------------------------------------------
@@ -103,45 +98,43 @@ class RolloutPolicyWorkflow(EntitySignals[PolicyState]):
 
     @workflow.run
     async def run(self, start: RolloutPolicyRun) -> PolicyState:
-        ref = self.ref = start.ref
-        self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
-        if start.carried is not None:
-            self.adopt(start.carried)
-            self.state.refreshes = 0
-        self.visibility.publish(self.state.phase)
-        if start.carried is None or self.state.generation > self.state.acted_generation:
-            if not await self._reconcile():
-                return self._gone()
+        self.begin(start, start.carried)
+        return await self.live()
 
-        while not self.state.deleting:
-            if workflow.info().is_continue_as_new_suggested() or self.state.refreshes >= MAX_REFRESHES_PER_RUN:
-                workflow.continue_as_new(RolloutPolicyRun(ref=ref, carried=self.state))
-            try:
-                await workflow.wait_condition(
-                    lambda: (
-                        self.state.deleting or self._refresh_now or self.state.generation > self.state.acted_generation
-                    ),
-                    timeout=ATTACH_RESYNC,
-                )
-            except TimeoutError:
-                pass
-            if self.state.deleting:
-                break
-            if self.state.generation > self.state.acted_generation:
-                if not await self._reconcile():
-                    break
-            else:
-                self._refresh_now = False
-                self.state.refreshes += 1
-                await self._recount()
-        return self._gone()
+    # -- the entity loop's hooks (workflows/entity.py) -------------------------------------------
 
-    def _gone(self) -> PolicyState:
-        assert self.visibility is not None
-        self.state.deleting = True
-        self.state.phase, self.state.reason, self.state.message = "Deleted", "Deleted", "the policy is gone"
-        self.visibility.publish(self.state.phase)
-        return self.state
+    async def first_pass(self) -> bool:
+        """A new run reconciles at once; a continued one only when a newer generation came."""
+        if not self.continued or self.behind():
+            return await self._reconcile() and not self.state.deleting
+        return not self.state.deleting
+
+    async def next_pass(self, timed_out: bool) -> bool:
+        """A newer spec is reconciled whole; a nudge or the resync only recounts the attachments."""
+        if self.behind():
+            return await self._reconcile() and not self.state.deleting
+        self._refresh_now = False
+        self.state.refreshes += 1
+        await self._recount()
+        return not self.state.deleting
+
+    def rest_time(self) -> timedelta:
+        return ATTACH_RESYNC
+
+    def woken(self) -> bool:
+        return self._refresh_now
+
+    def run_is_full(self) -> bool:
+        return self.state.refreshes >= MAX_REFRESHES_PER_RUN
+
+    def reset_run_counts(self) -> None:
+        self.state.refreshes = 0
+
+    def gone(self) -> PolicyState:
+        self.state.reason, self.state.message = "Deleted", "the policy is gone"
+        return super().gone()
+
+    # -- a pass ----------------------------------------------------------------------------------
 
     async def _reconcile(self) -> bool:
         """Re-read the policy and write its whole status; False when it is gone or going."""

@@ -17,7 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from servingops.workflows import options
-from servingops.workflows.entity import EntitySignals, EntityState
+from servingops.workflows.entity import EntityWorkflow, ReconcileState
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
@@ -25,8 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.contract import AnnotationEvent, Signal, StartObject, WorkflowType
     from servingops.api_models.errors import error_message, error_type_of
     from servingops.api_models.ome.runtimes import ServingRuntimeStatus
-    from servingops.api_models.refs import ConditionUpdate, ObjectRef
-    from servingops.workflows.visibility import Visibility
+    from servingops.api_models.refs import ConditionUpdate
 
 RESYNC = timedelta(minutes=2)
 """How often the chain is walked again without a signal (parents change without telling us)."""
@@ -34,10 +33,9 @@ MAX_RESYNCS_PER_RUN = 500
 CONDITION = "InheritanceReady"
 
 
-class RuntimeState(EntityState):
+class RuntimeState(ReconcileState):
     phase: str = "Pending"
     """Pending, Ready (chain resolved), Unresolved, or Deleted."""
-    acted_generation: int = 0
     chain: list[str] = []
     reason: str = ""
     message: str = ""
@@ -49,11 +47,9 @@ class RuntimeRun(StartObject):
 
 
 @workflow.defn(name=WorkflowType.SERVING_RUNTIME)
-class ServingRuntimeWorkflow(EntitySignals[RuntimeState]):
+class ServingRuntimeWorkflow(EntityWorkflow[RuntimeState]):
     def __init__(self) -> None:
-        self.state = RuntimeState()
-        self.ref: ObjectRef | None = None
-        self.visibility: Visibility | None = None
+        super().__init__(RuntimeState())
         self._recheck = False
 
     @workflow.signal(name=Signal.ANNOTATION)
@@ -62,37 +58,37 @@ class ServingRuntimeWorkflow(EntitySignals[RuntimeState]):
 
     @workflow.run
     async def run(self, start: RuntimeRun) -> RuntimeState:
-        ref = self.ref = start.ref
-        self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
-        if start.carried is not None:
-            self.adopt(start.carried)
-            self.state.resyncs = 0
-        self.visibility.publish(self.state.phase)
-        if start.carried is None or self.state.generation > self.state.acted_generation:
-            if not await self._reconcile():
-                return self._gone()
-        while not self.state.deleting:
-            if workflow.info().is_continue_as_new_suggested() or self.state.resyncs >= MAX_RESYNCS_PER_RUN:
-                workflow.continue_as_new(RuntimeRun(ref=ref, carried=self.state))
-            try:
-                await workflow.wait_condition(
-                    lambda: (
-                        self.state.deleting or self._recheck or self.state.generation > self.state.acted_generation
-                    ),
-                    timeout=RESYNC,
-                )
-            except TimeoutError:
-                self.state.resyncs += 1
-            if self.state.deleting or not await self._reconcile():
-                break
-        return self._gone()
+        self.begin(start, start.carried)
+        return await self.live()
 
-    def _gone(self) -> RuntimeState:
-        assert self.visibility is not None
-        self.state.deleting = True
-        self.state.phase = "Deleted"
-        self.visibility.publish(self.state.phase)
-        return self.state
+    # -- the entity loop's hooks (workflows/entity.py) ----------------------------------------------
+
+    async def first_pass(self) -> bool:
+        """A new run walks the chain at once; a continued one only when a newer generation came."""
+        if not self.continued or self.behind():
+            return await self.next_pass(False)
+        return not self.state.deleting
+
+    async def next_pass(self, timed_out: bool) -> bool:
+        return await self._reconcile() and not self.state.deleting
+
+    def rest_time(self) -> timedelta:
+        return RESYNC
+
+    def woken(self) -> bool:
+        return self._recheck
+
+    def rested(self, timed_out: bool) -> None:
+        if timed_out:
+            self.state.resyncs += 1
+
+    def run_is_full(self) -> bool:
+        return self.state.resyncs >= MAX_RESYNCS_PER_RUN
+
+    def reset_run_counts(self) -> None:
+        self.state.resyncs = 0
+
+    # -- a pass -------------------------------------------------------------------------------------
 
     async def _reconcile(self) -> bool:
         """Walk the chain; write status when it changed. False when the runtime is gone or going."""

@@ -24,7 +24,7 @@ from datetime import timedelta
 from temporalio import workflow
 
 from servingops.workflows import options
-from servingops.workflows.entity import EntitySignals, EntityState
+from servingops.workflows.entity import EntityWorkflow, ReconcileState
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
@@ -34,8 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.contract import AnnotationEvent, Signal, StartObject, WorkflowType
     from servingops.api_models.contract.workload_cluster import ConnectionVerdict
     from servingops.api_models.durations import parse_duration
-    from servingops.api_models.refs import ConditionUpdate, ObjectRef
-    from servingops.workflows.visibility import Visibility
+    from servingops.api_models.refs import ConditionUpdate
 
 DEFAULT_INTERVAL = timedelta(seconds=30)
 """The health-check interval when the operator ConfigMap cannot be used (it does not parse)."""
@@ -45,15 +44,13 @@ MAX_CHECKS_PER_RUN = 500
 CONDITION = "Ready"
 
 
-class ClusterHealthState(EntityState):
+class ClusterHealthState(ReconcileState):
     """What the `state` query answers."""
 
     phase: str = "Pending"
     """Pending (no verdict yet), Ready, NotReady, or Deleted."""
     verdict: ConnectionVerdict | None = None
     """The last probe's verdict."""
-    acted_generation: int = 0
-    """The generation the last probe read the spec at."""
     interval_seconds: float = DEFAULT_INTERVAL.total_seconds()
     checks: int = 0
     """Probes in this run."""
@@ -75,11 +72,9 @@ def transition_event(before: ConnectionVerdict | None, after: ConnectionVerdict)
 
 
 @workflow.defn(name=WorkflowType.WORKLOAD_CLUSTER)
-class WorkloadClusterWorkflow(EntitySignals[ClusterHealthState]):
+class WorkloadClusterWorkflow(EntityWorkflow[ClusterHealthState]):
     def __init__(self) -> None:
-        self.state = ClusterHealthState()
-        self.ref: ObjectRef | None = None
-        self.visibility: Visibility | None = None
+        super().__init__(ClusterHealthState())
         self._woken = False
         """A signal asked for a probe now (also re-read the interval)."""
 
@@ -91,38 +86,39 @@ class WorkloadClusterWorkflow(EntitySignals[ClusterHealthState]):
 
     @workflow.run
     async def run(self, start: WorkloadClusterRun) -> ClusterHealthState:
-        ref = self.ref = start.ref
-        self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
-        if start.carried is not None:
-            self.adopt(start.carried)
-            self.state.checks = 0
-        self.visibility.publish(self.state.phase)
+        self.begin(start, start.carried)
+        return await self.live()
+
+    # -- the entity loop's hooks (workflows/entity.py) ----------------------------------------------
+
+    async def first_pass(self) -> bool:
         await self._read_interval()
-        while not self.state.deleting:
-            if not await self._check():
-                break
-            if workflow.info().is_continue_as_new_suggested() or self.state.checks >= MAX_CHECKS_PER_RUN:
-                workflow.continue_as_new(WorkloadClusterRun(ref=ref, carried=self.state))
-            try:
-                await workflow.wait_condition(
-                    lambda: (self.state.deleting or self._woken
-                             or self.state.generation > self.state.acted_generation),
-                    timeout=timedelta(seconds=self.state.interval_seconds),
-                )
-            except TimeoutError:
-                continue
-            if self.state.deleting:
-                break
+        if self.state.deleting:
+            return False
+        return await self._check()
+
+    async def next_pass(self, timed_out: bool) -> bool:
+        """A signal (not the interval) ended the rest: the interval is read again before the probe."""
+        if not timed_out:
             self._woken = False
             await self._read_interval()
-        return self._gone()
+            if self.state.deleting:
+                return False
+        return await self._check()
 
-    def _gone(self) -> ClusterHealthState:
-        assert self.visibility is not None
-        self.state.deleting = True
-        self.state.phase = "Deleted"
-        self.visibility.publish(self.state.phase)
-        return self.state
+    def rest_time(self) -> timedelta:
+        return timedelta(seconds=self.state.interval_seconds)
+
+    def woken(self) -> bool:
+        return self._woken
+
+    def run_is_full(self) -> bool:
+        return self.state.checks >= MAX_CHECKS_PER_RUN
+
+    def reset_run_counts(self) -> None:
+        self.state.checks = 0
+
+    # -- a probe ------------------------------------------------------------------------------------
 
     async def _read_interval(self) -> None:
         defaults = await workflow.execute_activity_method(OperatorConfigActivities.read, **options.KUBE)

@@ -35,7 +35,7 @@ from pydantic import BaseModel
 from temporalio import workflow
 
 from servingops.workflows import options
-from servingops.workflows.entity import EntitySignals, EntityState
+from servingops.workflows.entity import EntityWorkflow, ReconcileState
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.capacity.activities import CapacityActivities
@@ -51,8 +51,6 @@ with workflow.unsafe.imports_passed_through():
     from servingops.activities.capacity.types import ObserveInput, ObserveOutput, WriteInput, WriteOutput
     from servingops.api_models.contract import StartObject, WorkflowType
     from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus
-    from servingops.api_models.refs import ObjectRef
-    from servingops.workflows.visibility import Visibility
 
 
 class CapacitySettings(BaseModel):
@@ -72,13 +70,11 @@ class CapacitySettings(BaseModel):
     """Reported in addition to every budget resourceName of the tree."""
 
 
-class CapacityState(EntityState):
+class CapacityState(ReconcileState):
     """What the `state` query answers, and what a continued run carries."""
 
     phase: str = "Pending"
     """Pending (nothing sampled yet), Reporting, NotRoot, or Deleted."""
-    acted_generation: int = 0
-    """The generation of the AcceleratorQuota the last sample read."""
     marks: dict[str, HighWaterMark] = {}
     """Per `resource|flavor`, the high-water mark and its lowering count."""
     written: list[AcceleratorCapacityStatus] | None = None
@@ -149,46 +145,41 @@ def needs_write(state: CapacityState, entries: list[AcceleratorCapacityStatus], 
 
 
 @workflow.defn(name=WorkflowType.ACCELERATOR_CAPACITY)
-class AcceleratorCapacityWorkflow(EntitySignals[CapacityState]):
+class AcceleratorCapacityWorkflow(EntityWorkflow[CapacityState]):
     def __init__(self) -> None:
-        self.state = CapacityState()
-        self.ref: ObjectRef | None = None
+        super().__init__(CapacityState())
         self.settings = CapacitySettings()
-        self.visibility: Visibility | None = None
+        self._root = False
+        """The last sample found a root (a root is sampled on a timer, another node waits for a change)."""
 
     # object-changed, delete and the state query come from EntitySignals.
 
     @workflow.run
     async def run(self, start: CapacityRun) -> CapacityState:
-        ref = self.ref = start.ref
         self.settings = start.settings
-        self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
-        if start.carried is not None:
-            self.adopt(start.carried)
-            self.state.samples = self.state.writes = 0
-        self.visibility.publish(self.state.phase)
-        while not self.state.deleting:
-            root = await self._sample()
-            if root is None:
-                break
-            if workflow.info().is_continue_as_new_suggested() or self.state.samples >= self.settings.samples_per_run:
-                workflow.continue_as_new(CapacityRun(ref=ref, settings=self.settings, carried=self.state))
-            try:
-                await workflow.wait_condition(
-                    lambda: self.state.deleting or self.state.generation > self.state.acted_generation,
-                    # Not a root: nothing to sample until the object changes.
-                    timeout=timedelta(seconds=self.settings.interval_seconds) if root else None,
-                )
-            except TimeoutError:
-                continue
-        return self._gone()
+        self.begin(start, start.carried)
+        return await self.live()
 
-    def _gone(self) -> CapacityState:
-        assert self.visibility is not None
-        self.state.deleting = True
-        self.state.phase = "Deleted"
-        self.visibility.publish(self.state.phase)
-        return self.state
+    # -- the entity loop's hooks (workflows/entity.py) ----------------------------------------------
+
+    async def next_pass(self, timed_out: bool) -> bool:
+        root = await self._sample()
+        if root is None:
+            return False
+        self._root = root
+        return True
+
+    def rest_time(self) -> timedelta | None:
+        # Not a root: nothing to sample until the object changes.
+        return timedelta(seconds=self.settings.interval_seconds) if self._root else None
+
+    def run_is_full(self) -> bool:
+        return self.state.samples >= self.settings.samples_per_run
+
+    def reset_run_counts(self) -> None:
+        self.state.samples = self.state.writes = 0
+
+    # -- a sample -----------------------------------------------------------------------------------
 
     async def _sample(self) -> bool | None:
         """One sample, written when it needs to be: True while reporting, False when not a root, None

@@ -1,9 +1,4 @@
-"""The catalog refresh process (issue #15): one CatalogSourceWorkflow per ModelCatalogSource, refreshed by a
-Temporal Schedule whose ticks are CatalogRefreshTickWorkflow runs. docs/catalog.md."""
-
-from servingops.workflows.catalog.source_workflow import CatalogSourceWorkflow
-from servingops.workflows.catalog.tick import CatalogRefreshTickWorkflow
-
-WORKFLOWS = [CatalogSourceWorkflow, CatalogRefreshTickWorkflow]
-
-__all__ = ["WORKFLOWS", "CatalogRefreshTickWorkflow", "CatalogSourceWorkflow"]
+"""The catalog refresh process (issue #15): one CatalogSourceWorkflow per ModelCatalogSource
+(`source_workflow`), refreshed by a Temporal Schedule whose ticks are CatalogRefreshTickWorkflow runs
+(`tick`); `rules` holds the pure rules. docs/catalog.md. Nothing is imported here: the worker's
+registry imports the workflow modules it registers."""

@@ -46,7 +46,7 @@ from temporalio.exceptions import ActivityError
 
 from servingops.workflows import options
 from servingops.workflows.catalog import rules
-from servingops.workflows.entity import EntitySignals, EntityState
+from servingops.workflows.entity import EntityWorkflow, ReconcileState
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.catalog.huggingface_index import CatalogIndexActivities
@@ -79,7 +79,6 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.refs import ConditionUpdate, ObjectRef
     from servingops.api_models.timestamps import rfc3339
     from servingops.clients.catalog_remote import RemoteIndex
-    from servingops.workflows.visibility import Visibility
 
 CONDITION = "Ready"
 CATALOG_BACKEND_PATCH = "catalog-backend"
@@ -110,15 +109,13 @@ class ScheduleSetting(BaseModel):
     note: str = ""
 
 
-class CatalogState(EntityState):
+class CatalogState(ReconcileState):
     """What the `state` query answers."""
 
     phase: str = "Pending"
     """Pending, Ready, Blocked, Failed, NotImplemented or Deleted."""
     reason: str = "Pending"
     message: str = ""
-    acted_generation: int = 0
-    """The generation the last refresh read the spec at."""
     blocked_generation: int | None = None
     """Set while the spec of this generation is blocked (policy, type Catalog, invalid): ticks do nothing."""
     pending: bool = False
@@ -154,11 +151,9 @@ class CatalogRun(StartObject):
 
 
 @workflow.defn(name=WorkflowType.CATALOG)
-class CatalogSourceWorkflow(EntitySignals[CatalogState]):
+class CatalogSourceWorkflow(EntityWorkflow[CatalogState]):
     def __init__(self) -> None:
-        self.state = CatalogState()
-        self.ref: ObjectRef | None = None
-        self.visibility: Visibility | None = None
+        super().__init__(CatalogState())
 
     # object-changed, delete and the state query come from EntitySignals.
 
@@ -168,37 +163,53 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
 
     @workflow.run
     async def run(self, start: CatalogRun) -> CatalogState:
-        ref = self.ref = start.ref
-        self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
-        if start.carried is not None:
-            self.adopt(start.carried)
-            self.state.refreshes = 0
-        self.visibility.publish(self.state.phase)
-        if start.carried is None:
+        self.begin(start, start.carried)
+        return await self.live()
+
+    # -- the entity loop's hooks (workflows/entity.py) -------------------------------------------------
+
+    async def first_pass(self) -> bool:
+        if not self.continued:
             self.state.pending = True  # the first refresh, whatever signal started the workflow
-        while not self.state.deleting:
-            if self._due():
-                if not await self._refresh():
-                    break
-                self.state.pending = False  # ticks that came during the refresh are answered by it
-                continue
-            if workflow.info().is_continue_as_new_suggested() or self.state.refreshes >= MAX_REFRESHES_PER_RUN:
-                workflow.continue_as_new(CatalogRun(ref=ref, carried=self.state))
-            timeout = None
-            if self.state.next_retry is not None:
-                timeout = max(self.state.next_retry - workflow.now(), timedelta(seconds=1))
-            try:
-                await workflow.wait_condition(
-                    lambda: (self.state.deleting or self.state.pending
-                             or self.state.generation > self.state.acted_generation),
-                    timeout=timeout,
-                )
-            except TimeoutError:
-                self.state.pending = True  # the retry is due
+        return await self.next_pass(False)
+
+    async def next_pass(self, timed_out: bool) -> bool:
+        """Every refresh that is due, one after the other (ticks that came during a refresh are
+        answered by it); False when the source is gone or going."""
+        while not self.state.deleting and self._due():
+            if not await self._refresh():
+                return False
+            self.state.pending = False
+        return not self.state.deleting
+
+    def rest_time(self) -> timedelta | None:
+        if self.state.next_retry is None:
+            return None
+        return max(self.state.next_retry - workflow.now(), timedelta(seconds=1))
+
+    def woken(self) -> bool:
+        return self.state.pending
+
+    def rested(self, timed_out: bool) -> None:
+        if timed_out:
+            self.state.pending = True  # the retry is due
+
+    def run_is_full(self) -> bool:
+        return self.state.refreshes >= MAX_REFRESHES_PER_RUN
+
+    def reset_run_counts(self) -> None:
+        self.state.refreshes = 0
+
+    async def closing(self) -> None:
+        assert self.ref is not None
         await workflow.execute_activity_method(
             CatalogScheduleActivities.delete_schedule,
-            DeleteScheduleInput(schedule_id=catalog_schedule_id(ref.name, ref.uid or "")), **options.CATALOG_STORE)
-        return self._gone()
+            DeleteScheduleInput(schedule_id=catalog_schedule_id(self.ref.name, self.ref.uid or "")),
+            **options.CATALOG_STORE)
+
+    def gone(self) -> CatalogState:
+        self.state.reason, self.state.message = "Deleted", "the source is gone"
+        return super().gone()
 
     # -- when ------------------------------------------------------------------------------------------
 
@@ -212,13 +223,6 @@ class CatalogSourceWorkflow(EntitySignals[CatalogState]):
         if s.blocked_generation is not None and s.blocked_generation >= s.acted_generation:
             return False  # blocked: only a spec change refreshes
         return s.next_retry is None or workflow.now() >= s.next_retry
-
-    def _gone(self) -> CatalogState:
-        assert self.visibility is not None
-        self.state.deleting = True
-        self.state.phase, self.state.reason, self.state.message = "Deleted", "Deleted", "the source is gone"
-        self.visibility.publish(self.state.phase)
-        return self.state
 
     def _phase(self, phase: str, reason: str, message: str) -> None:
         assert self.visibility is not None

@@ -23,14 +23,14 @@ import asyncio
 import dataclasses
 import hashlib
 import json
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 from servingops.workflows import options
-from servingops.workflows.entity import EntitySignals, EntityState
+from servingops.workflows.entity import EntityWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
@@ -39,21 +39,14 @@ with workflow.unsafe.imports_passed_through():
     from servingops.activities.operator_config import OperatorConfigActivities
     from servingops.activities.replica.activities import ReplicaActivities
     from servingops.activities.replica.types import (
-        CreatePodsInput,
-        CreatePodsResult,
-        DeletePodsInput,
         EnsureRevisionInput,
-        InPlaceInput,
-        InPlaceResult,
         PruneRevisionsInput,
         ReplicaObservation,
         ReplicaRef,
         RevisionResult,
-        SetServingInput,
     )
     from servingops.api_models.contract import (
         Signal,
-        StartObject,
         WorkflowType,
         inference_service_workflow_id,
         migration_workflow_id,
@@ -65,25 +58,19 @@ with workflow.unsafe.imports_passed_through():
         InstanceOperationType,
         MigrationPolicyMode,
         MigrationTrigger,
-        OMENativeInstancePhase,
-        RetryBlockState,
-        UpdateStrategyType,
     )
     from servingops.api_models.ome.instance_columns import status_rows
-    from servingops.api_models.ome.instance_keys import QUOTA_EXCEEDED, label_selector
-    from servingops.api_models.ome.instance_status import OMENativeInstanceStatus, RetryBlock
-    from servingops.api_models.ome.lifecycle import RolloutHold
+    from servingops.api_models.ome.instance_keys import label_selector
+    from servingops.api_models.ome.instance_status import OMENativeInstanceStatus
     from servingops.api_models.ome.migration import MigrationStatus
     from servingops.api_models.ome.replica import InferenceReplicaStatus
     from servingops.api_models.operator_config import LifecycleDefaults
-    from servingops.api_models.refs import ConditionUpdate, ObjectRef
-    from servingops.workflows.replica import ledger, migrate, planner
+    from servingops.api_models.refs import ConditionUpdate
+    from servingops.workflows.replica import ledger, migrate, planner, pod_commands
     from servingops.workflows.replica import status as status_rules
-    from servingops.workflows.replica.commands import Command, CreatePods, DeletePods, PatchInPlace, SetServing
     from servingops.workflows.replica.instances import group_pods
-    from servingops.workflows.replica.operations import to_recreate
     from servingops.workflows.replica.settings import Lifecycle, lifecycle
-    from servingops.workflows.visibility import Visibility
+    from servingops.workflows.replica.state import ReplicaRun, ReplicaState
 
 POLL = timedelta(seconds=2)
 """While an operation is in flight: re-read even without a pod event."""
@@ -97,64 +84,15 @@ _MIRRORED = ("observedGeneration", "currentRevision", "updateRevision", "replica
              "servingReplicas", "availableReplicas", "updatedReplicas", "updatedReadyReplicas", "rolloutHold")
 
 
-class ReplicaState(EntityState):
-    phase: str = "Pending"
-    """For the Temporal UI: Pending, Progressing, Available, Degraded, Paused, Invalid, Deleted."""
-    acted_generation: int = 0
-    rows: list[OMENativeInstanceStatus] = []
-    blocks: list[RetryBlock] = []
-    update_revision: str = ""
-    current_revision: str = ""
-    collision_count: int = 0
-    runner_sizes: dict[str, int] = {}
-    pairing_protocol: str | None = None
-    hold: RolloutHold | None = None
-    resumed: bool = False
-    """The rows were taken from the stored status once (a fresh workflow for an existing replica)."""
-    refused: str | None = None
-    invalid: tuple[str, str] | None = None
-    rejected: tuple[str, str] | None = None
-    """(reason, message) of a pod command the apiserver or an activity refused for good, until one passes."""
-    in_place_held: dict[str, str] = {}
-    """Revision -> why it cannot be applied in place (InPlaceOnly holds the rollout on it)."""
-    announced: list[str] = []
-    """Once-only Warnings already recorded (a foreign rollbackToRevision)."""
-    written: str = ""
-    """Digest of the last status write, so an unchanged pass writes nothing."""
-    pruned_for: str = ""
-    passes: int = 0
-    lifecycle_defaults: LifecycleDefaults | None = None
-    parent_told: str = ""
-    """Digest of the mirrored status the parent InferenceService's workflow was last told about."""
-    parent_told_at: datetime | None = None
-    migrations: list[MigrationStatus] = []
-    """status.migrations (workflows/replica/migrate.py); taken from the stored status on a resume."""
-    migration_asks: list[MigrationAsk] = []
-    """Requests signalled and not yet judged (judged at the next pass, recorded by its status write)."""
-    migration_cancels: list[str] = []
-    migration_told: dict[str, str] = {}
-    """Request UUID -> the phase its MigrationWorkflow was last told."""
-    migrations_written: bool = False
-    """status.migrations has been written once (then it is written on every pass, None once empty)."""
-    ledger_archived: dict[str, str] = {}
-    ledger_failing: bool = False
-    """The last ledger write failed (its Warning Event was recorded once)."""
-    """Request UUID -> digest of the terminal record last put in the audit ledger (replica/ledger.py)."""
-
-
-class ReplicaRun(StartObject):
-    carried: ReplicaState | None = None
-
-
 @workflow.defn(name=WorkflowType.INFERENCE_REPLICA)
-class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
+class InferenceReplicaWorkflow(EntityWorkflow[ReplicaState]):
     def __init__(self) -> None:
-        self.state = ReplicaState()
-        self.ref: ObjectRef | None = None
-        self.visibility: Visibility | None = None
+        super().__init__(ReplicaState())
         self._pods_changed = False
         self._nudge_pending = False
         self._notes: list[EventNote] = []
+        self._wait = timedelta(0)
+        """How long the last pass said to wait before the next."""
 
     @workflow.signal(name=Signal.PODS_CHANGED)
     def pods_changed(self) -> None:
@@ -173,39 +111,40 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
 
     @workflow.run
     async def run(self, start: ReplicaRun) -> ReplicaState:
-        ref = self.ref = start.ref
-        self.visibility = Visibility(ref.kind, ref.namespace, ref.name)
-        if start.carried is not None:
-            self.adopt(start.carried)
-            self.state.passes = 0
-        self.visibility.publish(self.state.phase)
+        self.begin(start, start.carried)
         if self.state.lifecycle_defaults is None:
             defaults = await workflow.execute_activity_method(OperatorConfigActivities.read, **options.KUBE)
             self.state.lifecycle_defaults = defaults.lifecycle
-        while not self.state.deleting:
-            self._pods_changed = False
-            wait = await self._pass()
-            if wait is None:
-                break
-            if workflow.info().is_continue_as_new_suggested() or self.state.passes >= MAX_PASSES_PER_RUN:
-                workflow.continue_as_new(ReplicaRun(ref=ref, carried=self.state))
-            if wait > timedelta(0):
-                try:
-                    await workflow.wait_condition(
-                        lambda: self.state.deleting or self._pods_changed
-                        or self.state.generation > self.state.acted_generation
-                        or bool(self.state.migration_asks) or bool(self.state.migration_cancels),
-                        timeout=wait)
-                except TimeoutError:
-                    pass
-        return self._gone()
+        return await self.live()
 
-    def _gone(self) -> ReplicaState:
-        assert self.visibility is not None
-        self.state.deleting = True
-        self.state.phase = "Deleted"
-        self.visibility.publish(self.state.phase)
-        return self.state
+    # -- the entity loop's hooks (workflows/entity.py) ----------------------------------------------
+
+    async def next_pass(self, timed_out: bool) -> bool:
+        self._pods_changed = False
+        wait = await self._pass()
+        if wait is None:
+            return False
+        self._wait = wait
+        return True
+
+    async def rest(self) -> bool:
+        if self._wait <= timedelta(0):
+            return False  # the pass asked for the next one at once
+        return await super().rest()
+
+    def rest_time(self) -> timedelta:
+        return self._wait
+
+    def woken(self) -> bool:
+        return self._pods_changed or bool(self.state.migration_asks) or bool(self.state.migration_cancels)
+
+    def run_is_full(self) -> bool:
+        return self.state.passes >= MAX_PASSES_PER_RUN
+
+    def reset_run_counts(self) -> None:
+        self.state.passes = 0
+
+    # -- a pass -------------------------------------------------------------------------------------
 
     async def _pass(self) -> timedelta | None:
         """One observe-plan-write-act pass; how long to wait before the next, None when the replica is gone."""
@@ -267,7 +206,7 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
         state.ledger_failing = ledger_error is not None
         rejected = False
         if decided.commands:
-            rejected = await self._run(replica, decided.commands, seen.now)
+            rejected = await pod_commands.run(replica, decided.commands, seen.now, self.state, self._notes)
         await self._prune(replica, life, target)
         self.visibility.publish(state.phase)
         if rejected:
@@ -497,110 +436,6 @@ class InferenceReplicaWorkflow(EntitySignals[ReplicaState]):
                         events=notes),
             **options.KUBE)
         self.state.written = digest
-
-    async def _run(self, replica: ReplicaRef, commands: list[Command], now: datetime) -> bool:
-        """Run the pass's commands side by side; fold what they answer back into the rows. A command
-        refused for good (the revision renders a pod the apiserver rejects, InvalidSpec, ...) does not
-        fail the workflow: it becomes Progressing False with the reason and one Warning, and is tried
-        again after INVALID_RETRY. True when one was refused."""
-        async def one(command: Command) -> tuple[Command, Any]:
-            try:
-                return await self._command(replica, command)
-            except ActivityError as exc:
-                error = error_type_of(exc)
-                if error is None or not error.permanent:
-                    raise
-                return command, (error.value, error_message(exc))
-
-        answers = await asyncio.gather(*(one(command) for command in commands))
-        rejections = [answer for _, answer in answers if isinstance(answer, tuple)]
-        if rejections:
-            if rejections[0] != self.state.rejected:
-                self._notes.append(EventNote(type="Warning", reason=rejections[0][0], message=rejections[0][1]))
-            self.state.rejected = rejections[0]
-        else:
-            self.state.rejected = None
-        self._fold([(c, a) for c, a in answers if not isinstance(a, tuple)], now)
-        return bool(rejections)
-
-    async def _command(self, replica: ReplicaRef, command: Command) -> tuple[Command, Any]:
-        namespace = replica.ref.namespace or ""
-        if isinstance(command, CreatePods):
-            return command, await workflow.execute_activity_method(
-                ReplicaActivities.create_pods,
-                CreatePodsInput(replica=replica, index=command.index, revision=command.revision,
-                                incarnation=command.incarnation, slot=command.slot,
-                                preferred_nodes=list(command.preferred_nodes), avoid_node=command.avoid_node),
-                **options.KUBE)
-        if isinstance(command, DeletePods):
-            return command, await workflow.execute_activity_method(
-                ReplicaActivities.delete_pods,
-                DeletePodsInput(namespace=namespace, pods=list(command.pods), uids=command.uids), **options.KUBE)
-        if isinstance(command, SetServing):
-            return command, await workflow.execute_activity_method(
-                ReplicaActivities.set_serving,
-                SetServingInput(namespace=namespace, pods=list(command.pods), serving=command.serving,
-                                reason=command.reason), **options.KUBE)
-        assert isinstance(command, PatchInPlace)
-        return command, await workflow.execute_activity_method(
-            ReplicaActivities.update_in_place,
-            InPlaceInput(replica=replica, pod=command.pod, revision=command.revision), **options.KUBE)
-
-    def _fold(self, answers: list[tuple[Command, Any]], now: datetime) -> None:
-        rows = {row.index or 0: row for row in self.state.rows}
-        refused = None
-        created_any = False
-        for command, answer in answers:
-            if isinstance(command, CreatePods):
-                self._after_create(rows, command, answer, now)
-                created_any = created_any or not answer.refused
-                refused = refused or answer.refused
-            elif isinstance(command, PatchInPlace):
-                self._after_in_place(rows, command, answer, now)
-        if refused is not None:
-            if refused != self.state.refused:
-                self._notes.append(EventNote(type="Warning", reason="FailedCreate", message=refused))
-            self.state.refused = refused
-        elif created_any:
-            self.state.refused = None
-        self.state.rows = [rows[i] for i in sorted(rows)]
-
-    def _after_create(self, rows: dict[int, OMENativeInstanceStatus], command: CreatePods, answer: CreatePodsResult,
-                      now: datetime) -> None:
-        row = rows.get(command.index)
-        if row is None or row.operation is None:
-            return
-        if answer.refused:
-            row.operation = row.operation.model_copy(update={
-                "waiting": answer.refused_reason or QUOTA_EXCEEDED, "capacity_refused_at": now, "deadline": None})
-        elif row.operation.capacity_refused_at is not None:
-            row.operation = row.operation.model_copy(update={"waiting": None, "capacity_refused_at": None})
-
-    def _after_in_place(self, rows: dict[int, OMENativeInstanceStatus], command: PatchInPlace, answer: InPlaceResult,
-                        now: datetime) -> None:
-        row = rows.get(command.index)
-        if answer.applied or row is None or row.operation is None:
-            return
-        op = row.operation
-        if op.strategy == UpdateStrategyType.IN_PLACE_ONLY:
-            # InPlaceOnly cannot apply this revision: the attempt ends, the pods go back in rotation
-            # at the revision they run, and the rollout is held on it until the spec changes.
-            row.operation = None
-            row.phase = OMENativeInstancePhase.READY
-            row.target_revision = row.running_revision
-            target = op.target_revision or ""
-            self.state.in_place_held[target] = f"InPlaceOnly cannot apply {target}: {answer.reason}"
-            blocks = {b.target_revision or "": b for b in self.state.blocks}
-            blocks[target] = RetryBlock(target_revision=target, state=RetryBlockState.HELD,
-                                        attempts_started=(blocks[target].attempts_started or 0) + 1
-                                        if target in blocks else 1,
-                                        first_failure_at=now, last_failure_at=now,
-                                        reason=self.state.in_place_held[target][:512])
-            self.state.blocks = [blocks[name] for name in sorted(blocks)]
-            self._notes.append(EventNote(type="Warning", reason="InPlaceUpdateImpossible",
-                                         message=self.state.in_place_held[target]))
-        else:
-            row.operation = to_recreate(op, now, answer.reason)
 
     async def _prune(self, replica: ReplicaRef, life: Lifecycle, target: str) -> None:
         """Once per rollout end: drop non-live revisions beyond revisionHistoryLimit."""

@@ -6,7 +6,7 @@ A spec.rollout group is a unit keyed by its list index; a component in no group 
 else decoder) carries the unit's CanaryStatus, and status.canary mirrors the unit that owns the
 InferenceService's entrypoint.
 
-The InferenceService workflow (service_workflow.py) observes, asks `triage` which units have a
+The InferenceService workflow (workflows/inference_service/) observes, asks `triage` which units have a
 run to steer and which could start, steers the running ones, then asks `admit` which of the
 others start now (groups in order, one at a time, after the previous group's soak, unless the
 spec says Concurrent), and opens their runs.

@@ -1,0 +1,95 @@
+"""When the InferenceService workflow looks at its service again with no news: the polls for what no
+event of the object reports (components becoming ready, a parked group's policy appearing, a model or
+runtime rendered by reference moving, the Gateway's verdict on a route, a failed annotation removal
+to retry, a soak ending). Each wait that backs off remembers when it began.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from servingops.workflows.inference_service.annotations import Annotations
+    from servingops.workflows.inference_service.context import ServiceContext
+    from servingops.workflows.inference_service.serving import Serving
+    from servingops.workflows.rollout import status
+    from servingops.workflows.rollout.steps import poll_interval
+
+RESYNC_PARKED = 60.0
+"""How often a parked group re-tries resolving its policy (it may have been created since)."""
+RESYNC_BY_REFERENCE = 30.0
+"""How often a service rendered from a model and runtime is observed again without an event of its
+own: a runtime edit (autoSync) or a model change re-renders, and a new template rolls out."""
+RESYNC_HELD = 60.0
+"""The longest wait between looks at a held spec's model and runtime (sooner at first)."""
+RETRY_REMOVAL = 60.0
+"""How soon a consumed annotation whose removal failed is tried again (a pass re-reads it first)."""
+RESYNC_INGRESS_WAIT = 60.0
+"""The longest wait between looks at routes the Gateway has not accepted yet (sooner at first): its
+verdict is written on the HTTPRoute, and no event of the InferenceService says it arrived."""
+RESYNC_INGRESS = 293.0
+"""How often a service whose routes are settled is observed again (about 5 minutes): a Gateway that
+later refuses a route turns IngressReady (and Ready) False within this long, and a change of the
+operator's ingress block (a Gateway configured after the service was served) reaches its routes.
+Neither is an event of the InferenceService; the cost is one observe (and status write) per
+service per interval. Not a round number: at 300 s it came due at the instant a run's 5m
+readyTimeout report woke the service, and the time-skipping test server refuses the CancelTimer
+of a timer that fires while the task is with the worker (temporalio/sdk-java#2606, #3088; see
+tests/test_replica_workflow.py). The real server takes it; the tests would strand the run."""
+
+
+class Pacing:
+    def __init__(self, ctx: ServiceContext, serving: Serving, annotations: Annotations) -> None:
+        self.ctx = ctx
+        self.serving = serving
+        self.annotations = annotations
+        self.unready_since: datetime | None = None
+        """When the current wait for components to serve began (paces the readiness poll)."""
+        self.held_since: datetime | None = None
+        """When the current wait for a held spec's model and runtime began."""
+        self.ingress_since: datetime | None = None
+        """When the current wait for the Gateway to accept the routes began (paces its poll)."""
+
+    def next_wake(self) -> float | None:
+        """Seconds until the next look without news (None: only news wakes the service)."""
+        waits: list[float] = []
+        # A refused spec is not polled: nothing will serve until a new generation arrives.
+        if self.ctx.refusal is None and any(not v.serving_ready for v in self.ctx.state.components.values()):
+            self.unready_since = self.unready_since or workflow.now()
+            waits.append(poll_interval(workflow.now() - self.unready_since, self.ctx.settings.poll_seconds))
+        else:
+            self.unready_since = None
+        if self.ctx.state.parked:
+            waits.append(RESYNC_PARKED)
+        if self.serving.by_reference:
+            waits.append(RESYNC_BY_REFERENCE)
+        if self.serving.held is not None:
+            # A model turns Ready, a runtime appears: no event of this object says so.
+            self.held_since = self.held_since or workflow.now()
+            waits.append(poll_interval(workflow.now() - self.held_since, RESYNC_HELD))
+        else:
+            self.held_since = None
+        if self.annotations.removal_failed:
+            waits.append(RETRY_REMOVAL)
+        if self.ctx.state.soak_until is not None:
+            waits.append(max(0.0, (self.ctx.state.soak_until - workflow.now()).total_seconds()))
+        waits.extend(self._ingress_wait())
+        return min(waits) if waits else None
+
+    def _ingress_wait(self) -> list[float]:
+        """Polls for what no event of this object brings (the Gateway's verdict, the operator's ingress
+        block): soon while a route is not accepted, every few minutes once all are. None for an
+        observation from before the ingress block (histories recorded then replay without these
+        timers) or a refused spec."""
+        ingress = self.ctx.state.ingress
+        condition = status.ingress_condition(ingress, self.ctx.state.components)
+        if self.ctx.refusal is not None or ingress is None or condition is None:
+            self.ingress_since = None
+            return []
+        if self.serving.ingress_settling or not status.ingress_ready(condition):
+            self.ingress_since = self.ingress_since or workflow.now()
+            return [poll_interval(workflow.now() - self.ingress_since, RESYNC_INGRESS_WAIT)]
+        self.ingress_since = None
+        return [RESYNC_INGRESS]

@@ -1,0 +1,211 @@
+"""What the InferenceService serves: one observation of the object (serving.observe), and each
+component kept served from it (its first revision at 100%, stable replicas at the spec's count while
+no run moves it, the route re-attached after an ingress change, the OMENative scaler). What the
+observation found that status reports (held, placed, served by reference, overlays, pins) is kept
+here for the status write.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from servingops.activities.serving.activities import ServingActivities
+    from servingops.activities.serving.autoscaler import AutoscalerActivities, EnsureAutoscalerInput
+    from servingops.activities.serving.types import (
+        ComponentObservation,
+        EnsureRevisionInput,
+        ObserveInput,
+        RevisionKey,
+        ServiceObservation,
+        ServingHold,
+        SetTrafficInput,
+    )
+    from servingops.api_models.contract.rollout import ComponentView
+    from servingops.api_models.errors import ErrorType, error_message, error_type_of
+    from servingops.api_models.ome.enums import AutoscalerManagedBy, ComponentType
+    from servingops.api_models.ome.rollout import RolloutSpec
+    from servingops.api_models.serving import TrafficWeight
+    from servingops.workflows import options
+    from servingops.workflows.inference_service.context import ServiceContext
+    from servingops.workflows.rollout import status
+
+OMENATIVE_AUTOSCALER = "omenative-autoscaler"
+"""The patch that added serving.ensure_autoscaler for OMENative components (docs/replicas.md)."""
+AUTOSCALER_WHEN_NEEDED = "autoscaler-when-needed"
+"""The patch that calls serving.ensure_autoscaler only when the scaler's inputs moved or a scaler of
+ours is live (before it: every pass, four apiserver reads for a component with no scaler at all)."""
+
+
+def loaded_copies(observation: ServiceObservation) -> int:
+    """Ready pods of the engine's revisions that carry traffic (the copies of the model serving)."""
+    for seen in observation.components:
+        if seen.component is ComponentType.ENGINE:
+            carrying = {w.revision for w in seen.traffic if w.weight > 0}
+            return sum(r.ready_replicas for r in seen.revisions if r.revision in carrying)
+    return 0
+
+
+class Serving:
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self.held: ServingHold | None = None
+        """The spec serves by reference and its model / runtime cannot serve it yet: what serves keeps
+        serving, nothing new is rendered, and the service is observed again (not refused)."""
+        self.placed = False
+        """The source has spec.placement: its Ready condition is the placement workflow's."""
+        self.by_reference = False
+        """The last observation was rendered from a model and runtime (observed again every
+        pacing.RESYNC_BY_REFERENCE)."""
+        self.pin: tuple[str | None, str | None] = (None, None)
+        """(status.pinnedRevisionName, status.lastRuntimeSyncToken) as last observed: autoSync false."""
+        self.pin_dropped = False
+        self.model_copies: int | None = None
+        """Ready engine pods on revisions carrying traffic, for status.modelStatus.modelCopies."""
+        self.overlays: tuple[list[dict[str, object]], list[str]] = ([], [])
+        """(status.mountedOverlays, overlays left out with why) as last rendered."""
+        self.ingress_settling = False
+        """A route was applied again for a new ingress configuration: looked at soon, whatever the
+        last verdict said (it was about the route before)."""
+
+    async def observe(self) -> tuple[RolloutSpec | None, ServiceObservation] | None:
+        """Observe the service and keep what serves served; the rollout spec and the observation when
+        the runs are to be planned from them (None: gone, a refused spec unchanged, held, or placed)."""
+        ref = self.ctx.require_ref()
+        observation = await workflow.execute_activity_method(
+            ServingActivities.observe, ObserveInput(isvc=ref), **options.KUBE)
+        if observation is None or observation.deleting:
+            self.ctx.deleting = True
+            return None
+        state = self.ctx.state
+        state.generation = observation.generation
+        state.annotations = dict(observation.annotations)
+        self.ingress_settling = False
+        if observation.ingress is not None and observation.ingress != state.ingress:
+            state.ingress = observation.ingress
+            self.ctx.dirty = True
+        if observation.placed != self.placed:
+            self.placed = observation.placed
+            self.ctx.dirty = True
+        if self.ctx.refusal is not None:
+            if self.ctx.refusal.generation == observation.generation:
+                return None  # the refused spec has not changed: wait for the next generation
+            self.ctx.refusal = None
+            self.ctx.dirty = True
+        self.by_reference = observation.by_reference
+        if observation.held is None and (observation.mounted_overlays, observation.skipped_overlays) != self.overlays:
+            self.overlays = (observation.mounted_overlays, observation.skipped_overlays)
+            self.ctx.dirty = True
+        if observation.by_reference and observation.held is None:
+            copies = loaded_copies(observation)
+            if copies != self.model_copies:
+                self.model_copies = copies
+                self.ctx.dirty = True
+        pin = (observation.pinned_revision, observation.runtime_sync_token)
+        if observation.held is None and pin != self.pin:
+            self.pin_dropped = pin == (None, None)  # back to autoSync: the old pin leaves status
+            self.pin = pin
+            self.ctx.dirty = True
+        if observation.held != self.held:
+            if observation.held is not None:
+                self.ctx.notes.append(status.held_note(observation.held))
+            self.held = observation.held
+            self.ctx.dirty = True
+        if observation.held is not None:
+            return None  # nothing to render: what serves keeps serving, the next poll looks again
+        if observation.placed:
+            # Member clusters serve it: the placement workflow writes the derived services there and
+            # status.placement here. Nothing is rendered in this cluster, no rollout runs here.
+            if state.components:
+                state.components.clear()
+                self.ctx.dirty = True
+            return None
+        for seen in observation.components:
+            await self._serve(seen)
+        served = [c.component for c in observation.components]
+        for gone in [c for c in state.components if c not in served]:
+            del state.components[gone]
+        spec = RolloutSpec.model_validate(observation.spec_rollout) if observation.spec_rollout else None
+        return spec, observation
+
+    async def _serve(self, seen: ComponentObservation) -> None:
+        """Keep a component served: its first revision at 100%, stable replicas at the spec's
+        count when no run moves it, and readiness of whatever carries its traffic."""
+        ref = self.ctx.require_ref()
+        view = self.ctx.state.components.setdefault(seen.component, ComponentView())
+        ingress = self.ctx.state.ingress
+        if ingress is None or ingress.problem_reason is None:
+            view.url = seen.url  # else the last known: the ingress block that gave it cannot be read now
+        view.address, view.route_status = seen.address, seen.route_status
+        view.desired = seen.desired_revision
+        view.replica, view.lifecycle = seen.replica, seen.lifecycle
+        if view.stable is None and seen.traffic:
+            view.stable = max(seen.traffic, key=lambda w: w.weight).revision
+            view.traffic = list(seen.traffic)
+        if view.stable is None:
+            await workflow.execute_activity_method(
+                ServingActivities.ensure_revision,
+                EnsureRevisionInput(key=RevisionKey(isvc=ref, component=seen.component, revision=seen.desired_revision),
+                                    replicas=seen.desired_replicas),
+                **options.KUBE)
+            weights = [TrafficWeight(revision=seen.desired_revision, weight=100)]
+            await workflow.execute_activity_method(
+                ServingActivities.set_traffic, SetTrafficInput(isvc=ref, component=seen.component, weights=weights),
+                **options.KUBE)
+            view.stable = seen.desired_revision
+            view.traffic = weights
+        revisions = {r.revision: r for r in seen.revisions}
+        moving = any(seen.component in (t.component for t in run.targets) for run in self.ctx.state.active.values())
+        stable = revisions.get(view.stable)
+        if seen.ingress_drift and not moving:
+            await self._reattach(seen)
+        if not moving and stable is not None and stable.replicas != seen.desired_replicas:
+            await workflow.execute_activity_method(
+                ServingActivities.ensure_revision,
+                EnsureRevisionInput(key=RevisionKey(isvc=ref, component=seen.component, revision=view.stable),
+                                    replicas=seen.desired_replicas),
+                **options.KUBE)
+        if seen.replica is not None and workflow.patched(OMENATIVE_AUTOSCALER) and self._scaler_due(seen, view):
+            # The service owns the scaler of its projected replica (seed: only the InferenceService
+            # controller creates one): applied when its inputs move, mirrored while it is live.
+            scaler = await workflow.execute_activity_method(
+                AutoscalerActivities.ensure, EnsureAutoscalerInput(isvc=ref, component=seen.component),
+                **options.KUBE)
+            view.autoscaler = scaler.status
+            view.autoscaler_applied = seen.autoscaler_digest
+        carrying = [w.revision for w in view.traffic if w.weight > 0] or [view.stable]
+        view.serving_ready = any(revisions[r].ready_replicas > 0 for r in carrying if r in revisions)
+        if view.latest_ready is None and stable is not None and stable.ready_replicas > 0:
+            view.latest_ready = view.stable
+
+    async def _reattach(self, seen: ComponentObservation) -> None:
+        """The ingress configuration changed since the component's route was programmed (a Gateway
+        set or removed, another domain, the entrypoint moved): apply the route again with the split
+        it carries, so existing services follow the operator's configuration. Only while no run moves
+        the component (a run's own set_traffic renders the new attachment, and two writers of one
+        split could undo each other). A drift is new data (older histories decode it as False), so
+        replaying them schedules no such call."""
+        weights = [w for w in seen.traffic if w.weight > 0]
+        if not weights or sum(w.weight for w in weights) != 100:
+            return  # not a split this workflow programmed: leave it to the next run
+        try:
+            await workflow.execute_activity_method(
+                ServingActivities.set_traffic,
+                SetTrafficInput(isvc=self.ctx.require_ref(), component=seen.component, weights=weights), **options.KUBE)
+        except ActivityError as error:
+            # The live split cannot be programmed again (a backend's Service deleted behind our
+            # back): housekeeping, not the user's spec, so no refusal. The route keeps serving as it
+            # is, IngressReady keeps saying it is not attached, and the next look tries again.
+            if error_type_of(error) is not ErrorType.INVALID_TRAFFIC:
+                raise
+            workflow.logger.warning("%s route not re-attached: %s", seen.component.value, error_message(error))
+            return
+        self.ingress_settling = True
+
+    @staticmethod
+    def _scaler_due(seen: ComponentObservation, view: ComponentView) -> bool:
+        live = (view.autoscaler or {}).get("managedBy") == AutoscalerManagedBy.OME.value
+        changed = seen.autoscaler_digest is None or seen.autoscaler_digest != view.autoscaler_applied
+        return live or changed or not workflow.patched(AUTOSCALER_WHEN_NEEDED)
+

@@ -1,0 +1,57 @@
+"""What the placement workflow says about its source: status.placement, the Ready condition (this
+workflow's while the source is placed) and the Events that go with them, written through
+kube.patch_status only when something moved (or a decision must be on the object before a member is
+written: `force`). Also why the service is held, said once per distinct reason."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+from servingops.workflows.placement.readiness import ready_condition
+from servingops.workflows.placement.state import PlacementState
+
+with workflow.unsafe.imports_passed_through():
+    from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
+    from servingops.api_models.refs import ConditionUpdate, ObjectRef
+    from servingops.workflows import options
+
+
+class PlacementRecord:
+    """One per run, made once the state a continued run carries is taken."""
+
+    def __init__(self, ref: ObjectRef, state: PlacementState) -> None:
+        self.ref = ref
+        self.state = state
+        self.notes: list[EventNote] = []
+        """Events to record with the next status write."""
+        self.written: dict[str, object] | None = None
+        """status.placement as last written by this run (a write only when it moved)."""
+        self.held_this_pass = False
+        """Whether the pass under way held the service: a pass that did not clears `state.held`."""
+        self.written_ready: ConditionUpdate | None = None
+        """The Ready condition as last written by this run."""
+
+    def hold(self, reason: str, message: str) -> None:
+        self.held_this_pass = True
+        said = f"{reason}: {message}"
+        if said != self.state.held:
+            self.notes.append(EventNote(type="Warning", reason=reason, message=message))
+            self.state.held = said
+
+    async def persist(self, *, force: bool = False, clear: bool = False) -> None:
+        # Ready is this workflow's while the source is placed; a cleared placement hands it back to
+        # the InferenceService workflow (it renders the service here again).
+        ready = None
+        if not clear:
+            ready = ready_condition(self.state.status, self.state.held)
+        if not (force or self.notes or self._dirty() or ready != self.written_ready):
+            return
+        body: dict[str, object] = {"placement": None if clear else self.state.status.to_api()}
+        self.written, self.written_ready = self.state.status.to_api(), ready
+        notes, self.notes = self.notes, []
+        await workflow.execute_activity_method(
+            KubernetesActivities.patch_status,
+            StatusPatch(ref=self.ref, status=body, conditions=[ready] if ready else [], events=notes), **options.KUBE)
+
+    def _dirty(self) -> bool:
+        return self.written != self.state.status.to_api()
