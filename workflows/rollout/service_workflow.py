@@ -61,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         RolloutRunOutcome,
     )
     from servingops.api_models.ome.migration import MigrationHistoryEntry
+    from servingops.api_models.ome.model_status import MountedOverlay
     from servingops.api_models.ome.rollout import RolloutGroup, RolloutSpec
     from servingops.api_models.ome.rollout_status import (
         RolloutGroupResolution,
@@ -835,7 +836,7 @@ class InferenceServiceWorkflow:
 
     async def _write_status(self) -> None:
         ref = self._require_ref()
-        body = status.service_status(ref.name, self._state, workflow.now())
+        written = status.service_status(ref.name, self._state, workflow.now())
         mounted, skipped = self._overlays
         conditions = status.conditions(self._state, self._refusal, self._held)
         if self._placed:
@@ -843,22 +844,21 @@ class InferenceServiceWorkflow:
             # placement workflow); the components' aggregate here would say "not ready" for ever.
             conditions = [c for c in conditions if c.type != "Ready"]
         if mounted or skipped:
-            body["mountedOverlays"] = mounted or None
+            written.mounted_overlays = [MountedOverlay.model_validate(m) for m in mounted] or None
             conditions.append(status.overlays_condition(mounted, skipped))
         if self._by_reference:
-            body["modelStatus"] = status.model_status(self._state, refusal=self._refusal, held=self._held,
-                                                      copies=self._model_copies, now=workflow.now())
+            written.model_status = status.model_status(self._state, refusal=self._refusal, held=self._held,
+                                                       copies=self._model_copies, now=workflow.now())
         if self._pin != (None, None) or self._pin_dropped:
-            body["pinnedRevisionName"], body["lastRuntimeSyncToken"] = self._pin
+            written.pinned_revision_name, written.last_runtime_sync_token = self._pin
             self._pin_dropped = False
         if self._state.migration_history:
-            body["migrationHistory"] = [e.model_dump(by_alias=True, exclude_none=True, mode="json")
-                                        for e in self._state.migration_history]
+            written.migration_history = self._state.migration_history
         ingress = status.ingress_condition(self._state.ingress, self._state.components)
         self._note(status.ingress_note(ingress, self._state.ingress_verdict))
         self._state.ingress_verdict = status.ingress_verdict(ingress, self._state.ingress_verdict)
         notes, self._notes = self._notes, []
-        patch = StatusPatch(ref=ref, status=body, conditions=conditions,
+        patch = StatusPatch(ref=ref, status=status.merge_patch(written), conditions=conditions,
                             observed_generation=self._state.generation, events=notes)
         alive = await workflow.execute_activity_method(KubernetesActivities.patch_status, patch, **options.KUBE)
         if not alive:
