@@ -47,11 +47,10 @@ from bench.goals import Goals
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess, free_port
 from devstack.services import TemporalDevServer
-from servingops.api_models.contract import ObjectEvent, Signal, StartObject, WorkflowType
+from servingops.api_models.contract import ObjectEvent, Signal, StartObject, WorkflowType, search_attributes
 from servingops.api_models.deckhouse import Model
 from servingops.api_models.refs import ObjectRef
 from servingops.runtime.temporal import TemporalSettings, connect
-from servingops.workflows import search_attributes
 
 GOAL_RATIO = 0.90
 DIRECT_NAMESPACE = "bench-direct"  # the ServingopsNamespace search attribute of the baseline's workflows

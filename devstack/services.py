@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from devstack.process import ManagedProcess, find_binary, free_port, http_ok, tcp_open
-from servingops.workflows import search_attributes
+from servingops.api_models.contract import search_attributes
 
 
 class MissingBinary(RuntimeError):

@@ -433,7 +433,7 @@ async def register_search_attributes(env: WorkflowEnvironment) -> None:
     from temporalio.api.enums.v1 import IndexedValueType
     from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 
-    from servingops.workflows import search_attributes
+    from servingops.api_models.contract import search_attributes
 
     await env.client.operator_service.add_search_attributes(AddSearchAttributesRequest(
         namespace=env.client.namespace,

@@ -134,17 +134,22 @@ def test_ready_is_never_true_while_ingress_is_false() -> None:
 @pytest.mark.unit
 def test_addresses_project_the_gateway_and_the_cluster_local_entry() -> None:
     entry = _views(router=None)[ROUTER]
-    assert status.addresses(EXTERNAL, entry) == {
+
+    def addresses(ingress: IngressObservation | None, view: ComponentView) -> dict[str, Any]:
+        """The status fields written for them."""
+        return status.merge_patch(status.addresses(ingress, view))
+
+    assert addresses(EXTERNAL, entry) == {
         "url": "http://llama.team-a.example.test",
         "address": {"url": "http://llama-router.team-a.svc.cluster.local"},
         "addresses": [{"name": "external", "url": "http://llama.team-a.example.test"},
                       {"name": "cluster-local", "url": "http://llama-router.team-a.svc.cluster.local"}]}
     local = "http://llama-router.team-a.svc.cluster.local"
-    assert status.addresses(IngressObservation(), entry.model_copy(update={"url": local})) == {
+    assert addresses(IngressObservation(), entry.model_copy(update={"url": local})) == {
         "url": local, "address": {"url": local}, "addresses": [{"name": "cluster-local", "url": local}]}
-    assert status.addresses(None, entry) == {"url": entry.url}, "a history from before: status.url as then"
-    assert status.addresses(EXTERNAL, ComponentView()) == {}, "no route yet"
-    assert status.addresses(IngressObservation(problem_reason="InvalidHost", problem="..."), entry) == {}, \
+    assert addresses(None, entry) == {"url": entry.url}, "a history from before: status.url as then"
+    assert addresses(EXTERNAL, ComponentView()) == {}, "no route yet"
+    assert addresses(IngressObservation(problem_reason="InvalidHost", problem="..."), entry) == {}, \
         "a configuration that cannot be read changes nothing written"
 
 

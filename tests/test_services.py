@@ -11,7 +11,7 @@ import pytest
 from temporalio.client import Client
 
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
-from servingops.workflows import search_attributes
+from servingops.api_models.contract import search_attributes
 from testkit.waiting import wait_until
 from tests.metrics_exporter import Exporter
 

@@ -27,6 +27,7 @@ from servingops.activities.kubernetes import EventNote, StatusPatch
 from servingops.activities.oci.activities import OciActivities, PushFileInput, RegistryTarget
 from servingops.activities.sources.activities import SourceActivities
 from servingops.activities.sources.types import FetchedFile
+from servingops.api_models.contract import search_attributes
 from servingops.api_models.contract.rollout import ServiceState
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.enums import RolloutRunOutcome
@@ -38,7 +39,6 @@ from servingops.runtime.metrics import WorkerMetrics, prometheus_runtime
 from servingops.runtime.temporal import TemporalSettings, connect
 from servingops.workers import observability
 from servingops.workers.observability import MetricsInterceptor, count_status_write, observe_visibility
-from servingops.workflows import search_attributes
 from servingops.workflows.rollout import status
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')

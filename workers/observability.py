@@ -29,11 +29,10 @@ from temporalio.worker import (
 
 from servingops.activities.kubernetes import StatusPatch
 from servingops.activities.sources.types import FetchedFile
-from servingops.api_models.contract import WorkflowType
+from servingops.api_models.contract import WorkflowType, search_attributes
 from servingops.api_models.deckhouse.enums import ModelPhase
 from servingops.api_models.ome.enums import CoordinationPhase, RolloutPhase
 from servingops.runtime.metrics import WorkerMetrics
-from servingops.workflows import search_attributes
 from servingops.workflows.rollout.status import EventReason
 
 log = logging.getLogger(__name__)

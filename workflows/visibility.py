@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from servingops.workflows import search_attributes
+from servingops.api_models.contract import search_attributes
 
 
 class Visibility:

@@ -9,6 +9,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import KubernetesActivities, StatusPatch
+    from servingops.api_models.ome.model_status import MountedOverlay
     from servingops.workflows import options
     from servingops.workflows.inference_service.context import ServiceContext
     from servingops.workflows.inference_service.serving import Serving
@@ -19,7 +20,7 @@ async def write_status(ctx: ServiceContext, serving: Serving) -> None:
     """The status the InferenceService workflow owns, with the Events of the pass; an object found gone
     ends the workflow."""
     ref = ctx.require_ref()
-    body = status.service_status(ref.name, ctx.state, workflow.now())
+    written = status.service_status(ref.name, ctx.state, workflow.now())
     mounted, skipped = serving.overlays
     conditions = status.conditions(ctx.state, ctx.refusal, serving.held)
     if serving.placed:
@@ -27,22 +28,21 @@ async def write_status(ctx: ServiceContext, serving: Serving) -> None:
         # placement workflow); the components' aggregate here would say "not ready" for ever.
         conditions = [c for c in conditions if c.type != "Ready"]
     if mounted or skipped:
-        body["mountedOverlays"] = mounted or None
+        written.mounted_overlays = [MountedOverlay.model_validate(m) for m in mounted] or None
         conditions.append(status.overlays_condition(mounted, skipped))
     if serving.by_reference:
-        body["modelStatus"] = status.model_status(ctx.state, refusal=ctx.refusal, held=serving.held,
-                                                  copies=serving.model_copies, now=workflow.now())
+        written.model_status = status.model_status(ctx.state, refusal=ctx.refusal, held=serving.held,
+                                                   copies=serving.model_copies, now=workflow.now())
     if serving.pin != (None, None) or serving.pin_dropped:
-        body["pinnedRevisionName"], body["lastRuntimeSyncToken"] = serving.pin
+        written.pinned_revision_name, written.last_runtime_sync_token = serving.pin
         serving.pin_dropped = False
     if ctx.state.migration_history:
-        body["migrationHistory"] = [e.model_dump(by_alias=True, exclude_none=True, mode="json")
-                                    for e in ctx.state.migration_history]
+        written.migration_history = ctx.state.migration_history
     ingress = status.ingress_condition(ctx.state.ingress, ctx.state.components)
     ctx.note(status.ingress_note(ingress, ctx.state.ingress_verdict))
     ctx.state.ingress_verdict = status.ingress_verdict(ingress, ctx.state.ingress_verdict)
     notes, ctx.notes = ctx.notes, []
-    patch = StatusPatch(ref=ref, status=body, conditions=conditions,
+    patch = StatusPatch(ref=ref, status=status.merge_patch(written), conditions=conditions,
                         observed_generation=ctx.state.generation, events=notes)
     alive = await workflow.execute_activity_method(KubernetesActivities.patch_status, patch, **options.KUBE)
     if not alive:

@@ -2,8 +2,9 @@
 workflow's memory: per-component traffic / revisions / canary / rolloutPhase, status.url,
 status.address and status.addresses, status.canary (the entrypoint unit's run), status.rollout
 (active run, last run, resolution view), status.rolloutCoordination, the Ready and IngressReady
-conditions, and the Events that go with a status write (`EventReason`). Pure functions returning
-the wire dicts and Event notes that kube.patch_status merges into status and records.
+conditions, and the Events that go with a status write (`EventReason`). Pure functions: the status
+is built as the kind's model (`InferenceServiceStatus`, seed 004) and `merge_patch` turns it into the
+fields kube.patch_status merges into status; the Event notes are recorded with the write.
 
 kube.patch_status records no Event of its own for a condition's transition: the notes here are
 every Event: a canary step promoted, traffic moved, a run completed or rolled back, and the
@@ -27,6 +28,7 @@ from servingops.activities.kubernetes import EventNote
 from servingops.activities.serving.types import ServingHold
 from servingops.api_models.contract.rollout import ActiveRun, ComponentTarget, ComponentView, ServiceState
 from servingops.api_models.errors import ErrorType
+from servingops.api_models.ome.autoscaling import ComponentAutoscalerStatus
 from servingops.api_models.ome.enums import (
     CanaryFailureReason,
     ComponentType,
@@ -35,11 +37,14 @@ from servingops.api_models.ome.enums import (
     RolloutRunOutcome,
     TransitionStatus,
 )
-from servingops.api_models.ome.inference_service import ComponentStatusSpec
+from servingops.api_models.ome.inference_service import ComponentStatusSpec, InferenceServiceStatus
+from servingops.api_models.ome.lifecycle import LifecycleStatus
 from servingops.api_models.ome.model_status import FailureInfo, ModelCopies, ModelRevisionStates, ModelStatus
+from servingops.api_models.ome.refs import ScaleTargetRef
 from servingops.api_models.ome.rollout_status import (
     CanaryStatus,
     RolloutCoordinationStatus,
+    RolloutGroupResolution,
     RolloutRun,
     RolloutRunGroup,
     RolloutRunPlan,
@@ -95,7 +100,7 @@ def armed_canary(targets: list[ComponentTarget], primary: ComponentTarget, *, pr
 
 
 def traffic_targets(isvc: str, component: ComponentType, weights: list[TrafficWeight],
-                    stable: str | None) -> list[dict[str, Any]]:
+                    stable: str | None) -> list[ComponentTrafficTarget]:
     """ComponentTrafficTarget per revision carrying traffic (a zero-weight backend is not one)."""
     targets = []
     for weight in weights:
@@ -104,31 +109,31 @@ def traffic_targets(isvc: str, component: ComponentType, weights: list[TrafficWe
         latest = weight.revision == stable
         targets.append(ComponentTrafficTarget(
             revision_name=revision_name(isvc, component.value, weight.revision), percent=weight.weight,
-            tag="latest" if latest else "canary", latest_revision=latest).to_api())
+            tag="latest" if latest else "canary", latest_revision=latest))
     return targets
 
 
-def component_status(isvc: str, component: ComponentType, view: ComponentView) -> dict[str, Any]:
+def component_status(isvc: str, component: ComponentType, view: ComponentView) -> ComponentStatusSpec:
+    """status.components[c]. An OMENative component's lifecycle (its replica's status) and autoscaler
+    are kept in the workflow's memory in their API form (ServiceState is the query's answer too), so
+    they are read back into their models here."""
     def name(revision: str | None) -> str | None:
         return revision_name(isvc, component.value, revision) if revision else None
 
-    spec = ComponentStatusSpec(
+    return ComponentStatusSpec(
         url=view.url,
         latest_ready_revision=name(view.latest_ready),
         latest_rolledout_revision=name(view.stable),
         previous_rolledout_revision=name(view.previous),
         rollout_phase=view.rollout_phase,
         canary=view.canary,
+        traffic=traffic_targets(isvc, component, view.traffic, view.stable),
+        scale_target_ref=ScaleTargetRef(api_version="ome.io/v1beta1", kind="InferenceReplica", name=view.replica)
+        if view.replica is not None else None,
+        lifecycle=LifecycleStatus.model_validate(view.lifecycle) if view.lifecycle is not None else None,
+        autoscaler=ComponentAutoscalerStatus.model_validate(view.autoscaler) if view.autoscaler is not None
+        else None,
     )
-    body = spec.to_api()
-    body["traffic"] = traffic_targets(isvc, component, view.traffic, view.stable)
-    if view.replica is not None:
-        body["scaleTargetRef"] = {"apiVersion": "ome.io/v1beta1", "kind": "InferenceReplica", "name": view.replica}
-    if view.lifecycle is not None:
-        body["lifecycle"] = dict(view.lifecycle)
-    if view.autoscaler is not None:
-        body["autoscaler"] = dict(view.autoscaler)
-    return body
 
 
 def run_targets(runs: list[ActiveRun]) -> list[RolloutRunTarget]:
@@ -312,46 +317,58 @@ def park_note(group: str, why: str) -> EventNote:
     return EventNote(type="Warning", reason=_reason_of(why), message=f"group {group}: {message}")
 
 
-def service_status(isvc: str, state: ServiceState, now: datetime) -> dict[str, Any]:
-    """The status fields the InferenceService workflow owns (each replaced whole)."""
-    components = {c.value: component_status(isvc, c, v) for c, v in state.components.items()}
-    body: dict[str, Any] = {"components": components}
+def service_status(isvc: str, state: ServiceState, now: datetime) -> InferenceServiceStatus:
+    """The status fields the InferenceService workflow owns, from its memory: only the fields set
+    here are written (merge_patch), each replaced whole. The workflow adds what it knows beside its
+    memory (mountedOverlays, modelStatus, the runtime pin, migrationHistory) before the write."""
     served = list(state.components)
-    if served:
-        entry = entrypoint(served)
-        body.update(addresses(state.ingress, state.components[entry]))
+    entry = state.components[entrypoint(served)] if served else None
+    written = addresses(state.ingress, entry) if entry is not None else InferenceServiceStatus()
+    written.components = {c: component_status(isvc, c, v) for c, v in state.components.items()}
+    if entry is not None and entry.canary is not None:
         # status.canary mirrors the canary of the unit owning the ISVC entrypoint.
-        canary = state.components[entry].canary
-        if canary is not None:
-            body["canary"] = canary.to_api()
-    rollout = RolloutStatus(active_run=active_run(list(state.active.values()), now))
-    rollout_body = rollout.to_api()
-    if state.last_run is not None:
-        rollout_body["lastRun"] = state.last_run
-    if state.resolutions:
-        rollout_body["groups"] = state.resolutions
-    body["rollout"] = rollout_body
+        written.canary = entry.canary
+    # The last run and the groups' resolutions are kept in their API form (see component_status).
+    written.rollout = RolloutStatus(
+        active_run=active_run(list(state.active.values()), now),
+        last_run=RolloutRunRecord.model_validate(state.last_run) if state.last_run is not None else None,
+        groups=[RolloutGroupResolution.model_validate(r) for r in state.resolutions] or None)
     if state.coordination:
-        coordination = RolloutCoordinationStatus(groups=[state.coordination[k] for k in sorted(state.coordination)])
-        body["rolloutCoordination"] = coordination.to_api()
-    return body
+        written.rollout_coordination = RolloutCoordinationStatus(
+            groups=[state.coordination[k] for k in sorted(state.coordination)])
+    return written
 
 
-def addresses(ingress: IngressObservation | None, entry: ComponentView) -> dict[str, Any]:
+def merge_patch(written: InferenceServiceStatus) -> dict[str, Any]:
+    """The status fields kube.patch_status merges: each field `written` sets, replaced whole in its
+    API form (to_api: below the top level only None is left out), and a field set to None removed.
+    Not ApiModel.to_merge_patch: that leaves out nested fields never set, and a nested default is part
+    of what this status has always said (a pinned policyRef's kind "RolloutPolicy", when the spec
+    left it out, is written)."""
+    removed = {name for name in written.model_fields_set if getattr(written, name) is None}
+    patch = written.model_dump(include=written.model_fields_set - removed, by_alias=True, exclude_none=True,
+                               mode="json")
+    if removed:
+        patch.update(written.model_dump(include=removed, by_alias=True, mode="json"))
+    return patch
+
+
+def addresses(ingress: IngressObservation | None, entry: ComponentView) -> InferenceServiceStatus:
     """status.url, status.address and status.addresses from the entrypoint component (seed 004:
     one address per Gateway the routes attach to, named by its class, plus the cluster-local one;
     status.url is the Gateway's, status.address the cluster-local one). Nothing before the
     entrypoint's route exists, and nothing new while the ingress block cannot be rendered (what
-    was written stays)."""
+    was written stays): the fields left unset are not written. An address is the seed's
+    Addressable (knative's duck type, not defined by the seed), which the model keeps as an object."""
     if ingress is None:
         # Observed before the ingress block existed: status.url as it was then.
-        return {"url": entry.url} if entry.url else {}
+        return InferenceServiceStatus(url=entry.url) if entry.url else InferenceServiceStatus()
     if ingress.problem_reason is not None or not entry.address:
-        return {}
+        return InferenceServiceStatus()
     external = ingress.url if ingress.gateway else None
     listed = [{"name": "external", "url": external}] if external else []
     listed.append({"name": "cluster-local", "url": entry.address})
-    return {"url": external or entry.address, "address": {"url": entry.address}, "addresses": listed}
+    return InferenceServiceStatus(url=external or entry.address, address={"url": entry.address}, addresses=listed)
 
 
 def overlays_condition(mounted: list[dict[str, object]], skipped: list[str]) -> ConditionUpdate:
@@ -384,7 +401,7 @@ _WAITING = {"ModelNotReady", "FineTunedWeightNotReady"}
 
 
 def model_status(state: ServiceState, *, refusal: Refusal | None, held: ServingHold | None, copies: int | None,
-                 now: datetime) -> dict[str, Any]:
+                 now: datetime) -> ModelStatus:
     """status.modelStatus of a service that names a model (seed 004 ModelStatus): whether the pods
     reflect the current spec, the model's load state in them, the last failure, the copies loaded
     (Ready engine pods on revisions carrying traffic)."""
@@ -404,13 +421,13 @@ def model_status(state: ServiceState, *, refusal: Refusal | None, held: ServingH
     else:
         transition = TransitionStatus.UP_TO_DATE if settled else TransitionStatus.IN_PROGRESS
         active = ModelState.LOADED if serving else ModelState.LOADING
-    body = ModelStatus(
+    # Replaced whole on each write: a failure that is over leaves no lastFailureInfo.
+    return ModelStatus(
         transition_status=transition,
         model_revision_states=ModelRevisionStates(active_model_state=active, target_model_state=ModelState.LOADED),
         last_failure_info=failure,
         model_copies=ModelCopies(failed_copies=0, total_copies=copies) if copies is not None else None,
-    ).to_api()
-    return body  # replaced whole on each write: a failure that is over leaves no lastFailureInfo
+    )
 
 
 # -- Events ------------------------------------------------------------------------------------
