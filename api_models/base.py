@@ -86,10 +86,16 @@ class ApiModel(BaseModel):
         """The JSON the apiserver expects: aliases, no unset optionals."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
-    def to_merge_patch(self) -> dict[str, Any]:
+    def to_merge_patch(self, *, whole_values: bool = False) -> dict[str, Any]:
         """The top-level fields that were set, as a merge patch: a field set to None is removed,
-        a field never set is left as it is; below the top level, None means absent."""
-        body = self.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
+        a field never set is left as it is; below the top level, None means absent. Below the top
+        level only what was set is written too, unless `whole_values`: then each value is written whole,
+        its nested defaults included (a status whose fields are each replaced whole, and whose nested
+        defaults are part of what it says: the InferenceService's)."""
+        if whole_values:
+            body = self.model_dump(include=set(self.model_fields_set), by_alias=True, exclude_none=True, mode="json")
+        else:
+            body = self.model_dump(by_alias=True, exclude_unset=True, exclude_none=True, mode="json")
         for name in self.model_fields_set:
             if getattr(self, name) is None:
                 field = type(self).model_fields[name]

@@ -137,7 +137,7 @@ def test_addresses_project_the_gateway_and_the_cluster_local_entry() -> None:
 
     def addresses(ingress: IngressObservation | None, view: ComponentView) -> dict[str, Any]:
         """The status fields written for them."""
-        return status.merge_patch(status.addresses(ingress, view))
+        return status.addresses(ingress, view).to_merge_patch(whole_values=True)
 
     assert addresses(EXTERNAL, entry) == {
         "url": "http://llama.team-a.example.test",

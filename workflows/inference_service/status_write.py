@@ -42,7 +42,7 @@ async def write_status(ctx: ServiceContext, serving: Serving) -> None:
     ctx.note(status.ingress_note(ingress, ctx.state.ingress_verdict))
     ctx.state.ingress_verdict = status.ingress_verdict(ingress, ctx.state.ingress_verdict)
     notes, ctx.notes = ctx.notes, []
-    patch = StatusPatch(ref=ref, status=status.merge_patch(written), conditions=conditions,
+    patch = StatusPatch(ref=ref, status=written.to_merge_patch(whole_values=True), conditions=conditions,
                         observed_generation=ctx.state.generation, events=notes)
     alive = await workflow.execute_activity_method(KubernetesActivities.patch_status, patch, **options.KUBE)
     if not alive:

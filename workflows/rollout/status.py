@@ -3,8 +3,8 @@ workflow's memory: per-component traffic / revisions / canary / rolloutPhase, st
 status.address and status.addresses, status.canary (the entrypoint unit's run), status.rollout
 (active run, last run, resolution view), status.rolloutCoordination, the Ready and IngressReady
 conditions, and the Events that go with a status write (`EventReason`). Pure functions: the status
-is built as the kind's model (`InferenceServiceStatus`, seed 004) and `merge_patch` turns it into the
-fields kube.patch_status merges into status; the Event notes are recorded with the write.
+is built as the kind's model (`InferenceServiceStatus`, seed 004), whose `to_merge_patch(whole_values=True)`
+gives the fields kube.patch_status merges into status; the Event notes are recorded with the write.
 
 kube.patch_status records no Event of its own for a condition's transition: the notes here are
 every Event: a canary step promoted, traffic moved, a run completed or rolled back, and the
@@ -319,8 +319,9 @@ def park_note(group: str, why: str) -> EventNote:
 
 def service_status(isvc: str, state: ServiceState, now: datetime) -> InferenceServiceStatus:
     """The status fields the InferenceService workflow owns, from its memory: only the fields set
-    here are written (merge_patch), each replaced whole. The workflow adds what it knows beside its
-    memory (mountedOverlays, modelStatus, the runtime pin, migrationHistory) before the write."""
+    here are written (to_merge_patch(whole_values=True)), each replaced whole. The workflow adds what
+    it knows beside its memory (mountedOverlays, modelStatus, the runtime pin, migrationHistory)
+    before the write."""
     served = list(state.components)
     entry = state.components[entrypoint(served)] if served else None
     written = addresses(state.ingress, entry) if entry is not None else InferenceServiceStatus()
@@ -337,20 +338,6 @@ def service_status(isvc: str, state: ServiceState, now: datetime) -> InferenceSe
         written.rollout_coordination = RolloutCoordinationStatus(
             groups=[state.coordination[k] for k in sorted(state.coordination)])
     return written
-
-
-def merge_patch(written: InferenceServiceStatus) -> dict[str, Any]:
-    """The status fields kube.patch_status merges: each field `written` sets, replaced whole in its
-    API form (to_api: below the top level only None is left out), and a field set to None removed.
-    Not ApiModel.to_merge_patch: that leaves out nested fields never set, and a nested default is part
-    of what this status has always said (a pinned policyRef's kind "RolloutPolicy", when the spec
-    left it out, is written)."""
-    removed = {name for name in written.model_fields_set if getattr(written, name) is None}
-    patch = written.model_dump(include=written.model_fields_set - removed, by_alias=True, exclude_none=True,
-                               mode="json")
-    if removed:
-        patch.update(written.model_dump(include=removed, by_alias=True, mode="json"))
-    return patch
 
 
 def addresses(ingress: IngressObservation | None, entry: ComponentView) -> InferenceServiceStatus:
