@@ -21,6 +21,7 @@ from servingops.runtime.temporal import TemporalSettings, connect
 from servingops.sdk import RolloutClient
 from servingops.sdk.rollouts import NoActiveCanaryError
 from tests.rollout_live import NEW_IMAGE, OLD_IMAGE, LiveIsvc, LiveStack, Recorder, canary, component, live_stack
+from tests.support.histories import local_activity_types
 
 pytestmark = pytest.mark.e2e
 
@@ -70,6 +71,13 @@ def _promoted_to_step_one(isvc: LiveIsvc) -> tuple[str, str, str]:
     return stable, canary_backend, revision
 
 
+async def _run_local_activities(isvc: LiveIsvc, group: str) -> list[str]:
+    """The activity types of the rollout run's local activities, in history order."""
+    temporal = await connect(TemporalSettings(address=isvc.stack.temporal_address))
+    return await local_activity_types(
+        temporal.get_workflow_handle(contract.rollout_workflow_id(isvc.ns, isvc.name, isvc.uid(), group)))
+
+
 async def _run_annotation_signals(isvc: LiveIsvc, group: str) -> list[tuple[dict[str, Any], str]]:
     """The `run-annotation` signals in the rollout run's history: (the event, the workflow that sent
     it, "" when a client sent it: the bridge)."""
@@ -102,6 +110,11 @@ def test_a_promote_reaches_the_run_by_both_paths_and_advances_one_step(live_stac
     service = contract.inference_service_workflow_id(isvc.ns, isvc.name, isvc.uid())
     assert sorted(sender for _, sender in promotes) == ["", service], promotes
     assert len({event["resource_version"] for event, _ in promotes}) == 1, promotes
+    # Steps 0 and 1 have the same capacity: the promote's weights were written by the call that found
+    # it Ready (patch scale-then-route), no set_traffic after it. Step 0's weights waited for its pods.
+    calls = asyncio.run(_run_local_activities(isvc, "0"))
+    last_route = len(calls) - 1 - calls[::-1].index("serving.set_traffic")
+    assert calls[last_route + 1:] == ["serving.scale_then_route"], calls
 
 
 def test_rollback_holds_the_target_until_resume_reenters_at_step_zero(live_stack: LiveStack) -> None:

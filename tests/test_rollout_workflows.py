@@ -6,13 +6,11 @@ are checked against the step."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
@@ -21,6 +19,7 @@ from servingops.api_models.contract import AnnotationEvent
 from servingops.api_models.contract.rollout import PromoteRequest
 from servingops.workflows.rollout.models import RolloutSettings
 from testkit.rollout_harness import ENGINE, Isvc, analysis, canary_group, roll_to, rolled_out, served, start_env
+from tests.support.histories import local_activity_types
 
 pytestmark = pytest.mark.timeskip
 
@@ -220,17 +219,6 @@ async def test_an_annotation_change_reaches_the_run_twice_and_acts_once(env: Wor
         await isvc.until(lambda: isvc.phase() == "Stable", what="a new promote completes the canary")
 
 
-async def local_activities(isvc: Isvc, group: str = "0") -> list[str]:
-    """The activity types of the run's local activities, in the order its history recorded them."""
-    types = []
-    async for event in isvc.rollout(group).fetch_history_events():
-        marker = event.marker_recorded_event_attributes
-        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED and marker.marker_name == "core_local_activity":
-            data = marker.details["data"].payloads[0].data
-            types.append(json.loads(data)["activity_type"])
-    return types
-
-
 async def test_a_promote_between_steps_of_equal_capacity_writes_its_weights_with_the_scale(
         env: WorkflowEnvironment) -> None:
     """The canary revision already carries the next step's capacity: the promote's scale and weights
@@ -241,12 +229,12 @@ async def test_a_promote_between_steps_of_equal_capacity_writes_its_weights_with
     async with served(env, rollout=canary_group(steps)) as isvc:
         await roll_to(isvc, "b")
         await isvc.until(lambda: at_step(isvc, 0, 10) and isvc.phase() == "Paused", what="manual hold")
-        first = await local_activities(isvc)
+        first = await local_activity_types(isvc.rollout("0"))
         assert first == ["serving.scale_then_route", "serving.set_traffic"], \
             "a step whose capacity is not Ready yet routes after its polls"
         await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")
         await isvc.until(lambda: at_step(isvc, 1, 50), what="promoted")
-        assert (await local_activities(isvc))[len(first):] == ["serving.scale_then_route"]
+        assert (await local_activity_types(isvc.rollout("0")))[len(first):] == ["serving.scale_then_route"]
         await isvc.annotate(contract.ROLLOUT_PROMOTE, None)
         await isvc.until(lambda: "promotedThrough" not in isvc.canary(), what="re-armed")
         await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")

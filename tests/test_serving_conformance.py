@@ -388,13 +388,20 @@ async def test_ensure_and_observe_a_first_revision(backend: Backend) -> None:
     assert (missing.replicas, missing.ready_replicas, missing.updated_replicas) == (0, 0, 0)
 
 
-async def test_traffic_moves_then_the_old_revision_is_deleted(backend: Backend) -> None:
+async def serving_then_rerendered(backend: Backend) -> tuple[ObjectRef, str, str]:
+    """A service whose first revision (`old`, one replica) takes all traffic, then an edit that makes
+    the spec render `new` (not created yet): (ref, old, new)."""
     ref = await backend.new_service(1)
     old = (await engine(backend, ref)).desired_revision
     await ensure(backend, ref, old, 1)
     await set_traffic(backend, ref, (old, 100))
     await backend.render_new_revision(ref)
     new = (await engine(backend, ref)).desired_revision
+    return ref, old, new
+
+
+async def test_traffic_moves_then_the_old_revision_is_deleted(backend: Backend) -> None:
+    ref, old, new = await serving_then_rerendered(backend)
     assert new != old
     # An existing revision the spec no longer renders still scales.
     assert (await ensure(backend, ref, old, 2)).replicas == 2
@@ -445,12 +452,7 @@ async def scale_then_route(backend: Backend, ref: ObjectRef, revision: str, repl
 
 
 async def test_a_step_scales_and_routes_in_one_call_only_once_its_capacity_is_ready(backend: Backend) -> None:
-    ref = await backend.new_service(1)
-    old = (await engine(backend, ref)).desired_revision
-    await ensure(backend, ref, old, 1)
-    await set_traffic(backend, ref, (old, 100))
-    await backend.render_new_revision(ref)
-    new = (await engine(backend, ref)).desired_revision
+    ref, old, new = await serving_then_rerendered(backend)
 
     # Created by the call, not Ready yet: scaled, the route left as it was.
     first = await scale_then_route(backend, ref, new, 1, (old, 50), (new, 50))
