@@ -14,6 +14,7 @@ from servingops.activities.replica.revisions import revision_hash
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.enums import TopologySpreadPolicy
 from servingops.api_models.ome.replica import Runner
+from servingops.rendering.render import DRAIN_SECONDS
 
 pytestmark = pytest.mark.unit
 
@@ -85,6 +86,31 @@ def test_a_gang_renders_leader_first_and_workers_follow_it() -> None:
                       "labelSelector": {"matchLabels": {keys.REPLICA_LABEL: "chat-engine",
                                                         keys.COMPONENT_LABEL: "engine", keys.RUNNER_LABEL: "leader"}}}
     assert "topologySpreadConstraints" not in worker["spec"], "only the anchor spreads"
+
+
+def _pre_stop(pod: dict[str, Any]) -> Any:
+    return pod["spec"]["containers"][0].get("lifecycle", {}).get("preStop")
+
+
+def test_the_pod_that_takes_requests_drains_before_it_stops_and_workers_do_not() -> None:
+    """A deleted serving pod keeps answering DRAIN_SECONDS (a preStop sleep) while the Gateway
+    learns it is gone, as a Deployment's pods do; a gang's workers take no requests."""
+    drain = {"sleep": {"seconds": DRAIN_SECONDS}}
+    [single] = pods.render_instance(OWNER, "engine", "b", _single(), pods.InstanceKey(0), pods.InstancePlacement())
+    assert _pre_stop(single) == drain
+    leader, *workers = pods.render_instance(OWNER, "engine", "b", _gang(), pods.InstanceKey(0),
+                                            pods.InstancePlacement())
+    assert _pre_stop(leader) == drain
+    assert [_pre_stop(w) for w in workers] == [None, None]
+
+    own = {"exec": {"command": ["/bin/flush"]}}
+    kept = pods.RevisionData(name="r", runners=[Runner(name="default", size=1, template=_template(
+        lifecycle={"preStop": own}))])
+    assert _pre_stop(_render(kept)) == own, "a template's own preStop is its own"
+    short = _template()
+    short["spec"]["terminationGracePeriodSeconds"] = 3
+    assert _pre_stop(_render(pods.RevisionData(name="r", runners=[Runner(name="default", size=1, template=short)]))) \
+        == {"sleep": {"seconds": 2}}, "the drain ends before the grace period does"
 
 
 def test_spread_defaults_to_the_topology_key_and_needs_one() -> None:
@@ -174,6 +200,19 @@ def test_in_place_allows_images_and_labels_only() -> None:
     command = in_place.diff(_render(pods.RevisionData(name="r5", runners=[
         Runner(name="default", size=1, template=_template(command=["serve"]))])), live)
     assert command.reason() == "command of container main differs"
+
+
+def test_a_pod_made_before_the_drain_still_updates_in_place() -> None:
+    """Pods made by a version without the drain have no lifecycle; the apiserver cannot add one in
+    place, so only our own drain is let through, never a template's preStop."""
+    live = _live(_render(_single()))
+    del live["spec"]["containers"][0]["lifecycle"]
+    image = in_place.diff(_render(pods.RevisionData(name="r2", runners=_single("r.invalid/engine:v2").runners)), live)
+    assert image.possible and image.images == {("containers", "main"): "r.invalid/engine:v2"}
+
+    own = Runner(name="default", size=1, template=_template(lifecycle={"preStop": {"sleep": {"seconds": 30}}}))
+    refused = in_place.diff(_render(pods.RevisionData(name="r3", runners=[own])), live)
+    assert refused.reason() == "lifecycle of container main differs"
 
 
 def test_in_place_refuses_another_container_set_and_pod_fields() -> None:

@@ -12,12 +12,18 @@ the fields no admission plugin fills in, so a removed env var or command is stil
 Scheduling-only fields (affinity, topology spread, node selector, tolerations, scheduling gates)
 are not compared: they decide where a pod starts, and this pod has started (a migrated pod's own
 node hints, which no revision holds, must not block its image update).
+
+The one container field this product adds itself, the drain's preStop sleep (rendering's
+drain_before_stop), is missing on pods made before pods got it: such a pod keeps running without
+it through an image update, and gets it when it is next recreated, instead of refusing the update.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from servingops.rendering.render import DRAIN_SECONDS
 
 _SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 _SERVICE_ACCOUNT_VOLUME_PREFIX = "kube-api-access-"
@@ -100,11 +106,24 @@ def _diff_containers(kind: str, want: list[dict[str, Any]], have: list[dict[str,
             current = live.get(key)
             if key == "volumeMounts":
                 current = [m for m in current or [] if m.get("mountPath") != _SERVICE_ACCOUNT_MOUNT]
+            if key == "lifecycle" and current is None and _is_our_drain(value):
+                continue
             if not _covers(value, current):
                 result.refusals.append(f"{key} of {_noun(kind)} {name} differs")
         for key in _USER_ONLY_CONTAINER_FIELDS:
             if key not in wanted and live.get(key):
                 result.refusals.append(f"{key} of {_noun(kind)} {name} is set on the pod and not in the revision")
+
+
+def _is_our_drain(lifecycle: Any) -> bool:
+    """Whether a rendered lifecycle is only the drain drain_before_stop adds (a sleep of at most DRAIN_SECONDS)."""
+    if not isinstance(lifecycle, dict) or set(lifecycle) != {"preStop"}:
+        return False
+    pre_stop = lifecycle["preStop"]
+    if not isinstance(pre_stop, dict) or set(pre_stop) != {"sleep"} or not isinstance(pre_stop["sleep"], dict):
+        return False
+    seconds = pre_stop["sleep"].get("seconds")
+    return set(pre_stop["sleep"]) == {"seconds"} and isinstance(seconds, int) and 0 < seconds <= DRAIN_SECONDS
 
 
 def _noun(kind: str) -> str:
