@@ -7,7 +7,6 @@ threads reconcile keys; the main thread resyncs every `resync_seconds` (and veri
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import threading
@@ -21,7 +20,7 @@ from servingops.agents.settings import AgentSettings, add_arguments, from_argume
 from servingops.agents.watch import KindWatcher, NodeWatcher
 from servingops.api_models.ome.model_keys import ModelKind
 from servingops.runtime.kube import load_api_client
-from servingops.runtime.process import start_logging, stop_on_signals
+from servingops.runtime.process import Process, run_threaded
 
 log = logging.getLogger("servingops.agent")
 
@@ -78,12 +77,11 @@ def run(settings: AgentSettings, stop: threading.Event | None = None) -> Agent:
     return agent
 
 
+PROCESS = Process("agent", __doc__ or "", add_arguments, from_arguments)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="servingops agent", description=__doc__)
-    add_arguments(parser)
-    start_logging()
-    settings = from_arguments(parser.parse_args(argv))
-    run(settings, stop_on_signals())
+    run_threaded(PROCESS, argv, run)
 
 
 if __name__ == "__main__":

@@ -9,12 +9,12 @@ files, so it needs no right to read Secrets at all.
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from servingops.clients.oci.credentials import credentials_from_secret_data
 from servingops.clients.oci.registry_client import RegistryCredentials
+from servingops.runtime.process import Flags
 
 
 @dataclass(frozen=True)
@@ -45,34 +45,30 @@ class AgentSettings:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    env = os.environ.get
-    parser.add_argument("--node", default=env("NODE_NAME"), required=env("NODE_NAME") is None,
-                        help="the Node this agent serves (env NODE_NAME, from the downward API in the DaemonSet)")
-    parser.add_argument("--root", default=env("SERVINGOPS_AGENT_ROOT", "/"),
-                        help="the node's disk: storage.path is taken relative to it (/ in a pod with the host's "
-                             "paths mounted at the same place; a directory per kwok node locally)")
-    parser.add_argument("--state-dir", default=env("SERVINGOPS_AGENT_STATE_DIR"),
-                        help="where the agent keeps its records (default <root>/var/lib/servingops-agent)")
-    parser.add_argument("--namespace", default=env("SERVINGOPS_NAMESPACE", "servingops-system"),
-                        help="where the node's report ConfigMap lives (env SERVINGOPS_NAMESPACE)")
-    parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="env KUBECONFIG; none: in-cluster")
-    parser.add_argument("--registry", default=env("SERVINGOPS_REGISTRY", "127.0.0.1:5000"),
-                        help="host:port of the registry artifacts are pulled from (env SERVINGOPS_REGISTRY)")
-    parser.add_argument("--registry-insecure", action=argparse.BooleanOptionalAction,
-                        default=env("SERVINGOPS_REGISTRY_INSECURE", "true") == "true", help="plain HTTP")
-    parser.add_argument("--registry-credentials-dir", default=env("SERVINGOPS_REGISTRY_CREDENTIALS_DIR"),
-                        help="the registry credentials Secret mounted as files (.dockerconfigjson, or "
-                             "username and password); none: anonymous (env SERVINGOPS_REGISTRY_CREDENTIALS_DIR)")
-    parser.add_argument("--workers", type=int, default=int(env("SERVINGOPS_AGENT_WORKERS", "2")),
-                        help="models pulled at the same time")
-    parser.add_argument("--resync-seconds", type=float, default=float(env("SERVINGOPS_AGENT_RESYNC_SECONDS", "60")))
-    parser.add_argument("--verify-seconds", type=float, default=float(env("SERVINGOPS_AGENT_VERIFY_SECONDS", "600")),
-                        help="how often each complete copy is checked against its digests")
-    parser.add_argument("--layers-in-flight", type=int, default=int(env("SERVINGOPS_AGENT_LAYERS_IN_FLIGHT", "3")),
-                        help="layers of one model downloaded at once")
-    parser.add_argument("--bandwidth-mb-per-second", type=float,
-                        default=float(env("SERVINGOPS_AGENT_BANDWIDTH_MBPS", "0")),
-                        help="cap on the bytes read from the registry, in MiB/s (0: none)")
+    flags = Flags(parser)
+    flags.value("--node", "NODE_NAME", required=True,
+                help="the Node this agent serves (from the downward API in the DaemonSet)")
+    flags.value("--root", "SERVINGOPS_AGENT_ROOT", "/",
+                help="the node's disk: storage.path is taken relative to it (/ in a pod with the host's paths "
+                     "mounted at the same place; a directory per kwok node locally)")
+    flags.value("--state-dir", "SERVINGOPS_AGENT_STATE_DIR",
+                help="where the agent keeps its records (default <root>/var/lib/servingops-agent)")
+    flags.controller_namespace("--namespace", help="where the node's report ConfigMap lives")
+    flags.kubeconfig()
+    flags.registry(help="host:port of the registry artifacts are pulled from")
+    flags.registry_insecure()
+    flags.value("--registry-credentials-dir", "SERVINGOPS_REGISTRY_CREDENTIALS_DIR",
+                help="the registry credentials Secret mounted as files (.dockerconfigjson, or username and "
+                     "password); none: anonymous")
+    flags.value("--workers", "SERVINGOPS_AGENT_WORKERS", 2, kind=int, help="models pulled at the same time")
+    flags.value("--resync-seconds", "SERVINGOPS_AGENT_RESYNC_SECONDS", 60.0, kind=float,
+                help="how often every model is reconciled again")
+    flags.value("--verify-seconds", "SERVINGOPS_AGENT_VERIFY_SECONDS", 600.0, kind=float,
+                help="how often each complete copy is checked against its digests")
+    flags.value("--layers-in-flight", "SERVINGOPS_AGENT_LAYERS_IN_FLIGHT", 3, kind=int,
+                help="layers of one model downloaded at once")
+    flags.value("--bandwidth-mb-per-second", "SERVINGOPS_AGENT_BANDWIDTH_MBPS", 0.0, kind=float,
+                help="cap on the bytes read from the registry, in MiB/s (0: none)")
 
 
 def from_arguments(args: argparse.Namespace) -> AgentSettings:

@@ -64,6 +64,8 @@ from servingops.api_models.durations import parse_duration
 from servingops.api_models.refs import ObjectRef
 
 DEFAULT_CONFIGMAP = "servingops-config"
+DEFAULT_CONTROLLER_NAMESPACE = "servingops-system"
+"""Where the controller's own objects live (the operator ConfigMap, Secrets, upload sessions) unless told."""
 BLOCKS = ("rollout", "canaryAnalysis", "metricProviders", "lifecycle", "workloadClusters", "placement", "ingress")
 
 

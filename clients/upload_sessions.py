@@ -26,7 +26,6 @@ from pydantic import BaseModel, ValidationError
 
 from servingops.api_models.refs import ObjectRef
 
-DEFAULT_CONTROLLER_NAMESPACE = "servingops-system"
 UPLOADS_PREFIX = "/uploads/"
 
 RECORD_PREFIX = "upload-session-"

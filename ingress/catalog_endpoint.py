@@ -63,7 +63,6 @@ import hmac
 import http.server
 import json
 import logging
-import os
 import re
 import secrets
 import socket
@@ -97,13 +96,12 @@ from servingops.clients.catalog_remote import (
 )
 from servingops.clients.oci import media_types as mt
 from servingops.runtime.kube import load_api_client
-from servingops.runtime.process import start_logging, stop_on_signals
+from servingops.runtime.process import DEFAULT_REPOSITORY, Flags, Process, run_threaded
 
 log = logging.getLogger("servingops.catalog.endpoint")
 
 HEALTH_PATH = "/healthz"
 DEFAULT_CLIENTS_SECRET = "servingops-catalog-clients"
-DEFAULT_REPOSITORY = "servingops/models"
 DEFAULT_GRANT_TTL = dt.timedelta(minutes=15)
 MAX_GRANT_TTL = dt.timedelta(hours=12)
 MIN_CLIENT_TOKEN_CHARS = 16
@@ -854,29 +852,25 @@ class EndpointSettings:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    env = os.environ.get
-    parser.add_argument("--listen", default=env("SERVINGOPS_CATALOG_LISTEN", "0.0.0.0:8444"),
-                        help="host:port of the HTTPS endpoint (env SERVINGOPS_CATALOG_LISTEN)")
-    parser.add_argument("--tls-cert", default=env("SERVINGOPS_CATALOG_TLS_CERT", "/etc/servingops/catalog-tls/tls.crt"),
-                        help="the serving certificate, PEM (env SERVINGOPS_CATALOG_TLS_CERT)")
-    parser.add_argument("--tls-key", default=env("SERVINGOPS_CATALOG_TLS_KEY", "/etc/servingops/catalog-tls/tls.key"),
-                        help="its private key, PEM (env SERVINGOPS_CATALOG_TLS_KEY)")
-    parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="env KUBECONFIG; none: in-cluster")
-    parser.add_argument("--controller-namespace", default=env("SERVINGOPS_NAMESPACE", "servingops-system"),
-                        help="where the clients Secret lives (env SERVINGOPS_NAMESPACE)")
-    parser.add_argument("--clients-secret", default=env("SERVINGOPS_CATALOG_CLIENTS_SECRET", DEFAULT_CLIENTS_SECRET),
-                        help="the Secret of client tokens, one key per client (env SERVINGOPS_CATALOG_CLIENTS_SECRET)")
-    parser.add_argument("--registry", default=env("SERVINGOPS_REGISTRY", "127.0.0.1:5000"),
-                        help="host:port of this cluster's registry, plain http (env SERVINGOPS_REGISTRY)")
-    parser.add_argument("--registry-repository", default=env("SERVINGOPS_REGISTRY_REPOSITORY", DEFAULT_REPOSITORY),
-                        help="the repository models are published to (env SERVINGOPS_REGISTRY_REPOSITORY)")
-    parser.add_argument("--signing-key-file", default=env("SERVINGOPS_CATALOG_SIGNING_KEY_FILE"),
-                        help="a file of at least 32 bytes that signs grants; the same for every replica "
-                             "(env SERVINGOPS_CATALOG_SIGNING_KEY_FILE); none: a key generated at start")
-    parser.add_argument("--grant-ttl-seconds", type=int, default=int(env("SERVINGOPS_CATALOG_GRANT_TTL", "900")),
-                        help="how long a grant is valid (env SERVINGOPS_CATALOG_GRANT_TTL)")
-    parser.add_argument("--label-selector", default=env("SERVINGOPS_CATALOG_LABEL_SELECTOR"),
-                        help="publish only the ClusterModels matching it (env SERVINGOPS_CATALOG_LABEL_SELECTOR)")
+    flags = Flags(parser)
+    flags.value("--listen", "SERVINGOPS_CATALOG_LISTEN", "0.0.0.0:8444", help="host:port of the HTTPS endpoint")
+    flags.value("--tls-cert", "SERVINGOPS_CATALOG_TLS_CERT", "/etc/servingops/catalog-tls/tls.crt",
+                help="the serving certificate, PEM")
+    flags.value("--tls-key", "SERVINGOPS_CATALOG_TLS_KEY", "/etc/servingops/catalog-tls/tls.key",
+                help="its private key, PEM")
+    flags.kubeconfig()
+    flags.controller_namespace(help="where the clients Secret lives")
+    flags.value("--clients-secret", "SERVINGOPS_CATALOG_CLIENTS_SECRET", DEFAULT_CLIENTS_SECRET,
+                help="the Secret of client tokens, one key per client")
+    flags.registry(help="host:port of this cluster's registry, plain http")
+    flags.registry_repository()
+    flags.value("--signing-key-file", "SERVINGOPS_CATALOG_SIGNING_KEY_FILE",
+                help="a file of at least 32 bytes that signs grants; the same for every replica; none: a key "
+                     "generated at start")
+    flags.value("--grant-ttl-seconds", "SERVINGOPS_CATALOG_GRANT_TTL", 900, kind=int,
+                help="how long a grant is valid")
+    flags.value("--label-selector", "SERVINGOPS_CATALOG_LABEL_SELECTOR",
+                help="publish only the ClusterModels matching it")
 
 
 def from_arguments(args: argparse.Namespace) -> EndpointSettings:
@@ -905,12 +899,11 @@ def run(settings: EndpointSettings, stop: threading.Event) -> None:
         log.info("catalog endpoint stopped")
 
 
+PROCESS = Process("catalog-endpoint", __doc__ or "", add_arguments, from_arguments)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="servingops catalog-endpoint", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    start_logging()
-    run(from_arguments(parser.parse_args(argv)), stop_on_signals())
+    run_threaded(PROCESS, argv, run)
 
 
 if __name__ == "__main__":

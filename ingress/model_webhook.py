@@ -18,7 +18,6 @@ import base64
 import http.server
 import json
 import logging
-import os
 import socket
 import ssl
 import threading
@@ -46,7 +45,7 @@ from servingops.ingress.model_mount import (
     spec_patch,
 )
 from servingops.runtime.kube import load_api_client
-from servingops.runtime.process import start_logging, stop_on_signals
+from servingops.runtime.process import Flags, Process, run_threaded
 
 log = logging.getLogger("servingops.webhook")
 
@@ -290,19 +289,15 @@ class WebhookSettings:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    env = os.environ.get
-    parser.add_argument("--listen", default=env("SERVINGOPS_WEBHOOK_LISTEN", "0.0.0.0:8443"),
-                        help="host:port of the HTTPS endpoint (env SERVINGOPS_WEBHOOK_LISTEN)")
-    parser.add_argument("--tls-cert", default=env("SERVINGOPS_WEBHOOK_TLS_CERT", "/etc/servingops/webhook-tls/tls.crt"),
-                        help="the serving certificate, PEM (env SERVINGOPS_WEBHOOK_TLS_CERT)")
-    parser.add_argument("--tls-key", default=env("SERVINGOPS_WEBHOOK_TLS_KEY", "/etc/servingops/webhook-tls/tls.key"),
-                        help="its private key, PEM (env SERVINGOPS_WEBHOOK_TLS_KEY)")
-    parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="env KUBECONFIG; none: in-cluster")
-    parser.add_argument("--registry", default=env("SERVINGOPS_REGISTRY", "127.0.0.1:5000"),
-                        help="host:port of the registry as the nodes' container runtime reaches it "
-                             "(env SERVINGOPS_REGISTRY)")
-    parser.add_argument("--registry-repository", default=env("SERVINGOPS_REGISTRY_REPOSITORY", "servingops/models"),
-                        help="the repository models are published to (env SERVINGOPS_REGISTRY_REPOSITORY)")
+    flags = Flags(parser)
+    flags.value("--listen", "SERVINGOPS_WEBHOOK_LISTEN", "0.0.0.0:8443", help="host:port of the HTTPS endpoint")
+    flags.value("--tls-cert", "SERVINGOPS_WEBHOOK_TLS_CERT", "/etc/servingops/webhook-tls/tls.crt",
+                help="the serving certificate, PEM")
+    flags.value("--tls-key", "SERVINGOPS_WEBHOOK_TLS_KEY", "/etc/servingops/webhook-tls/tls.key",
+                help="its private key, PEM")
+    flags.kubeconfig()
+    flags.registry(help="host:port of the registry as the nodes' container runtime reaches it")
+    flags.registry_repository()
 
 
 def from_arguments(args: argparse.Namespace) -> WebhookSettings:
@@ -324,12 +319,11 @@ def run(settings: WebhookSettings, stop: threading.Event) -> None:
         log.info("model webhook stopped")
 
 
+PROCESS = Process("webhook", __doc__ or "", add_arguments, from_arguments)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="servingops webhook", description=__doc__)
-    add_arguments(parser)
-    start_logging()
-    settings = from_arguments(parser.parse_args(argv))
-    run(settings, stop_on_signals())
+    run_threaded(PROCESS, argv, run)
 
 
 if __name__ == "__main__":

@@ -66,10 +66,10 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from servingops.api_models.contract import Signal, model_workflow_id
 from servingops.api_models.contract.uploads import UploadComplete
+from servingops.api_models.operator_config import DEFAULT_CONTROLLER_NAMESPACE
 from servingops.clients.model_files.archive import classify_upload
 from servingops.clients.model_files.errors import InvalidModel
 from servingops.clients.upload_sessions import (
-    DEFAULT_CONTROLLER_NAMESPACE,
     SESSION_ID,
     UPLOADS_PREFIX,
     SessionRecord,

@@ -7,10 +7,8 @@ this host's spool. It also serves the upload endpoint, so uploaded bytes land in
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
-import signal
 import socket
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -20,6 +18,7 @@ from temporalio.worker import Worker
 from servingops.ingress.uploads import UploadServer
 from servingops.runtime.kube import load_api_client
 from servingops.runtime.metrics import install_worker_metrics, prometheus_runtime, worker_metrics
+from servingops.runtime.process import Process, run_async
 from servingops.runtime.telemetry import configure_tracing
 from servingops.runtime.temporal import connect
 from servingops.workers import registry
@@ -44,7 +43,7 @@ def _listen_address(listen: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def run(settings: WorkerSettings) -> None:
+async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
     configure_tracing("servingops-worker")
     runtime, metrics = None, worker_metrics()
     if settings.metrics_address:
@@ -61,10 +60,6 @@ async def run(settings: WorkerSettings) -> None:
                            lambda: connect(settings.temporal, runtime=runtime),
                            controller_namespace=settings.controller_namespace,
                            worker_task_queue=settings.host_task_queue).start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     try:
         with ThreadPoolExecutor(max_workers=settings.max_activity_threads) as executor:
             activities = registry.activities(settings, api_client, public_url)
@@ -91,11 +86,11 @@ async def run(settings: WorkerSettings) -> None:
     log.info("worker stopped")
 
 
+PROCESS = Process("worker", __doc__ or "", add_arguments, from_arguments)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="servingops worker")
-    add_arguments(parser)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(run(from_arguments(parser.parse_args(argv))))
+    run_async(PROCESS, argv, run)
 
 
 if __name__ == "__main__":

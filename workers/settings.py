@@ -9,6 +9,7 @@ import tempfile
 from dataclasses import dataclass
 
 from servingops.api_models.operator_config import DEFAULT_CONFIGMAP
+from servingops.runtime.process import Flags, temporal_settings
 from servingops.runtime.temporal import TemporalSettings
 
 
@@ -45,49 +46,41 @@ class WorkerSettings:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    env = os.environ.get
-    defaults = TemporalSettings.from_env()
-    parser.add_argument("--temporal-address", default=defaults.address, help="env TEMPORAL_ADDRESS")
-    parser.add_argument("--namespace", default=defaults.namespace, help="env TEMPORAL_NAMESPACE")
-    parser.add_argument("--task-queue", default=defaults.task_queue, help="env SERVINGOPS_TASK_QUEUE")
-    parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="env KUBECONFIG")
-    parser.add_argument("--upload-kubeconfig", default=env("SERVINGOPS_UPLOAD_KUBECONFIG"),
-                        help="the identity the upload endpoint talks to the apiserver as, apart from the worker's "
-                             "(env SERVINGOPS_UPLOAD_KUBECONFIG; default: the worker's own)")
-    parser.add_argument("--host-id", default=env("SERVINGOPS_HOST_ID", socket.gethostname()),
-                        help="env SERVINGOPS_HOST_ID (a StatefulSet pod name in a cluster)")
-    parser.add_argument("--spool-dir", default=env("SERVINGOPS_SPOOL_DIR",
-                                                   os.path.join(tempfile.gettempdir(), "servingops-spool")))
-    parser.add_argument("--registry", default=env("SERVINGOPS_REGISTRY", "127.0.0.1:5000"),
-                        help="host:port of the registry models are published to (env SERVINGOPS_REGISTRY)")
-    parser.add_argument("--registry-repository", default=env("SERVINGOPS_REGISTRY_REPOSITORY", "servingops/models"))
-    parser.add_argument("--registry-insecure", action=argparse.BooleanOptionalAction,
-                        default=env("SERVINGOPS_REGISTRY_INSECURE", "true") == "true", help="plain HTTP")
-    parser.add_argument("--registry-credentials-secret", default=env("SERVINGOPS_REGISTRY_CREDENTIALS_SECRET"),
-                        help="a dockerconfigjson or basic-auth Secret in the controller namespace "
-                             "(env SERVINGOPS_REGISTRY_CREDENTIALS_SECRET)")
-    parser.add_argument("--hf-endpoint", default=env("HF_ENDPOINT", "https://huggingface.co"))
-    parser.add_argument("--ollama-registry", default=env("SERVINGOPS_OLLAMA_REGISTRY", "https://registry.ollama.ai"))
-    parser.add_argument("--upload-listen", default=env("SERVINGOPS_UPLOAD_LISTEN", "127.0.0.1:0"),
-                        help="host:port of the upload endpoint")
-    parser.add_argument("--upload-public-url", default=env("SERVINGOPS_UPLOAD_PUBLIC_URL"),
-                        help="the URL clients reach the upload endpoint at (default: http://<listen>)")
-    parser.add_argument("--controller-namespace", default=env("SERVINGOPS_NAMESPACE", "servingops-system"))
-    parser.add_argument("--operator-config", default=env("SERVINGOPS_OPERATOR_CONFIG", DEFAULT_CONFIGMAP),
-                        help="the operator ConfigMap in the controller namespace (env SERVINGOPS_OPERATOR_CONFIG)")
-    parser.add_argument("--max-activity-threads", type=int,
-                        default=int(env("SERVINGOPS_MAX_ACTIVITY_THREADS", "32")))
-    parser.add_argument("--metrics-address", default=env("SERVINGOPS_WORKER_METRICS", ""),
-                        help="host:port of the Prometheus /metrics endpoint, e.g. 0.0.0.0:9103; empty serves none "
-                             "(env SERVINGOPS_WORKER_METRICS)")
-    parser.add_argument("--metrics-poll-seconds", type=float,
-                        default=float(env("SERVINGOPS_METRICS_POLL_SECONDS", "15")),
-                        help="how often the state gauges re-read Temporal visibility")
+    flags = Flags(parser)
+    flags.temporal()
+    flags.kubeconfig()
+    flags.value("--upload-kubeconfig", "SERVINGOPS_UPLOAD_KUBECONFIG",
+                help="the identity the upload endpoint talks to the apiserver as, apart from the worker's "
+                     "(default: the worker's own)")
+    flags.value("--host-id", "SERVINGOPS_HOST_ID", socket.gethostname(),
+                help="names this host's own task queue (a StatefulSet pod name in a cluster)")
+    flags.value("--spool-dir", "SERVINGOPS_SPOOL_DIR", os.path.join(tempfile.gettempdir(), "servingops-spool"),
+                help="where fetched and uploaded bytes wait for their push")
+    flags.registry()
+    flags.registry_repository()
+    flags.registry_insecure()
+    flags.value("--registry-credentials-secret", "SERVINGOPS_REGISTRY_CREDENTIALS_SECRET",
+                help="a dockerconfigjson or basic-auth Secret in the controller namespace; none: anonymous")
+    flags.value("--hf-endpoint", "HF_ENDPOINT", "https://huggingface.co", help="the Hugging Face Hub")
+    flags.value("--ollama-registry", "SERVINGOPS_OLLAMA_REGISTRY", "https://registry.ollama.ai",
+                help="the Ollama registry")
+    flags.value("--upload-listen", "SERVINGOPS_UPLOAD_LISTEN", "127.0.0.1:0", help="host:port of the upload endpoint")
+    flags.value("--upload-public-url", "SERVINGOPS_UPLOAD_PUBLIC_URL",
+                help="the URL clients reach the upload endpoint at (default: http://<listen>)")
+    flags.controller_namespace(help="where the operator ConfigMap and the registry Secret live")
+    flags.value("--operator-config", "SERVINGOPS_OPERATOR_CONFIG", DEFAULT_CONFIGMAP,
+                help="the operator ConfigMap in the controller namespace")
+    flags.value("--max-activity-threads", "SERVINGOPS_MAX_ACTIVITY_THREADS", 32, kind=int,
+                help="activities run at once")
+    flags.value("--metrics-address", "SERVINGOPS_WORKER_METRICS", "",
+                help="host:port of the Prometheus /metrics endpoint, e.g. 0.0.0.0:9103; empty serves none")
+    flags.value("--metrics-poll-seconds", "SERVINGOPS_METRICS_POLL_SECONDS", 15.0, kind=float,
+                help="how often the state gauges re-read Temporal visibility")
 
 
 def from_arguments(args: argparse.Namespace) -> WorkerSettings:
     return WorkerSettings(
-        temporal=TemporalSettings(args.temporal_address, args.namespace, args.task_queue),
+        temporal=temporal_settings(args),
         kubeconfig=args.kubeconfig, upload_kubeconfig=args.upload_kubeconfig, host_id=args.host_id,
         spool_dir=args.spool_dir, registry=args.registry,
         registry_repository=args.registry_repository, registry_insecure=args.registry_insecure,

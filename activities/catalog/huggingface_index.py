@@ -98,8 +98,8 @@ from servingops.activities.sources.huggingface import (
 from servingops.activities.sources.tokens import read_token
 from servingops.api_models.canonical import canonical_json
 from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.operator_config import DEFAULT_CONTROLLER_NAMESPACE
 from servingops.clients.oci.registry_client import ModelRegistry
-from servingops.clients.upload_sessions import DEFAULT_CONTROLLER_NAMESPACE
 
 log = logging.getLogger(__name__)
 

@@ -44,6 +44,7 @@ from servingops.activities.catalog.store import (
 )
 from servingops.activities.oci.activities import CredentialsResolver, RegistryTarget, _registry_failure, open_registry
 from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.operator_config import DEFAULT_CONTROLLER_NAMESPACE
 from servingops.clients.catalog_remote import (
     DIGEST_PATTERN,
     MAX_GRANT_DIGESTS,
@@ -56,7 +57,6 @@ from servingops.clients.catalog_remote import (
     request_grant,
 )
 from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
-from servingops.clients.upload_sessions import DEFAULT_CONTROLLER_NAMESPACE
 
 FETCH_INDEX_ACTIVITY = "catalog.fetch_remote_index"
 REFRESH_INDEX_ACTIVITY = "catalog.refresh_remote_index"

@@ -23,6 +23,7 @@ from servingops.activities.migration.types import (
     ResolveInput,
 )
 from servingops.api_models.ome.enums import ComponentType
+from servingops.api_models.operator_config import DEFAULT_CONTROLLER_NAMESPACE
 
 _TIMEOUT = 30
 _CONFLICT_TRIES = 20
@@ -34,7 +35,7 @@ GROUP, VERSION = "ome.io", "v1beta1"
 class MigrationActivities:
     """Bound to one ApiClient for the life of the worker."""
 
-    def __init__(self, api_client: client.ApiClient, controller_namespace: str = "servingops-system",
+    def __init__(self, api_client: client.ApiClient, controller_namespace: str = DEFAULT_CONTROLLER_NAMESPACE,
                  ledger_bound: int = ledger.BOUND_BYTES) -> None:
         self.controller_namespace = controller_namespace
         """Where the audit ledger lives (the worker's own namespace)."""

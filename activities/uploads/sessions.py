@@ -60,11 +60,11 @@ from servingops.activities.uploads.types import (
     UploadSessionInfo,
 )
 from servingops.api_models.errors import ErrorType, application_error
+from servingops.api_models.operator_config import DEFAULT_CONTROLLER_NAMESPACE
 from servingops.api_models.refs import ObjectRef
 from servingops.clients.model_files.archive import ArchiveLimits, stage_upload
 from servingops.clients.model_files.errors import InvalidModel
 from servingops.clients.upload_sessions import (
-    DEFAULT_CONTROLLER_NAMESPACE,
     KEY_RECORD,
     KEY_SIGNATURE,
     SIGNING_KEY_DATA,
