@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from kubernetes import client
 from opentelemetry import trace
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowUpdateStage
 from temporalio.common import (
     SearchAttributePair,
     TypedSearchAttributes,
@@ -43,7 +43,7 @@ tracer = trace.get_tracer("servingops.bridge")
 
 MAX_BACKOFF = 5.0
 SHORTCUT_TIMEOUT = timedelta(seconds=2)
-"""How long a running_only signal may take before the durable dispatches go without it."""
+"""How long a running_only update may take to be accepted (bounded: it is a best-effort shortcut)."""
 
 
 class Dispatcher:
@@ -85,9 +85,13 @@ class Dispatcher:
     async def handle(self, key: Hashable, observed: Observed) -> None:
         result = plan(observed.route, observed.obj, self.fingerprints.get(key), gone=observed.gone)
         warnings = list(result.warnings)
-        # The shortcuts leave first, together: the workflow task they wake (a promote's scale and
-        # weights) is then not queued on the worker behind the one the durable signal wakes.
-        await asyncio.gather(*(self.signal_running(d, observed) for d in result.dispatches if d.running_only))
+        # The shortcuts leave first: the workflow task they wake (a promote's scale and weights) is then
+        # not queued on the worker behind the one the durable signal wakes. Their acceptance comes only
+        # when that task completes, so the durable dispatches do not wait for it; they leave right after.
+        shortcuts = [asyncio.ensure_future(self.update_running(d, observed))
+                     for d in result.dispatches if d.running_only]
+        if shortcuts:
+            await asyncio.sleep(0)  # the shortcuts' requests are sent before the durable ones
         for dispatch in result.dispatches:
             if dispatch.running_only:
                 continue
@@ -95,6 +99,7 @@ class Dispatcher:
                 await self.send(dispatch, observed)
             else:
                 warnings.append(not_served(dispatch))
+        await asyncio.gather(*shortcuts)
         if observed.gone:
             self.fingerprints.pop(key, None)
         elif result.fingerprint is not None:
@@ -142,19 +147,20 @@ class Dispatcher:
         if getattr(response, "started", False):
             self.metrics.started(dispatch.workflow_type.value)
 
-    async def signal_running(self, dispatch: Dispatch, observed: Observed) -> None:
-        """A running_only dispatch: the signal if the workflow runs, else nothing. Never raises: a
+    async def update_running(self, dispatch: Dispatch, observed: Observed) -> None:
+        """A running_only dispatch: the update if the workflow runs, else nothing. Never raises: a
         durable dispatch of the same change follows."""
-        assert dispatch.signal is not None
+        assert dispatch.update is not None
         try:
-            # Bounded: the durable dispatches wait for the shortcuts, and must not wait long.
-            await self.temporal.get_workflow_handle(dispatch.workflow_id).signal(
-                dispatch.signal.value, dispatch.signal_arg, rpc_timeout=SHORTCUT_TIMEOUT)
+            # Bounded: the key's next change waits for this dispatch to end.
+            await self.temporal.get_workflow_handle(dispatch.workflow_id).start_update(
+                dispatch.update.value, dispatch.signal_arg, wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                rpc_timeout=SHORTCUT_TIMEOUT)
         except Exception as exc:  # best effort by design; NOT_FOUND is the usual answer (no such run)
             if not (isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND):
-                log.debug("shortcut %s to %s not delivered: %s", dispatch.signal.value, dispatch.workflow_id, exc)
+                log.debug("shortcut %s to %s not delivered: %s", dispatch.update.value, dispatch.workflow_id, exc)
             return
-        self.metrics.signal(dispatch.workflow_type.value, dispatch.signal.value, time.monotonic() - observed.seen_at)
+        self.metrics.signal(dispatch.workflow_type.value, dispatch.update.value, time.monotonic() - observed.seen_at)
 
     def _warn(self, observed: Observed, reason: str, message: str) -> None:
         meta = observed.obj["metadata"]

@@ -20,6 +20,7 @@ from servingops.api_models.contract import (
     ObjectEvent,
     Signal,
     StartObject,
+    Update,
     WorkflowType,
 )
 from servingops.api_models.contract.workload_cluster import RECHECK_ANNOTATION
@@ -128,14 +129,22 @@ class Dispatch:
     start_arg: Any
     signal: Signal | None = None
     signal_arg: Any = None
-    running_only: bool = False
-    """Signal the workflow only if it is running, once, best effort: a shortcut beside a durable
-    dispatch that carries the same news (a failure or an absent workflow is not retried)."""
+    """The signal's argument, or the update's."""
+    update: Update | None = None
+    """Instead of a signal-with-start: this update to the workflow, only if it is running, once, best
+    effort; a shortcut beside a durable dispatch that carries the same news (a failure or an absent
+    workflow is not retried)."""
+
+    @property
+    def running_only(self) -> bool:
+        return self.update is not None
 
     def describe(self) -> str:
         """What the dispatch delivers, for a person reading an Event."""
         if isinstance(self.start_arg, MigrationStart):
             return f"migration request {self.start_arg.request_uuid}"
+        if self.update is not None:
+            return f"the {self.update.value} update"
         return f"the {self.signal.value} signal" if self.signal else "a start"
 
 
@@ -201,7 +210,7 @@ def plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, *, gon
                 namespace = ref.namespace or ""
                 result.dispatches.extend(
                     Dispatch(WorkflowType.ROLLOUT, contract.rollout_workflow_id(namespace, ref.name, uid, key),
-                             None, Signal.RUN_ANNOTATION, changed, running_only=True)
+                             None, None, changed, update=Update.RUN_ANNOTATION)
                     for key in contract.rollout_unit_keys(obj.get("spec") or {}))
 
     already = previous.migrations if previous else frozenset()

@@ -15,6 +15,7 @@ from servingops.api_models.contract import (
     MigrationStart,
     ObjectEvent,
     Signal,
+    Update,
     WorkflowType,
 )
 from servingops.crd_bridge.dispatcher import Dispatcher
@@ -123,10 +124,12 @@ def test_rollout_annotations_also_go_straight_to_the_rollout_runs() -> None:
     event = AnnotationEvent(uid="u1", generation=1, resource_version="11", name="ome.io/rollout-promote",
                             value="abc123")
     durable, *shortcuts = promoted.dispatches
-    assert (durable.workflow_id, durable.signal, durable.running_only) == ("isvc/ns/svc/u1", Signal.ANNOTATION, False)
-    assert [(d.workflow_type, d.workflow_id, d.signal, d.running_only) for d in shortcuts] == [
-        (WorkflowType.ROLLOUT, f"rollout/ns/svc/u1/{key}", Signal.RUN_ANNOTATION, True)
+    assert (durable.workflow_id, durable.signal, durable.update, durable.running_only) == (
+        "isvc/ns/svc/u1", Signal.ANNOTATION, None, False)
+    assert [(d.workflow_type, d.workflow_id, d.signal, d.update, d.running_only) for d in shortcuts] == [
+        (WorkflowType.ROLLOUT, f"rollout/ns/svc/u1/{key}", None, Update.RUN_ANNOTATION, True)
         for key in ("0", "engine", "decoder")]
+    assert shortcuts[0].describe() == "the run-annotation update"
     assert all(d.signal_arg == event for d in promoted.dispatches)
     runtime = plan(RUNTIME, {**obj(name="rt", annotations={"ome.io/inherit-from": "base"}), "spec": spec},
                    plan(RUNTIME, obj(name="rt"), None).fingerprint)

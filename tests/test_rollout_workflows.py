@@ -194,9 +194,10 @@ async def test_manual_step_waits_for_the_right_promote(env: WorkflowEnvironment)
 
 
 async def test_an_annotation_change_reaches_the_run_twice_and_acts_once(env: WorkflowEnvironment) -> None:
-    """The bridge sends a rollout annotation's change straight to the run and the service forwards
-    it too: the run acts on it once, and a copy that arrives after a newer change (the promote's
-    removal) is dropped by its resourceVersion instead of promoting a second step."""
+    """The bridge sends a rollout annotation's change straight to the run (an update) and the service
+    forwards it too (a signal): the run acts on it once, and a copy that arrives after a newer change
+    (the promote's removal) is dropped by its resourceVersion instead of promoting a second step; as an
+    update it is rejected."""
     steps = [{"capacity": "25%", "traffic": 10, "pause": {}}, {"capacity": "50%", "traffic": 40, "pause": {}},
              {"capacity": "100%", "traffic": 100}]
     async with served(env, rollout=canary_group(steps)) as isvc:
@@ -205,7 +206,7 @@ async def test_an_annotation_change_reaches_the_run_twice_and_acts_once(env: Wor
         promote = AnnotationEvent(uid=isvc.cluster.uid, generation=isvc.cluster.generation,
                                   resource_version=str(isvc.cluster.annotation_writes + 1),
                                   name=contract.ROLLOUT_PROMOTE, value="b")
-        await isvc.rollout("0").signal(contract.Signal.RUN_ANNOTATION, promote)  # the bridge's shortcut
+        await isvc.rollout("0").execute_update(contract.Update.RUN_ANNOTATION, promote)  # the bridge's shortcut
         await isvc.until(lambda: at_step(isvc, 1, 40), what="promoted by the shortcut")
         await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")  # the same change through the service
         assert isvc.cluster.annotation_writes == int(promote.resource_version)
@@ -213,6 +214,8 @@ async def test_an_annotation_change_reaches_the_run_twice_and_acts_once(env: Wor
                          contract.ROLLOUT_PROMOTE not in isvc.cluster.annotations, what="consumed, removed, re-armed")
         assert at_step(isvc, 1, 40), "the forwarded copy of the change is not a second promote"
         await isvc.rollout("0").signal(contract.Signal.RUN_ANNOTATION, promote)  # late, after the removal
+        with pytest.raises(WorkflowUpdateFailedError):
+            await isvc.rollout("0").execute_update(contract.Update.RUN_ANNOTATION, promote)
         await isvc.env.sleep(600)
         assert at_step(isvc, 1, 40), "a copy older than the removal does not promote again"
         await isvc.annotate(contract.ROLLOUT_PROMOTE, "b")

@@ -213,15 +213,19 @@ class ServingActivities:
                 return None
             raise
 
-    def _ingress(self, owner: render.Owner, spec: InferenceServiceSpec) -> ingress.Routing:
-        """The ingress block as read now and what it gives this service's routes."""
+    def _ingress_config(self) -> IngressConfig | OperatorConfigError:
+        """The ingress block as read now (cached by its reader), or why it does not parse."""
         source = self._ingress_source
-        config: IngressConfig | OperatorConfigError
         try:
-            config = source() if callable(source) else source
+            return source() if callable(source) else source
         except OperatorConfigError as exc:
-            config = exc
-        return ingress.routing(config, owner.name, owner.namespace, (c for c, _ in render.set_components(spec)))
+            return exc
+
+    def _ingress(self, owner: render.Owner, spec: InferenceServiceSpec,
+                 config: Future[IngressConfig | OperatorConfigError] | None = None) -> ingress.Routing:
+        """What the ingress block gives this service's routes; `config`: its read already started."""
+        block = config.result() if config is not None else self._ingress_config()
+        return ingress.routing(block, owner.name, owner.namespace, (c for c, _ in render.set_components(spec)))
 
     def _revisions(self, owner: render.Owner, component: ComponentType) -> list[RevisionObservation]:
         selector = ",".join(f"{k}={v}" for k, v in render.selector_labels(owner.name, component).items())
@@ -432,7 +436,8 @@ class ServingActivities:
     def set_traffic(self, inp: SetTrafficInput) -> None:
         """Program the component's HTTPRoute with exactly these weights."""
         _validate_weights(inp.weights)
-        self._set_traffic(inp, self._read(self._live_isvc_annotated, inp.isvc), with_services=())
+        self._set_traffic(inp, self._read(self._live_isvc_annotated, inp.isvc), with_services=(),
+                          config=self._read(self._ingress_config))
 
     @activity.defn(name="serving.scale_then_route")
     def scale_then_route(self, inp: ScaleThenRouteInput) -> ScaleThenRouteResult:
@@ -452,6 +457,8 @@ class ServingActivities:
         for route in inp.routes:
             _validate_weights(route.weights)
         live = self._read(self._live_isvc_annotated, isvc)
+        # The ingress block is cached for seconds; when its read is due it goes beside the others, not after.
+        config = self._read(self._ingress_config) if inp.routes else None
         scaled = [self._ensure_revision(request, live) for request in inp.revisions]
         routed = bool(inp.routes) and all(seen.ready_replicas >= request.replicas
                                           for seen, request in zip(scaled, inp.revisions, strict=True))
@@ -459,12 +466,14 @@ class ServingActivities:
             # An ensured revision's Service exists (ensure_revision creates or checks it): not read again.
             ensured = [(r.key.component, r.key.revision) for r in inp.revisions]
             for route in inp.routes:
-                self._set_traffic(route, live, with_services=[rev for comp, rev in ensured if comp == route.component])
+                self._set_traffic(route, live, with_services=[rev for comp, rev in ensured if comp == route.component],
+                                  config=config)
         return ScaleThenRouteResult(scaled=scaled, routed=routed)
 
-    def _set_traffic(self, inp: SetTrafficInput, live: Future[LiveService], with_services: Iterable[str]) -> None:
-        """set_traffic with the service's read already started (`live`); `with_services`: revisions whose
-        Service is known to exist."""
+    def _set_traffic(self, inp: SetTrafficInput, live: Future[LiveService], with_services: Iterable[str],
+                     config: Future[IngressConfig | OperatorConfigError] | None = None) -> None:
+        """set_traffic with the service's read already started (`live`, and the ingress block's: `config`);
+        `with_services`: revisions whose Service is known to exist."""
         namespace = _namespace(inp.isvc)
         known = set(with_services)
         services = [(w.revision, self._read(self._service_exists, revision_name(inp.isvc.name, inp.component.value,
@@ -475,7 +484,7 @@ class ServingActivities:
         if missing:
             raise application_error(ErrorType.INVALID_TRAFFIC,
                                     f"no Service for revision(s) {', '.join(missing)} of {inp.component.value}")
-        routing = self._ingress(owner, spec)
+        routing = self._ingress(owner, spec, config)
         attachment = (routing.attachments or {}).get(inp.component)
         if attachment is None:
             # The attachment cannot be rendered now (observe says why): keep the route's as it is.

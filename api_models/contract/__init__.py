@@ -90,10 +90,10 @@ class Signal(StrEnum):
     READY_TIMEOUT = "ready-timeout"
     """ome.io/rollout-ready-timeout (str | None)."""
     RUN_ANNOTATION = "run-annotation"
-    """Bridge and InferenceServiceWorkflow -> RolloutWorkflow: an ome.io/rollout-* annotation changed
-    (AnnotationEvent). The bridge sends it straight to the service's running rollout runs (best
-    effort: the shortest path from a promote to its weights) and the service forwards it too (the
-    durable path); the run acts on each change once, by the event's resourceVersion."""
+    """InferenceServiceWorkflow -> RolloutWorkflow: an ome.io/rollout-* annotation changed
+    (AnnotationEvent), forwarded (the durable path). The bridge sends the same change straight to the
+    service's running rollout runs as Update.RUN_ANNOTATION (best effort: the shortest path from a
+    promote to its weights); the run acts on each change once, by the event's resourceVersion."""
     RETARGET = "retarget"
     """InferenceServiceWorkflow -> RolloutWorkflow: new targets and/or plan (contract.rollout.RetargetRequest)."""
     NODE_REPORT = "node-report"
@@ -133,6 +133,12 @@ class Update(StrEnum):
     """Argument contract.rollout.PromoteRequest; result CanaryStatus once the step advanced."""
     ROLLBACK = "rollback"
     """No argument; result CanaryStatus once traffic is back on the stable revision."""
+    RUN_ANNOTATION = "run-annotation"
+    """Bridge -> RolloutWorkflow: Signal.RUN_ANNOTATION's change (AnnotationEvent), sent straight to a
+    running run; no result. An update, not a signal, because the server hands an update to the worker
+    in a workflow task it does not persist first (a speculative task): the run starts deciding about
+    10 ms sooner (docs/metrics.md, "A promote's path"). Rejected, leaving nothing in the history, when
+    the run has acted on that change or a newer one already."""
 
 
 # The OME contract's rollout annotations, with upstream OME's meaning (DESIGN.md).

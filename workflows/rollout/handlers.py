@@ -95,6 +95,21 @@ class RolloutHandlers:
         if handler is not None:
             handler(event.value)
 
+    @workflow.update(name=Update.RUN_ANNOTATION)
+    def on_annotation_update(self, event: AnnotationEvent) -> None:
+        """The same change as the signal above, from the bridge straight to this run: as an update the
+        server hands it to the worker without writing it to the history first, so a promote's scale and
+        weights start sooner (contract.Update.RUN_ANNOTATION)."""
+        self.on_annotation(event)
+
+    @on_annotation_update.validator
+    def _annotation_update_is_new(self, event: AnnotationEvent) -> None:
+        """A change acted on already (its copy through the service came first) is rejected: a rejected
+        update leaves nothing in the history."""
+        order = contract.resource_version_order(event.resource_version)
+        if order is not None and order <= self.progress.annotation_versions.get(event.name, -1):
+            raise ValueError(f"{event.name} at resourceVersion {event.resource_version} was acted on already")
+
     # The signals below carry the value alone: what the InferenceService workflow forwarded before
     # the patch `annotation-events-to-runs` (histories recorded then still send them).
 
