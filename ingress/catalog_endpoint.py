@@ -853,11 +853,7 @@ class EndpointSettings:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags = Flags(parser)
-    flags.value("--listen", "SERVINGOPS_CATALOG_LISTEN", "0.0.0.0:8444", help="host:port of the HTTPS endpoint")
-    flags.value("--tls-cert", "SERVINGOPS_CATALOG_TLS_CERT", "/etc/servingops/catalog-tls/tls.crt",
-                help="the serving certificate, PEM")
-    flags.value("--tls-key", "SERVINGOPS_CATALOG_TLS_KEY", "/etc/servingops/catalog-tls/tls.key",
-                help="its private key, PEM")
+    flags.https_listener("SERVINGOPS_CATALOG", "0.0.0.0:8444", "/etc/servingops/catalog-tls")
     flags.kubeconfig()
     flags.controller_namespace(help="where the clients Secret lives")
     flags.value("--clients-secret", "SERVINGOPS_CATALOG_CLIENTS_SECRET", DEFAULT_CLIENTS_SECRET,

@@ -290,11 +290,7 @@ class WebhookSettings:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     flags = Flags(parser)
-    flags.value("--listen", "SERVINGOPS_WEBHOOK_LISTEN", "0.0.0.0:8443", help="host:port of the HTTPS endpoint")
-    flags.value("--tls-cert", "SERVINGOPS_WEBHOOK_TLS_CERT", "/etc/servingops/webhook-tls/tls.crt",
-                help="the serving certificate, PEM")
-    flags.value("--tls-key", "SERVINGOPS_WEBHOOK_TLS_KEY", "/etc/servingops/webhook-tls/tls.key",
-                help="its private key, PEM")
+    flags.https_listener("SERVINGOPS_WEBHOOK", "0.0.0.0:8443", "/etc/servingops/webhook-tls")
     flags.kubeconfig()
     flags.registry(help="host:port of the registry as the nodes' container runtime reaches it")
     flags.registry_repository()

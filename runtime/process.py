@@ -85,6 +85,13 @@ class Flags:
     def registry_insecure(self) -> None:
         self.switch("--registry-insecure", "SERVINGOPS_REGISTRY_INSECURE", True, help="plain HTTP")
 
+    def https_listener(self, env_prefix: str, listen: str, tls_dir: str) -> None:
+        """--listen, --tls-cert and --tls-key of an HTTPS endpoint: <env_prefix>_LISTEN, _TLS_CERT and
+        _TLS_KEY; the certificate and key default to tls.crt and tls.key in `tls_dir` (a mounted Secret)."""
+        self.value("--listen", f"{env_prefix}_LISTEN", listen, help="host:port of the HTTPS endpoint")
+        self.value("--tls-cert", f"{env_prefix}_TLS_CERT", f"{tls_dir}/tls.crt", help="the serving certificate, PEM")
+        self.value("--tls-key", f"{env_prefix}_TLS_KEY", f"{tls_dir}/tls.key", help="its private key, PEM")
+
     def controller_namespace(self, flag: str = "--controller-namespace", *, help: str) -> None:
         self.value(flag, "SERVINGOPS_NAMESPACE", DEFAULT_CONTROLLER_NAMESPACE, help=help)
 
