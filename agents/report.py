@@ -83,7 +83,11 @@ class Reporter:
     # -- writes ----------------------------------------------------------------------------------
 
     def set(self, key: ModelKey, state: NodeState, *, digest: str = "", message: str = "") -> None:
+        """The node's label first, then its report: whoever reads the report (the BaseModel workflow,
+        which makes the model Ready from it) finds the label that pods schedule by already in place."""
         with self._lock:
+            if self._labels.get(key.label_key) != state.value:
+                self._patch_labels({key.label_key: state.value})
             entries = self._load_entries()
             current = entries.get(key.configmap_key) or {}
             if (current.get("status"), current.get("digest", ""), current.get("message", "")) != (
@@ -94,18 +98,17 @@ class Reporter:
                 self._patch_configmap({key.configmap_key: json.dumps(entry, sort_keys=True)})
                 entries[key.configmap_key] = entry
                 log.info("%s on %s: %s %s %s", key, self.node_name, state.value, digest, message)
-            if self._labels.get(key.label_key) != state.value:
-                self._patch_labels({key.label_key: state.value})
 
     def clear(self, key: ModelKey) -> None:
+        """The label first, as in set: no new pod is placed by it while the report still names the copy."""
         with self._lock:
+            if key.label_key in self._labels:
+                self._patch_labels({key.label_key: None})
             entries = self._load_entries()
             if key.configmap_key in entries:
                 self._patch_configmap({key.configmap_key: None})
                 entries.pop(key.configmap_key, None)
                 log.info("%s on %s: report removed", key, self.node_name)
-            if key.label_key in self._labels:
-                self._patch_labels({key.label_key: None})
 
     def prune(self, keep: Iterable[ModelKey]) -> None:
         """Remove labels and entries of models that are not `keep` (gone while the agent was down)."""
