@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Any
 
+from servingops.runtime.process import Flags
+
 USAGE = ("servingops migrate <isvc> --instance N [--component C] [--to a,b] [--reason R] | "
          "migrate status <isvc> | migrate cancel <isvc> <uuid>")
 
@@ -30,8 +32,8 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--reason", default="")
     parser.add_argument("--from-node", default=None, help="default: the node the Instance runs on")
     parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
-    parser.add_argument("--temporal-address", default=os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"))
-    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    Flags(parser).temporal_address()
+    Flags(parser).kubeconfig()
     parser.set_defaults(func=cmd_migrate)
 
 

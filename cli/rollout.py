@@ -6,9 +6,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from typing import Any
+
+from servingops.runtime.process import Flags
 
 
 def add_parser(sub: Any) -> None:
@@ -20,8 +21,8 @@ def add_parser(sub: Any) -> None:
         parser = actions.add_parser(action, help=text)
         parser.add_argument("isvc", help="the InferenceService name")
         parser.add_argument("-n", "--namespace", default="default")
-        parser.add_argument("--temporal-address", default=os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"))
-        parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+        Flags(parser).temporal_address()
+        Flags(parser).kubeconfig()
         if action == "status":
             parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
         if action == "promote":

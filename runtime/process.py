@@ -30,7 +30,7 @@ from types import FrameType
 from typing import Any, Generic, TypeVar
 
 from servingops.api_models.operator_config import DEFAULT_CONTROLLER_NAMESPACE
-from servingops.runtime.temporal import TemporalSettings
+from servingops.runtime.temporal import ADDRESS_ENV, NAMESPACE_ENV, TASK_QUEUE_ENV, TemporalSettings
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 DEFAULT_REGISTRY = "127.0.0.1:5000"
@@ -71,9 +71,13 @@ class Flags:
     def temporal(self) -> None:
         """--temporal-address, --namespace (Temporal's) and --task-queue: read back with temporal_settings."""
         defaults = TemporalSettings()
-        self.value("--temporal-address", "TEMPORAL_ADDRESS", defaults.address, help="host:port of Temporal's frontend")
-        self.value("--namespace", "TEMPORAL_NAMESPACE", defaults.namespace, help="the Temporal namespace")
-        self.value("--task-queue", "SERVINGOPS_TASK_QUEUE", defaults.task_queue, help="the workers' task queue")
+        self.temporal_address()
+        self.value("--namespace", NAMESPACE_ENV, defaults.namespace, help="the Temporal namespace")
+        self.value("--task-queue", TASK_QUEUE_ENV, defaults.task_queue, help="the workers' task queue")
+
+    def temporal_address(self) -> None:
+        self.value("--temporal-address", ADDRESS_ENV, TemporalSettings().address,
+                   help="host:port of Temporal's frontend")
 
     def registry(self, *, help: str = "host:port of the registry models are published to") -> None:
         self.value("--registry", "SERVINGOPS_REGISTRY", DEFAULT_REGISTRY, help=help)

@@ -12,6 +12,8 @@ from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
 DEFAULT_TASK_QUEUE = "servingops"
+ADDRESS_ENV, NAMESPACE_ENV, TASK_QUEUE_ENV = "TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "SERVINGOPS_TASK_QUEUE"
+"""The variables that name the Temporal frontend, namespace and task queue (the processes' flags default to them)."""
 
 
 @dataclass(frozen=True)
@@ -23,9 +25,9 @@ class TemporalSettings:
     @classmethod
     def from_env(cls) -> TemporalSettings:
         return cls(
-            address=os.environ.get("TEMPORAL_ADDRESS", cls.address),
-            namespace=os.environ.get("TEMPORAL_NAMESPACE", cls.namespace),
-            task_queue=os.environ.get("SERVINGOPS_TASK_QUEUE", cls.task_queue),
+            address=os.environ.get(ADDRESS_ENV, cls.address),
+            namespace=os.environ.get(NAMESPACE_ENV, cls.namespace),
+            task_queue=os.environ.get(TASK_QUEUE_ENV, cls.task_queue),
         )
 
 

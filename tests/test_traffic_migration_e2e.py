@@ -13,7 +13,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from kubernetes import client
 
+from servingops.rendering.render import DRAIN_SECONDS
 from testkit.load import BackgroundLoad, LoadSpec
 from tests.support.migration_stack import Sampler, Service
 from tests.support.traffic_stack import TrafficStack, failures, traffic_stack
@@ -36,6 +38,9 @@ def test_a_surge_migration_under_load_loses_no_request(traffic_stack: TrafficSta
     source_pod = f"{svc.replica}-1"
     source_node = svc.node_of(1)
     target = next(n for n in stack.cluster.node_names if n not in (source_node, svc.node_of(0)))
+    # What keeps the handover lossless: the source pod answers DRAIN_SECONDS after its deletion.
+    pre_stop = client.CoreV1Api(stack.live.api).read_namespaced_pod(source_pod, svc.ns).spec.containers[0].lifecycle
+    assert pre_stop is not None and pre_stop.pre_stop.sleep.seconds == DRAIN_SECONDS, pre_stop
 
     spec = LoadSpec(url=stack.traefik.url, host=stack.host(svc.name), rate=RATE, max_requests=REQUESTS,
                     max_seconds=REQUESTS / RATE + 30, max_tokens=4)

@@ -117,13 +117,7 @@ def _diff_containers(kind: str, want: list[dict[str, Any]], have: list[dict[str,
 
 def _is_our_drain(lifecycle: Any) -> bool:
     """Whether a rendered lifecycle is only the drain drain_before_stop adds (a sleep of at most DRAIN_SECONDS)."""
-    if not isinstance(lifecycle, dict) or set(lifecycle) != {"preStop"}:
-        return False
-    pre_stop = lifecycle["preStop"]
-    if not isinstance(pre_stop, dict) or set(pre_stop) != {"sleep"} or not isinstance(pre_stop["sleep"], dict):
-        return False
-    seconds = pre_stop["sleep"].get("seconds")
-    return set(pre_stop["sleep"]) == {"seconds"} and isinstance(seconds, int) and 0 < seconds <= DRAIN_SECONDS
+    return any(lifecycle == {"preStop": {"sleep": {"seconds": s}}} for s in range(1, DRAIN_SECONDS + 1))
 
 
 def _noun(kind: str) -> str:

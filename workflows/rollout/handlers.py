@@ -79,15 +79,15 @@ class RolloutHandlers:
     @workflow.signal(name=Signal.RUN_ANNOTATION)
     def on_annotation(self, event: AnnotationEvent) -> None:
         """A rollout annotation's change, as the bridge saw it. It comes twice: straight from the
-        bridge (the short path from a promote to its weights) and forwarded by the InferenceService
+        bridge (the update below: the short path from a promote to its weights) and forwarded by the InferenceService
         workflow (the path that cannot be lost), in either order. Each change is acted on once, by
         its resourceVersion: a change no newer than the last one acted on for that annotation is
         dropped, so a late copy cannot undo a newer change (a promote's value forwarded after its
         removal arrived would otherwise promote a second step)."""
+        if self._acted_on(event):
+            return
         order = contract.resource_version_order(event.resource_version)
         if order is not None:
-            if order <= self.progress.annotation_versions.get(event.name, -1):
-                return
             self.progress.annotation_versions[event.name] = order
         # The annotation's own signal handler below (contract.ROLLOUT_SIGNALS names it) does the rest.
         name = contract.ROLLOUT_SIGNALS.get(event.name)
@@ -106,9 +106,14 @@ class RolloutHandlers:
     def _annotation_update_is_new(self, event: AnnotationEvent) -> None:
         """A change acted on already (its copy through the service came first) is rejected: a rejected
         update leaves nothing in the history."""
-        order = contract.resource_version_order(event.resource_version)
-        if order is not None and order <= self.progress.annotation_versions.get(event.name, -1):
+        if self._acted_on(event):
             raise ValueError(f"{event.name} at resourceVersion {event.resource_version} was acted on already")
+
+    def _acted_on(self, event: AnnotationEvent) -> bool:
+        """Whether this run acted on this change of the annotation, or a newer one, already (a non-numeric
+        resourceVersion is acted on: contract.resource_version_order)."""
+        order = contract.resource_version_order(event.resource_version)
+        return order is not None and order <= self.progress.annotation_versions.get(event.name, -1)
 
     # The signals below carry the value alone: what the InferenceService workflow forwarded before
     # the patch `annotation-events-to-runs` (histories recorded then still send them).
