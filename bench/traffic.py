@@ -47,6 +47,7 @@ import argparse
 import contextlib
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -105,6 +106,7 @@ class Side(Protocol):
     def routing(self, trial: int) -> Any: ...
     def promote(self, trial: int) -> None: ...
     def routed(self, trial: int, since: float, before: Any) -> float: ...
+    def router_key(self, trial: int) -> tuple[str, str]: ...
     def stop(self) -> None: ...
 
 
@@ -138,6 +140,8 @@ class ServingopsSide:
         self.custom = client.CustomObjectsApi(api)
         self.namespace, self.first_weight = namespace, first_weight
         self.routes = ObjectWatch(api, "gateway.networking.k8s.io", "v1", namespace, "httproutes", route_weights)
+        self.route_status = ObjectWatch(api, "gateway.networking.k8s.io", "v1", namespace, "httproutes",
+                                        route_generations)  # fmt: skip
         self.services = ObjectWatch(api, GROUP, VERSION, namespace, PLURAL, canary_state)
         self.canaries: dict[int, str] = {}
 
@@ -184,9 +188,32 @@ class ServingopsSide:
     def routed(self, trial: int, since: float, before: Any) -> float:
         return self.routes.first(self._route(trial), lambda w: w != before, since, HALF_TIMEOUT_S)[0]
 
+    def status_written(self, trial: int, since: float) -> float | None:
+        """When the Gateway (Traefik) wrote the route's status for the generation the promote made: the
+        status write Traefik's Gateway provider does inside its configuration build."""
+        try:
+            # The first change after the promote with every parent's observedGeneration caught up (the
+            # weights' write itself is recorded as a change whose observedGeneration lags by one).
+            return self.route_status.first(self._route(trial), lambda g: g is not None and g[1] == g[0], since,
+                                           5.0)[0]  # fmt: skip
+        except TimeoutError:
+            return None
+
+    def router_key(self, trial: int) -> tuple[str, str]:
+        return f"{self.namespace}-{self._route(trial)}", f"-rev-{self.canaries[trial]}"
+
     def stop(self) -> None:
         self.routes.stop()
+        self.route_status.stop()
         self.services.stop()
+
+
+def route_generations(obj: dict[str, Any]) -> tuple[int, int | None]:
+    """(metadata.generation, the oldest observedGeneration among the route's parents' conditions)."""
+    observed = [c.get("observedGeneration") for parent in (obj.get("status") or {}).get("parents") or []
+                for c in parent.get("conditions") or []]  # fmt: skip
+    known = [g for g in observed if isinstance(g, int)]
+    return int(obj["metadata"].get("generation") or 0), (min(known) if known else None)
 
 
 def traefik_weights(obj: dict[str, Any]) -> dict[str, int]:
@@ -284,6 +311,9 @@ class ArgoSide:
     def routed(self, trial: int, since: float, before: Any) -> float:
         return self.services.first(trial_name(trial), lambda w: w != before, since, HALF_TIMEOUT_S)[0]
 
+    def router_key(self, trial: int) -> tuple[str, str]:
+        return f"{self.namespace}-{trial_name(trial)}", f"{trial_name(trial)}-canary"
+
     def stop(self) -> None:
         self.rollouts.stop()
         self.services.stop()
@@ -325,6 +355,52 @@ def prepare(sides: list[Side], trials: int, traefik: Traefik) -> dict[tuple[str,
 class Settings:
     rate: float
     window: float
+    trace: bool = False
+    """Also time when Traefik's router ran the new weights (its API, polled) and, for the HTTPRoute, when
+    Traefik wrote its status: where the data plane's part goes."""
+
+
+class RouterPoll:
+    """Polls Traefik's API from the promote until a weighted service whose name contains `search` gives
+    children named with `key` at least half the weight: when the new weights reached the router (the
+    provider's watch, its build with the status writes, the providers' throttle), apart from the requests'
+    own part. Every 5 ms, so it resolves what matters here (tens to hundreds of ms)."""
+
+    INTERVAL_S = 0.005
+
+    def __init__(self, traefik: Traefik, search: str, key: str) -> None:
+        self._traefik, self._search, self._key = traefik, search, key
+        self.at: float | None = None
+        self.seen: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="router-poll", daemon=True)
+        self._thread.start()
+
+    def _half(self) -> bool:
+        services = self._traefik.services(self._search)
+        self.seen = [str(s.get("name")) for s in services]
+        for service in services:
+            children = (service.get("weighted") or {}).get("services") or []
+            total = sum(int(c.get("weight", 1)) for c in children)
+            new = sum(int(c.get("weight", 1)) for c in children if self._key in str(c.get("name")))
+            if total and 2 * new >= total:
+                return True
+        return False
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self._half():
+                    self.at = time.monotonic()
+                    return
+            except OSError:
+                pass
+            self._stop.wait(self.INTERVAL_S)
+
+    def stop(self) -> float | None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return self.at
 
 
 @dataclass(frozen=True)
@@ -339,6 +415,10 @@ class Trial:
     """The new revision's share of the answers in the second before the promote (the first weight)."""
     total: int
     failures: Counter[str]
+    applied_s: float | None = None
+    """Promote -> Traefik's router runs the new weights (--trace)."""
+    status_s: float | None = None
+    """Promote -> Traefik wrote the HTTPRoute's status for the new generation (--trace, servingops)."""
 
 
 def half_at(report: LoadReport, revision: str, width: float) -> float | None:
@@ -373,15 +453,30 @@ def measure(side: Side, trial: int, canary: str, traefik: Traefik, settings: Set
     half the canary's (plus SETTLED_S, so that window is whole in the report)."""
     spec = LoadSpec(url=traefik.url, host=side.host(trial), rate=settings.rate, max_tokens=4,
                     max_requests=int(settings.rate * MAX_LOAD_S) + 1, max_seconds=MAX_LOAD_S)
+    poll: RouterPoll | None = None
+    reloads = [traefik.config_reloads()] if settings.trace else []
     with BackgroundLoad(spec) as load:
         time.sleep(LEAD_S)
+        if settings.trace:
+            reloads.append(traefik.config_reloads())
         before = side.routing(trial)
         sent = time.monotonic()
+        if settings.trace:
+            poll = RouterPoll(traefik, *side.router_key(trial))
         load.mark(PROMOTED)
+        if settings.trace:
+            print(f"  {side.label} {trial}: promote at {time.time():.3f} (wall clock)", flush=True)
         side.promote(trial)
         wait_for(f"{side.label} {trial}: half the answers from {canary}",
                  lambda: half_seen(load, canary, settings.window), HALF_TIMEOUT_S, interval=0.1)
         report = load.stop()
+    applied = poll.stop() if poll else None
+    if settings.trace:
+        reloads.append(traefik.config_reloads())
+        print(f"  {side.label} {trial}: Traefik's reloads: {reloads[1] - reloads[0]:.0f} in the {LEAD_S:g} s "
+              f"before the promote, {reloads[2] - reloads[1]:.0f} after it", flush=True)
+    if poll and applied is None:
+        print(f"  {side.label} {trial}: the router never showed the weights (services seen: {poll.seen})")
     half = half_at(report, canary, settings.window)
     if half is None:
         raise RuntimeError(f"{side.label} {trial}: half answered during the run, not in its report")
@@ -389,8 +484,9 @@ def measure(side: Side, trial: int, canary: str, traefik: Traefik, settings: Set
     if not 0 < before_share < 0.5:
         # The canary was not (or no longer) at its first weight: the time would not be the promote's.
         raise RuntimeError(f"{side.label} {trial}: {before_share:.1%} from {canary} before the promote")
+    status = side.status_written(trial, sent) if settings.trace and isinstance(side, ServingopsSide) else None
     return Trial(side.label, trial, half, side.routed(trial, sent, before) - sent, before_share, report.total,
-                 report.failures)
+                 report.failures, applied - sent if applied else None, status - sent if status else None)
 
 
 def run_trials(sides: list[Side], trials: int, canaries: dict[tuple[str, int], str], traefik: Traefik,
@@ -403,7 +499,9 @@ def run_trials(sides: list[Side], trials: int, canaries: dict[tuple[str, int], s
             results.append(result)
             print(f"trial {trial:2d}  {side.label:<13}  half answered {result.half_s * 1000:5.0f} ms  "
                   f"(weights written {result.routed_s * 1000:4.0f} ms; before: {result.before_share:5.1%} new; "
-                  f"{result.total} requests, {sum(result.failures.values())} failed)", flush=True)
+                  f"{result.total} requests, {sum(result.failures.values())} failed)"
+                  + (f"  router {ms(result.applied_s)}" if result.applied_s is not None else "")
+                  + (f"  route status {ms(result.status_s)}" if result.status_s is not None else ""), flush=True)
     return results
 
 
@@ -439,6 +537,22 @@ def print_report(results: list[Trial], ours: str, peer: str, goals: Goals) -> No
         failures = sum((r.failures for r in mine), Counter[str]())
         print(f"  {label:<{width}}  requests {sum(r.total for r in mine)}, failed {sum(failures.values())}"
               + (f" {dict(failures)}" if failures else ""), flush=True)
+    traced = [r for r in results if r.applied_s is not None]
+    if traced:
+        print("  traced (--trace): weights written -> the router runs them -> half answered", flush=True)
+        for label in (ours, peer):
+            mine = [r for r in traced if r.label == label]
+            if not mine:
+                continue
+            to_router = percentiles(r.applied_s - r.routed_s for r in mine if r.applied_s is not None)
+            to_half = percentiles(r.half_s - r.applied_s for r in mine if r.applied_s is not None)
+            print(f"  {label:<{width}}  written -> router p50 {ms(to_router.p50)} p99 {ms(to_router.p99)}; "
+                  f"router -> half p50 {ms(to_half.p50)} p99 {ms(to_half.p99)}", flush=True)
+        statuses = [r for r in traced if r.status_s is not None]
+        if statuses:
+            to_status = percentiles(r.status_s - r.routed_s for r in statuses if r.status_s is not None)
+            print(f"  {ours:<{width}}  written -> route status p50 {ms(to_status.p50)} p99 {ms(to_status.p99)}",
+                  flush=True)
     goals.check(f"promote -> half answered, {ours} / {peer}, p50", p50, "<=", 1.0)
     goals.check(f"promote -> half answered, {ours} / {peer}, p99", p99, "<=", 1.0)
 
@@ -453,10 +567,12 @@ def arguments() -> tuple[int, int, Settings, bool]:
     parser.add_argument("--first-weight", type=int, default=10, help="the canary's weight before the promote (%%)")
     parser.add_argument("--window", type=float, default=0.1, help="seconds of request starts judged together")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (the processes' logs)")
+    parser.add_argument("--trace", action="store_true",
+                        help="also time when Traefik's router ran the weights (its API, polled every 5 ms)")
     args = parser.parse_args()
     if args.trials < 1 or not 0 < args.first_weight < HALF_WEIGHT or args.rate <= 0 or args.window <= 0:
         parser.error("--trials >= 1, 0 < --first-weight < 50, --rate and --window above 0")
-    return args.trials, args.first_weight, Settings(args.rate, args.window), args.keep
+    return args.trials, args.first_weight, Settings(args.rate, args.window, args.trace), args.keep
 
 
 def main() -> None:
@@ -482,7 +598,8 @@ def main() -> None:
             "canaryAnalysis": {"bundledPrometheusAddress": ""},
             "ingress": {"omeIngressGateway": f"{GATEWAY_NAMESPACE}/{GATEWAY_NAME}", "ingressDomain": INGRESS_DOMAIN},
         })  # fmt: skip
-        traefik = Traefik(work / "traefik", logs, cluster.kubeconfig_path, kubernetes_crd=True).start(api)
+        traefik = Traefik(work / "traefik", logs, cluster.kubeconfig_path, kubernetes_crd=True,
+                          api=settings.trace).start(api)
         cleanup.callback(traefik.stop)
         namespace, argo_namespace = "bench", "bench-argo"
         for ns in (namespace, argo_namespace):

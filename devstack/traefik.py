@@ -23,16 +23,20 @@ Traefik's Go module (crd_dir()) and must be applied before Traefik starts.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from devstack.certs import write_serving_cert
 from devstack.kube import apply_objects, module_crds
 from devstack.process import ManagedProcess, free_port, http_ok
 from devstack.services import _require
@@ -81,7 +85,9 @@ def crd_dir() -> Path:
 @dataclass
 class Traefik:
     """Traefik on loopback: `port` carries the Gateway's traffic, `admin_port` its ping and metrics.
-    `kubernetes_crd`: also serve IngressRoutes and TraefikServices (apply crd_dir() first)."""
+    `kubernetes_crd`: also serve IngressRoutes and TraefikServices (apply crd_dir() first).
+    `api`: Traefik's API (the configuration it runs, `services()`) on the admin port, for benchmarks that
+    time when a change reached the router."""
 
     workdir: Path
     log_dir: Path
@@ -90,6 +96,7 @@ class Traefik:
     admin_port: int = field(default_factory=free_port)
     process: ManagedProcess | None = None
     kubernetes_crd: bool = False
+    api: bool = False
 
     @property
     def url(self) -> str:
@@ -123,6 +130,10 @@ class Traefik:
             # A weight change reaches the data plane this soon after the route changes (default 2 s):
             # a canary's rollback is measured from the fault to weight 0 at the data plane.
             "--providers.providersThrottleDuration=200ms",
+            # The default TLS store's certificate, given: without one Traefik generates an RSA-2048 key on every
+            # configuration reload (pkg/tls/tlsmanager.go, getDefaultCertificate), which here took 100 to 700 ms
+            # of a loaded core between a provider's new configuration and the router running it.
+            f"--providers.file.filename={self._default_certificate_config()}",
             "--global.checkNewVersion=false", "--global.sendAnonymousUsage=false",
             "--log.level=INFO",
         ]
@@ -130,11 +141,23 @@ class Traefik:
             # Its own throttle stays unset like the Gateway provider's: both wait only for the
             # providers' throttle above, so a weight change takes the same path whichever object carries it.
             argv.append("--providers.kubernetescrd=true")
+        if self.api:
+            # On the admin entry point, loopback only: nothing else serves there.
+            argv += ["--api.insecure=true", "--api.dashboard=false"]
         self.process = ManagedProcess("traefik", argv, self.log_dir,
                                       env={"KUBECONFIG": str(self.kubeconfig)}).start()
         self.process.wait_ready(lambda: http_ok(f"http://{self.metrics_address}/ping"), timeout)
         self.wait_programmed(api, timeout)
         return self
+
+    def _default_certificate_config(self) -> Path:
+        """A file-provider configuration naming a certificate for the default TLS store (loopback, our own CA):
+        what any deployment with a TLS listener has, so a reload builds no certificate."""
+        cert = write_serving_cert(self.workdir / "default-tls", subject="servingops-local-gateway")
+        path = self.workdir / "default-tls.yaml"
+        path.write_text(yaml.safe_dump({"tls": {"stores": {"default": {"defaultCertificate": {
+            "certFile": str(cert.cert_file), "keyFile": str(cert.key_file)}}}}}))
+        return path
 
     def wait_programmed(self, api: client.ApiClient, timeout: float) -> None:
         """Until Traefik has accepted the Gateway and programmed its listener."""
@@ -167,6 +190,21 @@ class Traefik:
                 return response.status, {k.lower(): v for k, v in response.headers.items()}, response.read()
         except urllib.error.HTTPError as exc:
             return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read()
+
+    def services(self, search: str, timeout: float = 2) -> list[dict[str, Any]]:
+        """The HTTP services Traefik runs now whose name contains `search` (`api=True`)."""
+        query = urllib.parse.urlencode({"search": search, "per_page": 1000})
+        url = f"http://{self.metrics_address}/api/http/services?{query}"
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return cast(list[dict[str, Any]], json.loads(response.read()))
+
+    def config_reloads(self, timeout: float = 2) -> float:
+        """How many configurations the router has been rebuilt for (`traefik_config_reloads_total`)."""
+        with urllib.request.urlopen(f"http://{self.metrics_address}/metrics", timeout=timeout) as response:
+            for line in response.read().decode().splitlines():
+                if line.startswith("traefik_config_reloads_total"):
+                    return float(line.split()[-1])
+        return 0.0
 
     def stop(self) -> None:
         if self.process:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from devstack import identities
-from devstack.webhook import write_serving_cert
+from devstack.certs import write_serving_cert
 from servingops.ingress.model_mount import (
     CLUSTER_MODEL_ANNOTATION,
     MODEL_ANNOTATION,
