@@ -1,6 +1,6 @@
 """Pydantic models of the ome.io/v1beta1 kinds this project serves, the single source of their CRDs.
 
-Root kinds: InferenceService, RolloutPolicy, InferenceReplica, BaseModel, ServingRuntime (namespaced)
+Root kinds: InferenceService, RolloutPolicy, InferenceReplica, TrafficMap, BaseModel, ServingRuntime (namespaced)
 and WorkloadCluster, AcceleratorQuota, ClusterBaseModel, FineTunedWeight, ClusterServingRuntime (cluster-scoped). Every
 OME type they reference is modelled field by field; core Kubernetes types (Container, Volume,
 Affinity, ...) are embedded opaquely.
@@ -26,12 +26,14 @@ from servingops.api_models.ome.runtimes import (
     ServingRuntimeSpec,
     ServingRuntimeStatus,
 )
+from servingops.api_models.ome.traffic_map import TrafficMap, TrafficMapSpec, TrafficMapStatus
 from servingops.api_models.ome.workload_cluster import WorkloadCluster, WorkloadClusterSpec, WorkloadClusterStatus
 
 OME_KINDS: list[type[KubeResource]] = [
     InferenceService,
     RolloutPolicy,
     InferenceReplica,
+    TrafficMap,
     WorkloadCluster,
     AcceleratorQuota,
     BaseModel,
@@ -68,6 +70,9 @@ __all__ = [
     "ServingRuntime",
     "ServingRuntimeSpec",
     "ServingRuntimeStatus",
+    "TrafficMap",
+    "TrafficMapSpec",
+    "TrafficMapStatus",
     "WorkloadCluster",
     "WorkloadClusterSpec",
     "WorkloadClusterStatus",

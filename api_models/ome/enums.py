@@ -63,6 +63,13 @@ class CandidatePlacementPhase(StrEnum):
     ADMITTED = "Admitted"
 
 
+class CapacitySource(StrEnum):
+    """CapacitySource names which input produced an entry's Allocated count."""
+
+    CONTROL_PLANE = "ControlPlane"
+    ENDPOINT = "Endpoint"
+
+
 class ComparisonOperator(StrEnum):
     """ComparisonOperator is how an AnalysisMetric result is compared to its Threshold. "result <op>
     threshold" being true means the metric is healthy."""
@@ -309,6 +316,14 @@ class PlacementPolicy(StrEnum):
 
     CLUSTER_AFFINITY = "ClusterAffinity"
     COMPONENT_AFFINITY = "ComponentAffinity"
+
+
+class ProbeResult(StrEnum):
+    """ProbeResult is the outcome of the most recent end-to-end health probe."""
+
+    PASSING = "Passing"
+    FAILING = "Failing"
+    UNKNOWN = "Unknown"
 
 
 class RetryBlockState(StrEnum):
