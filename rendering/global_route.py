@@ -1,0 +1,192 @@
+"""The Gateway API publisher's objects for one TrafficMap: pure rendering.
+
+What upstream OME's built-in `gatewayapi` publisher writes on the control-plane cluster ("Publish a global
+endpoint", How publishing works), and so what a platform team's tooling already reads:
+
+- an HTTPRoute `<isvc>-global`, attached to the operator's global Gateway, matching the service's global
+  hostname at every path, with one backend per TrafficMap entry at the entry's weight, weight-0 entries
+  included (so taking a home out is a weight change, never a route edit that could race a request);
+- per backend, an `ExternalName` Service `tmb-<hash>` pointing at the host of the entry's endpoint, and,
+  with `rewrite_hostname`, a URLRewrite filter on that backend setting the Host header to it (a member's
+  own routes match only its own hostnames);
+- optionally an EndpointSlice per backend Service with the member Gateway's IP addresses, for a control
+  plane that cannot resolve the members' hostnames.
+
+Every object carries the labels `ome.io/placement-endpoint-isvc` and `ome.io/placement-cluster` (backends),
+and the claim identifiers the publisher journals in `status.publisher.claimedTargets` before writing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+
+from servingops.api_models.ome.traffic_map import TrafficMapEntry
+
+PUBLISHER_NAME = "gatewayapi"
+MAX_BACKENDS = 16
+"""The Gateway API's limit of backendRefs per rule: a larger table is InvalidPlan, not a truncated route."""
+ISVC_LABEL = "ome.io/placement-endpoint-isvc"
+CLUSTER_LABEL = "ome.io/placement-cluster"
+GLOBAL_HOST_ANNOTATION = "ome.io/global-host"
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+_SUBDOMAIN = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class PublishedReason(StrEnum):
+    """The Published condition's reasons (upstream OME's set; PublicationFallback reuses the terminal ones)."""
+
+    PUBLISHED = "Published"
+    TRANSITIONING = "Transitioning"
+    WITHDRAWN = "Withdrawn"
+    INVALID_PLAN = "InvalidPlan"
+    INVALID_OPTIONS = "InvalidOptions"
+    CLAIM_REJECTED = "ClaimRejected"
+    APPLY_FAILED = "ApplyFailed"
+    DRAIN_FAILED = "DrainFailed"
+    INVALID_OWNER = "InvalidOwner"
+    PUBLISHER_CHANGED = "PublisherChanged"
+    FINALIZING = "Finalizing"
+    UNPUBLISHED = "Unpublished"
+
+
+class InvalidPlan(ValueError):
+    """The table cannot become a route (too many entries, no usable host, a malformed gateway): Published is
+    False with reason InvalidPlan and the last published route stays as it was."""
+
+
+@dataclass(frozen=True)
+class PublisherSettings:
+    """The operator's `endpoint` settings (upstream's names)."""
+
+    global_gateway: str | None
+    """`namespace/name`, or `name` in the route's namespace."""
+    backend_port: int = 0
+    global_host_template: str | None = None
+    """Only `{name}` and `{namespace}`, e.g. "{name}.{namespace}.global.example.com"."""
+    rewrite_hostname: bool = False
+    route_namespace: str | None = None
+    """All routes in one namespace (names then carry a hash of the source namespace)."""
+
+    def missing(self) -> str | None:
+        """Why nothing can be published (the publisher withdraws), or None."""
+        if not self.global_gateway:
+            return "endpoint.globalGateway is not set"
+        if not 0 < self.backend_port < 65536:
+            return "endpoint.backendPort is not set (1-65535)"
+        return None
+
+
+def global_host(settings: PublisherSettings, isvc: str, namespace: str,
+                annotations: Mapping[str, str]) -> str | None:  # fmt: skip
+    """The service's global hostname: the annotation wins over the template; None when neither gives one."""
+    host = annotations.get(GLOBAL_HOST_ANNOTATION)
+    if host is None and settings.global_host_template:
+        try:
+            host = settings.global_host_template.format(name=isvc, namespace=namespace)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise InvalidPlan(f"render globalHostTemplate: {exc!r} (only {{name}} and {{namespace}})") from exc
+    if host is None:
+        return None
+    if not _SUBDOMAIN.match(host) or len(host) > 253:
+        raise InvalidPlan(f"global hostname: {host!r} is not a lower-case DNS subdomain name")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    raise InvalidPlan(f"global hostname: {host!r} is an IP address")
+
+
+def gateway_ref(settings: PublisherSettings, route_namespace: str) -> dict[str, str]:
+    parts = (settings.global_gateway or "").split("/")
+    if len(parts) == 1 and parts[0]:
+        namespace, name = route_namespace, parts[0]
+    elif len(parts) == 2 and all(parts):
+        namespace, name = parts
+    else:
+        raise InvalidPlan(f"Gateway API global gateway {settings.global_gateway!r} is not name or namespace/name")
+    return {"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": namespace, "name": name}
+
+
+def route_placement(settings: PublisherSettings, isvc: str, namespace: str) -> tuple[str, str]:
+    """(namespace, name) of the global route: `<isvc>-global` beside the service, or in `route_namespace`
+    with a hash of the source namespace (two services of one name in different namespaces never collide)."""
+    if not settings.route_namespace or settings.route_namespace == namespace:
+        return namespace, f"{isvc}-global"
+    return settings.route_namespace, f"{isvc}-{_digest(namespace)[:8]}-global"
+
+
+def _digest(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
+def backend_service_name(namespace: str, isvc: str, cluster: str) -> str:
+    """`tmb-<hash>`: stable per (service, home), so a weight change never renames a backend."""
+    return f"tmb-{_digest(namespace, isvc, cluster)[:16]}"
+
+
+def endpoint_host(entry: TrafficMapEntry) -> str:
+    host = urlsplit(entry.endpoint or "").hostname
+    if not host:
+        raise InvalidPlan(f"entry {entry.cluster}: endpoint {entry.endpoint!r} has no host")
+    return host
+
+
+@dataclass(frozen=True)
+class GlobalRoute:
+    route: dict[str, Any]
+    services: tuple[dict[str, Any], ...]
+    claims: tuple[str, ...]
+    """Canonical identifiers of every object, journalled before any is written."""
+    targets: tuple[tuple[str, int], ...]
+    """(backend Service claim, weight) per entry: the plan status.publisher.lastPositive keeps."""
+
+
+def plan_compatibility_digest(settings: PublisherSettings) -> str:
+    """sha256 of the options that change target identity or weights (a replayed plan from other options
+    would name other objects)."""
+    body = json.dumps({"routeNamespace": settings.route_namespace or "", "backendPort": settings.backend_port,
+                       "rewriteHostname": settings.rewrite_hostname}, sort_keys=True)  # fmt: skip
+    return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+
+
+def render_global_route(settings: PublisherSettings, isvc: str, namespace: str, host: str,
+                        entries: Sequence[TrafficMapEntry]) -> GlobalRoute:  # fmt: skip
+    """The route and its backend Services for `entries` (weights verbatim)."""
+    if len(entries) > MAX_BACKENDS:
+        raise InvalidPlan(f"the table has {len(entries)} entries; a route rule takes at most {MAX_BACKENDS} "
+                          "backendRefs")  # fmt: skip
+    route_ns, route_name = route_placement(settings, isvc, namespace)
+    parent = gateway_ref(settings, route_ns)
+    labels = {ISVC_LABEL: isvc}
+    services, backends, targets = [], [], []
+    for entry in sorted(entries, key=lambda e: e.cluster):
+        host_of_home = endpoint_host(entry)
+        name = backend_service_name(namespace, isvc, entry.cluster)
+        services.append({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": route_ns, "labels": {**labels, CLUSTER_LABEL: entry.cluster}},
+            "spec": {"type": "ExternalName", "externalName": host_of_home,
+                     "ports": [{"name": "http", "port": settings.backend_port, "protocol": "TCP"}]},
+        })  # fmt: skip
+        backend: dict[str, Any] = {"group": "", "kind": "Service", "name": name, "port": settings.backend_port,
+                                   "weight": entry.weight or 0}  # fmt: skip
+        if settings.rewrite_hostname:
+            backend["filters"] = [{"type": "URLRewrite", "urlRewrite": {"hostname": host_of_home}}]
+        backends.append(backend)
+        targets.append((f"Service/{route_ns}/{name}", entry.weight or 0))
+    route = {
+        "apiVersion": f"{GATEWAY_GROUP}/v1", "kind": "HTTPRoute",
+        "metadata": {"name": route_name, "namespace": route_ns, "labels": labels},
+        "spec": {"parentRefs": [parent], "hostnames": [host],
+                 "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": backends}]},
+    }  # fmt: skip
+    claims = (f"HTTPRoute/{route_ns}/{route_name}", *(claim for claim, _ in targets))
+    return GlobalRoute(route, tuple(services), claims, tuple(targets))
