@@ -14,12 +14,12 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel
 from temporalio import activity
 
-from servingops.activities.custom_objects import CustomObjects
 from servingops.api_models.conditions import merge_conditions
 from servingops.api_models.credential_headers import scrubbed
 from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION
 from servingops.api_models.refs import ConditionUpdate, ObjectRef
-from servingops.runtime.kube import record_event
+from servingops.clients.kube.custom_objects import CustomObjects
+from servingops.clients.kube.events import record_event
 
 
 class EventNote(BaseModel):

@@ -30,11 +30,11 @@ from servingops.activities.basemodels.types import (
     PvcInput,
     ResolveTagInput,
 )
-from servingops.activities.custom_objects import CustomObjects
 from servingops.activities.oci.activities import CredentialsResolver
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION, STATUS_CONFIGMAP_LABEL, ModelKey, ModelKind
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.kube.custom_objects import CustomObjects
 from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
 
 _METADATA_KINDS = frozenset({"BaseModel", "ClusterBaseModel"})

@@ -26,9 +26,9 @@ from temporalio import activity
 
 from servingops.activities.capacity.attribution import FlavorView, NodeView, observe_capacity
 from servingops.activities.capacity.types import ObserveInput, ObserveOutput, WriteInput, WriteOutput
-from servingops.activities.custom_objects import CONFLICT_RETRIES, CustomObjects
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus
+from servingops.clients.kube.custom_objects import CONFLICT_RETRIES, CustomObjects
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "acceleratorquotas"
 KUEUE_GROUP, KUEUE_VERSION, FLAVORS = "kueue.x-k8s.io", "v1beta2", "resourceflavors"

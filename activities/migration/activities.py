@@ -12,7 +12,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from servingops.activities.custom_objects import CustomObjects
 from servingops.activities.migration import ledger
 from servingops.activities.migration.types import (
     EndpointQuery,
@@ -24,6 +23,7 @@ from servingops.activities.migration.types import (
 )
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.operator_config import DEFAULT_CONTROLLER_NAMESPACE
+from servingops.clients.kube.custom_objects import CustomObjects
 
 _TIMEOUT = 30
 _CONFLICT_TRIES = 20

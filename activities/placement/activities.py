@@ -32,7 +32,6 @@ from temporalio import activity
 from urllib3.exceptions import HTTPError
 
 from servingops.activities.component_shape import component_shape
-from servingops.activities.custom_objects import CustomObjects
 from servingops.activities.placement import capacity, mirrors
 from servingops.activities.placement.clients import MemberClients
 from servingops.activities.placement.member import MemberClient
@@ -64,6 +63,7 @@ from servingops.api_models.ome.placement import (
 )
 from servingops.api_models.ome.placement_status import PlacementCapacityPool, PlacementCapacitySample
 from servingops.api_models.ome.replica import InferenceReplicaStatus
+from servingops.clients.kube.custom_objects import CustomObjects
 from servingops.rendering import multinode, render
 from servingops.rendering.kueue import ADMISSION_GATE, QUEUE_LABEL
 from servingops.rendering.resolution import Unresolvable, resolve_service

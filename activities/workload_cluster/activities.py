@@ -30,12 +30,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from servingops.activities.custom_objects import CustomObjects
 from servingops.activities.workload_cluster.kubeconfig import secret_location
 from servingops.activities.workload_cluster.probe import probe
 from servingops.activities.workload_cluster.registration import RegistrationUnusable, member_access
 from servingops.activities.workload_cluster.types import CheckInput, CheckOutput
 from servingops.api_models.contract.workload_cluster import ConnectionReason, ConnectionVerdict
+from servingops.clients.kube.custom_objects import CustomObjects
 
 REFUSAL_IS_VERDICT_FROM = 5
 """The attempt from which a refusal is the verdict rather than retried - a 403 on the Secret
