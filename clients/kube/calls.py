@@ -38,6 +38,11 @@ def get_or_none(method: Method, *args: Any, timeout: Timeout = REQUEST_TIMEOUT, 
         raise
 
 
+def patch_if_present(method: Method, *args: Any, timeout: Timeout = REQUEST_TIMEOUT, **kwargs: Any) -> Any:
+    """A patch of an object that may be gone: None when it is (404), the patched object otherwise."""
+    return get_or_none(method, *args, timeout=timeout, **kwargs)
+
+
 def delete_if_present(method: Method, *args: Any, timeout: Timeout = REQUEST_TIMEOUT, **kwargs: Any) -> bool:
     """A delete that is done when the object is already gone: False then, True when this call deleted it."""
     try:

@@ -22,3 +22,9 @@ ENDPOINT_READ_TIMEOUT: Timeout = 10
 ADMISSION_READ_TIMEOUT: Timeout = (2.0, 3.0)
 """A read inside the admission webhook: the apiserver gives the whole webhook call 10 s (the chart's
 timeoutSeconds), and a lookup that fails has to leave time to answer with the failure policy."""
+
+CATALOG_SECRET_TIMEOUT: Timeout = (5.0, 10.0)
+"""The catalog endpoint's read of its credentials Secret, made while a client waits for its answer."""
+
+CATALOG_LIST_TIMEOUT: Timeout = (5.0, 30.0)
+"""One page of the catalog endpoint's ClusterModel list (a page can be large: the read gets the default)."""
