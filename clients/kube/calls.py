@@ -38,6 +38,21 @@ def get_or_none(method: Method, *args: Any, timeout: Timeout = REQUEST_TIMEOUT, 
         raise
 
 
+def list_items(method: Method, *args: Any, label_selector: str | None = None, field_selector: str | None = None,
+               timeout: Timeout = REQUEST_TIMEOUT, **kwargs: Any) -> list[Any]:
+    """The items of a list call (one page: a site that pages passes `limit` and `_continue` and reads the
+    response through `call`), narrowed by label and field selectors. Typed lists (CoreV1Api.list_node) give
+    their model objects, custom-object lists their dicts."""
+    if label_selector is not None:
+        kwargs["label_selector"] = label_selector
+    if field_selector is not None:
+        kwargs["field_selector"] = field_selector
+    listed = method(*args, _request_timeout=timeout, **kwargs)
+    if isinstance(listed, dict):
+        return list(listed.get("items") or [])
+    return list(listed.items or [])
+
+
 def patch_if_present(method: Method, *args: Any, timeout: Timeout = REQUEST_TIMEOUT, **kwargs: Any) -> Any:
     """A patch of an object that may be gone: None when it is (404), the patched object otherwise."""
     return get_or_none(method, *args, timeout=timeout, **kwargs)
