@@ -26,10 +26,10 @@ from kubernetes.client.exceptions import ApiException
 from servingops.api_models.ome.model_keys import GROUP, VERSION, ModelKey, ModelKind
 from servingops.clients.kube.calls import call, get_or_none
 from servingops.clients.kube.errors import GONE, absent
+from servingops.clients.kube.timeouts import WATCH_REQUEST_TIMEOUT, WATCH_SECONDS
 
 log = logging.getLogger("servingops.agent.watch")
 
-WATCH_TIMEOUT_SECONDS = 240
 LIST_PAGE = 500
 CRD_MISSING_RETRY_SECONDS = 30.0
 MIN_BACKOFF_SECONDS = 0.5
@@ -105,7 +105,7 @@ class KindWatcher(_Loop):
             stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                 self.custom.list_cluster_custom_object, GROUP, VERSION, self.kind.plural,
                 resource_version=version, allow_watch_bookmarks=True,
-                timeout_seconds=WATCH_TIMEOUT_SECONDS, _request_timeout=WATCH_TIMEOUT_SECONDS + 30)
+                timeout_seconds=WATCH_SECONDS, _request_timeout=WATCH_REQUEST_TIMEOUT)
             for event in stream:
                 obj = event["object"]
                 if event["type"] == "ERROR":
@@ -171,8 +171,8 @@ class NodeWatcher(_Loop):
             since: dict[str, Any] = {"resource_version": version} if version else {}
             stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                 self.core.list_node, field_selector=f"metadata.name={self.node_name}",
-                allow_watch_bookmarks=True, timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                _request_timeout=WATCH_TIMEOUT_SECONDS + 30, **since)
+                allow_watch_bookmarks=True, timeout_seconds=WATCH_SECONDS,
+                _request_timeout=WATCH_REQUEST_TIMEOUT, **since)
             for event in stream:
                 if event["type"] == "ERROR":
                     raw_obj = event.get("raw_object") or {}

@@ -28,3 +28,11 @@ CATALOG_SECRET_TIMEOUT: Timeout = (5.0, 10.0)
 
 CATALOG_LIST_TIMEOUT: Timeout = (5.0, 30.0)
 """One page of the catalog endpoint's ClusterModel list (a page can be large: the read gets the default)."""
+
+WATCH_SECONDS = 240
+"""How long the apiserver keeps one watch open (its timeoutSeconds) before the watcher opens the next one from
+the last resourceVersion it saw."""
+
+WATCH_REQUEST_TIMEOUT: Timeout = WATCH_SECONDS + 30
+"""The one longer bound: a watch's HTTP request. Past the server's own end of the watch, so a watch that ends
+normally never times out on the client, while a connection that died silently is noticed 30 s later."""
