@@ -15,9 +15,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from servingops.api_models.refs import ObjectRef
-from servingops.clients.kube.calls import get_or_none
+from servingops.clients.kube.calls import call, get_or_none
 from servingops.clients.kube.errors import absent, conflict, conflicts_outlasted, rejected_write
-from servingops.clients.kube.timeouts import REQUEST_TIMEOUT
 
 CONFLICT_RETRIES = 10
 """Re-reads an update makes on 409 before it gives up with a (retried) Conflict: each lost race is one
@@ -43,14 +42,13 @@ class CustomObjects:
 
     def replace(self, ref: ObjectRef, body: dict[str, Any], *, status: bool = False) -> dict[str, Any]:
         if ref.namespace:
-            call = (self.custom.replace_namespaced_custom_object_status if status
-                    else self.custom.replace_namespaced_custom_object)
-            return dict(cast(dict[str, Any], call(ref.group, ref.version, ref.namespace, ref.plural, ref.name, body,
-                                                  _request_timeout=REQUEST_TIMEOUT)))
-        cluster_call = (self.custom.replace_cluster_custom_object_status if status
-                        else self.custom.replace_cluster_custom_object)
-        return dict(cast(dict[str, Any], cluster_call(ref.group, ref.version, ref.plural, ref.name, body,
-                                                      _request_timeout=REQUEST_TIMEOUT)))
+            method = (self.custom.replace_namespaced_custom_object_status if status
+                      else self.custom.replace_namespaced_custom_object)
+            return dict(cast(dict[str, Any], call(method, ref.group, ref.version, ref.namespace, ref.plural, ref.name,
+                                                  body)))
+        cluster_method = (self.custom.replace_cluster_custom_object_status if status
+                          else self.custom.replace_cluster_custom_object)
+        return dict(cast(dict[str, Any], call(cluster_method, ref.group, ref.version, ref.plural, ref.name, body)))
 
     def update(self, ref: ObjectRef, mutate: Callable[[dict[str, Any]], bool], *,
                status: bool = False) -> dict[str, Any] | None:
