@@ -7,19 +7,20 @@ writer causes a 409 that we retry on a fresh read instead of silently overwritin
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel
 from temporalio import activity
 
-from servingops.activities.custom_objects import CustomObjects
 from servingops.api_models.conditions import merge_conditions
 from servingops.api_models.credential_headers import scrubbed
 from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION
 from servingops.api_models.refs import ConditionUpdate, ObjectRef
-from servingops.runtime.kube import record_event
+from servingops.clients.kube.calls import list_items
+from servingops.clients.kube.custom_objects import CustomObjects
+from servingops.clients.kube.events import record_event
 
 
 class EventNote(BaseModel):
@@ -200,14 +201,12 @@ class KubernetesActivities:
         ClusterBaseModel or FineTunedWeight is annotated with it, in which case deleting one of them
         must leave the artifact in the registry."""
         for group, version, plural in _ARTIFACT_HOLDERS:
-            items = cast(dict[str, Any], self.custom.list_cluster_custom_object(group, version, plural))["items"]
-            for obj in items:
+            for obj in list_items(self.custom.list_cluster_custom_object, group, version, plural):
                 digest = ((obj.get("status") or {}).get("artifact") or {}).get("digest")
                 if digest == query.digest and obj["metadata"].get("uid") != query.except_uid:
                     return True
         for group, version, plural in _ANNOTATED_HOLDERS:
-            items = cast(dict[str, Any], self.custom.list_cluster_custom_object(group, version, plural))["items"]
-            for obj in items:
+            for obj in list_items(self.custom.list_cluster_custom_object, group, version, plural):
                 annotated = (obj["metadata"].get("annotations") or {}).get(ARTIFACT_ANNOTATION) or ""
                 if annotated.endswith(f"@{query.digest}") and obj["metadata"].get("uid") != query.except_uid:
                     return True
@@ -217,8 +216,8 @@ class KubernetesActivities:
     def list_policy_attachments(self, query: PolicyAttachments) -> int:
         """How many rollout groups of the namespace's InferenceServices (not being deleted) name
         the RolloutPolicy in their policyRef: a count, never a list (RolloutPolicyStatus)."""
-        items = cast(dict[str, Any], self.custom.list_namespaced_custom_object(
-            "ome.io", "v1beta1", query.namespace, "inferenceservices"))["items"]
+        items = list_items(self.custom.list_namespaced_custom_object,
+                           "ome.io", "v1beta1", query.namespace, "inferenceservices")
         count = 0
         for obj in items:
             if obj["metadata"].get("deletionTimestamp"):

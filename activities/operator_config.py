@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
 from servingops.api_models.operator_config import (
@@ -28,6 +27,7 @@ from servingops.api_models.operator_config import (
     parse_ingress,
     resolve,
 )
+from servingops.clients.kube.calls import get_or_none
 
 INGRESS_TTL = 10.0
 """Seconds one read of the ingress block serves: observe runs on every pass of every service, and
@@ -43,12 +43,9 @@ class OperatorConfigActivities:
     @activity.defn(name="operator.config")
     def read(self) -> OperatorDefaults:
         where = f"{self.namespace}/{self.name}"
-        try:
-            configmap = self.core.read_namespaced_config_map(self.name, self.namespace, _request_timeout=30)
-        except ApiException as exc:
-            if exc.status == 404:
-                return resolve(OperatorConfig(), self.namespace)
-            raise
+        configmap = get_or_none(self.core.read_namespaced_config_map, self.name, self.namespace)
+        if configmap is None:
+            return resolve(OperatorConfig(), self.namespace)
         try:
             config = parse_configmap_data(configmap.data)
         except OperatorConfigError as error:
@@ -89,12 +86,9 @@ class IngressConfigReader:
         return result
 
     def _read(self) -> IngressConfig | OperatorConfigError:
-        try:
-            configmap = self.core.read_namespaced_config_map(self.name, self.namespace, _request_timeout=30)
-        except ApiException as exc:
-            if exc.status == 404:
-                return IngressConfig()
-            raise
+        configmap = get_or_none(self.core.read_namespaced_config_map, self.name, self.namespace)
+        if configmap is None:
+            return IngressConfig()
         try:
             return parse_ingress(configmap.data)
         except OperatorConfigError as error:

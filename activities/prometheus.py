@@ -37,6 +37,8 @@ from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.enums import ComparisonOperator
 from servingops.api_models.operator_config import PrometheusSource
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.kube.calls import call
+from servingops.clients.kube.errors import absent
 
 log = logging.getLogger(__name__)
 
@@ -225,9 +227,9 @@ class PrometheusActivities:
         if not ref.namespace:
             raise _bad_input(f"auth secret {ref.name}: no namespace given")
         try:
-            secret = self.core.read_namespaced_secret(ref.name, ref.namespace, _request_timeout=30)
+            secret = call(self.core.read_namespaced_secret, ref.name, ref.namespace)
         except ApiException as exc:
-            if exc.status == 404:
+            if absent(exc):
                 # Like an unreachable source: the sample reads nothing until the Secret appears.
                 raise _Inconclusive(f"auth secret {ref.namespace}/{ref.name} not found") from None
             raise

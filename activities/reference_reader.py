@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any, cast
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+from servingops.clients.kube.calls import call, create_unless_exists, get_or_none
 from servingops.rendering.resolution import Unresolvable, UnresolvableReason
 
 # A literal here, not rendering's OME_GROUP: tests/rbac_calls.py reads the group of each list call from
@@ -25,7 +25,6 @@ _PLURALS = {
     "ServingRuntime": "servingruntimes",
     "ClusterServingRuntime": "clusterservingruntimes",
 }
-_TIMEOUT = 30
 _SERVING_RUNTIMES = "servingruntimes"
 _CLUSTER_SERVING_RUNTIMES = "clusterservingruntimes"
 
@@ -48,12 +47,9 @@ class KubeReader:
 
     def get_snapshot(self, name: str) -> dict[str, Any] | None:
         apps, namespace = self._snapshots()
-        try:
-            revision = apps.read_namespaced_controller_revision(name, namespace, _request_timeout=_TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        revision = get_or_none(apps.read_namespaced_controller_revision, name, namespace)
+        if revision is None:
+            return None
         data = revision.data
         return dict(data) if isinstance(data, dict) else None
 
@@ -63,37 +59,28 @@ class KubeReader:
             metadata=client.V1ObjectMeta(name=name, labels={"app.kubernetes.io/managed-by": "servingops",
                                                             "serving.ome.io/runtime": str(data["name"])[:63]}),
             data=data, revision=1)
-        try:
-            apps.create_namespaced_controller_revision(namespace, body, _request_timeout=_TIMEOUT)
-        except ApiException as exc:
-            if exc.status != 409:  # already there: names are content hashes, so it is this snapshot
-                raise
+        # None when already there: names are content hashes, so it is this snapshot.
+        create_unless_exists(apps.create_namespaced_controller_revision, namespace, body)
 
     def get(self, group: str, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None:
         plural = _PLURALS[kind]
         version = _VERSIONS[group]
-        try:
-            if namespace:
-                found = self.custom.get_namespaced_custom_object(group, version, namespace, plural, name,
-                                                                 _request_timeout=_TIMEOUT)
-            else:
-                found = self.custom.get_cluster_custom_object(group, version, plural, name,
-                                                              _request_timeout=_TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        if namespace:
+            found = get_or_none(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
+        else:
+            found = get_or_none(self.custom.get_cluster_custom_object, group, version, plural, name)
+        if found is None:
+            return None
         return dict(cast(dict[str, Any], found))
 
     def list(self, group: str, kind: str, namespace: str | None) -> list[dict[str, Any]]:
         """Only runtimes are listed (selection); spelled out per kind so the worker's role can be
         held to exactly these lists (tests/rbac_calls.py reads the literal plurals)."""
         if kind == "ServingRuntime" and namespace:
-            found = self.custom.list_namespaced_custom_object(_OME_GROUP, "v1beta1", namespace, _SERVING_RUNTIMES,
-                                                              _request_timeout=_TIMEOUT)
+            found = call(self.custom.list_namespaced_custom_object, _OME_GROUP, "v1beta1", namespace,
+                         _SERVING_RUNTIMES)
         elif kind == "ClusterServingRuntime":
-            found = self.custom.list_cluster_custom_object(_OME_GROUP, "v1beta1", _CLUSTER_SERVING_RUNTIMES,
-                                                           _request_timeout=_TIMEOUT)
+            found = call(self.custom.list_cluster_custom_object, _OME_GROUP, "v1beta1", _CLUSTER_SERVING_RUNTIMES)
         else:
             raise ValueError(f"no list of {kind} in namespace {namespace!r} is needed")
         items = cast(dict[str, Any], found).get("items") or []

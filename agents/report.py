@@ -22,9 +22,9 @@ from enum import StrEnum
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from servingops.api_models.ome.model_keys import LABEL_DOMAIN, STATUS_CONFIGMAP_LABEL, ModelKey
+from servingops.clients.kube.calls import call, create_unless_exists, get_or_none, patch_if_present
 
 log = logging.getLogger("servingops.agent.report")
 
@@ -55,13 +55,8 @@ class Reporter:
 
     def _load_entries(self) -> dict[str, dict[str, Any]]:
         if self._entries is None:
-            try:
-                cm = self.core.read_namespaced_config_map(self.node_name, self.namespace)
-                data = cm.data or {}
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                data = {}
+            cm = get_or_none(self.core.read_namespaced_config_map, self.node_name, self.namespace)
+            data = (cm.data or {}) if cm is not None else {}
             entries = {}
             for key, raw in data.items():
                 try:
@@ -128,12 +123,8 @@ class Reporter:
                 self._patch_labels(stale_labels)
 
     def _patch_labels(self, labels: dict[str, str | None]) -> None:
-        try:
-            self.core.patch_node(self.node_name, {"metadata": {"labels": labels}})
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            return
+        if patch_if_present(self.core.patch_node, self.node_name, {"metadata": {"labels": labels}}) is None:
+            return  # the Node is gone
         for k, v in labels.items():
             if v is None:
                 self._labels.pop(k, None)
@@ -141,21 +132,14 @@ class Reporter:
                 self._labels[k] = v
 
     def _patch_configmap(self, data: dict[str, str | None]) -> None:
-        try:
-            self.core.patch_namespaced_config_map(self.node_name, self.namespace, {"data": data})
+        if patch_if_present(self.core.patch_namespaced_config_map, self.node_name, self.namespace,
+                            {"data": data}) is not None:
             return
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
         body = client.V1ConfigMap(
             metadata=client.V1ObjectMeta(
                 name=self.node_name, namespace=self.namespace,
                 labels={STATUS_CONFIGMAP_LABEL: "true", "node": self.node_name},
                 annotations={"models.ome.io/node-name": self.node_name, "models.ome.io/managed-by": "model-agent"}),
             data={k: v for k, v in data.items() if v is not None})
-        try:
-            self.core.create_namespaced_config_map(self.namespace, body)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            self.core.patch_namespaced_config_map(self.node_name, self.namespace, {"data": data})
+        if create_unless_exists(self.core.create_namespaced_config_map, self.namespace, body) is None:
+            call(self.core.patch_namespaced_config_map, self.node_name, self.namespace, {"data": data})

@@ -24,10 +24,12 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from servingops.api_models.ome.model_keys import GROUP, VERSION, ModelKey, ModelKind
+from servingops.clients.kube.calls import call, get_or_none
+from servingops.clients.kube.errors import GONE, absent
+from servingops.clients.kube.timeouts import WATCH_REQUEST_TIMEOUT, WATCH_SECONDS
 
 log = logging.getLogger("servingops.agent.watch")
 
-WATCH_TIMEOUT_SECONDS = 240
 LIST_PAGE = 500
 CRD_MISSING_RETRY_SECONDS = 30.0
 MIN_BACKOFF_SECONDS = 0.5
@@ -63,7 +65,7 @@ class _Loop(threading.Thread):
                 backoff = MIN_BACKOFF_SECONDS
                 continue
             except ApiException as exc:
-                if exc.status == 410:
+                if exc.status == GONE:
                     # Expected now and then (a watch resumed after a long quiet spell); the next cycle starts
                     # from a fresh version. Still waited for: a 410 that repeats must never spin.
                     log.info("%s: resource version gone, starting again in %.1fs", self.name, backoff)
@@ -89,7 +91,7 @@ class KindWatcher(_Loop):
         try:
             version = self._relist()
         except ApiException as exc:
-            if exc.status != 404:
+            if not absent(exc):
                 raise
             # The kind is not served (its CRD is not installed): none exist. Look again later.
             for key in self.known:
@@ -103,7 +105,7 @@ class KindWatcher(_Loop):
             stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                 self.custom.list_cluster_custom_object, GROUP, VERSION, self.kind.plural,
                 resource_version=version, allow_watch_bookmarks=True,
-                timeout_seconds=WATCH_TIMEOUT_SECONDS, _request_timeout=WATCH_TIMEOUT_SECONDS + 30)
+                timeout_seconds=WATCH_SECONDS, _request_timeout=WATCH_REQUEST_TIMEOUT)
             for event in stream:
                 obj = event["object"]
                 if event["type"] == "ERROR":
@@ -127,8 +129,8 @@ class KindWatcher(_Loop):
         version = ""
         while True:
             extra: dict[str, Any] = {"_continue": token} if token else {}
-            page = cast(dict[str, Any], self.custom.list_cluster_custom_object(
-                GROUP, VERSION, self.kind.plural, limit=LIST_PAGE, **extra))
+            page = cast(dict[str, Any], call(self.custom.list_cluster_custom_object,
+                                             GROUP, VERSION, self.kind.plural, limit=LIST_PAGE, **extra))
             for obj in page.get("items", []):
                 key = key_of(self.kind, obj)
                 current.add(key)
@@ -155,11 +157,8 @@ class NodeWatcher(_Loop):
         self.sink = sink
 
     def cycle(self) -> None:
-        try:
-            node = self.core.read_node(self.node_name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        node = get_or_none(self.core.read_node, self.node_name)
+        if node is None:
             self.sink(None)
             self.synced.set()
             self.stop_event.wait(5)
@@ -172,8 +171,8 @@ class NodeWatcher(_Loop):
             since: dict[str, Any] = {"resource_version": version} if version else {}
             stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                 self.core.list_node, field_selector=f"metadata.name={self.node_name}",
-                allow_watch_bookmarks=True, timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                _request_timeout=WATCH_TIMEOUT_SECONDS + 30, **since)
+                allow_watch_bookmarks=True, timeout_seconds=WATCH_SECONDS,
+                _request_timeout=WATCH_REQUEST_TIMEOUT, **since)
             for event in stream:
                 if event["type"] == "ERROR":
                     raw_obj = event.get("raw_object") or {}

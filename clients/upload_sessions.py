@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, ValidationError
 
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.kube.calls import get_or_none
 
 UPLOADS_PREFIX = "/uploads/"
 
@@ -123,12 +123,9 @@ class SigningKey:
         return False
 
     def _read(self) -> bytes | None:
-        try:
-            secret = self.core.read_namespaced_secret(SIGNING_KEY_SECRET, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        secret = get_or_none(self.core.read_namespaced_secret, SIGNING_KEY_SECRET, self.namespace)
+        if secret is None:
+            return None
         return base64.b64decode((secret.data or {})[SIGNING_KEY_DATA])
 
 

@@ -32,11 +32,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from servingops.api_models import contract
 from servingops.api_models.contract import MigrationStart, StartObject, WorkflowType, search_attributes
+from servingops.clients.kube.events import record_event
 from servingops.crd_bridge.metrics import BridgeMetrics
 from servingops.crd_bridge.queue import CoalescingQueue
 from servingops.crd_bridge.routes import Dispatch, Fingerprint, not_served, plan
 from servingops.crd_bridge.watcher import Observed
-from servingops.runtime.kube import record_event
 
 log = logging.getLogger("servingops.bridge.dispatch")
 tracer = trace.get_tracer("servingops.bridge")

@@ -18,11 +18,13 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from servingops.clients.kube.calls import call
+from servingops.clients.kube.errors import GONE
+from servingops.clients.kube.timeouts import WATCH_REQUEST_TIMEOUT, WATCH_SECONDS
 from servingops.crd_bridge.pod_events import LABEL_SELECTOR, PodKey, PodState, pod_change, pod_key
 
 log = logging.getLogger("servingops.bridge.pods")
 
-WATCH_TIMEOUT_SECONDS = 240
 LIST_PAGE = 500
 
 
@@ -47,7 +49,7 @@ class PodWatcher(threading.Thread):
                 backoff = 0.5
                 self.watch_from(version)
             except ApiException as exc:
-                if exc.status == 410:
+                if exc.status == GONE:
                     log.info("pods: resourceVersion expired, relisting")
                     continue
                 log.warning("pods: API error %s, retrying in %.1fs", exc.status, backoff)
@@ -74,8 +76,8 @@ class PodWatcher(threading.Thread):
         version = ""
         while True:
             # _preload_content=False answers the raw HTTP response (the stubs do not know it).
-            response: Any = self.core.list_pod_for_all_namespaces(
-                label_selector=LABEL_SELECTOR, limit=LIST_PAGE, _continue=token, _preload_content=False)
+            response: Any = call(self.core.list_pod_for_all_namespaces, label_selector=LABEL_SELECTOR,
+                                 limit=LIST_PAGE, _continue=token, _preload_content=False)
             page = json.loads(response.data)
             for pod in page.get("items") or []:
                 seen.add(pod_key(pod))
@@ -95,7 +97,7 @@ class PodWatcher(threading.Thread):
             stream = watch.Watch(return_type="object").stream(  # type: ignore[no-untyped-call]
                 self.core.list_pod_for_all_namespaces, label_selector=LABEL_SELECTOR,
                 resource_version=version, allow_watch_bookmarks=True,
-                timeout_seconds=WATCH_TIMEOUT_SECONDS, _request_timeout=WATCH_TIMEOUT_SECONDS + 30,
+                timeout_seconds=WATCH_SECONDS, _request_timeout=WATCH_REQUEST_TIMEOUT,
             )
             for event in stream:
                 kind = event["type"]

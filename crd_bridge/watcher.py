@@ -17,11 +17,13 @@ from typing import Any, cast
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from servingops.clients.kube.calls import call
+from servingops.clients.kube.errors import GONE
+from servingops.clients.kube.timeouts import WATCH_REQUEST_TIMEOUT, WATCH_SECONDS
 from servingops.crd_bridge.routes import Route
 
 log = logging.getLogger("servingops.bridge.watch")
 
-WATCH_TIMEOUT_SECONDS = 240
 LIST_PAGE = 500
 
 
@@ -56,7 +58,8 @@ class KindWatcher(threading.Thread):
 
     def _list_page(self, **kwargs: Any) -> dict[str, Any]:
         r = self.route
-        return cast(dict[str, Any], self.custom.list_cluster_custom_object(r.group, r.version, r.plural, **kwargs))
+        listed = call(self.custom.list_cluster_custom_object, r.group, r.version, r.plural, **kwargs)
+        return cast(dict[str, Any], listed)
 
     def run(self) -> None:
         backoff = 0.5
@@ -67,7 +70,7 @@ class KindWatcher(threading.Thread):
                 backoff = 0.5
                 self.watch_from(version)
             except ApiException as exc:
-                if exc.status == 410:
+                if exc.status == GONE:
                     log.info("%s: resourceVersion expired, relisting", self.route.kind)
                     continue
                 log.warning("%s: API error %s, retrying in %.1fs", self.route.kind, exc.status, backoff)
@@ -105,7 +108,7 @@ class KindWatcher(threading.Thread):
             stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                 self.custom.list_cluster_custom_object, r.group, r.version, r.plural,
                 resource_version=version, allow_watch_bookmarks=True,
-                timeout_seconds=WATCH_TIMEOUT_SECONDS, _request_timeout=WATCH_TIMEOUT_SECONDS + 30,
+                timeout_seconds=WATCH_SECONDS, _request_timeout=WATCH_REQUEST_TIMEOUT,
             )
             for event in stream:
                 kind = event["type"]

@@ -94,6 +94,8 @@ from servingops.clients.catalog_remote import (
     RemoteEntry,
     index_document,
 )
+from servingops.clients.kube.calls import call, get_or_none
+from servingops.clients.kube.timeouts import CATALOG_LIST_TIMEOUT, CATALOG_SECRET_TIMEOUT
 from servingops.clients.oci import media_types as mt
 from servingops.runtime.kube import load_api_client
 from servingops.runtime.process import DEFAULT_REPOSITORY, Flags, Process, run_threaded
@@ -140,13 +142,14 @@ class KubeClusterModels:
         items: list[Mapping[str, Any]] = []
         token: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"limit": self.page_size, "_request_timeout": (5.0, 30.0)}
+            kwargs: dict[str, Any] = {"limit": self.page_size}
             if token:
                 kwargs["_continue"] = token
             if self.label_selector:
                 kwargs["label_selector"] = self.label_selector
-            page = cast(dict[str, Any], self.custom.list_cluster_custom_object(
-                info.group, info.version, info.plural, **kwargs))
+            page = cast(dict[str, Any], call(self.custom.list_cluster_custom_object,
+                                             info.group, info.version, info.plural, timeout=CATALOG_LIST_TIMEOUT,
+                                             **kwargs))
             items.extend(page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -267,12 +270,11 @@ class KubeSecretClientCredentials:
             if time.monotonic() - self._read_at < self.cache_seconds:
                 return self._tokens
             try:
-                secret = self.core.read_namespaced_secret(self.name, self.namespace, _request_timeout=(5.0, 10.0))
-                data = secret.data or {}
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise CredentialsUnavailable(f"Secret {self.namespace}/{self.name}: HTTP {exc.status}") from None
-                data = {}  # no Secret: no client is allowed
+                secret = get_or_none(self.core.read_namespaced_secret, self.name, self.namespace,
+                                     timeout=CATALOG_SECRET_TIMEOUT)
+                data = (secret.data or {}) if secret is not None else {}  # no Secret: no client is allowed
+            except ApiException as exc:  # anything but absent
+                raise CredentialsUnavailable(f"Secret {self.namespace}/{self.name}: HTTP {exc.status}") from None
             except (Urllib3Error, OSError) as exc:
                 raise CredentialsUnavailable(f"Secret {self.namespace}/{self.name}: {type(exc).__name__}") from None
             values: dict[str, str] = {}

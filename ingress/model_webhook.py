@@ -31,6 +31,8 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from servingops.api_models.deckhouse.model import ClusterModel, Model
+from servingops.clients.kube.calls import get_or_none
+from servingops.clients.kube.timeouts import ADMISSION_READ_TIMEOUT
 from servingops.ingress.model_mount import (
     POD_SPEC_PATHS,
     ModelRequest,
@@ -54,8 +56,6 @@ HEALTH_PATH = "/healthz"
 MAX_REVIEW_BYTES = 8 << 20
 """An AdmissionReview carries the object twice (object and oldObject); the apiserver's own request limit is 3 MiB
 per object."""
-READ_TIMEOUT = (2.0, 3.0)
-"""Connect and read timeouts of a model read: inside the apiserver's timeoutSeconds for the whole call."""
 
 ModelLookup = Callable[[ModelRequest], Mapping[str, Any] | None]
 """The model as stored (a dict), or None when it does not exist."""
@@ -74,16 +74,16 @@ class KubeModelLookup:
     def __call__(self, request: ModelRequest) -> Mapping[str, Any] | None:
         try:
             if request.namespace is not None:
-                found = self.custom.get_namespaced_custom_object(
+                found = get_or_none(
+                    self.custom.get_namespaced_custom_object,
                     Model.crd.group, Model.crd.version, request.namespace, Model.crd.plural, request.name,
-                    _request_timeout=READ_TIMEOUT)
+                    timeout=ADMISSION_READ_TIMEOUT)
             else:
-                found = self.custom.get_cluster_custom_object(
+                found = get_or_none(
+                    self.custom.get_cluster_custom_object,
                     ClusterModel.crd.group, ClusterModel.crd.version, ClusterModel.crd.plural, request.name,
-                    _request_timeout=READ_TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
+                    timeout=ADMISSION_READ_TIMEOUT)
+        except ApiException as exc:  # anything but absent (that is None)
             raise LookupFailed(f"could not read {request}: {exc.status} {exc.reason}") from exc
         except (Urllib3Error, OSError) as exc:
             raise LookupFailed(f"could not read {request}: {exc}") from exc

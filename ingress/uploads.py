@@ -67,6 +67,8 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from servingops.api_models.contract import Signal, model_workflow_id
 from servingops.api_models.contract.uploads import UploadComplete
 from servingops.api_models.operator_config import DEFAULT_CONTROLLER_NAMESPACE
+from servingops.clients.kube.calls import get_or_none
+from servingops.clients.kube.timeouts import ENDPOINT_READ_TIMEOUT
 from servingops.clients.model_files.archive import classify_upload
 from servingops.clients.model_files.errors import InvalidModel
 from servingops.clients.upload_sessions import (
@@ -532,11 +534,10 @@ class UploadServer:
     def _read_record(self, session_id: str) -> client.V1ConfigMap | None:
         """The session's record, by name in the controller namespace; None when there is none."""
         try:
-            found: client.V1ConfigMap = self.core.read_namespaced_config_map(
-                record_name(session_id), self.controller_namespace, _request_timeout=10)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
+            found: client.V1ConfigMap | None = get_or_none(
+                self.core.read_namespaced_config_map, record_name(session_id), self.controller_namespace,
+                timeout=ENDPOINT_READ_TIMEOUT)
+        except ApiException as exc:  # anything but absent (that is None)
             log.warning("cannot read upload session records: %s %s", exc.status, exc.reason)
             raise _Reply(503, {"error": "Kubernetes API unavailable; retry"}, {"Retry-After": "5"}) from None
         except (Urllib3Error, OSError) as exc:

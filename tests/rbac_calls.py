@@ -239,11 +239,14 @@ def process_kinds(process: str) -> list[Kind]:
     return [Kind(r.group, r.plural) for r in routes]
 
 
-def _custom_args(call: ast.Call, method: str) -> tuple[ast.AST | None, ast.AST | None]:
+def _custom_args(args: list[ast.expr], method: str) -> tuple[ast.AST | None, ast.AST | None]:
     """The group and plural arguments of a CustomObjectsApi call."""
     plural_at = 3 if "_namespaced_" in method else 2
-    args = call.args
     return (args[0] if args else None), (args[plural_at] if len(args) > plural_at else None)
+
+
+_LAYER_APPLY = "apply"
+"""clients/kube/calls.apply: server-side apply through the patch method handed to it."""
 
 
 def used(process: str) -> set[Triple]:
@@ -267,13 +270,25 @@ def _triples_of(ref: ast.Attribute, parents: dict[ast.AST, ast.AST], endpoint: E
     # Passed to watch.Watch().stream(...): a watch of that list.
     watch = (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute)
              and parent.func.attr == "stream" and ref in parent.args)
+    # Handed to the access layer with its arguments (clients/kube: `get_or_none(api.read_x, name, namespace)`),
+    # which calls it with them: read the arguments after the method as the call's.
+    handed = (isinstance(parent, ast.Call) and not called and not watch and bool(parent.args)
+              and parent.args[0] is ref)
+    args: list[ast.expr] = []
+    if called:
+        args = list(parent.args)  # type: ignore[union-attr]
+    elif handed:
+        args = list(parent.args[1:])  # type: ignore[union-attr]
     apply = called and any(k.arg == "_content_type" and "apply-patch" in " ".join(_values(k.value, top, module) or ())
                            for k in parent.keywords)  # type: ignore[union-attr]
+    if handed:
+        func = parent.func  # type: ignore[union-attr]
+        apply = (func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)) == _LAYER_APPLY
     kinds: list[tuple[str | None, str | None]] = [(None, None)]
     if "{group}" in endpoint.path:
         groups = plurals = None
-        if called:
-            group_arg, plural_arg = _custom_args(parent, ref.attr)  # type: ignore[arg-type]
+        if called or handed:
+            group_arg, plural_arg = _custom_args(args, ref.attr)
             groups = _values(group_arg, top, module) if group_arg else None
             plurals = _values(plural_arg, top, module) if plural_arg else None
         if groups is not None and plurals is not None:

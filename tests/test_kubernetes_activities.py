@@ -13,7 +13,7 @@ from temporalio.testing import ActivityEnvironment
 from servingops.activities.kubernetes import EventNote, EventSpec, FinalizerChange, KubernetesActivities, StatusPatch
 from servingops.api_models.deckhouse import Model
 from servingops.api_models.refs import ConditionUpdate, ObjectRef
-from servingops.runtime import kube as runtime_kube
+from servingops.clients.kube import events as kube_events
 from tests.crd_helpers import create, manifest, new_namespace
 
 pytestmark = pytest.mark.integration
@@ -134,8 +134,8 @@ def test_status_write_records_its_event_notes(kube_api: client.ApiClient, ns: st
 
 def test_events_are_rate_limited_per_object(kube_api: client.ApiClient, ns: str, acts: KubernetesActivities,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(runtime_kube, "EVENT_BURST", 3)
-    monkeypatch.setattr(runtime_kube, "EVENT_REFILL_SECONDS", 3600.0)
+    monkeypatch.setattr(kube_events, "EVENT_BURST", 3)
+    monkeypatch.setattr(kube_events, "EVENT_REFILL_SECONDS", 3600.0)
     flooded, other = _model(kube_api, ns), _model(kube_api, ns)
     for i in range(6):
         _run(acts.emit_event, EventSpec(ref=flooded, type="Warning", reason="Loop", message=f"attempt {i}"))

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
 from servingops.activities.basemodels.metadata import spec_changes
@@ -30,11 +29,12 @@ from servingops.activities.basemodels.types import (
     PvcInput,
     ResolveTagInput,
 )
-from servingops.activities.custom_objects import CustomObjects
 from servingops.activities.oci.activities import CredentialsResolver
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.model_keys import ARTIFACT_ANNOTATION, STATUS_CONFIGMAP_LABEL, ModelKey, ModelKind
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.kube.calls import get_or_none, list_items
+from servingops.clients.kube.custom_objects import CustomObjects
 from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
 
 _METADATA_KINDS = frozenset({"BaseModel", "ClusterBaseModel"})
@@ -115,11 +115,11 @@ class BaseModelActivities:
         entry is found under the model's key (api_models/ome/model_keys.py, upstream's spelling) and
         must name the same kind, namespace and name (a truncated key cannot mix two models up)."""
         key = ModelKey(ModelKind(req.kind), req.namespace or "", req.name).configmap_key
-        maps = self.core.list_namespaced_config_map(self.reports_namespace,
-                                                    label_selector=f"{STATUS_CONFIGMAP_LABEL}=true")
-        nodes = {n.metadata.name for n in self.core.list_node().items if n.metadata is not None}
+        maps = list_items(self.core.list_namespaced_config_map, self.reports_namespace,
+                          label_selector=f"{STATUS_CONFIGMAP_LABEL}=true")
+        nodes = {n.metadata.name for n in list_items(self.core.list_node) if n.metadata is not None}
         entries: list[NodeEntry] = []
-        for cm in maps.items:
+        for cm in maps:
             node = cm.metadata.name if cm.metadata is not None else None
             if node not in nodes:
                 continue
@@ -143,12 +143,9 @@ class BaseModelActivities:
     @activity.defn(name="basemodel.check_pvc")
     def check_pvc(self, req: PvcInput) -> PvcCheck:
         """Whether the claim exists, and its phase."""
-        try:
-            pvc = self.core.read_namespaced_persistent_volume_claim(req.name, req.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return PvcCheck(found=False)
-            raise
+        pvc = get_or_none(self.core.read_namespaced_persistent_volume_claim, req.name, req.namespace)
+        if pvc is None:
+            return PvcCheck(found=False)
         return PvcCheck(found=True, phase=(pvc.status.phase if pvc.status else None))
 
     @activity.defn(name="basemodel.resolve_tag")

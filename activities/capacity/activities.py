@@ -26,14 +26,14 @@ from temporalio import activity
 
 from servingops.activities.capacity.attribution import FlavorView, NodeView, observe_capacity
 from servingops.activities.capacity.types import ObserveInput, ObserveOutput, WriteInput, WriteOutput
-from servingops.activities.custom_objects import CONFLICT_RETRIES, CustomObjects
-from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus
+from servingops.clients.kube.calls import MERGE_PATCH, call
+from servingops.clients.kube.custom_objects import CONFLICT_RETRIES, CustomObjects
+from servingops.clients.kube.errors import absent, conflict, conflicts_outlasted
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "acceleratorquotas"
 KUEUE_GROUP, KUEUE_VERSION, FLAVORS = "kueue.x-k8s.io", "v1beta2", "resourceflavors"
 PAGE = 500
-MERGE_PATCH = "application/merge-patch+json"
 
 
 def _pages(call: Callable[[str | None], Any]) -> Iterator[Any]:
@@ -102,18 +102,19 @@ class CapacityActivities:
                               resource_version=str(meta.get("resourceVersion", "")), reported=reported)
         if ((obj.get("spec") or {}).get("parentRef") or {}).get("name"):
             return known
-        quotas = list(_pages(lambda token: self._custom.list_cluster_custom_object(
-            GROUP, VERSION, PLURAL, limit=PAGE, _continue=token)))
+        quotas = list(_pages(lambda token: call(self._custom.list_cluster_custom_object,
+                                                GROUP, VERSION, PLURAL, limit=PAGE, _continue=token)))
         names = sorted(budget_resource_names(quotas) | set(request.resource_names))
         try:
-            flavors = [flavor_view(f) for f in _pages(lambda token: self._custom.list_cluster_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, FLAVORS, limit=PAGE, _continue=token))]
+            flavors = [flavor_view(f) for f in _pages(lambda token: call(
+                self._custom.list_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, FLAVORS, limit=PAGE,
+                _continue=token))]
             served = True
         except ApiException as exc:
-            if exc.status != 404:
+            if not absent(exc):  # absent: Kueue's ResourceFlavor kind is not served
                 raise
             flavors, served = [], False
-        nodes = [node_view(n) for n in _pages(lambda token: self._core.list_node(limit=PAGE, _continue=token))]
+        nodes = [node_view(n) for n in _pages(lambda token: call(self._core.list_node, limit=PAGE, _continue=token))]
         observed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
         return known.model_copy(update={
             "root": True, "observed_at": observed_at, "resource_names": names,
@@ -133,17 +134,16 @@ class CapacityActivities:
             body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
                     "status": {"capacity": capacity}}
             try:
-                written = cast(dict[str, Any], self._custom.patch_cluster_custom_object_status(
-                    GROUP, VERSION, PLURAL, ref.name, body, _content_type=MERGE_PATCH))
+                written = cast(dict[str, Any], call(self._custom.patch_cluster_custom_object_status,
+                                                    GROUP, VERSION, PLURAL, ref.name, body, _content_type=MERGE_PATCH))
             except ApiException as exc:
-                if exc.status == 409:
+                if conflict(exc):
                     continue
-                if exc.status == 404:
+                if absent(exc):
                     return WriteOutput(present=False)
                 raise
             return WriteOutput(present=True, resource_version=str(written["metadata"].get("resourceVersion", "")))
-        raise application_error(ErrorType.CONFLICT,
-                                f"{ref.describe()}: still conflicting after {CONFLICT_RETRIES} tries")
+        raise conflicts_outlasted(ref.describe(), CONFLICT_RETRIES)
 
     def all(self) -> list[object]:
         return [self.observe, self.write_status]

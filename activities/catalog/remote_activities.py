@@ -56,6 +56,8 @@ from servingops.clients.catalog_remote import (
     fetch_remote_index,
     request_grant,
 )
+from servingops.clients.kube.calls import call
+from servingops.clients.kube.errors import absent
 from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
 
 FETCH_INDEX_ACTIVITY = "catalog.fetch_remote_index"
@@ -173,9 +175,9 @@ class CatalogRemoteActivities:
         if self._core is None:
             raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND, f"{where}: this worker has no Kubernetes client")
         try:
-            secret = self._core.read_namespaced_secret(name, self.controller_namespace)
+            secret = call(self._core.read_namespaced_secret, name, self.controller_namespace)
         except ApiException as exc:
-            if exc.status == 404:
+            if absent(exc):
                 raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND, f"{where} ({what}) does not exist") from None
             raise application_error(ErrorType.AUTH_SECRET_UNREADABLE,
                                     f"{where}: HTTP {exc.status} {exc.reason}") from None

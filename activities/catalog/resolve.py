@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
 from pydantic import BaseModel, ValidationError
@@ -41,6 +41,7 @@ from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.refs import ObjectRef
 from servingops.clients.catalog_remote import CatalogRemoteError
 from servingops.clients.catalog_remote import parse_index as parse_remote_index
+from servingops.clients.kube.calls import list_items
 
 GROUP, VERSION, PLURAL = "ai.deckhouse.io", "v1alpha1", "modelcatalogsources"
 HF_URL = "https://huggingface.co"
@@ -167,9 +168,8 @@ class CatalogResolveActivities:
 
     @activity.defn(name="catalog.resolve")
     def resolve(self, inp: CatalogResolveInput) -> CatalogResolution:
-        listed = cast(dict[str, Any], self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL,
-                                                                             _request_timeout=30))
-        source = choose_source(list(listed.get("items") or []), inp.source_name)
+        source = choose_source(list_items(self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL),
+                               inp.source_name)
         name = str(source["metadata"]["name"])
         spec, status = source.get("spec") or {}, source.get("status") or {}
         source_type = str(spec.get("type") or "Catalog")

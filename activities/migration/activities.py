@@ -12,7 +12,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from servingops.activities.custom_objects import CustomObjects
 from servingops.activities.migration import ledger
 from servingops.activities.migration.types import (
     EndpointQuery,
@@ -24,8 +23,10 @@ from servingops.activities.migration.types import (
 )
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.operator_config import DEFAULT_CONTROLLER_NAMESPACE
+from servingops.clients.kube.calls import call, get_or_none
+from servingops.clients.kube.custom_objects import CustomObjects
+from servingops.clients.kube.errors import conflict
 
-_TIMEOUT = 30
 _CONFLICT_TRIES = 20
 """Every replica's workflow writes the one ledger: a lost race is read, merged and written again
 (after a short random pause, so racing writers spread out); past this, Temporal retries the activity."""
@@ -46,13 +47,8 @@ class MigrationActivities:
         self.core = client.CoreV1Api(api_client)
 
     def _get(self, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
-        try:
-            return cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, name, _request_timeout=_TIMEOUT))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return cast(dict[str, Any] | None, get_or_none(self.custom.get_namespaced_custom_object,
+                                                      GROUP, VERSION, namespace, plural, name))
 
     @activity.defn(name="migration.resolve")
     def resolve(self, request: ResolveInput) -> Resolved:
@@ -66,8 +62,8 @@ class MigrationActivities:
         found: set[str] = set()
         token: str | None = None
         while True:
-            page = self.discovery.list_namespaced_endpoint_slice(query.namespace, limit=500, _continue=token,
-                                                                 _request_timeout=_TIMEOUT)
+            page = call(self.discovery.list_namespaced_endpoint_slice, query.namespace, limit=500,
+                        _continue=token)
             for piece in page.items or []:
                 for endpoint in piece.endpoints or []:
                     target = endpoint.target_ref
@@ -103,22 +99,17 @@ class MigrationActivities:
         namespace, name = self.controller_namespace, ledger.NAME
         entries = ledger.entries(write.replica.namespace or "", write.replica.name, write.records)
         for attempt in range(_CONFLICT_TRIES):
-            try:
-                current = self.core.read_namespaced_config_map(name, namespace, _request_timeout=_TIMEOUT)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                current = None
+            current = get_or_none(self.core.read_namespaced_config_map, name, namespace)
             data = dict((current.data if current is not None else None) or {})
             merged, dropped = ledger.merge(data, entries, self.ledger_bound)
             if current is not None and merged == data:
                 return LedgerWritten(changed=False)
             try:
                 if current is None:
-                    self.core.create_namespaced_config_map(namespace, client.V1ConfigMap(
+                    call(self.core.create_namespaced_config_map, namespace, client.V1ConfigMap(
                         metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels={ledger.LABEL: "true"},
                                                      annotations={ledger.DROPPED: str(dropped)}),
-                        data=merged), _request_timeout=_TIMEOUT)
+                        data=merged))
                 else:
                     meta = current.metadata or client.V1ObjectMeta(name=name, namespace=namespace)
                     annotations = dict(meta.annotations or {})
@@ -127,9 +118,9 @@ class MigrationActivities:
                     current.metadata = meta
                     current.data = merged
                     # resourceVersion as read: a concurrent write makes this a 409, never a lost entry
-                    self.core.replace_namespaced_config_map(name, namespace, current, _request_timeout=_TIMEOUT)
+                    call(self.core.replace_namespaced_config_map, name, namespace, current)
             except ApiException as exc:
-                if exc.status == 409:  # created or changed since the read: merge into what is there now
+                if conflict(exc):  # created or changed since the read: merge into what is there now
                     time.sleep(random.uniform(0, 0.05 * (attempt + 1)))
                     continue
                 raise

@@ -28,6 +28,8 @@ from temporalio.exceptions import ApplicationError
 
 from servingops.activities.oci.resume import DEFAULT_STATE_DIR, ResumeDetails, UploadLocations
 from servingops.api_models.errors import ErrorType, application_error
+from servingops.clients.kube.calls import call
+from servingops.clients.kube.errors import absent, forbidden
 from servingops.clients.oci import media_types as mt
 from servingops.clients.oci.credentials import credentials_from_secret_data
 from servingops.clients.oci.modelpack import LayerFile, ModelPackMeta, build_artifact, normalize_digest
@@ -365,9 +367,9 @@ def kubernetes_secret_credentials(core_v1: Any) -> CredentialsResolver:
 
     def resolve(ref: SecretRef, registry: str) -> RegistryCredentials | None:
         try:
-            secret = core_v1.read_namespaced_secret(ref.name, ref.namespace)
+            secret = call(core_v1.read_namespaced_secret, ref.name, ref.namespace)
         except ApiException as exc:
-            if exc.status in (403, 404):
+            if forbidden(exc) or absent(exc):
                 raise application_error(ErrorType.SECRET_UNAVAILABLE,
                                         f"Secret {ref.namespace}/{ref.name}: HTTP {exc.status}") from exc
             raise

@@ -32,7 +32,6 @@ from temporalio import activity
 from urllib3.exceptions import HTTPError
 
 from servingops.activities.component_shape import component_shape
-from servingops.activities.custom_objects import CustomObjects
 from servingops.activities.placement import capacity, mirrors
 from servingops.activities.placement.clients import MemberClients
 from servingops.activities.placement.member import MemberClient
@@ -64,6 +63,9 @@ from servingops.api_models.ome.placement import (
 )
 from servingops.api_models.ome.placement_status import PlacementCapacityPool, PlacementCapacitySample
 from servingops.api_models.ome.replica import InferenceReplicaStatus
+from servingops.clients.kube.calls import call
+from servingops.clients.kube.custom_objects import CustomObjects
+from servingops.clients.kube.errors import absent, conflict
 from servingops.rendering import multinode, render
 from servingops.rendering.kueue import ADMISSION_GATE, QUEUE_LABEL
 from servingops.rendering.resolution import Unresolvable, resolve_service
@@ -123,8 +125,8 @@ class PlacementActivities:
             return None
         meta = obj["metadata"]
         spec = obj.get("spec") or {}
-        listed = cast(dict[str, Any], self.custom.list_cluster_custom_object(
-            GROUP, VERSION, "workloadclusters", _request_timeout=30))
+        listed = cast(dict[str, Any], call(self.custom.list_cluster_custom_object,
+                                           GROUP, VERSION, "workloadclusters"))
         return PlacementSource(
             uid=meta["uid"],
             generation=int(meta.get("generation", 0)),
@@ -145,10 +147,10 @@ class PlacementActivities:
     def _registration(self, cluster: str) -> dict[str, Any]:
         """The WorkloadCluster, read on every call: a deregistration is seen at once."""
         try:
-            return cast(dict[str, Any], self.custom.get_cluster_custom_object(
-                GROUP, VERSION, "workloadclusters", cluster, _request_timeout=30))
+            return cast(dict[str, Any], call(self.custom.get_cluster_custom_object,
+                                             GROUP, VERSION, "workloadclusters", cluster))
         except ApiException as exc:
-            if exc.status == 404:
+            if absent(exc):
                 self.clients.drop(cluster)
                 raise MemberUnavailable("RegistrationNotFound", f"WorkloadCluster {cluster} does not exist") from None
             raise
@@ -214,7 +216,7 @@ class PlacementActivities:
                 try:
                     member.apply_service(body)
                 except ApiException as exc:
-                    if exc.status == 404:
+                    if absent(exc):
                         return MemberWrite(done=False, reason="NamespaceMissing", message=(
                             f"namespace {target.namespace} does not exist in {target.cluster}"))
                     raise
@@ -269,7 +271,7 @@ class PlacementActivities:
                 try:
                     member.delete_service(target.namespace, target.name, current["metadata"]["uid"])
                 except ApiException as exc:
-                    if exc.status not in (404, 409):  # gone, or a new object by that name (not ours)
+                    if not (absent(exc) or conflict(exc)):  # gone, or a new object by that name (not ours)
                         raise
         except MemberUnavailable as exc:
             return MemberWrite(done=False, reason=exc.reason, message=exc.message)

@@ -31,7 +31,6 @@ from servingops.activities.replica import in_place, pods
 from servingops.activities.replica.from_refs import NotRenderable, render_runners
 from servingops.activities.replica.observe import pod_view
 from servingops.activities.replica.revisions import (
-    TIMEOUT,
     RevisionStore,
     as_body,
     controlled_by,
@@ -61,13 +60,22 @@ from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.replica import InferenceReplicaSpec, InferenceReplicaStatus, Runner
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.kube.calls import (
+    MERGE_PATCH,
+    STRATEGIC_MERGE_PATCH,
+    call,
+    create_unless_exists,
+    delete_if_present,
+    get_or_none,
+    list_items,
+)
+from servingops.clients.kube.errors import UNPROCESSABLE, absent, conflict, forbidden
 from servingops.rendering import kueue
 from servingops.rendering.resolution import Unresolvable
 
 _GROUP, _VERSION, _PLURAL = "ome.io", "v1beta1", "inferencereplicas"
 _KUEUE_GROUP, _KUEUE_VERSION, _WORKLOADS = "kueue.x-k8s.io", "v1beta2", "workloads"
 """Kueue's Workloads, read while a pod of ours waits at Kueue's admission gate (rendering/kueue.py)."""
-_STRATEGIC = "application/strategic-merge-patch+json"
 FAN_OUT = 8
 """Pods one set_serving call reads and patches side by side."""
 REVISION_CACHE = 256
@@ -157,13 +165,11 @@ class ReplicaActivities:
 
     def _replica(self, ref: ObjectRef) -> _Replica | None:
         """The live replica; None when gone or its name now belongs to another uid."""
-        try:
-            obj = cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-                _GROUP, _VERSION, _namespace(ref), _PLURAL, ref.name, _request_timeout=TIMEOUT))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        found = get_or_none(self.custom.get_namespaced_custom_object, _GROUP, _VERSION, _namespace(ref), _PLURAL,
+                            ref.name)
+        if found is None:
+            return None
+        obj = cast(dict[str, Any], found)
         meta = obj["metadata"]
         if ref.uid and meta.get("uid") != ref.uid:
             return None
@@ -182,19 +188,13 @@ class ReplicaActivities:
         return replica
 
     def _pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            response = self.core.read_namespaced_pod(name, namespace, _preload_content=False,
-                                                     _request_timeout=TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return raw_json(response)
+        response = get_or_none(self.core.read_namespaced_pod, name, namespace, _preload_content=False)
+        return raw_json(response) if response is not None else None
 
     def _pods(self, replica: _Replica) -> list[dict[str, Any]]:
         selector = ",".join(f"{k}={v}" for k, v in sorted(replica.selector.items()))
-        response = self.core.list_namespaced_pod(replica.owner.namespace, label_selector=selector,
-                                                 _preload_content=False, _request_timeout=TIMEOUT)
+        response = call(self.core.list_namespaced_pod, replica.owner.namespace, label_selector=selector,
+                        _preload_content=False)
         # Pods of an earlier replica of the same name wait for garbage collection: not ours.
         return [p for p in raw_json(response).get("items") or [] if controlled_by(p, replica.owner.uid)]
 
@@ -256,16 +256,16 @@ class ReplicaActivities:
         allowed to list Workloads (an older chart): the engine still parks and says KueuePending, only
         without Kueue's words, rather than fail every observe of the replica."""
         try:
-            listed = cast(dict[str, Any], self.custom.list_namespaced_custom_object(
-                _KUEUE_GROUP, _KUEUE_VERSION, namespace, _WORKLOADS, _request_timeout=TIMEOUT))
+            listed = list_items(self.custom.list_namespaced_custom_object,
+                                _KUEUE_GROUP, _KUEUE_VERSION, namespace, _WORKLOADS)
         except ApiException as exc:
-            if exc.status == 403:
+            if forbidden(exc):
                 activity.logger.warning("may not list Kueue Workloads in %s: %s", namespace, exc.reason)
                 return {}
-            if exc.status == 404:
+            if absent(exc):
                 return {}
             raise
-        return kueue.holds_by_pod(list(listed.get("items") or []))
+        return kueue.holds_by_pod(listed)
 
     @activity.defn(name="replica.read_record")
     def read_record(self, ref: ObjectRef) -> InferenceReplicaStatus | None:
@@ -340,14 +340,9 @@ class ReplicaActivities:
         replica = self._live(replica_ref.ref)
         body = _service(replica, replica_ref.base)
         namespace = replica.owner.namespace
-        try:
-            self.core.create_namespaced_service(namespace, as_body(body), _request_timeout=TIMEOUT)
+        if create_unless_exists(self.core.create_namespaced_service, namespace, as_body(body)) is not None:
             return
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-        live = self.core.read_namespaced_service(replica_ref.base, namespace, _preload_content=False,
-                                                 _request_timeout=TIMEOUT)
+        live = call(self.core.read_namespaced_service, replica_ref.base, namespace, _preload_content=False)
         current = raw_json(live)
         if not controlled_by(current, replica.owner.uid):
             raise application_error(ErrorType.NAME_IN_USE, f"Service {namespace}/{replica_ref.base} exists and is not "
@@ -359,9 +354,8 @@ class ReplicaActivities:
         if not same_data(wanted, have):
             # Ports follow the runners (a new revision may open another one); a merge patch
             # replaces both lists whole.
-            self.core.patch_namespaced_service(replica_ref.base, namespace, {"spec": wanted},
-                                               _content_type="application/merge-patch+json",
-                                               _request_timeout=TIMEOUT)
+            call(self.core.patch_namespaced_service, replica_ref.base, namespace, {"spec": wanted},
+                 _content_type=MERGE_PATCH)
 
     @activity.defn(name="replica.create_pods")
     def create_pods(self, request: CreatePodsInput) -> CreatePodsResult:
@@ -380,13 +374,11 @@ class ReplicaActivities:
         for body in rendered:
             name = body["metadata"]["name"]
             try:
-                self.core.create_namespaced_pod(replica.owner.namespace, as_body(body), _request_timeout=TIMEOUT)
+                created = create_unless_exists(self.core.create_namespaced_pod, replica.owner.namespace,
+                                               as_body(body))
             except ApiException as exc:
-                if exc.status == 409:
-                    result.existed.append(name)
-                    continue
                 message = _status_message(exc)
-                if exc.status == 403 and _QUOTA_MESSAGE in message:
+                if forbidden(exc) and _QUOTA_MESSAGE in message:
                     # Quota admission answers before the name is checked: a full quota refuses
                     # the create of a pod that already exists (seen on kube-apiserver 1.35).
                     existing = self._pod(replica.owner.namespace, name)
@@ -396,6 +388,9 @@ class ReplicaActivities:
                     result.refused, result.refused_reason = message, QUOTA_EXCEEDED
                     return result
                 raise
+            if created is None:  # the name is taken (409)
+                result.existed.append(name)
+                continue
             result.created.append(name)
         return result
 
@@ -408,9 +403,10 @@ class ReplicaActivities:
             uid = request.uids.get(name)
             options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
             try:
-                self.core.delete_namespaced_pod(name, request.namespace, body=options, _request_timeout=TIMEOUT)
+                if not delete_if_present(self.core.delete_namespaced_pod, name, request.namespace, body=options):
+                    continue
             except ApiException as exc:
-                if exc.status in (404, 409):
+                if conflict(exc):  # the uid precondition failed: another pod holds the name
                     continue
                 raise
             deleted.append(name)
@@ -449,12 +445,12 @@ class ReplicaActivities:
                                        "message": request.message, "lastTransitionTime": now}]},
         }
         try:
-            self.core.patch_namespaced_pod_status(name, request.namespace, patch, _content_type=_STRATEGIC,
-                                                  _request_timeout=TIMEOUT)
+            call(self.core.patch_namespaced_pod_status, name, request.namespace, patch,
+                 _content_type=STRATEGIC_MERGE_PATCH)
         except ApiException as exc:
             # 404: gone since the read. 422 on metadata.uid: the name holds another pod now
             # (a uid in a patch answers "field is immutable", seen on kube-apiserver 1.35).
-            if exc.status == 404 or (exc.status == 422 and "metadata.uid" in str(exc.body or "")):
+            if absent(exc) or (exc.status == UNPROCESSABLE and "metadata.uid" in str(exc.body or "")):
                 return "missing"
             raise
         return "changed"
@@ -483,13 +479,12 @@ class ReplicaActivities:
             if not change.images and not change.labels:
                 return InPlaceResult(applied=True)  # already there
             try:
-                self.core.patch_namespaced_pod(request.pod, namespace,
-                                               change.patch(live["metadata"].get("resourceVersion")),
-                                               _content_type=_STRATEGIC, _request_timeout=TIMEOUT)
+                call(self.core.patch_namespaced_pod, request.pod, namespace,
+                     change.patch(live["metadata"].get("resourceVersion")), _content_type=STRATEGIC_MERGE_PATCH)
             except ApiException as exc:
-                if exc.status == 409:
+                if conflict(exc):
                     continue  # the pod changed since it was read: diff again
-                if exc.status == 404:
+                if absent(exc):
                     return InPlaceResult(applied=False, reason=f"pod {request.pod} is gone")
                 raise
             return InPlaceResult(applied=True)

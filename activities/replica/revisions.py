@@ -16,10 +16,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from servingops.activities.replica.pods import Owner
+from servingops.clients.kube.calls import call, create_unless_exists, delete_if_present, get_or_none
+from servingops.clients.kube.errors import conflict
 
 HASH_LENGTH = 10
-TIMEOUT = 30
-"""Seconds per apiserver call: a hung connection fails the attempt instead of a worker thread."""
 
 
 def raw_json(response: Any) -> dict[str, Any]:
@@ -69,40 +69,29 @@ class RevisionStore:
         self.apps = apps
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            response = self.apps.read_namespaced_controller_revision(name, namespace, _preload_content=False,
-                                                                     _request_timeout=TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-        return raw_json(response)
+        response = get_or_none(self.apps.read_namespaced_controller_revision, name, namespace,
+                               _preload_content=False)
+        return raw_json(response) if response is not None else None
 
     def owned(self, namespace: str, selector: dict[str, str], uid: str) -> list[dict[str, Any]]:
         """The revisions the replica controls, oldest (lowest revision number) first."""
         label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-        response = self.apps.list_namespaced_controller_revision(namespace, label_selector=label_selector,
-                                                                 _preload_content=False, _request_timeout=TIMEOUT)
+        response = call(self.apps.list_namespaced_controller_revision, namespace, label_selector=label_selector,
+                        _preload_content=False)
         items = [item for item in raw_json(response).get("items") or [] if controlled_by(item, uid)]
         return sorted(items, key=lambda item: (int(item.get("revision") or 0), item["metadata"]["name"]))
 
     def create(self, namespace: str, body: dict[str, Any]) -> bool:
         """False when the name is taken (409)."""
-        try:
-            self.apps.create_namespaced_controller_revision(namespace, as_body(body), _request_timeout=TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 409:
-                return False
-            raise
-        return True
+        return create_unless_exists(self.apps.create_namespaced_controller_revision, namespace,
+                                    as_body(body)) is not None
 
     def delete(self, namespace: str, name: str, uid: str | None) -> bool:
         """False when already gone, or when the name now belongs to another object (uid)."""
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
         try:
-            self.apps.delete_namespaced_controller_revision(name, namespace, body=options, _request_timeout=TIMEOUT)
+            return delete_if_present(self.apps.delete_namespaced_controller_revision, name, namespace, body=options)
         except ApiException as exc:
-            if exc.status in (404, 409):
+            if conflict(exc):  # the uid precondition failed
                 return False
             raise
-        return True

@@ -55,14 +55,13 @@ from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.operator_config import IngressConfig, OperatorConfigError
 from servingops.api_models.refs import ObjectRef
 from servingops.api_models.serving import IngressObservation, TrafficWeight
+from servingops.clients.kube.calls import apply, call, create_unless_exists, delete_if_present, get_or_none, list_items
+from servingops.clients.kube.errors import conflict, invalid
 from servingops.rendering import ingress, multinode, render, scaling
 from servingops.rendering.names import revision_name, route_name
 from servingops.rendering.resolution import ResolvedService, Unresolvable, resolve_service
 
 FIELD_MANAGER = "servingops"
-_APPLY = "application/apply-patch+yaml"
-_TIMEOUT = 30
-"""Seconds per apiserver call: a hung connection fails the attempt instead of a worker thread."""
 _ROLLOUT_ANNOTATION_PREFIX = "ome.io/rollout-"
 _READERS = 8
 """Threads for the independent reads one activity makes before it writes (ensure_revision,
@@ -145,13 +144,11 @@ class ServingActivities:
     # -- reads --------------------------------------------------------------------------------
 
     def _isvc(self, ref: ObjectRef) -> dict[str, Any] | None:
-        try:
-            obj = _as_dict(self.custom.get_namespaced_custom_object(ref.group, ref.version, _namespace(ref),
-                                                                    ref.plural, ref.name, _request_timeout=_TIMEOUT))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        found = get_or_none(self.custom.get_namespaced_custom_object, ref.group, ref.version, _namespace(ref),
+                            ref.plural, ref.name)
+        if found is None:
+            return None
+        obj = _as_dict(found)
         if ref.uid and obj["metadata"].get("uid") != ref.uid:
             return None  # the name now belongs to another object
         return obj
@@ -187,31 +184,16 @@ class ServingActivities:
             raise application_error(ErrorType.INVALID_SPEC, _invalid_spec(ref, exc)) from exc
 
     def _deployment(self, name: str, namespace: str) -> client.V1Deployment | None:
-        try:
-            return self.apps.read_namespaced_deployment(name, namespace, _request_timeout=_TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        found: client.V1Deployment | None = get_or_none(self.apps.read_namespaced_deployment, name, namespace)
+        return found
 
     def _service_exists(self, name: str, namespace: str) -> bool:
-        try:
-            self.core.read_namespaced_service(name, namespace, _request_timeout=_TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
-        return True
+        return get_or_none(self.core.read_namespaced_service, name, namespace) is not None
 
     def _route(self, isvc: str, namespace: str, component: ComponentType) -> dict[str, Any] | None:
-        try:
-            return _as_dict(self.custom.get_namespaced_custom_object(
-                _GATEWAY_GROUP, _GATEWAY_VERSION, namespace, _ROUTES, route_name(isvc, component.value),
-                _request_timeout=_TIMEOUT))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        found = get_or_none(self.custom.get_namespaced_custom_object,
+                            _GATEWAY_GROUP, _GATEWAY_VERSION, namespace, _ROUTES, route_name(isvc, component.value))
+        return _as_dict(found) if found is not None else None
 
     def _ingress_config(self) -> IngressConfig | OperatorConfigError:
         """The ingress block as read now (cached by its reader), or why it does not parse."""
@@ -229,8 +211,7 @@ class ServingActivities:
 
     def _revisions(self, owner: render.Owner, component: ComponentType) -> list[RevisionObservation]:
         selector = ",".join(f"{k}={v}" for k, v in render.selector_labels(owner.name, component).items())
-        items = self.apps.list_namespaced_deployment(owner.namespace, label_selector=selector,
-                                                     _request_timeout=_TIMEOUT).items
+        items = list_items(self.apps.list_namespaced_deployment, owner.namespace, label_selector=selector)
 
         def owned(dep: client.V1Deployment) -> bool:
             # Leftovers of an earlier object with the same name await garbage collection.
@@ -362,8 +343,8 @@ class ServingActivities:
             self._create_service(owner, rendered, cspec)
         if existing.spec is not None and existing.spec.replicas == inp.replicas:
             return _revision_observation(key.revision, existing)  # already so: the read is the answer
-        dep = self.apps.patch_namespaced_deployment(name, namespace, {"spec": {"replicas": inp.replicas}},
-                                                    field_manager=FIELD_MANAGER, _request_timeout=_TIMEOUT)
+        dep = call(self.apps.patch_namespaced_deployment, name, namespace, {"spec": {"replicas": inp.replicas}},
+                   field_manager=FIELD_MANAGER)
         return _revision_observation(key.revision, dep)
 
     def _ensure_native(self, owner: render.Owner, key: RevisionKey, spec: InferenceServiceSpec,
@@ -403,14 +384,13 @@ class ServingActivities:
         self._create_service(owner, rendered, cspec)
         name = revision_name(owner.name, key.component.value, key.revision)
         try:
-            dep = self.apps.create_namespaced_deployment(owner.namespace,
-                                                         _body(render.deployment(owner, rendered, cspec, replicas)),
-                                                         field_manager=FIELD_MANAGER, _request_timeout=_TIMEOUT)
+            dep = call(self.apps.create_namespaced_deployment, owner.namespace,
+                       _body(render.deployment(owner, rendered, cspec, replicas)), field_manager=FIELD_MANAGER)
         except ApiException as exc:
-            if exc.status == 409:  # created meanwhile by a concurrent attempt: converge on replicas
-                dep = self.apps.patch_namespaced_deployment(name, owner.namespace, {"spec": {"replicas": replicas}},
-                                                            field_manager=FIELD_MANAGER, _request_timeout=_TIMEOUT)
-            elif exc.status in (400, 422):
+            if conflict(exc):  # created meanwhile by a concurrent attempt: converge on replicas
+                dep = call(self.apps.patch_namespaced_deployment, name, owner.namespace,
+                           {"spec": {"replicas": replicas}}, field_manager=FIELD_MANAGER)
+            elif invalid(exc):
                 raise application_error(ErrorType.INVALID_REVISION,
                                         f"Deployment {owner.namespace}/{name} rejected: {exc.body}") from exc
             else:
@@ -421,12 +401,11 @@ class ServingActivities:
                         cspec: render.ComponentSpec) -> None:
         body = render.service(owner, rendered, cspec)
         try:
-            self.core.create_namespaced_service(owner.namespace, _body(body), field_manager=FIELD_MANAGER,
-                                                _request_timeout=_TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 409:
+            if create_unless_exists(self.core.create_namespaced_service, owner.namespace, _body(body),
+                                    field_manager=FIELD_MANAGER) is None:
                 return  # already there: a revision's Service never changes
-            if exc.status in (400, 422):
+        except ApiException as exc:
+            if invalid(exc):
                 raise application_error(ErrorType.INVALID_REVISION,
                                         f"Service {owner.namespace}/{body['metadata']['name']} rejected: "
                                         f"{exc.body}") from exc
@@ -491,11 +470,11 @@ class ServingActivities:
             attachment = ingress.live_attachment(self._route(owner.name, owner.namespace, inp.component))
         body = render.http_route(owner, inp.component, inp.weights, attachment)
         try:
-            self.custom.patch_namespaced_custom_object(
-                _GATEWAY_GROUP, _GATEWAY_VERSION, owner.namespace, _ROUTES, body["metadata"]["name"], body,
-                field_manager=FIELD_MANAGER, force=True, _content_type=_APPLY, _request_timeout=_TIMEOUT)
+            apply(self.custom.patch_namespaced_custom_object,
+                  _GATEWAY_GROUP, _GATEWAY_VERSION, owner.namespace, _ROUTES, body["metadata"]["name"], body,
+                  field_manager=FIELD_MANAGER)
         except ApiException as exc:
-            if exc.status in (400, 422):
+            if invalid(exc):
                 raise application_error(ErrorType.INVALID_TRAFFIC,
                                         f"HTTPRoute {owner.namespace}/{body['metadata']['name']} rejected: "
                                         f"{exc.body}") from exc
@@ -517,11 +496,7 @@ class ServingActivities:
         name = revision_name(key.isvc.name, key.component.value, key.revision)
         options = client.V1DeleteOptions(propagation_policy="Background")
         for delete in (self.apps.delete_namespaced_deployment, self.core.delete_namespaced_service):
-            try:
-                delete(name, namespace, body=options, _request_timeout=_TIMEOUT)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+            delete_if_present(delete, name, namespace, body=options)
 
     @activity.defn(name="serving.revision_status")
     def revision_status(self, key: RevisionKey) -> RevisionObservation:

@@ -37,12 +37,12 @@ from servingops.api_models.ome.autoscaling import ComponentAutoscaler, Component
 from servingops.api_models.ome.enums import AutoscalerClass, AutoscalerManagedBy, ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.kube.calls import apply, call, delete_if_present, get_or_none
+from servingops.clients.kube.errors import absent, conflict, invalid
 from servingops.rendering import render
 from servingops.rendering.scaling import bounds, owns_replicas, replacing
 
 FIELD_MANAGER = "servingops"
-_APPLY = "application/apply-patch+yaml"
-_TIMEOUT = 30
 HPA, KEDA = "HorizontalPodAutoscaler", "ScaledObject"
 # Each call names its kind's constants (not a variable), so tests/rbac_calls.py reads from the code
 # exactly which kinds and verbs the worker asks for.
@@ -164,18 +164,14 @@ class AutoscalerActivities:
         self.custom = client.CustomObjectsApi(api_client)
 
     def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            if kind == HPA:
-                found = self.custom.get_namespaced_custom_object(HPA_GROUP, HPA_VERSION, namespace, HPA_PLURAL, name,
-                                                                 _request_timeout=_TIMEOUT)
-            else:
-                found = self.custom.get_namespaced_custom_object(KEDA_GROUP, KEDA_VERSION, namespace, KEDA_PLURAL,
-                                                                 name, _request_timeout=_TIMEOUT)
-        except ApiException as exc:
-            if exc.status == 404:  # the object, or the kind itself (KEDA's CRD not installed)
-                return None
-            raise
-        return cast(dict[str, Any], found)
+        # None: the object, or the kind itself (KEDA's CRD not installed), is absent.
+        if kind == HPA:
+            found = get_or_none(self.custom.get_namespaced_custom_object,
+                                HPA_GROUP, HPA_VERSION, namespace, HPA_PLURAL, name)
+        else:
+            found = get_or_none(self.custom.get_namespaced_custom_object,
+                                KEDA_GROUP, KEDA_VERSION, namespace, KEDA_PLURAL, name)
+        return cast(dict[str, Any] | None, found)
 
     @staticmethod
     def _ours(obj: dict[str, Any], owner: render.Owner) -> bool:
@@ -190,19 +186,19 @@ class AutoscalerActivities:
                                     f"{kind} {namespace}/{name} exists and is not this InferenceService's")
         try:
             if kind == HPA:
-                applied = self.custom.patch_namespaced_custom_object(
-                    HPA_GROUP, HPA_VERSION, namespace, HPA_PLURAL, name, manifest, field_manager=FIELD_MANAGER,
-                    force=True, _content_type=_APPLY, _request_timeout=_TIMEOUT)
+                applied = apply(self.custom.patch_namespaced_custom_object,
+                                HPA_GROUP, HPA_VERSION, namespace, HPA_PLURAL, name, manifest,
+                                field_manager=FIELD_MANAGER)
             else:
-                applied = self.custom.patch_namespaced_custom_object(
-                    KEDA_GROUP, KEDA_VERSION, namespace, KEDA_PLURAL, name, manifest, field_manager=FIELD_MANAGER,
-                    force=True, _content_type=_APPLY, _request_timeout=_TIMEOUT)
+                applied = apply(self.custom.patch_namespaced_custom_object,
+                                KEDA_GROUP, KEDA_VERSION, namespace, KEDA_PLURAL, name, manifest,
+                                field_manager=FIELD_MANAGER)
         except ApiException as exc:
-            if exc.status == 404 and kind == KEDA:
+            if absent(exc) and kind == KEDA:
                 raise application_error(ErrorType.INVALID_SPEC, (
                     "autoscaler class KEDA: this cluster serves no keda.sh/v1alpha1 ScaledObject "
                     "(install KEDA)")) from exc
-            if exc.status in (400, 422):
+            if invalid(exc):
                 raise application_error(ErrorType.INVALID_SPEC,
                                         f"{kind} {namespace}/{name} rejected: {exc.body}") from exc
             raise
@@ -217,13 +213,13 @@ class AutoscalerActivities:
                                       propagation_policy="Background")
         try:
             if kind == HPA:
-                self.custom.delete_namespaced_custom_object(HPA_GROUP, HPA_VERSION, namespace, HPA_PLURAL, name,
-                                                            body=body, _request_timeout=_TIMEOUT)
+                delete_if_present(self.custom.delete_namespaced_custom_object,
+                                  HPA_GROUP, HPA_VERSION, namespace, HPA_PLURAL, name, body=body)
             else:
-                self.custom.delete_namespaced_custom_object(KEDA_GROUP, KEDA_VERSION, namespace, KEDA_PLURAL, name,
-                                                            body=body, _request_timeout=_TIMEOUT)
+                delete_if_present(self.custom.delete_namespaced_custom_object,
+                                  KEDA_GROUP, KEDA_VERSION, namespace, KEDA_PLURAL, name, body=body)
         except ApiException as exc:
-            if exc.status not in (404, 409):  # gone, or the name now belongs to another object
+            if not conflict(exc):  # the uid precondition failed: the name now belongs to another object
                 raise
 
     @activity.defn(name="serving.ensure_autoscaler")
@@ -233,10 +229,10 @@ class AutoscalerActivities:
         if not ref.namespace:
             raise application_error(ErrorType.INVALID_INPUT, f"{ref.describe()}: no namespace given")
         try:
-            obj = cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-                ref.group, ref.version, ref.namespace, ref.plural, ref.name, _request_timeout=_TIMEOUT))
+            obj = cast(dict[str, Any], call(self.custom.get_namespaced_custom_object,
+                                            ref.group, ref.version, ref.namespace, ref.plural, ref.name))
         except ApiException as exc:
-            if exc.status == 404:
+            if absent(exc):
                 raise application_error(ErrorType.OBJECT_GONE, f"{ref.describe()} is gone") from exc
             raise
         meta = obj["metadata"]
@@ -272,13 +268,10 @@ class AutoscalerActivities:
         back to the service (minReplicas, at least 1) when the block stops owning it. The projection
         writes the replica only when a revision's capacity moves (omenative.py); an autoscaler edit
         moves none, and this runs every pass."""
-        try:
-            live = cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-                REPLICA_GROUP, REPLICA_VERSION, namespace, REPLICA_PLURAL, name, _request_timeout=_TIMEOUT))
-        except ApiException as exc:
-            if exc.status == 404:
-                return  # not projected yet: the projection creates it with both fields
-            raise
+        live = cast(dict[str, Any] | None, get_or_none(self.custom.get_namespaced_custom_object,
+                                                       REPLICA_GROUP, REPLICA_VERSION, namespace, REPLICA_PLURAL, name))
+        if live is None:
+            return  # not projected yet: the projection creates it with both fields
         spec = live.get("spec") or {}
         autoscaler = cspec.autoscaler
         desired = autoscaler.model_dump(by_alias=True, exclude_none=True, mode="json") if autoscaler else None
@@ -293,8 +286,8 @@ class AutoscalerActivities:
         if was_owned and not owns_replicas(autoscaler):
             patch["replicas"] = max(1, render.desired_replicas(cspec))
         if patch:
-            self.custom.patch_namespaced_custom_object(REPLICA_GROUP, REPLICA_VERSION, namespace, REPLICA_PLURAL,
-                                                       name, {"spec": patch}, _request_timeout=_TIMEOUT)
+            call(self.custom.patch_namespaced_custom_object, REPLICA_GROUP, REPLICA_VERSION, namespace, REPLICA_PLURAL,
+                 name, {"spec": patch})
 
     def all(self) -> list[Any]:
         return [self.ensure]

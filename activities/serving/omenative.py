@@ -30,7 +30,6 @@ import json
 from typing import Any, cast
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from servingops.activities.serving.types import RevisionObservation
 from servingops.api_models.ome.enums import ComponentType
@@ -43,6 +42,7 @@ from servingops.api_models.ome.instance_keys import (
     SERVING_GATE,
 )
 from servingops.api_models.ome.lifecycle import LifecycleStatus
+from servingops.clients.kube.calls import call, create_unless_exists, get_or_none, list_items
 from servingops.rendering import multinode, render
 from servingops.rendering.scaling import owns_replicas, projected_count, replacing
 
@@ -52,7 +52,6 @@ GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "inferencereplicas"
 CAPACITY_ANNOTATION = "servingops.io/revision-capacity"
 """On a projected replica: `<revision>=<capacity>` of the revision last given capacity, so a later call
 for another revision knows whether capacity is moving back (a rollback)."""
-_TIMEOUT = 30
 _PAIRED = (ComponentType.ENGINE, ComponentType.DECODER)
 _LIFECYCLE_FIELDS = frozenset(
     field.alias or name for name, field in LifecycleStatus.model_fields.items())
@@ -121,13 +120,8 @@ class ProjectedReplicas:
         self.apps = client.AppsV1Api(api_client)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return cast(dict[str, Any], self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=_TIMEOUT))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        return cast(dict[str, Any] | None, get_or_none(self.custom.get_namespaced_custom_object,
+                                                       GROUP, VERSION, namespace, PLURAL, name))
 
     def ensure(self, owner: render.Owner, component: ComponentType, spec: InferenceServiceSpec,
                cspec: render.ComponentSpec, desired: render.RenderedRevision, *, revision: str,
@@ -169,18 +163,13 @@ class ProjectedReplicas:
                                                           "uid": owner.uid, "controller": True,
                                                           "blockOwnerDeletion": True}]},
                         "spec": body}
-            try:
-                self.custom.create_namespaced_custom_object(GROUP, VERSION, owner.namespace, PLURAL, manifest,
-                                                            _request_timeout=_TIMEOUT)
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-                live = self.get(owner.namespace, name)
+            if create_unless_exists(self.custom.create_namespaced_custom_object,
+                                    GROUP, VERSION, owner.namespace, PLURAL, manifest) is None:
+                live = self.get(owner.namespace, name)  # created meanwhile: patch it as below
         if live is not None:
             body.pop("parentRef", None)  # immutable after create
-            self.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, owner.namespace, PLURAL, name,
-                {"metadata": {"annotations": annotations}, "spec": body}, _request_timeout=_TIMEOUT)
+            call(self.custom.patch_namespaced_custom_object, GROUP, VERSION, owner.namespace, PLURAL, name,
+                 {"metadata": {"annotations": annotations}, "spec": body})
         return next((r for r in self.revisions(owner, component, asked, counted) if r.revision == revision),
                     RevisionObservation(revision=revision, replicas=capacity, ready_replicas=0))
 
@@ -204,9 +193,9 @@ class ProjectedReplicas:
 
     def _revision_of(self, namespace: str, replica: str, revision: str) -> str | None:
         """The replica's ControllerRevision whose runners carry the template of `revision`."""
-        listed = self.apps.list_namespaced_controller_revision(
-            namespace, label_selector=f"{REPLICA_LABEL}={replica}", _request_timeout=_TIMEOUT)
-        for item in listed.items:
+        listed = list_items(self.apps.list_namespaced_controller_revision, namespace,
+                            label_selector=f"{REPLICA_LABEL}={replica}")
+        for item in listed:
             data = item.data or {}
             for runner in data.get("runners") or []:
                 labels = ((runner.get("template") or {}).get("metadata") or {}).get("labels") or {}
@@ -232,9 +221,8 @@ class ProjectedReplicas:
         return out
 
     def _counted(self, owner: render.Owner, component: ComponentType) -> list[RevisionObservation]:
-        pods = self.core.list_namespaced_pod(
-            owner.namespace, label_selector=f"{REPLICA_LABEL}={replica_name(owner.name, component)}",
-            _request_timeout=_TIMEOUT).items
+        pods = list_items(self.core.list_namespaced_pod, owner.namespace,
+                          label_selector=f"{REPLICA_LABEL}={replica_name(owner.name, component)}")
         return count_instances(pods)
 
 

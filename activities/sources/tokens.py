@@ -16,6 +16,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from servingops.api_models.errors import ErrorType, application_error
+from servingops.clients.kube.calls import call
+from servingops.clients.kube.errors import absent
 
 TOKEN_KEYS = ("token", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 """Secret keys holding a Hugging Face token, in the order they are looked up."""
@@ -32,9 +34,9 @@ def read_token(core: client.CoreV1Api | None, namespace: str, secret_name: str,
         raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND,
                                 f"{where}: this worker has no Kubernetes client to read it")
     try:
-        secret = core.read_namespaced_secret(secret_name, namespace)
+        secret = call(core.read_namespaced_secret, secret_name, namespace)
     except ApiException as exc:
-        if exc.status == 404:
+        if absent(exc):
             raise application_error(ErrorType.AUTH_SECRET_NOT_FOUND, f"{where} does not exist") from None
         # 403 (RBAC) and server trouble: a deployment or transient problem, not the user's input.
         raise application_error(ErrorType.AUTH_SECRET_UNREADABLE, f"{where}: HTTP {exc.status} {exc.reason}") from None

@@ -23,9 +23,9 @@ from typing import Any
 from kubernetes import client
 
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.kube.calls import apply, list_items
 
 FIELD_MANAGER = "servingops-uploads"
-_APPLY = "application/apply-patch+yaml"
 _RBAC = "rbac.authorization.k8s.io"
 
 
@@ -51,16 +51,16 @@ def _subject_key(subject: client.RbacV1Subject) -> tuple[str, str, str]:
 
 def model_readers(rbac: client.RbacAuthorizationV1Api, ref: ObjectRef, secret: str) -> list[client.RbacV1Subject]:
     """The subjects RBAC lets `get` the model and who cannot read `secret` by the same rule, sorted."""
-    cluster_roles = {role.metadata.name: role.rules for role in rbac.list_cluster_role().items if role.metadata}
+    cluster_roles = {role.metadata.name: role.rules for role in list_items(rbac.list_cluster_role) if role.metadata}
     bindings: list[tuple[list[client.V1PolicyRule], list[client.RbacV1Subject]]] = []
-    for cluster_binding in rbac.list_cluster_role_binding().items:
+    for cluster_binding in list_items(rbac.list_cluster_role_binding):
         if cluster_binding.role_ref.kind == "ClusterRole":
             bindings.append((_rules_granting(cluster_roles.get(cluster_binding.role_ref.name), ref),
                              cluster_binding.subjects or []))
     if ref.namespace:
-        roles = {role.metadata.name: role.rules for role in rbac.list_namespaced_role(ref.namespace).items
+        roles = {role.metadata.name: role.rules for role in list_items(rbac.list_namespaced_role, ref.namespace)
                  if role.metadata}
-        for binding in rbac.list_namespaced_role_binding(ref.namespace).items:
+        for binding in list_items(rbac.list_namespaced_role_binding, ref.namespace):
             source = cluster_roles if binding.role_ref.kind == "ClusterRole" else roles
             bindings.append((_rules_granting(source.get(binding.role_ref.name), ref), binding.subjects or []))
     readers: dict[tuple[str, str, str], client.RbacV1Subject] = {}
@@ -90,8 +90,6 @@ def grant_readers(api_client: client.ApiClient, ref: ObjectRef, secret: client.V
                "roleRef": {"apiGroup": _RBAC, "kind": "Role", "name": meta.name},
                "subjects": [api_client.sanitize_for_serialization(s) for s in subjects]}  # type: ignore[no-untyped-call]
     # The Role first: a RoleBinding to a missing Role would grant nothing, but is confusing to read.
-    rbac.patch_namespaced_role(meta.name, meta.namespace, role, field_manager=FIELD_MANAGER, force=True,
-                               _content_type=_APPLY)
-    rbac.patch_namespaced_role_binding(meta.name, meta.namespace, binding, field_manager=FIELD_MANAGER,
-                                       force=True, _content_type=_APPLY)
+    apply(rbac.patch_namespaced_role, meta.name, meta.namespace, role, field_manager=FIELD_MANAGER)
+    apply(rbac.patch_namespaced_role_binding, meta.name, meta.namespace, binding, field_manager=FIELD_MANAGER)
     return subjects

@@ -62,6 +62,8 @@ from servingops.activities.uploads.types import (
 from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.operator_config import DEFAULT_CONTROLLER_NAMESPACE
 from servingops.api_models.refs import ObjectRef
+from servingops.clients.kube.calls import call, create_unless_exists, delete_if_present, get_or_none
+from servingops.clients.kube.errors import UNPROCESSABLE, absent, conflict
 from servingops.clients.model_files.archive import ArchiveLimits, stage_upload
 from servingops.clients.model_files.errors import InvalidModel
 from servingops.clients.upload_sessions import (
@@ -147,11 +149,8 @@ class OwnedSigningKey(SigningKey):
                 type="Opaque",
                 data={SIGNING_KEY_DATA: base64.b64encode(secrets.token_bytes(32)).decode()},
             )
-            try:
-                self.core.create_namespaced_secret(self.namespace, body)
-            except ApiException as exc:
-                if exc.status != 409:  # another worker created it first: read theirs
-                    raise
+            # None: another worker created it first; read theirs.
+            create_unless_exists(self.core.create_namespaced_secret, self.namespace, body)
         raise RuntimeError(f"cannot read or create Secret {self.namespace}/{SIGNING_KEY_SECRET}")
 
 
@@ -175,20 +174,13 @@ class UploadActivities:
     # -- helpers
 
     def _read_secret(self, namespace: str, name: str) -> client.V1Secret | None:
-        try:
-            return self.core.read_namespaced_secret(name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        found: client.V1Secret | None = get_or_none(self.core.read_namespaced_secret, name, namespace)
+        return found
 
     def _read_record(self, session_id: str) -> client.V1ConfigMap | None:
-        try:
-            return self.core.read_namespaced_config_map(record_name(session_id), self.controller_namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        found: client.V1ConfigMap | None = get_or_none(self.core.read_namespaced_config_map,
+                                                       record_name(session_id), self.controller_namespace)
+        return found
 
     @staticmethod
     def _labels(ref: ObjectRef) -> dict[str, str]:
@@ -212,7 +204,7 @@ class UploadActivities:
         """
         name, namespace = record_name(record.session_id), self.controller_namespace
         if existing is not None and existing.metadata is not None:
-            self.core.delete_namespaced_config_map(name, namespace, body=client.V1DeleteOptions(
+            call(self.core.delete_namespaced_config_map, name, namespace, body=client.V1DeleteOptions(
                 preconditions=client.V1Preconditions(uid=existing.metadata.uid,
                                                      resource_version=existing.metadata.resource_version)))
         record_json = record.model_dump_json()
@@ -220,7 +212,7 @@ class UploadActivities:
             metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=self._labels(record.model)),
             data={KEY_RECORD: record_json, KEY_SIGNATURE: sign(key, namespace, name, record_json)},
         )
-        self.core.create_namespaced_config_map(namespace, body)
+        call(self.core.create_namespaced_config_map, namespace, body)
 
     def _put_secret(self, ref: ObjectRef, namespace: str, name: str, token: str,
                     existing: client.V1Secret | None) -> client.V1Secret:
@@ -240,9 +232,9 @@ class UploadActivities:
             string_data={KEY_UPLOAD_URL: self.public_base_url + upload_path(ref.uid), KEY_TOKEN: token},
         )
         if existing is None:
-            written: client.V1Secret = self.core.create_namespaced_secret(namespace, body)
+            written: client.V1Secret = call(self.core.create_namespaced_secret, namespace, body)
         else:
-            written = self.core.replace_namespaced_secret(name, namespace, body)
+            written = call(self.core.replace_namespaced_secret, name, namespace, body)
         return written
 
     @staticmethod
@@ -254,17 +246,13 @@ class UploadActivities:
         # The uid precondition: never delete a Secret that replaced the one we looked at.
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
         try:
-            self.core.delete_namespaced_secret(name, namespace, body=options)
+            delete_if_present(self.core.delete_namespaced_secret, name, namespace, body=options)
         except ApiException as exc:
-            if exc.status not in (404, 409):
+            if not conflict(exc):  # the precondition failed: the name holds another Secret now
                 raise
 
     def _delete_record(self, session_id: str) -> None:
-        try:
-            self.core.delete_namespaced_config_map(record_name(session_id), self.controller_namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        delete_if_present(self.core.delete_namespaced_config_map, record_name(session_id), self.controller_namespace)
 
     # -- activities
 
@@ -313,9 +301,9 @@ class UploadActivities:
                 self._put_record(record, key, found)
                 written = self._put_secret(ref, namespace, name, token, secret)
             except ApiException as exc:
-                if exc.status in (404, 409):  # created, changed or deleted concurrently: look again
+                if absent(exc) or conflict(exc):  # created, changed or deleted concurrently: look again
                     continue
-                if exc.status == 422:
+                if exc.status == UNPROCESSABLE:
                     raise application_error(ErrorType.INVALID_OBJECT,
                                             f"upload session of {ref.describe()}: {exc.reason}") from None
                 raise

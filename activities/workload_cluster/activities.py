@@ -30,12 +30,13 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from servingops.activities.custom_objects import CustomObjects
 from servingops.activities.workload_cluster.kubeconfig import secret_location
 from servingops.activities.workload_cluster.probe import probe
 from servingops.activities.workload_cluster.registration import RegistrationUnusable, member_access
 from servingops.activities.workload_cluster.types import CheckInput, CheckOutput
 from servingops.api_models.contract.workload_cluster import ConnectionReason, ConnectionVerdict
+from servingops.clients.kube.custom_objects import CustomObjects
+from servingops.clients.kube.errors import forbidden
 
 REFUSAL_IS_VERDICT_FROM = 5
 """The attempt from which a refusal is the verdict rather than retried - a 403 on the Secret
@@ -78,7 +79,7 @@ class WorkloadClusterActivities:
             return _verdict(exc.reason, exc.message)
         except ApiException as exc:
             location = secret_location(spec, self._namespace)
-            if exc.status == 403 and location is not None and activity.info().attempt >= REFUSAL_IS_VERDICT_FROM:
+            if forbidden(exc) and location is not None and activity.info().attempt >= REFUSAL_IS_VERDICT_FROM:
                 return _verdict(ConnectionReason.SECRET_FORBIDDEN,
                                 f"the worker may not read Secret {location.namespace}/{location.name} (403): add "
                                 f"{location.namespace} to the chart's rbac.secretNamespaces")

@@ -20,6 +20,8 @@ from servingops.activities.workload_cluster.kubeconfig import (
     secret_location,
 )
 from servingops.api_models.contract.workload_cluster import ConnectionReason
+from servingops.clients.kube.calls import call
+from servingops.clients.kube.errors import absent
 
 
 class RegistrationUnusable(Exception):
@@ -63,9 +65,9 @@ def versioned_member_access(core: client.CoreV1Api, spec: dict[str, Any],
                                    "spec.clusterSource.kubeConfig.secretRef names no Secret")
     where = f"Secret {location.namespace}/{location.name}"
     try:
-        secret = core.read_namespaced_secret(location.name, location.namespace, _request_timeout=30)
+        secret = call(core.read_namespaced_secret, location.name, location.namespace)
     except ApiException as exc:
-        if exc.status == 404:
+        if absent(exc):
             raise RegistrationUnusable(ConnectionReason.SECRET_NOT_FOUND, f"{where} does not exist") from None
         raise
     encoded = (secret.data or {}).get(location.key)
