@@ -163,7 +163,7 @@ def _models() -> list[type[BaseModel]]:
 IRREGULAR_NAMES = {
     "class", "restURL", "hostPID", "hostIPC", "setHostnameAsFQDN", "minComputePerformanceTFLOPS",
     "targetedHTTPRoutes", "flavorUID", "clusterUID", "sourceUID", "reportUID", "planID", "targetID", "runID",
-    "activeRunID", "appliedPlanID", "requestUUID", "compartmentID",
+    "activeRunID", "appliedPlanID", "requestUUID", "compartmentID", "placementPlanID", "observedISVCGeneration",
 }
 
 
@@ -199,7 +199,7 @@ def test_kinds_scopes_and_subresources() -> None:
                       "InferenceReplica": "Namespaced", "WorkloadCluster": "Cluster",
                       "BaseModel": "Namespaced", "ClusterBaseModel": "Cluster", "FineTunedWeight": "Cluster",
                       "ServingRuntime": "Namespaced", "ClusterServingRuntime": "Cluster",
-                      "AcceleratorQuota": "Cluster"}
+                      "AcceleratorQuota": "Cluster", "TrafficMap": "Namespaced"}
     scale = InferenceReplica.crd.scale
     assert scale is not None and scale.spec_replicas_path == ".spec.replicas"
     assert scale.label_selector_path == ".status.labelSelector"
