@@ -22,15 +22,21 @@ if [ "${1:-}" != "--docs" ]; then
     git mv "$name" "$link"
     echo "relayout: $name/ -> $link/" >&2
   done
-  # A folder git mv left behind holds only ignored files (__pycache__): nothing of the product.
+  # A checkout or rebase across the move leaves a top-level folder holding bytecode only (__pycache__, ignored):
+  # removed. A folder with any other file in it is left alone and named (untracked work of yours).
   for link in servingops/*/; do
     name=$(basename "$link")
-    if [ -d "$name" ] && [ -z "$(git ls-files -- "$name")" ]; then rm -rf "$name"; fi
+    [ -d "$name" ] && [ -z "$(git ls-files -- "$name")" ] || continue
+    if [ -z "$(find "$name" -type f ! -path '*/__pycache__/*' -print -quit)" ]; then
+      rm -rf "$name"
+    else
+      echo "relayout: $name/ still holds files git does not track; move them into $link yourself" >&2
+    fi
   done
 fi
 
-# The docs name product files by their path in the checkout: `activities/serving/render.py` becomes
-# `servingops/activities/serving/render.py`. Only a path whose first part is a package of servingops/ and whose
+# The docs name product files by their path in the checkout: `activities/serving/runtimes.py` becomes
+# `servingops/activities/serving/runtimes.py`. Only a path whose first part is a package of servingops/ and whose
 # next part exists there is rewritten (`runtime/<ns>/<name>/<uid>`, a workflow id, is not), outside fenced blocks.
 python3 - README.md docs/*.md <<'PY'
 import re
