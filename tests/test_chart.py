@@ -31,7 +31,7 @@ from servingops.workers.settings import from_arguments as worker_settings
 from testkit.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PRODUCT_SOURCES = [REPO_ROOT / d for d in ("workers", "crd_bridge", "runtime", "ingress", "activities")]
+PRODUCT_SOURCES = [REPO_ROOT / "servingops" / d for d in ("workers", "crd_bridge", "runtime", "ingress", "activities")]
 
 LIBRARY_VARIABLES = {"OTEL_EXPORTER_OTLP_INSECURE", "HOME"}
 """Read by opentelemetry's OTLP exporter, and by every library that keeps a cache under $HOME."""

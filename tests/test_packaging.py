@@ -48,7 +48,7 @@ NAMESPACE = CONSOLE_SCRIPT.split(":")[0].rpartition("cli")[0]
 """What the installed packages' names start with: "" for top-level packages, "servingops." under a namespace."""
 PRODUCT = ("api_models", "workflows", "activities", "runtime", "workers", "crd_bridge", "sdk", "cli", "ingress",
            "agents", "clients", "rendering")
-"""Every product package: each folder of the checkout that the wheel must carry."""
+"""Every product package: each folder of servingops/ that the wheel must carry."""
 NOT_INSTALLED = ("devstack", "tests", "bench")
 """The local stack, the test helpers and the benchmarks live in the checkout only."""
 DEADLINE = 120.0
@@ -121,6 +121,20 @@ def _module(*parts: str) -> str:
     return NAMESPACE + ".".join(parts)
 
 
+@pytest.mark.unit
+def test_every_product_package_is_a_real_folder_of_the_package() -> None:
+    """Issue 29: servingops/<pkg>/ holds the code itself, so a tool that walks files (mypy, import-linter, an
+    editor) finds each module where the import system does. No link in servingops/, and no product folder left
+    at the top of the checkout."""
+    prefix = NAMESPACE.replace(".", "/")
+    staged = subprocess.run(["git", "ls-files", "-z", "--stage", "--", prefix or "."], cwd=REPO_ROOT, check=True,
+                            capture_output=True, text=True).stdout
+    links = [entry.split("\t", 1)[1] for entry in staged.split("\0") if entry.startswith("120000 ")]
+    assert links == [], "links in the package folder"
+    assert [p for p in PRODUCT if not (REPO_ROOT / prefix / p / "__init__.py").is_file()] == []
+    assert [p for p in PRODUCT if prefix and (REPO_ROOT / p).exists()] == []
+
+
 @pytest.mark.integration
 def test_the_wheel_carries_every_product_package_and_nothing_else(installed: Installed) -> None:
     prefix = NAMESPACE.replace(".", "/")
@@ -132,8 +146,8 @@ def test_the_wheel_carries_every_product_package_and_nothing_else(installed: Ins
     # Every package folder of the checkout (subpackages included) is in the wheel with all its modules.
     packaged = set(names)
     missing = [str(path.relative_to(REPO_ROOT)) for package in PRODUCT
-               for path in sorted((REPO_ROOT / package).rglob("*.py"))
-               if "__pycache__" not in path.parts and prefix + str(path.relative_to(REPO_ROOT)) not in packaged]
+               for path in sorted((REPO_ROOT / prefix / package).rglob("*.py"))
+               if "__pycache__" not in path.parts and str(path.relative_to(REPO_ROOT)) not in packaged]
     assert missing == []
 
 

@@ -96,11 +96,10 @@ def _digest(*parts: bytes | str) -> str:
 
 
 def _product_files() -> list[str]:
-    """What the wheel is built from: pyproject.toml, the servingops/ links and the product folders they name,
-    as git sees them (committed or not, nothing ignored)."""
-    links = sorted(path.name for path in (REPO / "servingops").iterdir() if path.is_symlink())
+    """What the wheel is built from: pyproject.toml and the product's folder servingops/, as git sees them
+    (committed or not, nothing ignored)."""
     listed = _git("ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "pyproject.toml",
-                  "servingops", *links).split("\0")
+                  "servingops").split("\0")
     return sorted(name for name in listed if name and (REPO / name).exists())
 
 

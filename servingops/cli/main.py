@@ -10,7 +10,7 @@ import difflib
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CHECKOUT_CRDS = REPO_ROOT / "deploy" / "crds"
 """Where `servingops crds` writes when run from a checkout; an installed wheel has no such folder."""
 
