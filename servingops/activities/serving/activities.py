@@ -302,8 +302,16 @@ class ServingActivities:
         """Create the revision from the current spec when absent, else only set its replicas."""
         return self._ensure_revision(inp, self._read(self._live_isvc_annotated, inp.key.isvc))
 
-    def _ensure_revision(self, inp: EnsureRevisionInput, live: Future[LiveService]) -> RevisionObservation:
-        """ensure_revision with the service's read already started (`live`)."""
+    def _revision_reads(self, key: RevisionKey) -> tuple[Future[Any], Future[bool]]:
+        """Start the reads of a revision's Deployment and Service."""
+        namespace = _namespace(key.isvc)
+        name = revision_name(key.isvc.name, key.component.value, key.revision)
+        return self._read(self._deployment, name, namespace), self._read(self._service_exists, name, namespace)
+
+    def _ensure_revision(self, inp: EnsureRevisionInput, live: Future[LiveService],
+                         reads: tuple[Future[Any], Future[bool]] | None = None) -> RevisionObservation:
+        """ensure_revision with the service's read already started (`live`), and the revision's own reads
+        when the caller started them (`reads`: a step's revisions all read at once)."""
         key = inp.key
         if inp.replicas < 0:
             raise application_error(ErrorType.INVALID_INPUT, f"replicas must be >= 0, got {inp.replicas}")
@@ -311,8 +319,7 @@ class ServingActivities:
         name = revision_name(key.isvc.name, key.component.value, key.revision)
         # The three reads are independent: issued together (the Service's answer is used only when
         # the Deployment exists). Errors surface from .result() in the order the code had them.
-        deployment = self._read(self._deployment, name, namespace)
-        service = self._read(self._service_exists, name, namespace)
+        deployment, service = reads if reads is not None else self._revision_reads(key)
         owner, spec, annotations = live.result()
         demand = demand_hold(owner.name, annotations, spec)
         if demand is not None:
@@ -438,7 +445,11 @@ class ServingActivities:
         live = self._read(self._live_isvc_annotated, isvc)
         # The ingress block is cached for seconds; when its read is due it goes beside the others, not after.
         config = self._read(self._ingress_config) if inp.routes else None
-        scaled = [self._ensure_revision(request, live) for request in inp.revisions]
+        # Every revision's reads start now, beside the service's: a step's stable and canary revisions cost
+        # one round trip of reads, not one each (a promote's path, docs/metrics.md).
+        reads = [self._revision_reads(request.key) for request in inp.revisions]
+        scaled = [self._ensure_revision(request, live, read)
+                  for request, read in zip(inp.revisions, reads, strict=True)]
         routed = bool(inp.routes) and all(seen.ready_replicas >= request.replicas
                                           for seen, request in zip(scaled, inp.revisions, strict=True))
         if routed:
