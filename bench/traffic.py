@@ -1,7 +1,7 @@
 """Traffic benchmark: from promote to half the requests answered by the new revision, servingops beside
 Argo Rollouts on the same real data plane, under the same load, in one run.
 
-    .venv/bin/python -m bench.traffic [--trials 10] [--rate 200] [--first-weight 10] [--window 0.1]
+    .venv/bin/python -m bench.traffic [--trials 10] [--rate 200] [--first-weight 10] [--window 0.1] [--trace]
 
 What is timed is what a user of the service sees: a canary is promoted from its first step (weight
 `--first-weight`) to a step at 50 %, and the clock runs from just before the promote's first request to
