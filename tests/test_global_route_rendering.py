@@ -7,24 +7,26 @@ from __future__ import annotations
 import pytest
 
 from servingops.api_models.ome.traffic_map import TrafficMapEntry
+from servingops.api_models.operator_config import EndpointConfig, GatewayBackend
 from servingops.rendering.global_route import (
     CLUSTER_LABEL,
     ISVC_LABEL,
     MAX_BACKENDS,
     InvalidPlan,
-    PublisherSettings,
     backend_service_name,
     gateway_ref,
     global_host,
     plan_compatibility_digest,
     render_global_route,
     route_placement,
+    withdrawn_because,
 )
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = PublisherSettings(global_gateway="gateway-system/global", backend_port=80,
-                             global_host_template="{name}.{namespace}.global.example.com", rewrite_hostname=True)
+SETTINGS = EndpointConfig(global_gateway="gateway-system/global", backend_port=80,
+                          global_host_template="{{ .Name }}.{{ .Namespace }}.global.example.com",
+                          gateway_backend=GatewayBackend(rewrite_hostname=True))
 
 
 def entry(cluster: str, weight: int) -> TrafficMapEntry:
@@ -61,7 +63,7 @@ def test_backend_names_are_stable_per_home_and_distinct_across_homes_and_service
 
 
 def test_without_rewrite_the_backend_has_no_filter() -> None:
-    settings = PublisherSettings(global_gateway="global", backend_port=8080)
+    settings = EndpointConfig(global_gateway="global", backend_port=8080)
     published = render_global_route(settings, "chat", "prod", "chat.example.com", [entry("worker-a", 1)])
     [backend] = published.route["spec"]["rules"][0]["backendRefs"]
     assert "filters" not in backend and backend["port"] == 8080
@@ -85,29 +87,29 @@ def test_the_global_host_annotation_wins_over_the_template_and_is_checked() -> N
     assert global_host(SETTINGS, "chat", "prod", {}) == "chat.prod.global.example.com"
     assert global_host(SETTINGS, "chat", "prod", {"ome.io/global-host": "chat.global.example.com"}) == (
         "chat.global.example.com")
-    assert global_host(PublisherSettings(global_gateway="g", backend_port=80), "chat", "prod", {}) is None
+    assert global_host(EndpointConfig(global_gateway="g", backend_port=80), "chat", "prod", {}) is None
     for bad, says in [("Chat.example.com", "DNS subdomain"), ("10.0.0.1", "IP address"), ("a..b", "DNS subdomain")]:
         with pytest.raises(InvalidPlan, match=says):
             global_host(SETTINGS, "chat", "prod", {"ome.io/global-host": bad})
-    with pytest.raises(InvalidPlan, match="globalHostTemplate"):
-        global_host(PublisherSettings(global_gateway="g", backend_port=80, global_host_template="{uid}.example.com"),
+    # A template that renders no DNS name for this service is the publisher's InvalidPlan, not the ConfigMap's.
+    with pytest.raises(InvalidPlan, match="DNS subdomain"):
+        global_host(EndpointConfig(global_gateway="g", backend_port=80, global_host_template="{{ .Name }}_x.example"),
                     "chat", "prod", {})
     assert global_host(SETTINGS, "chat", "prod", {"ome.io/global-host": "*.global.example.com"}) == (
         "*.global.example.com")
 
 
 def test_gateway_references_and_what_withdraws_publication() -> None:
-    assert gateway_ref(PublisherSettings(global_gateway="ns/gw"), "prod")["namespace"] == "ns"
+    assert gateway_ref(EndpointConfig(global_gateway="ns/gw", backend_port=80), "prod")["namespace"] == "ns"
     for bad in ("a/b/c", "/gw", "ns/"):
         with pytest.raises(InvalidPlan, match="global gateway"):
-            gateway_ref(PublisherSettings(global_gateway=bad), "prod")
-    assert PublisherSettings(global_gateway=None).missing() == "endpoint.globalGateway is not set"
-    assert "backendPort" in (PublisherSettings(global_gateway="g").missing() or "")
-    assert SETTINGS.missing() is None
+            gateway_ref(EndpointConfig(global_gateway=bad, backend_port=80), "prod")
+    assert withdrawn_because(EndpointConfig()) == "endpoint.globalGateway is not set"
+    assert withdrawn_because(SETTINGS) is None
 
 
 def test_a_shared_route_namespace_hashes_the_source_namespace_into_the_name() -> None:
-    shared = PublisherSettings(global_gateway="g", backend_port=80, route_namespace="routes")
+    shared = EndpointConfig(global_gateway="g", backend_port=80, route_namespace="routes")
     ns, name = route_placement(shared, "chat", "prod")
     assert ns == "routes" and name.startswith("chat-") and name.endswith("-global")
     assert len(name) == len("chat--global") + 8

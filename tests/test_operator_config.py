@@ -228,3 +228,71 @@ def test_the_ingress_reader_caches_reports_and_recovers() -> None:
         reader()
     maps.status, maps.data = 0, {"rollout": "stallTimeout: 1m\n"}
     assert reader() == IngressConfig() and maps.reads == 5
+
+
+ROUTING_BLOCK = """\
+enabled: true
+probe:
+  path: /v1/models
+  method: GET
+  acceptStatuses: [200]
+  gateStatuses: [404, 500, 502, 503, 504]
+  period: 10s
+  timeout: 3s
+  failureThreshold: 3
+  successThreshold: 2
+  allFailedPolicy: PreserveTraffic
+capacity:
+  path: /capacity
+  method: GET
+  format: Report
+  samples: 10
+  quorum: 2
+  period: 10s
+  timeout: 3s
+  maxAge: 30s
+"""
+ENDPOINT_BLOCK = """\
+globalGateway: gateway-system/global
+backendPort: 80
+globalHostTemplate: "{{ .Name }}.{{ .Namespace }}.global.example.com"
+gatewayBackend:
+  rewriteHostname: true
+"""
+
+
+@pytest.mark.unit
+def test_routing_and_endpoint_blocks_as_upstreams_values_write_them() -> None:
+    # The values of upstream OME's "Configure routing health probes", "Tune routing capacity polling" and
+    # "Publish a global endpoint" guides, unchanged.
+    config = parse_configmap_data({"routing": ROUTING_BLOCK, "endpoint": ENDPOINT_BLOCK})
+    assert config.routing.enabled and config.routing.publisher.name == "gatewayapi"
+    assert config.routing.probe is not None and config.routing.probe.gate_statuses == [404, 500, 502, 503, 504]
+    assert config.routing.capacity is not None and config.routing.capacity.quorum == 2
+    assert config.endpoint.global_host("chat", "prod") == "chat.prod.global.example.com"
+    assert config.endpoint.gateway_backend.rewrite_hostname and config.endpoint.backend_port == 80
+    defaults = parse_configmap_data({})
+    assert not defaults.routing.enabled and defaults.routing.probe is None
+    assert defaults.endpoint.global_host("chat", "prod") is None and not defaults.endpoint.global_gateway
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(("data", "expected"), [
+    ({"routing": "probe: {path: /v1/models, method: GET}"}, "an enabled probe needs accept_statuses"),
+    ({"routing": "capacity: {disabled: true}\nprobe: {disabled: true}"}, None),
+    ({"routing": "probe: {disabled: true, colour: red}"}, "routing.probe.colour: Extra inputs are not permitted"),
+    ({"routing": "publisher: {name: istio}"}, "routing.publisher.name: Input should be 'gatewayapi'"),
+    ({"routing": "publisher: {resyncInterval: 0s}"}, "must be a positive duration"),
+    ({"endpoint": "globalGateway: global"}, "backendPort: set it, from 1 to 65535, whenever globalGateway is set"),
+    ({"endpoint": "globalHostTemplate: '{{ .Name }}.{{ .IngressDomain }}'"},
+     "{{ .IngressDomain }} is not supported: globalHostTemplate may use only {{ .Name }} and {{ .Namespace }}"),
+    ({"endpoint": "gatewayBackend: {tls: {enabled: true}}"}, "endpoint.gatewayBackend.tls: Extra inputs"),
+    ({"endpoint": "routeNamespace: Routes"}, "'Routes' is not a namespace name"),
+])  # fmt: skip
+def test_bad_routing_and_endpoint_blocks_are_named(data: dict[str, str], expected: str | None) -> None:
+    if expected is None:
+        parse_configmap_data(data)
+        return
+    with pytest.raises(OperatorConfigError) as info:
+        parse_configmap_data(data)
+    assert expected in str(info.value)

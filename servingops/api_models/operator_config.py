@@ -34,6 +34,17 @@ told otherwise), one YAML document per block:
         ingressDomain: svc.cluster.local
         domainTemplate: "{{ .Name }}.{{ .Namespace }}.{{ .IngressDomain }}"
         urlScheme: http          # of status.url and the components' urls (http or https)
+      routing: |                 # upstream OME's multicluster.config.routing: TrafficMaps (docs/routing.md)
+        enabled: false           # the installation's gate; spec.routing.enabled can only opt a service out
+        probe: {...}             # the default RoutingProbeSpec (all nine fields, or disabled: true)
+        capacity: {...}          # the default RoutingCapacitySpec (every field but options)
+        publisher: {name: gatewayapi, resyncInterval: 1m}
+      endpoint: |                # upstream OME's multicluster.config.endpoint: the global route's publisher
+        globalGateway: gateway-system/global   # <namespace>/<name>, or <name> in the route's namespace
+        backendPort: 80          # the members' Gateway port; required with globalGateway
+        globalHostTemplate: "{{ .Name }}.{{ .Namespace }}.global.example.com"
+        gatewayBackend: {rewriteHostname: true}
+        routeNamespace: ""       # every global route in one namespace (names then carry a hash)
 
 The worker reads it when a rollout run opens and the run keeps what it read (the workflow
 history records it), so a change applies to the next run, never halfway through one. Unknown
@@ -61,12 +72,14 @@ from pydantic.alias_generators import to_camel
 
 from servingops.api_models.credential_headers import address_has_userinfo, credential_headers
 from servingops.api_models.durations import parse_duration
+from servingops.api_models.ome.routing import RoutingCapacitySpec, RoutingProbeSpec
 from servingops.api_models.refs import ObjectRef
 
 DEFAULT_CONFIGMAP = "servingops-config"
 DEFAULT_CONTROLLER_NAMESPACE = "servingops-system"
 """Where the controller's own objects live (the operator ConfigMap, Secrets, upload sessions) unless told."""
-BLOCKS = ("rollout", "canaryAnalysis", "metricProviders", "lifecycle", "workloadClusters", "placement", "ingress")
+BLOCKS = ("rollout", "canaryAnalysis", "metricProviders", "lifecycle", "workloadClusters", "placement", "ingress",
+          "routing", "endpoint")
 
 
 class PrometheusSource(BaseModel):
@@ -196,10 +209,11 @@ class HostError(ValueError):
     characters, say): the route cannot be given that hostname."""
 
 
-def _template_parts(template: str) -> list[tuple[str, str]]:
+def template_parts(template: str, variables: tuple[str, ...] = tuple(_TEMPLATE_VARIABLES),
+                   what: str = "a domainTemplate") -> list[tuple[str, str]]:
     """The template as (literal, "") and ("", variable) parts; ValueError naming what is not supported.
 
-    Only the three variables OME's domain template is normally written with are implemented:
+    Only the variables OME's host templates are normally written with are implemented (`variables`):
     anything else Go's text/template would accept (pipelines, functions, `.Annotations.<key>`,
     trim markers) is refused here rather than rendered differently from upstream."""
     parts: list[tuple[str, str]] = []
@@ -207,9 +221,10 @@ def _template_parts(template: str) -> list[tuple[str, str]]:
     for action in _TEMPLATE_ACTION.finditer(template):
         parts.append((template[position:action.start()], ""))
         variable = action.group(1).strip()
-        if variable not in _TEMPLATE_VARIABLES:
-            raise ValueError(f"{{{{{action.group(1)}}}}} is not supported: a domainTemplate may use only "
-                             f"{{{{ .Name }}}}, {{{{ .Namespace }}}} and {{{{ .IngressDomain }}}}")
+        if variable not in variables:
+            named = [f"{{{{ {v} }}}}" for v in variables]
+            allowed = " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
+            raise ValueError(f"{{{{{action.group(1)}}}}} is not supported: {what} may use only {allowed}")
         parts.append(("", variable))
         position = action.end()
     parts.append((template[position:], ""))
@@ -266,7 +281,7 @@ class IngressConfig(_Block):
     @field_validator("domain_template")
     @classmethod
     def _template(cls, value: str) -> str:
-        parts = _template_parts(value)
+        parts = template_parts(value)
         if ("", ".Name") not in parts:
             raise ValueError("must use {{ .Name }}: without it every InferenceService would claim the same host")
         return value
@@ -292,7 +307,7 @@ class IngressConfig(_Block):
     def host(self, name: str, namespace: str) -> str:
         """domainTemplate applied to an object name; HostError when the result is not a DNS name."""
         values = {".Name": name, ".Namespace": namespace, ".IngressDomain": self.ingress_domain}
-        host = "".join(text or values[variable] for text, variable in _template_parts(self.domain_template))
+        host = "".join(text or values[variable] for text, variable in template_parts(self.domain_template))
         if not _is_dns_name(host):
             raise HostError(f"domainTemplate {self.domain_template!r} gives {host!r} for {namespace}/{name}, "
                             f"not a DNS name (labels of at most 63 lowercase letters, digits and '-')")
@@ -300,6 +315,98 @@ class IngressConfig(_Block):
 
     def url(self, host: str) -> str:
         return f"{self.url_scheme}://{host}"
+
+
+class _OperatorProbe(RoutingProbeSpec):
+    model_config = ConfigDict(extra="forbid")  # a typo in the ConfigMap is an error, not "unset"
+
+
+class _OperatorCapacity(RoutingCapacitySpec):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RoutingPublisherDefaults(_Block):
+    name: Literal["gatewayapi"] = "gatewayapi"
+    """The publisher every TrafficMap is realized by: the built-in Gateway API publisher (upstream's name)."""
+    resync_interval: str = "1m"
+    """How often a published map is published again without news (a route edited by hand is put back)."""
+
+    _resync = field_validator("resync_interval")(_duration)
+
+
+class RoutingDefaults(_Block):
+    """Upstream OME's `multicluster.config.routing`: whether placed InferenceServices get TrafficMaps, and
+    the probe and capacity poll a service without its own `spec.routing.probe` / `.capacity` uses."""
+
+    enabled: bool = False
+    probe: _OperatorProbe | None = None
+    capacity: _OperatorCapacity | None = None
+    publisher: RoutingPublisherDefaults = RoutingPublisherDefaults()
+
+    @model_validator(mode="after")
+    def _complete(self) -> RoutingDefaults:
+        # The same rules the CRD's CEL gives spec.routing, which no apiserver checks here.
+        for name, block in (("probe", self.probe), ("capacity", self.capacity)):
+            missing = block.missing() if block is not None else []
+            if missing:
+                raise ValueError(f"{name}: an enabled {name} needs {', '.join(missing)} (or disabled: true)")
+        return self
+
+
+_HOST_VARIABLES = (".Name", ".Namespace")
+
+
+class GatewayBackend(_Block):
+    rewrite_hostname: bool = False
+    """Each backend gets a URLRewrite filter setting the Host header to its member's hostname (a member's
+    routes match only its own hostnames)."""
+
+
+class EndpointConfig(_Block):
+    """Upstream OME's `multicluster.config.endpoint`: where and how the Gateway API publisher writes each
+    TrafficMap's global HTTPRoute. Upstream's gatewayBackend.tls and gatewayBackend.endpointSlices are not
+    implemented yet and are refused as unknown rather than ignored."""
+
+    global_gateway: str = ""
+    """`<namespace>/<name>` of the Gateway the global routes attach to, or `<name>` in the route's
+    namespace; empty: nothing is published (Published False, Withdrawn)."""
+    backend_port: int = Field(default=0, ge=0, le=65535)
+    """The members' Gateway port the global routes send to; required with globalGateway."""
+    global_host_template: str = ""
+    """The global hostname, `{{ .Name }}` and `{{ .Namespace }}` only; the `ome.io/global-host` annotation on an
+    InferenceService wins over it."""
+    gateway_backend: GatewayBackend = GatewayBackend()
+    route_namespace: str = ""
+    """Every global route and its backend Services in this namespace instead of the service's."""
+
+    @field_validator("global_host_template")
+    @classmethod
+    def _template(cls, value: str) -> str:
+        if value:
+            template_parts(value, _HOST_VARIABLES, "globalHostTemplate")
+        return value
+
+    @field_validator("route_namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if value and not _DNS_LABEL.match(value):
+            raise ValueError(f"{value!r} is not a namespace name")
+        return value
+
+    @model_validator(mode="after")
+    def _port_with_gateway(self) -> EndpointConfig:
+        if self.global_gateway and not self.backend_port:
+            raise ValueError("backendPort: set it, from 1 to 65535, whenever globalGateway is set")
+        return self
+
+    def global_host(self, name: str, namespace: str) -> str | None:
+        """The template applied to a service (None: no template). Whether it is a usable hostname is the
+        publisher's check (an InvalidPlan, not a broken ConfigMap)."""
+        if not self.global_host_template:
+            return None
+        values = {".Name": name, ".Namespace": namespace}
+        return "".join(text or values[variable]
+                       for text, variable in template_parts(self.global_host_template, _HOST_VARIABLES))
 
 
 class OperatorConfig(_Block):
@@ -310,6 +417,8 @@ class OperatorConfig(_Block):
     workload_clusters: WorkloadClusterDefaults = WorkloadClusterDefaults()
     placement: PlacementDefaults = PlacementDefaults()
     ingress: IngressConfig = IngressConfig()
+    routing: RoutingDefaults = RoutingDefaults()
+    endpoint: EndpointConfig = EndpointConfig()
 
 
 class OperatorConfigError(ValueError):

@@ -54,8 +54,7 @@ def effective_policy(service: RoutingCapacitySpec | None,
     spec = service if service is not None else operator
     if spec is None or spec.disabled:
         return None
-    missing = [name for name in ("path", "method", "format", "period", "timeout", "samples", "quorum", "max_age")
-               if getattr(spec, name) is None]  # fmt: skip
+    missing = spec.missing()
     if missing:
         raise InvalidCapacityPolicy(f"spec.routing.capacity leaves out {', '.join(missing)}")
     if spec.format not in FORMATS:

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from servingops.api_models.ome.traffic_map import TrafficMapEntry
+from servingops.api_models.operator_config import EndpointConfig
 
 PUBLISHER_NAME = "gatewayapi"
 MAX_BACKENDS = 16
@@ -62,37 +63,21 @@ class InvalidPlan(ValueError):
     False with reason InvalidPlan and the last published route stays as it was."""
 
 
-@dataclass(frozen=True)
-class PublisherSettings:
-    """The operator's `endpoint` settings (upstream's names)."""
-
-    global_gateway: str | None
-    """`namespace/name`, or `name` in the route's namespace."""
-    backend_port: int = 0
-    global_host_template: str | None = None
-    """Only `{name}` and `{namespace}`, e.g. "{name}.{namespace}.global.example.com"."""
-    rewrite_hostname: bool = False
-    route_namespace: str | None = None
-    """All routes in one namespace (names then carry a hash of the source namespace)."""
-
-    def missing(self) -> str | None:
-        """Why nothing can be published (the publisher withdraws), or None."""
-        if not self.global_gateway:
-            return "endpoint.globalGateway is not set"
-        if not 0 < self.backend_port < 65536:
-            return "endpoint.backendPort is not set (1-65535)"
-        return None
+def withdrawn_because(config: EndpointConfig) -> str | None:
+    """Why nothing can be published (the publisher withdraws its routes), or None."""
+    if not config.global_gateway:
+        return "endpoint.globalGateway is not set"
+    if not 0 < config.backend_port < 65536:
+        return "endpoint.backendPort is not set (1-65535)"
+    return None
 
 
-def global_host(settings: PublisherSettings, isvc: str, namespace: str,
+def global_host(config: EndpointConfig, isvc: str, namespace: str,
                 annotations: Mapping[str, str]) -> str | None:  # fmt: skip
     """The service's global hostname: the annotation wins over the template; None when neither gives one."""
     host = annotations.get(GLOBAL_HOST_ANNOTATION)
-    if host is None and settings.global_host_template:
-        try:
-            host = settings.global_host_template.format(name=isvc, namespace=namespace)
-        except (KeyError, IndexError, ValueError) as exc:
-            raise InvalidPlan(f"render globalHostTemplate: {exc!r} (only {{name}} and {{namespace}})") from exc
+    if host is None:
+        host = config.global_host(isvc, namespace)
     if host is None:
         return None
     if not _SUBDOMAIN.match(host) or len(host) > 253:
@@ -104,23 +89,23 @@ def global_host(settings: PublisherSettings, isvc: str, namespace: str,
     raise InvalidPlan(f"global hostname: {host!r} is an IP address")
 
 
-def gateway_ref(settings: PublisherSettings, route_namespace: str) -> dict[str, str]:
-    parts = (settings.global_gateway or "").split("/")
+def gateway_ref(config: EndpointConfig, route_namespace: str) -> dict[str, str]:
+    parts = config.global_gateway.split("/")
     if len(parts) == 1 and parts[0]:
         namespace, name = route_namespace, parts[0]
     elif len(parts) == 2 and all(parts):
         namespace, name = parts
     else:
-        raise InvalidPlan(f"Gateway API global gateway {settings.global_gateway!r} is not name or namespace/name")
+        raise InvalidPlan(f"Gateway API global gateway {config.global_gateway!r} is not name or namespace/name")
     return {"group": GATEWAY_GROUP, "kind": "Gateway", "namespace": namespace, "name": name}
 
 
-def route_placement(settings: PublisherSettings, isvc: str, namespace: str) -> tuple[str, str]:
+def route_placement(config: EndpointConfig, isvc: str, namespace: str) -> tuple[str, str]:
     """(namespace, name) of the global route: `<isvc>-global` beside the service, or in `route_namespace`
     with a hash of the source namespace (two services of one name in different namespaces never collide)."""
-    if not settings.route_namespace or settings.route_namespace == namespace:
+    if not config.route_namespace or config.route_namespace == namespace:
         return namespace, f"{isvc}-global"
-    return settings.route_namespace, f"{isvc}-{_digest(namespace)[:8]}-global"
+    return config.route_namespace, f"{isvc}-{_digest(namespace)[:8]}-global"
 
 
 def _digest(*parts: str) -> str:
@@ -149,22 +134,22 @@ class GlobalRoute:
     """(backend Service claim, weight) per entry: the plan status.publisher.lastPositive keeps."""
 
 
-def plan_compatibility_digest(settings: PublisherSettings) -> str:
+def plan_compatibility_digest(config: EndpointConfig) -> str:
     """sha256 of the options that change target identity or weights (a replayed plan from other options
     would name other objects)."""
-    body = json.dumps({"routeNamespace": settings.route_namespace or "", "backendPort": settings.backend_port,
-                       "rewriteHostname": settings.rewrite_hostname}, sort_keys=True)  # fmt: skip
+    body = json.dumps({"routeNamespace": config.route_namespace, "backendPort": config.backend_port,
+                       "rewriteHostname": config.gateway_backend.rewrite_hostname}, sort_keys=True)  # fmt: skip
     return "sha256:" + hashlib.sha256(body.encode()).hexdigest()
 
 
-def render_global_route(settings: PublisherSettings, isvc: str, namespace: str, host: str,
+def render_global_route(config: EndpointConfig, isvc: str, namespace: str, host: str,
                         entries: Sequence[TrafficMapEntry]) -> GlobalRoute:  # fmt: skip
     """The route and its backend Services for `entries` (weights verbatim)."""
     if len(entries) > MAX_BACKENDS:
         raise InvalidPlan(f"the table has {len(entries)} entries; a route rule takes at most {MAX_BACKENDS} "
                           "backendRefs")  # fmt: skip
-    route_ns, route_name = route_placement(settings, isvc, namespace)
-    parent = gateway_ref(settings, route_ns)
+    route_ns, route_name = route_placement(config, isvc, namespace)
+    parent = gateway_ref(config, route_ns)
     labels = {ISVC_LABEL: isvc}
     services, backends, targets = [], [], []
     for entry in sorted(entries, key=lambda e: e.cluster):
@@ -174,11 +159,11 @@ def render_global_route(settings: PublisherSettings, isvc: str, namespace: str, 
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name, "namespace": route_ns, "labels": {**labels, CLUSTER_LABEL: entry.cluster}},
             "spec": {"type": "ExternalName", "externalName": host_of_home,
-                     "ports": [{"name": "http", "port": settings.backend_port, "protocol": "TCP"}]},
+                     "ports": [{"name": "http", "port": config.backend_port, "protocol": "TCP"}]},
         })  # fmt: skip
-        backend: dict[str, Any] = {"group": "", "kind": "Service", "name": name, "port": settings.backend_port,
+        backend: dict[str, Any] = {"group": "", "kind": "Service", "name": name, "port": config.backend_port,
                                    "weight": entry.weight or 0}  # fmt: skip
-        if settings.rewrite_hostname:
+        if config.gateway_backend.rewrite_hostname:
             backend["filters"] = [{"type": "URLRewrite", "urlRewrite": {"hostname": host_of_home}}]
         backends.append(backend)
         targets.append((f"Service/{route_ns}/{name}", entry.weight or 0))

@@ -60,9 +60,7 @@ def effective_policy(service: RoutingProbeSpec | None, operator: RoutingProbeSpe
     spec = service if service is not None else operator
     if spec is None or spec.disabled:
         return None
-    missing = [name for name in ("path", "method", "accept_statuses", "gate_statuses", "period", "timeout",
-                                 "failure_threshold", "success_threshold", "all_failed_policy")
-               if getattr(spec, name) is None]  # fmt: skip
+    missing = spec.missing()
     if missing:
         raise InvalidProbePolicy(f"spec.routing.probe leaves out {', '.join(missing)}")
     accept, gate = frozenset(spec.accept_statuses or ()), frozenset(spec.gate_statuses or ())

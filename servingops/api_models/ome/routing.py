@@ -87,6 +87,15 @@ class RoutingProbeSpec(ApiModel):
     """AllFailedPolicy controls the result when every serving home has crossed the failure
     threshold."""
 
+    def missing(self) -> list[str]:
+        """The fields an enabled probe leaves out (its CEL rule, for where no apiserver checks it: the
+        operator ConfigMap, and a spec stored before the rule)."""
+        if self.disabled:
+            return []
+        return [name for name in ("path", "method", "accept_statuses", "gate_statuses", "period", "timeout",
+                                  "failure_threshold", "success_threshold", "all_failed_policy")
+                if getattr(self, name) is None]  # fmt: skip
+
 
 class RoutingCapacitySpec(ApiModel):
     """RoutingCapacitySpec configures polling each serving home for its current servable capacity."""
@@ -146,6 +155,13 @@ class RoutingCapacitySpec(ApiModel):
     """Quorum is the number of readings required to corroborate a lower capacity."""
     max_age: Duration | None = None
     """MaxAge is the maximum accepted age of a capacity report."""
+
+    def missing(self) -> list[str]:
+        """The fields an enabled poll leaves out (its CEL rule, for where no apiserver checks it)."""
+        if self.disabled:
+            return []
+        return [name for name in ("path", "method", "format", "period", "timeout", "samples", "quorum", "max_age")
+                if getattr(self, name) is None]  # fmt: skip
 
 
 class RoutingPublisherSpec(ApiModel):
