@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import activity
@@ -125,6 +126,12 @@ class FakeCluster:
         self.spec_rollout: dict[str, Any] | None = None
         self.deleting = False
         self.gone = False
+        self.created_at: datetime | None = None
+        """The object's creationTimestamp: the test clock when the first observe read it (its ttl counts from it)."""
+        self.ttl_seconds: int | None = None
+        """spec.ttlSecondsAfterCreation."""
+        self.expired: list[datetime] = []
+        """When serving.delete_expired deleted the object (test clock)."""
         self.desired: dict[ComponentType, tuple[str, int]] = {}
         self.revisions: dict[ComponentType, dict[str, Revision]] = {}
         self.routes: dict[ComponentType, list[TrafficWeight]] = {}
@@ -267,6 +274,7 @@ class FakeCluster:
             now = await cluster.now()
             if cluster.gone:
                 return None
+            cluster.created_at = cluster.created_at or datetime.fromtimestamp(now, UTC)
             components = []
             routing = cluster._routing()
             for component, (revision, replicas) in cluster.desired.items():
@@ -286,7 +294,7 @@ class FakeCluster:
                                       annotations={k: v for k, v in cluster.annotations.items()
                                                    if k.startswith("ome.io/rollout-")},
                                       spec_rollout=cluster.spec_rollout, components=components,
-                                      ingress=routing.observation())
+                                      ingress=routing.observation(), expires_at=cluster.expires_at())
 
         @activity.defn(name="serving.ensure_revision")
         async def ensure_revision(request: EnsureRevisionInput) -> RevisionObservation:
@@ -371,6 +379,17 @@ class FakeCluster:
                 cluster.deleted.append((key.component, key.revision, now))
                 cluster._record(key.component, now)
 
+        @activity.defn(name="serving.delete_expired")
+        async def delete_expired(request: ObserveInput) -> bool:
+            # As the real one: judged by the object as it is now; a deleted object (no finalizer) is gone.
+            now = datetime.fromtimestamp(await cluster.now(), UTC)
+            deadline = cluster.expires_at()
+            if cluster.gone or cluster.deleting or deadline is None or deadline > now:
+                return False
+            cluster.gone = True
+            cluster.expired.append(now)
+            return True
+
         @activity.defn(name="prometheus.evaluate")
         async def evaluate(request: EvaluateInput) -> Evaluation:
             return cluster.prometheus.answer(request)
@@ -415,7 +434,12 @@ class FakeCluster:
             return cluster.operator
 
         return [observe, ensure_revision, revision_status, set_traffic, scale_then_route, delete_revision, evaluate,
-                patch_status, remove_annotation, read_object, operator_config]
+                patch_status, remove_annotation, read_object, operator_config, delete_expired]
+
+    def expires_at(self) -> datetime | None:
+        if self.ttl_seconds is None or self.created_at is None:
+            return None
+        return self.created_at + timedelta(seconds=self.ttl_seconds)
 
 
 async def until(env: WorkflowEnvironment, predicate: Callable[[], bool], *, step: float = 1.0,

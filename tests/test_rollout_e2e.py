@@ -4,8 +4,11 @@ default) and the HTTPRoute flips to it once its pods are Ready."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from devstack.process import ManagedProcess
 from servingops.api_models.ome import InferenceService
@@ -63,3 +66,31 @@ def test_first_revision_serves_then_a_new_template_rolls_out(kube_api: client.Ap
     wait_until("the old revision drained", lambda: first_rev not in ready_revisions(), worker)
 
 
+
+
+
+def test_a_service_is_deleted_when_its_ttl_passes(kube_api: client.ApiClient,
+                                                  rollout_stack: tuple[str, ManagedProcess]) -> None:
+    """spec.ttlSecondsAfterCreation with the worker and bridge as processes: served, then deleted by the
+    worker once the deadline (from creationTimestamp) passes, with an Expired Event saying why."""
+    ns, worker = rollout_stack
+    spec = {"ttlSecondsAfterCreation": 8,
+            "engine": {"minReplicas": 1, "runner": {"name": "engine", "image": "vllm/vllm-openai:v0.9",
+                                                    "ports": [{"containerPort": 8000}]}}}
+    created = create(kube_api, InferenceService, manifest(InferenceService, spec, name="shortlived"), ns)
+    born = datetime.fromisoformat(created["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+    wait_until("served before its ttl", lambda: route_weights(kube_api, ns, "shortlived-engine"), worker)
+    custom, core = client.CustomObjectsApi(kube_api), client.CoreV1Api(kube_api)
+
+    def gone() -> bool:
+        try:
+            custom.get_namespaced_custom_object("ome.io", "v1beta1", ns, "inferenceservices", "shortlived")
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_until("deleted once its ttl passed", gone, worker, timeout=60)
+    [event] = [e for e in core.list_namespaced_event(ns).items
+               if e.involved_object.uid == created["metadata"]["uid"] and e.reason == "Expired"]
+    assert event.type == "Normal" and "ttlSecondsAfterCreation is 8s" in event.message
+    assert event.first_timestamp >= born + timedelta(seconds=8), "deleted before its ttl"

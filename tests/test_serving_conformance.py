@@ -127,6 +127,10 @@ class Backend(Protocol):
         """Play the Gateway: write the engine's HTTPRoute status.parents."""
         ...
 
+    async def set_ttl(self, ref: ObjectRef, seconds: int | None) -> None:
+        """Set (or remove, None) spec.ttlSecondsAfterCreation."""
+        ...
+
 
 # -- the fake ------------------------------------------------------------------------------------
 
@@ -194,6 +198,9 @@ class FakeBackend:
     async def gateway_verdict(self, ref: ObjectRef, parents: list[dict[str, Any]]) -> None:
         self.cluster.gateway_verdict(ENGINE, parents)
 
+    async def set_ttl(self, ref: ObjectRef, seconds: int | None) -> None:
+        self.cluster.ttl_seconds = seconds
+
 
 # -- the local cluster ------------------------------------------------------------------------------
 
@@ -246,6 +253,9 @@ class RealBackend:
 
     async def annotate(self, ref: ObjectRef, annotations: dict[str, str]) -> None:
         self._patch(ref, {"metadata": {"annotations": annotations}})
+
+    async def set_ttl(self, ref: ObjectRef, seconds: int | None) -> None:
+        self._patch(ref, {"spec": {"ttlSecondsAfterCreation": seconds}})
 
     async def start_deleting(self, ref: ObjectRef) -> None:
         self._patch(ref, {"metadata": {"finalizers": [HOLD]}})
@@ -501,6 +511,27 @@ async def test_scale_down_removes_unready_pods_first(backend: Backend) -> None:
     await ready(backend, ref, revision, 2)
     await ensure(backend, ref, revision, 1)
     await ready(backend, ref, revision, 1)
+
+
+async def test_a_service_is_deleted_once_its_ttl_has_passed_by_the_object_as_it_is_now(backend: Backend) -> None:
+    ref = await backend.new_service(1)
+    assert (await backend.call("observe", ObserveInput(isvc=ref))).expires_at is None
+    await backend.set_ttl(ref, 3600)
+    later = (await backend.call("observe", ObserveInput(isvc=ref))).expires_at
+    assert later is not None
+    assert await backend.call("delete_expired", ObserveInput(isvc=ref)) is False  # an hour to go
+    await backend.set_ttl(ref, None)  # removing the field cancels it
+    assert (await backend.call("observe", ObserveInput(isvc=ref))).expires_at is None
+    await backend.set_ttl(ref, 2)  # an edit moves it: both count from creation
+    moved = (await backend.call("observe", ObserveInput(isvc=ref))).expires_at
+    assert moved == later - timedelta(seconds=3598)
+
+    async def deleted() -> bool:
+        return bool(await backend.call("delete_expired", ObserveInput(isvc=ref)))
+
+    await backend.settle(deleted, "the ttl passed and the service was deleted")
+    assert await backend.call("observe", ObserveInput(isvc=ref)) is None
+    assert await backend.call("delete_expired", ObserveInput(isvc=ref)) is False  # gone: nothing to do
 
 
 async def test_status_patch_answers_whether_the_object_is_still_there(backend: Backend) -> None:

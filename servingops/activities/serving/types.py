@@ -15,6 +15,8 @@ are kept in the InferenceService workflow's memory, so they live in the API mode
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel
 
 from servingops.api_models.ome.enums import ComponentType
@@ -110,6 +112,9 @@ class ServiceObservation(BaseModel):
     ingress: IngressObservation | None = None
     """Where the service answers by the operator's ingress block as read now. A new field: histories
     recorded before it decode it as None, and the workflow then writes no IngressReady."""
+    expires_at: datetime | None = None
+    """creationTimestamp + spec.ttlSecondsAfterCreation as the object says now (rendering/expiry.py);
+    None without a ttl and for a placement copy. A new field: older histories decode it as None."""
 
 
 

@@ -76,6 +76,9 @@ class Pacing:
         if self.ctx.state.soak_until is not None:
             waits.append(max(0.0, (self.ctx.state.soak_until - workflow.now()).total_seconds()))
         waits.extend(self._ingress_wait())
+        expiry = self.serving.expiry_wait()
+        if expiry is not None:
+            waits.append(expiry)
         return min(waits) if waits else None
 
     def _ingress_wait(self) -> list[float]:

@@ -7,6 +7,8 @@ here for the status write.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -33,6 +35,10 @@ with workflow.unsafe.imports_passed_through():
 
 OMENATIVE_AUTOSCALER = "omenative-autoscaler"
 """The patch that added serving.ensure_autoscaler for OMENative components (docs/replicas.md)."""
+TTL_AFTER_CREATION = "ttl-after-creation"
+"""The patch that deletes a service once spec.ttlSecondsAfterCreation passed (serving.delete_expired)."""
+EXPIRY_RECHECK = 5.0
+"""Seconds before asking again when the delete did not happen (clock skew, a racing write)."""
 AUTOSCALER_WHEN_NEEDED = "autoscaler-when-needed"
 """The patch that calls serving.ensure_autoscaler only when the scaler's inputs moved or a scaler of
 ours is live (before it: every pass, four apiserver reads for a component with no scaler at all)."""
@@ -68,6 +74,11 @@ class Serving:
         self.ingress_settling = False
         """A route was applied again for a new ingress configuration: looked at soon, whatever the
         last verdict said (it was about the route before)."""
+        self.expires_at: datetime | None = None
+        """When spec.ttlSecondsAfterCreation deletes the service, as last observed (None: never)."""
+        self.expiry_recheck: datetime | None = None
+        """Not before then: the delete found the ttl not yet passed by the worker's clock (it runs behind the
+        server's), or another write raced it."""
 
     async def observe(self) -> tuple[RolloutSpec | None, ServiceObservation] | None:
         """Observe the service and keep what serves served; the rollout spec and the observation when
@@ -81,6 +92,7 @@ class Serving:
         state = self.ctx.state
         state.generation = observation.generation
         state.annotations = dict(observation.annotations)
+        self.expires_at = observation.expires_at
         self.ingress_settling = False
         if observation.ingress is not None and observation.ingress != state.ingress:
             state.ingress = observation.ingress
@@ -128,6 +140,25 @@ class Serving:
             del state.components[gone]
         spec = RolloutSpec.model_validate(observation.spec_rollout) if observation.spec_rollout else None
         return spec, observation
+
+    def expiry_wait(self) -> float | None:
+        """Seconds until spec.ttlSecondsAfterCreation deletes the service (0: due), None without one. Behind
+        the patch: histories recorded before it observed no expiry and wait for none."""
+        if self.expires_at is None or not workflow.patched(TTL_AFTER_CREATION):
+            return None
+        due = max(self.expires_at, self.expiry_recheck or self.expires_at)
+        return max(0.0, (due - workflow.now()).total_seconds())
+
+    async def delete_if_expired(self) -> None:
+        """Delete the service when its ttl has passed. The activity judges by the object as it is then (an
+        edit may have moved the ttl since this observation); either way the object is observed again: a
+        deleted service's observation ends the workflow, a moved ttl gives the new deadline."""
+        if self.expiry_wait() != 0.0:
+            return
+        deleted = await workflow.execute_activity_method(ServingActivities.delete_expired,
+                                                         ObserveInput(isvc=self.ctx.require_ref()), **options.KUBE)
+        self.expiry_recheck = None if deleted else workflow.now() + timedelta(seconds=EXPIRY_RECHECK)
+        self.ctx.changed = True
 
     async def _serve(self, seen: ComponentObservation) -> None:
         """Keep a component served: its first revision at 100%, stable replicas at the spec's
