@@ -149,16 +149,17 @@ class Serving:
         due = max(self.expires_at, self.expiry_recheck or self.expires_at)
         return max(0.0, (due - workflow.now()).total_seconds())
 
-    async def delete_if_expired(self) -> None:
-        """Delete the service when its ttl has passed. The activity judges by the object as it is then (an
-        edit may have moved the ttl since this observation); either way the object is observed again: a
-        deleted service's observation ends the workflow, a moved ttl gives the new deadline."""
+    async def delete_if_expired(self) -> bool:
+        """Delete the service when its ttl has passed; True when it asked (then the object is observed again:
+        a deleted service's observation ends the workflow, a moved ttl gives the new deadline). The activity
+        judges by the object as it is then: an edit may have moved the ttl since this observation."""
         if self.expiry_wait() != 0.0:
-            return
+            return False
         deleted = await workflow.execute_activity_method(ServingActivities.delete_expired,
                                                          ObserveInput(isvc=self.ctx.require_ref()), **options.KUBE)
         self.expiry_recheck = None if deleted else workflow.now() + timedelta(seconds=EXPIRY_RECHECK)
         self.ctx.changed = True
+        return True
 
     async def _serve(self, seen: ComponentObservation) -> None:
         """Keep a component served: its first revision at 100%, stable replicas at the spec's

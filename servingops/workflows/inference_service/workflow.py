@@ -136,8 +136,7 @@ class InferenceServiceWorkflow:
                 ctx.dirty = False
                 await write_status(ctx, self.serving)
                 await self.annotations.remove_consumed()
-            await self.serving.delete_if_expired()
-            if ctx.changed:
+            if await self.serving.delete_if_expired():
                 continue  # deleted (or the ttl moved): observe before anything else
             self._phase = self._summary()
             visibility.publish(self._phase)
