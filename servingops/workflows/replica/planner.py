@@ -307,8 +307,8 @@ class _Planner:
     def repair_broken_instances(self) -> None:
         """An Instance with no operation whose pods are gone, Failed or (RecreateInstanceOnPodRestart)
         restarted after readySince, or a Failed one due another try, is recreated by a Restart. Under
-        Freeze nothing is repaired; a Ready Instance whose pods are all gone is only demoted to Pending,
-        so it is not counted as serving."""
+        Freeze nothing is repaired; a Ready Instance whose pods are all gone is only demoted to Pending
+        (its row would say Ready with no pods)."""
         for index in sorted(self.out.rows):
             row = self.out.rows[index]
             if row.operation is not None:
