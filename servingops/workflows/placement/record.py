@@ -5,6 +5,8 @@ written: `force`). Also why the service is held, said once per distinct reason."
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio import workflow
 
 from servingops.workflows.placement.readiness import ready_condition
@@ -12,6 +14,8 @@ from servingops.workflows.placement.state import PlacementState
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
+    from servingops.api_models.ome.inference_service import InferenceServiceStatus
+    from servingops.api_models.ome.placement_status import PlacementStatus
     from servingops.api_models.refs import ConditionUpdate, ObjectRef
     from servingops.workflows import options
 
@@ -46,7 +50,7 @@ class PlacementRecord:
             ready = ready_condition(self.state.status, self.state.held)
         if not (force or self.notes or self._dirty() or ready != self.written_ready):
             return
-        body: dict[str, object] = {"placement": None if clear else self.state.status.to_api()}
+        body = placement_patch(None if clear else self.state.status)
         self.written, self.written_ready = self.state.status.to_api(), ready
         notes, self.notes = self.notes, []
         await workflow.execute_activity_method(
@@ -55,3 +59,13 @@ class PlacementRecord:
 
     def _dirty(self) -> bool:
         return self.written != self.state.status.to_api()
+
+
+def placement_patch(placement: PlacementStatus | None) -> dict[str, Any]:
+    """The merge patch of the InferenceService status that this workflow owns, built through the kind's
+    status model: status.placement whole (nested defaults included, as `to_api()` gives them), or
+    removed (None) when the placement is cleared. Only `placement` is set on the model, so no other
+    field of the status is touched. The body is the dict this write sent before it went through the
+    model, key for key (tests/test_placement_status_write.py holds it to every write in the stored
+    histories)."""
+    return InferenceServiceStatus(placement=placement).to_merge_patch(whole_values=True)

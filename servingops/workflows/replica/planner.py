@@ -14,6 +14,9 @@ Order of a pass:
    index first, admitted under the budget (SurgeThenDrain: maxSurge concurrent surges; the others:
    maxUnavailable against the serving count) and the RetryBlock of the target;
 5. the ome.io/serving gate: every Ready pod not being drained is put in rotation.
+
+`plan` runs these steps as methods of `_Planner`, one pass's state: what a step hands the next (the
+pods kept draining, the operation-id sequence, the indexes a migration's surge holds) lives there.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from servingops.activities.replica.types import PodView
 from servingops.api_models.ome.enums import (
     InstanceOperationType,
     InstanceRestartPolicy,
@@ -30,15 +34,23 @@ from servingops.api_models.ome.enums import (
     UpdateStrategyType,
 )
 from servingops.api_models.ome.instance_keys import KUEUE_PENDING
-from servingops.api_models.ome.instance_status import OMENativeInstanceStatus, RetryBlock
+from servingops.api_models.ome.instance_status import InstanceOperation, OMENativeInstanceStatus, RetryBlock
 from servingops.api_models.ome.migration import MigrationStatus
 from servingops.workflows.replica import migrate
 from servingops.workflows.replica.commands import Command, CreatePods, SetServing
-from servingops.workflows.replica.instances import InstanceView, all_ready, available_at, health, serving
+from servingops.workflows.replica.instances import (
+    Health,
+    InstanceView,
+    all_ready,
+    available_at,
+    health,
+    serving,
+)
 from servingops.workflows.replica.operations import (
     PHASE_OF,
     SURGE,
     Failure,
+    Outcome,
     announce_admission,
     backoff,
     canonical_pods,
@@ -124,216 +136,433 @@ def _earliest(a: datetime | None, b: datetime | None) -> datetime | None:
 
 
 def plan(inputs: Inputs) -> Pass:
-    life, now = inputs.life, inputs.now
-    out = Pass(rows={i: row.model_copy(deep=True) for i, row in inputs.rows.items()},
-               blocks={name: block.model_copy() for name, block in inputs.blocks.items()})
-    draining: set[str] = set()
-    relocations: list[MigrationStatus] = []
-    sequence = 0
+    """The pass's decisions, in the order of the module docstring. The order is part of the result:
+    each step sees the rows, operations and drains the steps before it left, and the operation ids
+    count up across the steps (so a replayed pass names its operations the same)."""
+    planner = _Planner(inputs)
+    planner.adopt_unrecorded_pods()
+    planner.advance_recorded_operations()
+    planner.run_migrations()
+    planner.repair_broken_instances()
+    planner.scale()
+    planner.update_behind_instances()
+    planner.settle_phases()
+    planner.drop_stale_blocks()
+    _gate(planner.out, inputs, planner.draining)
+    planner.finish_commands()
+    planner.settle_wake()
+    return planner.out
 
-    def op_id(index: int) -> str:
-        nonlocal sequence
-        sequence += 1
-        return f"{inputs.op_prefix}-{index}-{sequence}"
 
-    def view(index: int) -> InstanceView:
-        return inputs.views.get(index) or InstanceView(index=index)
+class _Planner:
+    """One pass under way: the Pass it builds and what its steps hand each other (the pods kept out of
+    rotation, this pass's relocations, the indexes a migration's surge holds, the operation ids)."""
 
-    # 0. adopt: pods whose Instance has no row (a status lost or written by another controller) get
-    # one, so they are counted, repaired or scaled away instead of duplicated; a migration's surge
-    # pods are not an Instance of their own until the migration completes
-    surges = migrate.reserved(list(inputs.migrations), inputs.views)
-    for index, seen in inputs.views.items():
-        if index in out.rows or not seen.live or index in surges:
-            continue
-        first = seen.live[0]
-        out.rows[index] = OMENativeInstanceStatus(
-            index=index, incarnation=first.incarnation, active_ordinal=0 if life.gang else first.slot,
-            running_revision=first.revision, target_revision=first.revision, phase=OMENativeInstancePhase.PENDING)
+    def __init__(self, inputs: Inputs) -> None:
+        self.inputs = inputs
+        self.life, self.now = inputs.life, inputs.now
+        # Copies: the workflow may plan the same inputs again (an unpatched history's branch).
+        self.out = Pass(rows={i: row.model_copy(deep=True) for i, row in inputs.rows.items()},
+                        blocks={name: block.model_copy() for name, block in inputs.blocks.items()})
+        self.draining: set[str] = set()
+        """Pods the serving gate keeps out of rotation this pass (what an operation drains)."""
+        self.relocations: list[MigrationStatus] = []
+        """Relocation records (Trigger Auto) opened this pass."""
+        self.surges = migrate.reserved(list(inputs.migrations), inputs.views)
+        """Indexes a migration's surge pods hold: no Instance of their own, and never given to a new one."""
+        self._sequence = 0
+
+    def op_id(self, index: int) -> str:
+        """`<op_prefix>-<index>-<n>`, n counting the operations this pass opened, whatever step opened
+        them: unique per replica and pass, and the same when the pass is replayed."""
+        self._sequence += 1
+        return f"{self.inputs.op_prefix}-{index}-{self._sequence}"
+
+    def view(self, index: int) -> InstanceView:
+        """The Instance's observed pods; none seen is an empty view, not a missing one."""
+        return self.inputs.views.get(index) or InstanceView(index=index)
+
+    def _first_step(self, index: int, row: OMENativeInstanceStatus) -> Outcome:
+        """Take the first step of the operation just opened on `row`, in this same pass (its commands
+        go out now), and record the stepped row."""
+        result = advance_operation(row, self.view(index), self.life, self.now)
+        self.out.rows[index] = result.row
+        self.out.commands.extend(result.commands)
+        return result
+
+    # 0. adopt
+
+    def adopt_unrecorded_pods(self) -> None:
+        """Pods whose Instance has no row (a status lost, or written by another controller) get one, so
+        they are counted, repaired or scaled away instead of duplicated. A migration's surge pods are not
+        an Instance of their own until the migration completes."""
+        for index, seen in self.inputs.views.items():
+            if index in self.out.rows or not seen.live or index in self.surges:
+                continue
+            first = seen.live[0]
+            self.out.rows[index] = OMENativeInstanceStatus(
+                index=index, incarnation=first.incarnation, active_ordinal=0 if self.life.gang else first.slot,
+                running_revision=first.revision, target_revision=first.revision,
+                phase=OMENativeInstancePhase.PENDING)
 
     # 1. recorded operations
-    for index in sorted(out.rows):
-        row = out.rows[index]
-        op = row.operation
-        if op is None or op.type is None or op.type is InstanceOperationType.MIGRATE:
-            continue  # (Migrate: below, with its record)
-        if life.paused and (op.type in GATED_WHEN_PAUSED or (life.frozen and op.type is InstanceOperationType.RESTART)):
-            draining |= _held_draining(row, view(index))
-            continue
-        result = advance_operation(row, view(index), life, now)
-        draining |= result.draining
+
+    def advance_recorded_operations(self) -> None:
+        """Step every operation the rows record, lowest index first. A Migrate is stepped with its record
+        (run_migrations); an operation that pause stops keeps out of rotation what its step took out."""
+        for index in sorted(self.out.rows):
+            row = self.out.rows[index]
+            op = row.operation
+            if op is None or op.type is None or op.type is InstanceOperationType.MIGRATE:
+                continue
+            if self._stopped_by_pause(op.type):
+                self.draining |= _held_draining(row, self.view(index))
+                continue
+            self._advance_recorded(index, row, op)
+
+    def _stopped_by_pause(self, kind: InstanceOperationType) -> bool:
+        """Paused: Create, Update and Migrate stand still; a Restart (repair) only under Freeze, since
+        Recover keeps repairing. A Delete (scale-down) always runs."""
+        life = self.life
+        return life.paused and (kind in GATED_WHEN_PAUSED or (life.frozen and kind is InstanceOperationType.RESTART))
+
+    def _advance_recorded(self, index: int, row: OMENativeInstanceStatus, op: InstanceOperation) -> None:
+        """One step of a recorded operation. Pods an in-place update found all patched rejoin rotation
+        now, unless the workflow plans for a history recorded before that (Inputs.in_place_rejoin)."""
+        result = advance_operation(row, self.view(index), self.life, self.now)
+        self.draining |= result.draining
         if result.rejoining:
-            out.rejoined += 1
-            if not inputs.in_place_rejoin:
-                draining |= result.rejoining
-        out.commands.extend(result.commands)
+            self.out.rejoined += 1
+            if not self.inputs.in_place_rejoin:
+                self.draining |= result.rejoining
+        self.out.commands.extend(result.commands)
+        if result.failure is not None:
+            result = self._relocate_or_fail(index, op, result, result.failure)
+        self._record_stepped(index, op, result)
+
+    def _relocate_or_fail(self, index: int, op: InstanceOperation, result: Outcome, failure: Failure) -> Outcome:
+        """A WaitReady past its deadline. A Create or Restart whose pods sit on a node is first recreated
+        away from that node (a Relocated record, migrate.relocation: the policy and caps decide) when
+        Inputs.auto_relocate; otherwise the attempt fails (_fail: RetryBlock, Failed). Returns the
+        Instance's outcome for the pass: the relocating Restart's first step, or the failed one."""
         relocated = None
-        if result.failure is not None and inputs.auto_relocate and op.type in (
-                InstanceOperationType.CREATE, InstanceOperationType.RESTART):
-            relocated = migrate.relocation(result.row, view(index), life, [*inputs.migrations, *relocations],
-                                           inputs.caps, never=inputs.migration_never,
-                                           op_id=f"{inputs.op_prefix}-{index}", now=now)
-        if relocated is not None:
-            relocations.append(relocated)
-            result.row.operation = open_operation(InstanceOperationType.RESTART, op_id=op_id(index),
-                                                  target=result.failure.revision if result.failure else "", now=now,
-                                                  reason=migrate.RELOCATE, strategy=None, life=life)
-            result = advance_operation(result.row, view(index), life, now)
-            draining |= result.draining
-            out.commands.extend(result.commands)
-            out.opened += 1
-            out.relocated += 1
-            out.notes.append(Note("Warning", "InstanceRelocated", relocated.message or ""))
-        elif result.failure is not None:
-            _fail(out, result.row, result.failure, now)
+        if self.inputs.auto_relocate and op.type in (InstanceOperationType.CREATE, InstanceOperationType.RESTART):
+            relocated = migrate.relocation(result.row, self.view(index), self.life,
+                                           [*self.inputs.migrations, *self.relocations], self.inputs.caps,
+                                           never=self.inputs.migration_never,
+                                           op_id=f"{self.inputs.op_prefix}-{index}", now=self.now)
+        if relocated is None:
+            _fail(self.out, result.row, failure, self.now)
+            return result
+        self.relocations.append(relocated)
+        result.row.operation = open_operation(InstanceOperationType.RESTART, op_id=self.op_id(index),
+                                              target=failure.revision, now=self.now, reason=migrate.RELOCATE,
+                                              strategy=None, life=self.life)
+        result = advance_operation(result.row, self.view(index), self.life, self.now)
+        self.draining |= result.draining
+        self.out.commands.extend(result.commands)
+        self.out.opened += 1
+        self.out.relocated += 1
+        self.out.notes.append(Note("Warning", "InstanceRelocated", relocated.message or ""))
+        return result
+
+    def _record_stepped(self, index: int, op: InstanceOperation, result: Outcome) -> None:
+        """The row after its step: gone once a Delete finished; else recorded, the pass waking at its
+        deadline. An attempt that finished at a revision (any but a Delete) lifts that revision's
+        RetryBlock."""
+        out = self.out
         if result.remove:
             del out.rows[index]
-            continue
+            return
         out.rows[index] = result.row
         if result.row.operation is not None:
             out.wake_at = _earliest(out.wake_at, result.row.operation.deadline)
         elif result.done and op.type is not InstanceOperationType.DELETE:
-            block = out.blocks.get(op.target_revision or "")
-            if block is not None:  # an attempt at the revision succeeded: its block lifts
-                del out.blocks[op.target_revision or ""]
+            out.blocks.pop(op.target_revision or "", None)
 
-    # 1b. migrations (their own step machine; they also add and remove rows)
-    out.migrations = [*inputs.migrations, *relocations]
-    if inputs.migrations:
+    # 1b. migrations
+
+    def run_migrations(self) -> None:
+        """Migrations have their own step machine (migrate.run) over the rows the operations left: they
+        add and remove rows, drain pods and hold surge indexes. status.migrations is its records, then
+        this pass's relocations."""
+        inputs, out = self.inputs, self.out
+        out.migrations = [*inputs.migrations, *self.relocations]
+        if not inputs.migrations:
+            return
         moved = migrate.run(migrate.Inputs(
-            rows=out.rows, views=inputs.views, life=life, records=list(inputs.migrations), now=now,
+            rows=out.rows, views=inputs.views, life=self.life, records=list(inputs.migrations), now=self.now,
             caps=inputs.caps, op_id=f"{inputs.op_prefix}-mig", ready_endpoints=inputs.ready_endpoints,
             cancel=inputs.cancel))
-        out.migrations = [*moved.records, *relocations]
+        out.migrations = [*moved.records, *self.relocations]
         out.commands.extend(moved.commands)
         out.notes.extend(Note(n.type, n.reason, n.message) for n in moved.notes)
-        draining |= moved.draining
-        surges |= moved.reserved
+        self.draining |= moved.draining
+        self.surges |= moved.reserved
         out.opened += moved.opened
         out.wake_at = _earliest(out.wake_at, moved.wake_at)
 
     # 2. repair
-    for index in sorted(out.rows):
-        row = out.rows[index]
-        if row.operation is not None:
-            continue
-        pods = canonical_pods(row, view(index), life)
-        problem = health(pods, life.pods_per_instance, row.ready_since,
-                         repair_restarts=life.restart_policy is InstanceRestartPolicy.RECREATE_INSTANCE_ON_POD_RESTART)
-        if row.phase is OMENativeInstancePhase.FAILED:
-            block = out.blocks.get(inputs.target)
-            if block is not None and block.next_retry_at is not None and now < block.next_retry_at:
-                out.wake_at = _earliest(out.wake_at, block.next_retry_at)
+
+    def repair_broken_instances(self) -> None:
+        """An Instance with no operation whose pods are gone, Failed or (RecreateInstanceOnPodRestart)
+        restarted after readySince, or a Failed one due another try, is recreated by a Restart. Under
+        Freeze nothing is repaired; a Ready Instance whose pods are all gone is only demoted to Pending
+        (its row would say Ready with no pods)."""
+        for index in sorted(self.out.rows):
+            row = self.out.rows[index]
+            if row.operation is not None:
                 continue
-            if problem is None and all_ready(pods, life.pods_per_instance):
+            pods = canonical_pods(row, self.view(index), self.life)
+            problem = health(pods, self.life.pods_per_instance, row.ready_since, repair_restarts=(
+                self.life.restart_policy is InstanceRestartPolicy.RECREATE_INSTANCE_ON_POD_RESTART))
+            why = self._repair_reason(index, row, pods, problem)
+            if why is None:
+                continue
+            if self.life.frozen:
+                if not pods and row.phase is OMENativeInstancePhase.READY:
+                    row.phase = OMENativeInstancePhase.PENDING
+                continue
+            self._open_repair(index, row, problem, *why)
+
+    def _repair_reason(self, index: int, row: OMENativeInstanceStatus, pods: list[PodView],
+                       problem: Health | None) -> tuple[str, str] | None:
+        """The Event reason and message of the Restart the Instance needs, or None. A Failed Instance
+        waits out its target's backoff (the pass wakes at nextRetryAt), is Ready again when its pods
+        recovered meanwhile, and else tries again; any other Instance only when its health has a problem."""
+        if row.phase is OMENativeInstancePhase.FAILED:
+            block = self.out.blocks.get(self.inputs.target)
+            if block is not None and block.next_retry_at is not None and self.now < block.next_retry_at:
+                self.out.wake_at = _earliest(self.out.wake_at, block.next_retry_at)
+                return None
+            if problem is None and all_ready(pods, self.life.pods_per_instance):
                 row.phase = OMENativeInstancePhase.READY
-                continue
+                return None
             if problem is None:
-                problem_reason, message = "RetryAfterBackoff", f"Instance {index} failed; trying again"
-            else:
-                problem_reason, message = problem.reason, problem.message
+                return "RetryAfterBackoff", f"Instance {index} failed; trying again"
         elif problem is None:
-            continue
-        else:
-            problem_reason, message = problem.reason, problem.message
-        if life.frozen:
-            if not pods and row.phase is OMENativeInstancePhase.READY:
-                row.phase = OMENativeInstancePhase.PENDING
-            continue
-        # A failed Instance tries the current target again; a repair keeps the revision it runs.
-        revision = inputs.target if row.phase is OMENativeInstancePhase.FAILED else (
-            row.running_revision or row.target_revision or inputs.target)
-        row.operation = open_operation(InstanceOperationType.RESTART, op_id=op_id(index), target=revision, now=now,
-                                       reason=problem_reason, strategy=None, life=life)
-        if row.phase is OMENativeInstancePhase.FAILED:
-            _count_attempt(out.blocks, revision, now)  # another attempt at the revision that failed
+            return None
+        return problem.reason, problem.message
+
+    def _open_repair(self, index: int, row: OMENativeInstanceStatus, problem: Health | None, reason: str,
+                     message: str) -> None:
+        """Open the Restart and take its first step. A Failed Instance tries the current target again (one
+        more attempt on its RetryBlock); a repair keeps the revision the Instance runs."""
+        failed = row.phase is OMENativeInstancePhase.FAILED
+        revision = self.inputs.target if failed else (row.running_revision or row.target_revision or self.inputs.target)
+        row.operation = open_operation(InstanceOperationType.RESTART, op_id=self.op_id(index), target=revision,
+                                       now=self.now, reason=reason, strategy=None, life=self.life)
+        if failed:
+            _count_attempt(self.out.blocks, revision, self.now)
         if problem is not None and problem.failure is not None:
             row.last_failure = problem.failure
         row.phase = OMENativeInstancePhase.RESTARTING
-        out.opened += 1
-        out.notes.append(Note("Warning", problem_reason, f"recreating Instance {index}: {message}"))
-        result = advance_operation(row, view(index), life, now)
-        out.rows[index] = result.row
-        out.commands.extend(result.commands)
-        draining |= result.draining
+        self.out.opened += 1
+        self.out.notes.append(Note("Warning", reason, f"recreating Instance {index}: {message}"))
+        self.draining |= self._first_step(index, row).draining
 
     # 3. scale
-    keep = sorted(i for i, r in out.rows.items()
-                  if not (r.operation and r.operation.type is InstanceOperationType.DELETE))
-    extra = len(keep) - life.desired
-    for index in sorted(keep, reverse=True)[:max(0, extra)]:
-        row = out.rows[index]
-        row.operation = open_operation(InstanceOperationType.DELETE, op_id=op_id(index),
-                                       target=row.running_revision or "", now=now, reason="ScaleDown",
-                                       strategy=None, life=life)
-        out.opened += 1
-        result = advance_operation(row, view(index), life, now)
-        out.rows[index] = result.row
-        out.commands.extend(result.commands)
-        draining |= result.draining
-    missing = life.desired - len(keep)
-    if missing > 0:
-        blocked = _blocked(out.blocks.get(inputs.target), now)
-        if life.paused:
-            out.hold = Hold(RolloutHoldGate.HELD, "the replica is paused: no Instance is created", inputs.target)
+
+    def scale(self) -> None:
+        """Bring the Instances not already being deleted to life.desired: the extra ones go highest index
+        first, the missing ones take the lowest free indexes."""
+        keep = sorted(i for i, r in self.out.rows.items()
+                      if not (r.operation and r.operation.type is InstanceOperationType.DELETE))
+        self._scale_down(keep)
+        self._scale_up(self.life.desired - len(keep))
+
+    def _scale_down(self, keep: list[int]) -> None:
+        """A Delete for each extra Instance, highest index first; it replaces whatever operation the
+        Instance had, and runs paused or not."""
+        extra = len(keep) - self.life.desired
+        for index in sorted(keep, reverse=True)[:max(0, extra)]:
+            row = self.out.rows[index]
+            row.operation = open_operation(InstanceOperationType.DELETE, op_id=self.op_id(index),
+                                           target=row.running_revision or "", now=self.now, reason="ScaleDown",
+                                           strategy=None, life=self.life)
+            self.out.opened += 1
+            self.draining |= self._first_step(index, row).draining
+
+    def _scale_up(self, missing: int) -> None:
+        """A Create at the target for each missing Instance, unless pause or the target's RetryBlock holds
+        new Instances too (then the rollout hold says which)."""
+        if missing <= 0:
+            return
+        blocked = _blocked(self.out.blocks.get(self.inputs.target), self.now)
+        if self.life.paused:
+            self.out.hold = Hold(RolloutHoldGate.HELD, "the replica is paused: no Instance is created",
+                                 self.inputs.target)
         elif blocked is not None:
-            out.hold = Hold(blocked[0], blocked[1], inputs.target)
+            self.out.hold = Hold(blocked[0], blocked[1], self.inputs.target)
         else:
-            taken = set(out.rows) | set(inputs.views) | surges
-            candidate = 0
-            for _ in range(missing):
-                while candidate in taken:
-                    candidate += 1
-                taken.add(candidate)
-                row = OMENativeInstanceStatus(index=candidate, incarnation=0, active_ordinal=0,
-                                              target_revision=inputs.target, phase=OMENativeInstancePhase.CREATING)
-                row.operation = open_operation(InstanceOperationType.CREATE, op_id=op_id(candidate),
-                                               target=inputs.target, now=now, reason="ScaleUp", strategy=None,
-                                               life=life)
-                _count_attempt(out.blocks, inputs.target, now)
-                out.opened += 1
-                result = advance_operation(row, view(candidate), life, now)
-                out.rows[candidate] = result.row
-                out.commands.extend(result.commands)
+            for index in self._free_indexes(missing):
+                self._create(index)
+
+    def _free_indexes(self, count: int) -> list[int]:
+        """The `count` lowest indexes that no row, no observed pod and no migration's surge holds: a new
+        Instance never takes over pods or a name that is still in use."""
+        taken = set(self.out.rows) | set(self.inputs.views) | self.surges
+        free: list[int] = []
+        candidate = 0
+        while len(free) < count:
+            if candidate not in taken:
+                free.append(candidate)
+            candidate += 1
+        return free
+
+    def _create(self, index: int) -> None:
+        """A new Instance at the target: its Create counts as an attempt on the target's RetryBlock."""
+        target = self.inputs.target
+        row = OMENativeInstanceStatus(index=index, incarnation=0, active_ordinal=0, target_revision=target,
+                                      phase=OMENativeInstancePhase.CREATING)
+        row.operation = open_operation(InstanceOperationType.CREATE, op_id=self.op_id(index), target=target,
+                                       now=self.now, reason="ScaleUp", strategy=None, life=self.life)
+        _count_attempt(self.out.blocks, target, self.now)
+        self.out.opened += 1
+        self._first_step(index, row)
 
     # 4. update
-    _update(out, inputs, op_id)
 
-    # phases and the serving gate
-    for index, row in out.rows.items():
-        if row.operation is not None and row.operation.type is not None:
-            row.phase = PHASE_OF[row.operation.type]
-            row.target_revision = row.operation.target_revision
-            if row.operation.type is InstanceOperationType.UPDATE:
-                out.wake_at = _earliest(out.wake_at, row.operation.deadline)
-        elif row.phase is not OMENativeInstancePhase.FAILED:
-            pods = canonical_pods(row, view(index), life)
-            row.phase = OMENativeInstancePhase.READY if all_ready(pods, life.pods_per_instance) else (
-                OMENativeInstancePhase.PENDING)
-            if row.phase is OMENativeInstancePhase.READY and row.ready_since is None:
-                since = [pod.ready_since for pod in pods if pod.ready_since is not None]
-                row.ready_since = max(since) if since else now
-            if row.phase is OMENativeInstancePhase.PENDING:
-                row.ready_since = None
-        held = announce_admission(row, view(index))
-        if held is not None:
-            out.notes.append(Note("Warning", KUEUE_PENDING, held))
-    # A block scopes a revision some Instance still aims at or runs; once none does (the spec moved
-    # on), it is history, and the Events and the failed rows' lastFailure keep the trace.
-    live = {inputs.target} | {r.running_revision or "" for r in out.rows.values()} | {
-        r.target_revision or "" for r in out.rows.values()}
-    out.blocks = {name: block for name, block in out.blocks.items() if name in live}
-    _gate(out, inputs, draining)
-    if out.migrations:
-        migrate.stamp_relocations(out.migrations, out.rows)
-        out.commands = [_steered(c, out.rows, out.migrations) for c in out.commands]
-    out.commands = _batched(out.commands)
-    for seen in inputs.views.values():
-        for pod in seen.live:
-            out.wake_at = _earliest(out.wake_at, available_at(pod, life.min_ready))
-    if out.wake_at is not None and out.wake_at <= now:
-        out.wake_at = None
-    return out
+    def update_behind_instances(self) -> None:
+        """Update the Instances behind the target, highest index first, as many as the budget admits;
+        the partition keeps its lowest-indexed ones where they are. What holds the rest is the rollout
+        hold."""
+        target, out = self.inputs.target, self.out
+        behind = self._behind_target()
+        held_by_partition = behind[:self.life.partition]
+        eligible = [i for i in reversed(behind[self.life.partition:]) if out.rows[i].operation is None]
+        if not eligible:
+            if held_by_partition and not any(r.operation for r in out.rows.values()):
+                out.hold = out.hold or Hold(RolloutHoldGate.HELD, f"partition {self.life.partition} holds "
+                                            f"Instances {', '.join(map(str, held_by_partition))} at their revision",
+                                            target)
+            return
+        hold = self._update_hold()
+        if hold is not None:
+            out.hold = hold
+            return
+        room, budget_text = self._update_room()
+        admitted = eligible if room is None else eligible[:room]
+        for index in admitted:
+            self._open_update(index)
+        if len(admitted) < len(eligible):
+            out.hold = Hold(RolloutHoldGate.BUDGET, budget_text, target)
+
+    def _behind_target(self) -> list[int]:
+        """Indexes, lowest first, neither on the target nor headed there. Failed Instances are repair's
+        (they retry the target after their backoff), not the update's."""
+        target = self.inputs.target
+        return [i for i, r in sorted(self.out.rows.items()) if r.running_revision != target
+                and not (r.operation and r.operation.target_revision == target)
+                and r.phase is not OMENativeInstancePhase.FAILED]
+
+    def _update_hold(self) -> Hold | None:
+        """What holds every update this pass: pause; the target's RetryBlock (the pass wakes at its
+        nextRetryAt); or, under InPlaceOnly, a target that cannot be applied in place."""
+        life, target, out = self.life, self.inputs.target, self.out
+        if life.paused:
+            return Hold(RolloutHoldGate.HELD, "the replica is paused", target)
+        blocked = _blocked(out.blocks.get(target), self.now)
+        if blocked is not None:
+            block = out.blocks.get(target)
+            if block is not None and block.next_retry_at is not None:
+                out.wake_at = _earliest(out.wake_at, block.next_retry_at)
+            return Hold(blocked[0], blocked[1], target)
+        if self.inputs.in_place_held and life.strategy is UpdateStrategyType.IN_PLACE_ONLY:
+            return Hold(RolloutHoldGate.HELD, self.inputs.in_place_held, target)
+        return None
+
+    def _update_room(self) -> tuple[int | None, str]:
+        """How many more updates the budget admits now (None: no cap), and how the Budget gate says so.
+        SurgeThenDrain counts the surges in flight against maxSurge (the old pods keep serving); the
+        others count the Instances out of rotation against maxUnavailable, since each update takes one
+        out."""
+        life, rows = self.life, self.out.rows
+        if mechanism(life.strategy, life.gang) == SURGE:
+            in_flight = sum(1 for r in rows.values()
+                            if r.operation and r.operation.type is InstanceOperationType.UPDATE)
+            room = None if life.max_surge is None else max(0, life.max_surge - in_flight)
+            return room, f"maxSurge {life.max_surge}: {in_flight} surge(s) in flight"
+        serving_now = sum(1 for i, r in rows.items() if _instance_serving(r, self.inputs.views.get(i), life)
+                          and r.operation is None)
+        unavailable = max(0, life.desired - serving_now)
+        room = None if life.max_unavailable is None else max(0, life.max_unavailable - unavailable)
+        return room, (f"maxUnavailable {life.max_unavailable}: {unavailable} of {life.desired} Instance(s) "
+                      "out of rotation")
+
+    def _open_update(self, index: int) -> None:
+        """Open the Update with the strategy pinned on it (a later spec change does not switch an update
+        under way), count the attempt on the target's RetryBlock and take the first step."""
+        target = self.inputs.target
+        row = self.out.rows[index]
+        row.operation = open_operation(InstanceOperationType.UPDATE, op_id=self.op_id(index), target=target,
+                                       now=self.now, reason="RevisionUpdate", strategy=self.life.strategy.value,
+                                       life=self.life)
+        _count_attempt(self.out.blocks, target, self.now)
+        self.out.opened += 1
+        self._first_step(index, row)
+
+    # phases, blocks, commands, wake
+
+    def settle_phases(self) -> None:
+        """Each row's phase from what the pass left it, and Kueue's reason for holding an Instance said
+        once per operation."""
+        for index, row in self.out.rows.items():
+            if row.operation is not None and row.operation.type is not None:
+                self._phase_from_operation(row, row.operation)
+            elif row.phase is not OMENativeInstancePhase.FAILED:
+                self._phase_from_pods(index, row)
+            held = announce_admission(row, self.view(index))
+            if held is not None:
+                self.out.notes.append(Note("Warning", KUEUE_PENDING, held))
+
+    def _phase_from_operation(self, row: OMENativeInstanceStatus, op: InstanceOperation) -> None:
+        """An Instance under an operation shows its phase and aims at its revision; an Update in flight
+        also wakes the pass at its deadline."""
+        assert op.type is not None
+        row.phase = PHASE_OF[op.type]
+        row.target_revision = op.target_revision
+        if op.type is InstanceOperationType.UPDATE:
+            self.out.wake_at = _earliest(self.out.wake_at, op.deadline)
+
+    def _phase_from_pods(self, index: int, row: OMENativeInstanceStatus) -> None:
+        """Without an operation (and not Failed, which only a retry ends): Ready while all its pods are,
+        readySince the latest pod's (kept once set), else Pending with no readySince."""
+        pods = canonical_pods(row, self.view(index), self.life)
+        row.phase = OMENativeInstancePhase.READY if all_ready(pods, self.life.pods_per_instance) else (
+            OMENativeInstancePhase.PENDING)
+        if row.phase is OMENativeInstancePhase.READY and row.ready_since is None:
+            since = [pod.ready_since for pod in pods if pod.ready_since is not None]
+            row.ready_since = max(since) if since else self.now
+        if row.phase is OMENativeInstancePhase.PENDING:
+            row.ready_since = None
+
+    def drop_stale_blocks(self) -> None:
+        """A block scopes a revision some Instance still aims at or runs; once none does (the spec moved
+        on), it is history, and the Events and the failed rows' lastFailure keep the trace."""
+        out = self.out
+        live = {self.inputs.target} | {r.running_revision or "" for r in out.rows.values()} | {
+            r.target_revision or "" for r in out.rows.values()}
+        out.blocks = {name: block for name, block in out.blocks.items() if name in live}
+
+    def finish_commands(self) -> None:
+        """A relocating Instance's creates are steered off the node it failed on; the serving flips go out
+        as one call per direction and reason."""
+        out = self.out
+        if out.migrations:
+            migrate.stamp_relocations(out.migrations, out.rows)
+            out.commands = [_steered(c, out.rows, out.migrations) for c in out.commands]
+        out.commands = _batched(out.commands)
+
+    def settle_wake(self) -> None:
+        """The pass also wakes when a live pod reaches minReadySeconds (it becomes available without any
+        event); a moment not in the future is no wake at all."""
+        out = self.out
+        for seen in self.inputs.views.values():
+            for pod in seen.live:
+                out.wake_at = _earliest(out.wake_at, available_at(pod, self.life.min_ready))
+        if out.wake_at is not None and out.wake_at <= self.now:
+            out.wake_at = None
 
 
 def _steered(command: Command, rows: dict[int, OMENativeInstanceStatus],
@@ -397,59 +626,6 @@ def _fail(out: Pass, row: OMENativeInstanceStatus, failure: Failure, now: dateti
         last_failure_at=now, reason=failure.reason[:512])
     out.notes.append(Note("Warning", "InstanceNotReady", failure.reason))
     out.wake_at = _earliest(out.wake_at, now + backoff(attempts))
-
-
-def _update(out: Pass, inputs: Inputs, op_id: object) -> None:
-    life, now, target = inputs.life, inputs.now, inputs.target
-    assert callable(op_id)
-    rows = out.rows
-    behind = [i for i in sorted(rows) if rows[i].running_revision != target
-              and not (rows[i].operation and rows[i].operation.target_revision == target)  # type: ignore[union-attr]
-              and rows[i].phase is not OMENativeInstancePhase.FAILED]
-    held_by_partition = behind[:life.partition]
-    eligible = [i for i in reversed(behind[life.partition:]) if rows[i].operation is None]
-    if not eligible:
-        if held_by_partition and not any(r.operation for r in rows.values()):
-            out.hold = out.hold or Hold(RolloutHoldGate.HELD, f"partition {life.partition} holds Instances "
-                                        f"{', '.join(map(str, held_by_partition))} at their revision", target)
-        return
-    if life.paused:
-        out.hold = Hold(RolloutHoldGate.HELD, "the replica is paused", target)
-        return
-    blocked = _blocked(out.blocks.get(target), now)
-    if blocked is not None:
-        out.hold = Hold(blocked[0], blocked[1], target)
-        block = out.blocks.get(target)
-        if block is not None and block.next_retry_at is not None:
-            out.wake_at = _earliest(out.wake_at, block.next_retry_at)
-        return
-    if inputs.in_place_held and life.strategy is UpdateStrategyType.IN_PLACE_ONLY:
-        out.hold = Hold(RolloutHoldGate.HELD, inputs.in_place_held, target)
-        return
-    surge = mechanism(life.strategy, life.gang) == SURGE
-    if surge:
-        in_flight = sum(1 for r in rows.values() if r.operation and r.operation.type is InstanceOperationType.UPDATE)
-        room = None if life.max_surge is None else max(0, life.max_surge - in_flight)
-        budget_text = f"maxSurge {life.max_surge}: {in_flight} surge(s) in flight"
-    else:
-        serving_now = sum(1 for i, r in rows.items() if _instance_serving(r, inputs.views.get(i), life)
-                          and r.operation is None)
-        unavailable = max(0, life.desired - serving_now)
-        room = None if life.max_unavailable is None else max(0, life.max_unavailable - unavailable)
-        budget_text = (f"maxUnavailable {life.max_unavailable}: {unavailable} of {life.desired} Instance(s) "
-                       "out of rotation")
-    admitted = eligible if room is None else eligible[:room]
-    for index in admitted:
-        row = rows[index]
-        row.operation = open_operation(InstanceOperationType.UPDATE, op_id=op_id(index), target=target, now=now,
-                                       reason="RevisionUpdate", strategy=life.strategy.value, life=life)
-        _count_attempt(out.blocks, target, now)
-        out.opened += 1
-        result = advance_operation(row, inputs.views.get(index) or InstanceView(index=index), life, now)
-        rows[index] = result.row
-        out.commands.extend(result.commands)
-    if len(admitted) < len(eligible):
-        out.hold = Hold(RolloutHoldGate.BUDGET, budget_text, target)
 
 
 def _instance_serving(row: OMENativeInstanceStatus, view: InstanceView | None, life: Lifecycle) -> bool:
