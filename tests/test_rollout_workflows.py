@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -375,3 +376,37 @@ async def test_paused_annotation_holds_a_timed_step(env: WorkflowEnvironment) ->
         assert at_step(isvc, 0, 20) and isvc.phase() == "Paused"
         await isvc.annotate(contract.ROLLOUT_PAUSED, None)
         await isvc.until(lambda: isvc.phase() == "Stable", what="unpaused")
+
+
+# -- spec.ttlSecondsAfterCreation (the activity's rules: test_serving_conformance.py; end to end: test_rollout_e2e.py)
+
+
+async def edit_ttl(isvc: Isvc, seconds: int | None) -> None:
+    """A spec edit (a new generation) and the bridge's signal for it."""
+    isvc.cluster.ttl_seconds = seconds
+    isvc.cluster.generation += 1
+    await isvc.changed()
+
+
+async def test_the_service_is_deleted_when_its_ttl_passes_and_an_edit_moves_the_deadline(
+        env: WorkflowEnvironment) -> None:
+    async with served(env) as isvc:
+        created = isvc.cluster.created_at
+        assert created is not None
+        await edit_ttl(isvc, 3600)
+        await env.sleep(1800)
+        assert not isvc.cluster.expired
+        await edit_ttl(isvc, 7200)  # moved: two hours from creation, not from the edit
+        await isvc.until(lambda: bool(isvc.cluster.expired), step=600, what="deleted by its ttl")
+        lateness = isvc.cluster.expired[0] - (created + timedelta(seconds=7200))
+        assert timedelta(0) <= lateness < timedelta(seconds=10), lateness
+        await isvc.handle.result()  # the observation finds it gone: the workflow ends
+
+
+async def test_removing_the_ttl_cancels_the_deletion(env: WorkflowEnvironment) -> None:
+    async with served(env) as isvc:
+        await edit_ttl(isvc, 600)
+        await env.sleep(300)
+        await edit_ttl(isvc, None)
+        await env.sleep(3600)
+        assert not isvc.cluster.expired and not isvc.cluster.gone
