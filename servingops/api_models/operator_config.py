@@ -234,14 +234,14 @@ def template_parts(template: str, variables: tuple[str, ...] = tuple(_TEMPLATE_V
     return [part for part in parts if part != ("", "")]
 
 
-def _is_subdomain(name: str) -> bool:
+def is_subdomain(name: str) -> bool:
     """A DNS-1123 subdomain, the shape of an object name and of a DNS domain."""
     return 0 < len(name) <= 253 and all(_DNS_LABEL.match(label) for label in name.split("."))
 
 
 def _is_dns_name(host: str) -> bool:
     """A fully qualified host: a subdomain of at least two labels (as upstream checks its hosts)."""
-    return _is_subdomain(host) and "." in host
+    return is_subdomain(host) and "." in host
 
 
 class IngressConfig(_Block):
@@ -267,14 +267,14 @@ class IngressConfig(_Block):
         if not value:
             return value
         namespace, _, name = value.partition("/")
-        if not (_DNS_LABEL.match(namespace) and _is_subdomain(name)):
+        if not (_DNS_LABEL.match(namespace) and is_subdomain(name)):
             raise ValueError(f"{value!r} is not <namespace>/<name> of a Gateway")
         return value
 
     @field_validator("ingress_domain")
     @classmethod
     def _domain(cls, value: str) -> str:
-        if not _is_subdomain(value):
+        if not is_subdomain(value):
             raise ValueError(f"{value!r} is not a DNS domain")
         return value
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from servingops.api_models.durations import parse_duration
@@ -132,7 +131,6 @@ class Ceiling:
     value: int | None
     """The quorum-th lowest fresh reading; None: no ceiling (the control plane's count stands)."""
     fallback_reason: str | None = None
-    fresh: Sequence[Reading] = field(default=())
 
 
 def ceiling(policy: CapacityPolicy, window: CapacityWindow | None, now: datetime) -> Ceiling:
@@ -143,14 +141,14 @@ def ceiling(policy: CapacityPolicy, window: CapacityWindow | None, now: datetime
     max_age = timedelta(seconds=policy.max_age_s)
     fresh = [r for r in window.readings if now - r.observed_at < max_age]
     if len(fresh) >= policy.quorum:
-        return Ceiling(sorted(r.servable for r in fresh)[policy.quorum - 1], None, fresh)
+        return Ceiling(sorted(r.servable for r in fresh)[policy.quorum - 1])
     if not window.readings:
         return Ceiling(None, "no capacity report yet")
     if not fresh:
         return Ceiling(None, f"capacity report is stale (at least configured maximum age {_seconds(max_age)})")
     expired = len(fresh) < len(window.readings)
     return Ceiling(None, f"capacity report awaiting quorum{' after stale samples expired' if expired else ''} "
-                         f"({len(fresh)}/{policy.quorum} accepted samples)", fresh)  # fmt: skip
+                         f"({len(fresh)}/{policy.quorum} accepted samples)")  # fmt: skip
 
 
 def _seconds(delta: timedelta) -> str:

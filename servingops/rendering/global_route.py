@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from servingops.api_models.ome.traffic_map import TrafficMapEntry
-from servingops.api_models.operator_config import EndpointConfig
+from servingops.api_models.operator_config import EndpointConfig, is_subdomain
 
 PUBLISHER_NAME = "gatewayapi"
 MAX_BACKENDS = 16
@@ -38,7 +37,6 @@ ISVC_LABEL = "ome.io/placement-endpoint-isvc"
 CLUSTER_LABEL = "ome.io/placement-cluster"
 GLOBAL_HOST_ANNOTATION = "ome.io/global-host"
 GATEWAY_GROUP = "gateway.networking.k8s.io"
-_SUBDOMAIN = re.compile(r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class PublishedReason(StrEnum):
@@ -80,7 +78,7 @@ def global_host(config: EndpointConfig, isvc: str, namespace: str,
         host = config.global_host(isvc, namespace)
     if host is None:
         return None
-    if not _SUBDOMAIN.match(host) or len(host) > 253:
+    if not is_subdomain(host.removeprefix("*.")):
         raise InvalidPlan(f"global hostname: {host!r} is not a lower-case DNS subdomain name")
     try:
         ipaddress.ip_address(host)

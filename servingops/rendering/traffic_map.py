@@ -231,8 +231,8 @@ def routing_table(inputs: RoutingInputs) -> RoutingTable:
 
 
 def _capacity(home: Home, inputs: RoutingInputs) -> TrafficMapCapacity:
-    lowered = home.reported is not None and home.reported < home.admitted
-    allocated = home.reported if lowered and home.reported is not None else home.admitted
+    allocated = home.admitted if home.reported is None else min(home.admitted, home.reported)
+    lowered = allocated < home.admitted
     factor = inputs.factors.get(home.cluster)
     return TrafficMapCapacity(
         # The map leaves out counts of 0 (upstream's convention: "no capacity.ready" reads as none ready).
