@@ -2,6 +2,7 @@
 Argo Rollouts on the same real data plane, under the same load, in one run.
 
     .venv/bin/python -m bench.traffic [--trials 10] [--rate 200] [--first-weight 10] [--window 0.1] [--trace]
+                                      [--translator traefik|envoyGateway]
 
 What is timed is what a user of the service sees: a canary is promoted from its first step (weight
 `--first-weight`) to a step at 50 %, and the clock runs from just before the promote's first request to
@@ -18,7 +19,12 @@ serving both controllers' routing objects on one entry point, and per trial one 
 - servingops: an InferenceService (one engine pod per revision) whose canary steps are
   `{capacity: 100%, traffic: first-weight, pause: {}}` then `{capacity: 100%, traffic: 50, pause: {}}`;
   its HTTPRoute attaches to Traefik's Gateway (the operator ConfigMap's ingress block, chart installed,
-  worker and bridge as the chart's identities). Promote: the `ome.io/rollout-promote` annotation set to
+  worker and bridge as the chart's identities). `--translator` is that block's trafficTranslator: with
+  `traefik` (the default: the data plane here is Traefik) the weights are written into the component's
+  weighted TraefikService, which the route's one backendRef names (docs/routing.md), so the promote
+  writes an object of Traefik's kubernetesCRD provider, as Argo's does; with `envoyGateway` they are the
+  HTTPRoute's backendRef weights, whose write also makes Traefik's Gateway provider rebuild and write the
+  route's status. Promote: the `ome.io/rollout-promote` annotation set to
   the canary revision hash.
 - Argo Rollouts v1.10.2 (bench/argo_rollouts.py: built from its Go module on demand, its controller a
   process against the same apiserver) with its Traefik router (`trafficRouting.traefik
@@ -71,6 +77,8 @@ from testkit.load import REVISION_HEADER, BackgroundLoad, LoadReport, LoadSpec, 
 
 INGRESS_DOMAIN = "example.com"
 HALF_WEIGHT = 50
+TRAEFIK, ENVOY_GATEWAY = "traefik", "envoyGateway"
+"""The operator's ingress.trafficTranslator values (servingops/api_models/operator_config.py)."""
 TRAEFIK_GROUP, TRAEFIK_VERSION = "traefik.io", "v1alpha1"
 ARGO_TRAEFIK_FLAGS = (f"--traefik-api-group={TRAEFIK_GROUP}",
                       f"--traefik-api-version={TRAEFIK_GROUP}/{TRAEFIK_VERSION}")
@@ -136,10 +144,14 @@ class ServingopsSide:
 
     label = "servingops"
 
-    def __init__(self, api: client.ApiClient, namespace: str, first_weight: int) -> None:
+    def __init__(self, api: client.ApiClient, namespace: str, first_weight: int, translator: str = TRAEFIK) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.namespace, self.first_weight = namespace, first_weight
-        self.routes = ObjectWatch(api, "gateway.networking.k8s.io", "v1", namespace, "httproutes", route_weights)
+        # Where the weights are written: the component's weighted TraefikService (named as its route) under
+        # ingress.trafficTranslator traefik, the HTTPRoute's backendRefs otherwise.
+        self.routes = (ObjectWatch(api, TRAEFIK_GROUP, TRAEFIK_VERSION, namespace, "traefikservices", traefik_weights)
+                       if translator == TRAEFIK else
+                       ObjectWatch(api, "gateway.networking.k8s.io", "v1", namespace, "httproutes", route_weights))
         self.route_status = ObjectWatch(api, "gateway.networking.k8s.io", "v1", namespace, "httproutes",
                                         route_generations)  # fmt: skip
         self.services = ObjectWatch(api, GROUP, VERSION, namespace, PLURAL, canary_state)
@@ -560,7 +572,7 @@ def print_report(results: list[Trial], ours: str, peer: str, goals: Goals) -> No
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def arguments() -> tuple[int, int, Settings, bool]:
+def arguments() -> tuple[int, int, Settings, bool, str]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=10, help="promotes per side (one canary each)")
     parser.add_argument("--rate", type=float, default=200.0, help="requests per second, open loop, per promote")
@@ -569,14 +581,18 @@ def arguments() -> tuple[int, int, Settings, bool]:
     parser.add_argument("--keep", action="store_true", help="keep the work directory (the processes' logs)")
     parser.add_argument("--trace", action="store_true",
                         help="also time when Traefik's router ran the weights (its API, polled every 5 ms)")
+    parser.add_argument("--translator", choices=(TRAEFIK, ENVOY_GATEWAY), default=TRAEFIK,
+                        help="servingops' ingress.trafficTranslator: traefik (the weights in a weighted "
+                             "TraefikService per component, as Argo's; the default: the data plane is Traefik) "
+                             "or envoyGateway (the weights on the HTTPRoute)")
     args = parser.parse_args()
     if args.trials < 1 or not 0 < args.first_weight < HALF_WEIGHT or args.rate <= 0 or args.window <= 0:
         parser.error("--trials >= 1, 0 < --first-weight < 50, --rate and --window above 0")
-    return args.trials, args.first_weight, Settings(args.rate, args.window, args.trace), args.keep
+    return args.trials, args.first_weight, Settings(args.rate, args.window, args.trace), args.keep, args.translator
 
 
 def main() -> None:
-    trials, first_weight, settings, keep = arguments()
+    trials, first_weight, settings, keep, translator = arguments()
     goals = Goals("bench.traffic")
     began = time.monotonic()
     argo_binary, argo_crds = argo_rollouts.ensure_built()
@@ -596,7 +612,8 @@ def main() -> None:
         cluster, api = servers.cluster, servers.api
         ids = chart_identities(cluster, work / "identities", {
             "canaryAnalysis": {"bundledPrometheusAddress": ""},
-            "ingress": {"omeIngressGateway": f"{GATEWAY_NAMESPACE}/{GATEWAY_NAME}", "ingressDomain": INGRESS_DOMAIN},
+            "ingress": {"omeIngressGateway": f"{GATEWAY_NAMESPACE}/{GATEWAY_NAME}", "ingressDomain": INGRESS_DOMAIN,
+                        "trafficTranslator": translator},
         })  # fmt: skip
         traefik = Traefik(work / "traefik", logs, cluster.kubeconfig_path, kubernetes_crd=True,
                           api=settings.trace).start(api)
@@ -617,7 +634,8 @@ def main() -> None:
               f"identities, Traefik with its Gateway and kubernetesCRD providers, worker, bridge, Argo Rollouts)",
               flush=True)
 
-        ours = ServingopsSide(api, namespace, first_weight)
+        print(f"servingops: ingress.trafficTranslator {translator}", flush=True)
+        ours = ServingopsSide(api, namespace, first_weight, translator)
         cleanup.callback(ours.stop)
         peer = ArgoSide(api, argo_namespace, first_weight)
         cleanup.callback(peer.stop)

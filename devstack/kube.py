@@ -339,8 +339,14 @@ def _start_answered(pod_ready: dict[str, Any]) -> dict[str, Any]:
 UPSTREAM_CRDS = {
     "gateway-api": ("sigs.k8s.io/gateway-api", "GATEWAY_API_VERSION", "config/crd/standard", "*.yaml"),
     "kueue": ("sigs.k8s.io/kueue", "KUEUE_VERSION", "config/components/crd/bases", "*.yaml"),
-    # So a rendered ScaledObject is validated against KEDA's own schema; KEDA itself does not run.
+    # So a rendered ScaledObject is validated against KEDA's own schema in every cluster; KEDA itself runs only
+    # where a test asks (devstack/keda.py, which applies the rest of KEDA's CRDs there).
     "keda": ("github.com/kedacore/keda/v2", "KEDA_VERSION", "config/crd/bases", "keda.sh_scaledobjects.yaml"),
+    # So a rendered BackendTrafficPolicy (spec.traffic) meets Envoy Gateway's own schema and CEL rules; Envoy
+    # Gateway itself does not run (the local data plane is Traefik, devstack/traefik.py).
+    "envoy-gateway": ("github.com/envoyproxy/gateway", "ENVOY_GATEWAY_VERSION",
+                      "charts/gateway-helm/charts/crds/crds/generated",
+                      "gateway.envoyproxy.io_backendtrafficpolicies.yaml"),
 }
 
 
@@ -366,7 +372,8 @@ def go_module_dir(module: str, version: str) -> Path:
 
 
 def upstream_crd_dirs() -> list[Path]:
-    """Copy the Gateway API (standard channel) and Kueue CRDs into `<cache>/crds/<name>/`."""
+    """Copy the upstream CRDs (UPSTREAM_CRDS: Gateway API's standard channel, Kueue, KEDA's ScaledObject, Envoy
+    Gateway's BackendTrafficPolicy) into `<cache>/crds/<name>/`."""
     versions = pinned_versions()
     return [module_crds(name, module, versions[pin], folder, pattern)
             for name, (module, pin, folder, pattern) in UPSTREAM_CRDS.items()]
@@ -567,19 +574,23 @@ def apply_objects(api: client.ApiClient, docs: Iterable[dict[str, Any]]) -> None
             force_conflicts=True)
 
 
-def _kwok_node(name: str, taints: list[client.V1Taint] | None = None) -> client.V1Node:
-    """A node kwok plays the kubelet of (it manages nodes carrying KWOK_NODE_ANNOTATION)."""
+def _kwok_node(name: str, taints: list[client.V1Taint] | None = None, labels: dict[str, str] | None = None,
+               extended: dict[str, str] | None = None) -> client.V1Node:
+    """A node kwok plays the kubelet of (it manages nodes carrying KWOK_NODE_ANNOTATION). `extended`:
+    extended resources it advertises beside NODE_CAPACITY (`{"nvidia.com/gpu": "8"}`), which the
+    scheduler and Kueue count as a device plugin's would be."""
+    capacity = {**NODE_CAPACITY, **(extended or {})}
     return client.V1Node(
         metadata=client.V1ObjectMeta(
             name=name,
             annotations={KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
             labels={"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64"},
+                    "kubernetes.io/arch": "amd64", **(labels or {})},
         ),
         spec=client.V1NodeSpec(taints=taints) if taints else None,
         # Status is kept on create (it is how kubelets register); kwok's node stage keeps what is
         # set here and only fills in conditions and addresses.
-        status=client.V1NodeStatus(capacity=NODE_CAPACITY, allocatable=NODE_CAPACITY),
+        status=client.V1NodeStatus(capacity=capacity, allocatable=capacity),
     )
 
 
@@ -887,6 +898,18 @@ class LocalKubeCluster:
             n.metadata.name == node and condition_true(n.status.conditions, "Ready")
             for n in client.CoreV1Api(self._api).list_node().items), 60)
         return node
+
+    def add_accelerator_node(self, name: str, accelerators: dict[str, str], labels: dict[str, str],
+                             taints: list[client.V1Taint] | None = None) -> str:
+        """A kwok node advertising `accelerators` as extended resources (`{"nvidia.com/gpu": "8"}`) with
+        `labels` (a GPU operator's `nvidia.com/gpu.product`, node-feature-discovery's
+        `feature.node.kubernetes.io/pci-10de_2330.present`, ...), waited Ready. Not in node_names; remove it
+        with remove_node."""
+        client.CoreV1Api(self._api).create_node(_kwok_node(name, taints=taints, labels=labels, extended=accelerators))
+        self._wait(f"node {name} Ready", lambda: any(
+            n.metadata.name == name and condition_true(n.status.conditions, "Ready")
+            for n in client.CoreV1Api(self._api).list_node().items), 60)
+        return name
 
     def remove_node(self, name: str) -> None:
         try:

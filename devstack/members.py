@@ -20,7 +20,14 @@ cluster's apiserver.
 An *answering* member (`answering=True`) also has pods that answer and a Gateway of its own: a pod runtime
 (devstack/pod_runtime.py) in a network namespace of its own, kwok handing out addresses in its range, and
 Traefik (devstack/traefik.py) whose Gateway the member's operator ConfigMap attaches every route to under
-INGRESS_DOMAIN, so a placed InferenceService answers through its member's gateway as it would in a fleet.
+INGRESS_DOMAIN (or the member's own `ingress_domain`), so a placed InferenceService answers through its
+member's gateway as it would in a fleet.
+
+With `gateway_port` an answering member's Gateway is also reachable from other clusters, as a member's load
+balancer would be: a relay (devstack/relay.py) listens on the member's namespace address (not loopback, so an
+EndpointSlice may name it) at that port and forwards to its Traefik, and the Gateway's status.addresses
+report that address. Every member of a fleet can use the same port (each listens in its own namespace),
+which is what a control-plane publisher's one `endpoint.backendPort` expects (tests/support/global_route_stack.py).
 
 A *lean* member (`servingops=False, controllers=False`, optionally `etcd_url` of a SharedEtcd) is
 an apiserver, its CRDs (ours and Kueue's), the chart's identities (no workloads) and Kueue, nothing
@@ -49,6 +56,7 @@ from devstack.kube import REPO_ROOT, LocalKubeCluster, apply_objects, upstream_c
 from devstack.kueue import DEFAULT_FRAMEWORKS, KueueProcess, label_namespace
 from devstack.pod_runtime import PodRuntimeProcess
 from devstack.process import ManagedProcess
+from devstack.relay import start_relay
 from devstack.traefik import Traefik
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -87,7 +95,10 @@ class MemberCluster:
     def __init__(self, name: str, workdir: Path, log_dir: Path, *, labels: dict[str, str] | None = None,
                  cpu_quota: str = "4", nodes: int = 2, servingops: bool = True, controllers: bool = True,
                  etcd_url: str | None = None, kueue_frameworks: Sequence[str] = DEFAULT_FRAMEWORKS,
-                 answering: bool = False) -> None:
+                 answering: bool = False, gateway_port: int | None = None,
+                 ingress_domain: str = INGRESS_DOMAIN) -> None:
+        if gateway_port is not None and not answering:
+            raise ValueError("gateway_port: only an answering member has a Gateway")
         self.name = name
         self.labels = dict(labels or {})
         self.cpu_quota = cpu_quota
@@ -105,6 +116,11 @@ class MemberCluster:
                                         install_upstream_crds=controllers, answering=answering)
         self.runtime: PodRuntimeProcess | None = None
         self.traefik: Traefik | None = None
+        self.gateway_port = gateway_port
+        """Where other clusters reach the member's Gateway (at gateway_address); None: loopback only."""
+        self.ingress_domain = ingress_domain
+        """The domain of the member's routes' hostnames (`<isvc>.<namespace>.<domain>`)."""
+        self.gateway_relay: ManagedProcess | None = None
         self.kueue: KueueProcess | None = None
         self.identities: Identities | None = None
         self.worker: ManagedProcess | None = None
@@ -143,9 +159,7 @@ class MemberCluster:
             apply_objects(self.api, [_kueue_doc("ResourceFlavor", FLAVOR, {}),
                                      _kueue_doc("ClusterQueue", CLUSTER_QUEUE, _quota_spec(self.cpu_quota))])
             if self.cluster.answering:
-                self.traefik = Traefik(self.workdir / "traefik", self.log_dir, self.cluster.kubeconfig_path)
-                self.traefik.start(self.api)
-                self._attach_routes(self.traefik.gateway)
+                self._start_gateway()
             if self.servingops:
                 self.identities = identities.issue(self.cluster, self.workdir / "identities")
                 self._start_servingops(temporal_address, worker_env or {})
@@ -153,6 +167,28 @@ class MemberCluster:
             self.stop()
             raise
         return self
+
+    def _start_gateway(self) -> None:
+        """Traefik and its Gateway; with gateway_port, the relay other clusters reach it through, whose
+        address the Gateway's status reports."""
+        assert self.runtime is not None
+        self.traefik = Traefik(self.workdir / "traefik", self.log_dir, self.cluster.kubeconfig_path)
+        if self.gateway_port is not None:
+            self.traefik.status_address = self.runtime.address
+        self.traefik.start(self.api)
+        if self.gateway_port is not None:
+            self.gateway_relay = start_relay(f"gateway-relay-{self.name}", self.runtime.netns,
+                                             (self.runtime.address, self.gateway_port), self.traefik.port,
+                                             self.log_dir)
+        self._attach_routes(self.traefik.gateway)
+
+    @property
+    def gateway_address(self) -> str:
+        """The IP other clusters reach the member's Gateway at (port gateway_port); what its status.addresses
+        report. Only for a started member with gateway_port."""
+        if self.gateway_port is None or self.runtime is None or self.gateway_relay is None:
+            raise RuntimeError(f"member {self.name}: no reachable gateway (started with gateway_port?)")
+        return self.runtime.address
 
     def _start_servingops(self, temporal_address: str, worker_env: dict[str, str]) -> None:
         assert self.identities is not None
@@ -177,19 +213,20 @@ class MemberCluster:
     def _attach_routes(self, gateway: str) -> None:
         """The chart's operator ConfigMap names the member's Gateway (before its worker starts, which
         reads it): the ingress block in upstream OME's names."""
-        ingress = yaml.safe_dump({"omeIngressGateway": gateway, "ingressDomain": INGRESS_DOMAIN})
+        ingress = yaml.safe_dump({"omeIngressGateway": gateway, "ingressDomain": self.ingress_domain})
         client.CoreV1Api(self.api).patch_namespaced_config_map(
             identities.operator_config_name(), identities.NAMESPACE, {"data": {"ingress": ingress}})
 
     def host(self, namespace: str, isvc: str) -> str:
         """What a client puts in Host to reach `isvc` through an answering member's Gateway."""
-        return f"{isvc}.{namespace}.{INGRESS_DOMAIN}"
+        return f"{isvc}.{namespace}.{self.ingress_domain}"
 
     def processes(self) -> list[ManagedProcess]:
         """Every process of the member (`./dev down` stops them by pid)."""
         kueue = [self.kueue.process] if self.kueue is not None and self.kueue.process is not None else []
         plane = [p.process for p in (self.runtime, self.traefik) if p is not None and p.process is not None]
-        return [*self.cluster._processes, *kueue, *plane, *(p for p in (self.worker, self.bridge) if p is not None)]
+        own = (p for p in (self.gateway_relay, self.worker, self.bridge) if p is not None)
+        return [*self.cluster._processes, *kueue, *plane, *own]
 
     def stop(self) -> None:
         for proc in (self.bridge, self.worker):
@@ -199,6 +236,9 @@ class MemberCluster:
             with contextlib.suppress(Exception):  # the apiserver may be the thing a test stopped
                 self.kueue.stop()
             self.kueue = None
+        if self.gateway_relay is not None:
+            self.gateway_relay.stop()
+            self.gateway_relay = None
         if self.traefik is not None:
             self.traefik.stop()
         if self._api is not None:
@@ -246,3 +286,14 @@ class MemberCluster:
                 "ome.io", "v1beta1", "workloadclusters", self.name)
         with contextlib.suppress(ApiException):
             client.CoreV1Api(control_api).delete_namespaced_secret(f"member-{self.name}", secret_namespace)
+
+
+def registration_ready(control_api: client.ApiClient, name: str) -> bool:
+    """The control plane's WorkloadCluster `name` says Ready (its health probe reached the member)."""
+    try:
+        obj = client.CustomObjectsApi(control_api).get_cluster_custom_object("ome.io", "v1beta1", "workloadclusters",
+                                                                             name)
+    except ApiException:
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])

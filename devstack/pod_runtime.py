@@ -60,10 +60,13 @@ UPSTREAM_SERVICE_LABEL = "ome.io/inferenceservice"
 """Pods of an InferenceService carry it (rendering/render.py): the ones this runtime answers for."""
 REVISION_LABEL = "serving.ome.io/revision"
 ANNOTATION_PREFIX = "devstack.servingops.io/"
-FAULT_KEYS = {"ttft-ms": "ttft_ms", "tpot-ms": "tpot_ms", "tokens": "tokens", "error-rate": "error_rate"}
+FAULT_KEYS = {"ttft-ms": "ttft_ms", "tpot-ms": "tpot_ms", "tokens": "tokens", "error-rate": "error_rate",
+              "capacity-servable": "servable"}
 """Per-pod behaviour: annotation `devstack.servingops.io/<key>`, or env `SERVINGOPS_POD_<KEY>` (upper,
 dashes as underscores) on the main container; the annotation wins. A component's annotations reach its
-pods, so a revision can be made slow or failing as a whole."""
+pods, so a revision can be made slow or failing as a whole. `capacity-servable` makes the pod answer the
+routing capacity poll's report (`/capacity`) with that many servable replicas."""
+WHOLE_NUMBER_KEYS = frozenset({"tokens", "servable"})
 DEFAULT_PORT = 8080
 PROBE_SECONDS = 1.0
 
@@ -76,7 +79,7 @@ def fault_settings(annotations: Mapping[str, str], env: Mapping[str, str]) -> di
         if raw is None:
             continue
         try:
-            settings[field_name] = int(raw) if field_name == "tokens" else float(raw)
+            settings[field_name] = int(raw) if field_name in WHOLE_NUMBER_KEYS else float(raw)
         except ValueError:
             log.warning("ignoring %s=%r: not a number", key, raw)
     return settings
@@ -284,7 +287,9 @@ class PodRuntime:
         if pre_stop:
             time.sleep(pre_stop)
         try:
-            result = self.server.stop(served.key, grace_seconds=max(grace, 0.0))
+            # By uid: a new pod of the same name may have started meanwhile (its server replaced this one's), and
+            # stopping by name alone would take it down instead, leaving it never Ready.
+            result = self.server.stop(served.key, grace_seconds=max(grace, 0.0), uid=served.uid)
             log.info("stopped %s: %s", served.key, result)
         except RuntimeError as exc:
             log.warning("stopping %s: %s", served.key, exc)
@@ -371,6 +376,9 @@ class PodRuntimeProcess:
         self.process: ManagedProcess | None = None
         self.pod_cidr = ""
         self.netns = ""
+        self.address = ""
+        """The namespace's own address (NetworkNamespace.address): a non-loopback address of the stack's
+        where a relay into this namespace can listen (MemberCluster's reachable gateway)."""
 
     def start(self, timeout: float = 60) -> PodRuntimeProcess:
         ready = self.workdir / READY_FILE
@@ -384,7 +392,7 @@ class PodRuntimeProcess:
                                       env={"PYTHONUNBUFFERED": "1"}).start()
         self.process.wait_ready(ready.exists, timeout)
         info = json.loads(ready.read_text())
-        self.pod_cidr, self.netns = info["pod_cidr"], info["netns"]
+        self.pod_cidr, self.netns, self.address = info["pod_cidr"], info["netns"], info["address"]
         return self
 
     def stop(self) -> None:
@@ -418,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError(f"the pod server did not start (see {workdir / 'pod-server.log'})")
         # What the launcher waits for: the range kwok must hand pod addresses out of.
         ready = workdir / READY_FILE
-        ready.with_suffix(".tmp").write_text(json.dumps({"pod_cidr": netns.pod_cidr, "netns": netns.name}))
+        ready.with_suffix(".tmp").write_text(json.dumps({"pod_cidr": netns.pod_cidr, "netns": netns.name,
+                                                           "address": netns.address}))
         ready.with_suffix(".tmp").replace(ready)
         # Started before its cluster (kwok needs the pod range first): the kubeconfig comes later.
         while not Path(args.kubeconfig).exists():

@@ -11,8 +11,11 @@ serve; each pod answers on every one of its (ip, port) like a small vLLM OpenAI-
 - `POST /v1/chat/completions` and `POST /v1/completions`, streamed (server-sent events ending `data: [DONE]`)
   or not, with a configurable time to first token, time per output token, token count and error rate;
 - `GET /metrics`: vLLM's metric names in Prometheus text, written by hand;
-- every response carries `x-servingops-pod` and `x-servingops-revision`, so a load generator can count which
-  revision answered.
+- `GET` or `POST /capacity`: the routing capacity poll's `Report` (servingops/rendering/capacity_poll.py),
+  `{"servable": n, "observedAt": now}`, when the pod is given a servable count; 404 otherwise (a home that
+  publishes no report);
+- every response carries `x-servingops-pod`, `x-servingops-pod-ip` and `x-servingops-revision`, so a load
+  generator can count which revision answered.
 
 The served model name is not checked against the request's `model` (a router in front may rewrite it).
 
@@ -20,17 +23,17 @@ Control protocol: newline-delimited JSON on the Unix socket, one reply line per 
 requests per connection (`PodServerClient` below is the host side's synchronous client):
 
     {"op": "start", "pod": "ns/name", "uid", "ip", "ports": [...], "revision", "model",
-     "ttft_ms", "tpot_ms", "tokens", "error_rate"}                         -> {"ok": true}
-    {"op": "configure", "pod", any of "ttft_ms", "tpot_ms", "tokens", "error_rate", "healthy"}
+     "ttft_ms", "tpot_ms", "tokens", "error_rate", "servable"}             -> {"ok": true}
+    {"op": "configure", "pod", any of "ttft_ms", "tpot_ms", "tokens", "error_rate", "healthy", "servable"}
                                                                           -> {"ok": true}
-    {"op": "stop", "pod", "grace_seconds"}                  -> {"ok": true, "finished": n, "cut": n}
+    {"op": "stop", "pod", "grace_seconds", "uid"?}          -> {"ok": true, "finished": n, "cut": n}
     {"op": "list"}          -> {"ok": true, "pods": {"ns/name": {"uid", "ip", "ports", "in_flight", "served", ...}}}
 
 and `{"ok": false, "error": "..."}` for a request that is malformed or fails. Starting a pod already running with
 the same uid is a no-op; the same pod with another uid replaces it (the old one is cut at once). Stopping does
 what a kubelet's SIGTERM does to a server that shuts down gracefully: the listeners close at once, requests in
 flight finish (streams included) and whatever is left at `grace_seconds` is cut. Stopping a pod that is not
-running answers `finished: 0, cut: 0`.
+running, or (with `uid`) whose name now belongs to another pod object, answers `finished: 0, cut: 0`.
 
 The process prints `ready` on stdout once the control socket listens, and on SIGTERM or SIGINT stops every pod
 with a 5 s grace and exits 0.
@@ -55,6 +58,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -73,6 +77,7 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 Millis = Annotated[float, Field(ge=0, le=3_600_000)]
 Tokens = Annotated[int, Field(ge=1, le=1_000_000)]
 Rate = Annotated[float, Field(ge=0, le=1)]
+Servable = Annotated[int, Field(ge=0, le=1_000_000)]
 
 
 class _Message(BaseModel):
@@ -92,6 +97,7 @@ class StartRequest(_Message):
     tpot_ms: Millis = 0
     tokens: Tokens = 16
     error_rate: Rate = 0.0
+    servable: Servable | None = None
 
     @field_validator("ports")
     @classmethod
@@ -109,12 +115,16 @@ class ConfigureRequest(_Message):
     tokens: Tokens | None = None
     error_rate: Rate | None = None
     healthy: bool | None = None
+    servable: Servable | None = None
 
 
 class StopRequest(_Message):
     op: Literal["stop"] = "stop"
     pod: PodKey
     grace_seconds: Annotated[float, Field(ge=0, le=3600)] = 30
+    uid: str | None = None
+    """Only the pod object of this uid: a stop sent for a deleted pod after a new pod of the same name started
+    (a StatefulSet-style name, or an InferenceReplica's) leaves the new one serving."""
 
 
 class ListRequest(_Message):
@@ -308,6 +318,8 @@ class Behaviour:
     tokens: int
     error_rate: float
     healthy: bool = True
+    servable: int | None = None
+    """The replicas the pod's capacity report says its home can serve; None: no report (404)."""
 
 
 class Pod:
@@ -318,7 +330,7 @@ class Pod:
         self.ports = list(spec.ports)
         self.revision = spec.revision
         self.model = spec.model
-        self.behaviour = Behaviour(spec.ttft_ms, spec.tpot_ms, spec.tokens, spec.error_rate)
+        self.behaviour = Behaviour(spec.ttft_ms, spec.tpot_ms, spec.tokens, spec.error_rate, servable=spec.servable)
         self.metrics = PodMetrics()
         # The handler tasks of completion requests being answered: what a stop waits for, then cuts.
         self.in_flight: set[asyncio.Task[Any]] = set()
@@ -335,6 +347,8 @@ class Pod:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._text)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/capacity", self._capacity)
+        app.router.add_post("/capacity", self._capacity)
         app.on_response_prepare.append(self._stamp)
         # access_log=None: no line per request (throughput). shutdown_timeout bounds only what is left after stop()
         # has waited for and cut the completions: health probes and scrapes, which take no time.
@@ -391,6 +405,7 @@ class Pod:
     async def _stamp(self, request: web.BaseRequest, response: web.StreamResponse) -> None:
         response.headers["x-servingops-pod"] = self.key
         response.headers["x-servingops-revision"] = self.revision
+        response.headers["x-servingops-pod-ip"] = self.ip  # pods of one name in two member clusters differ by it
         if self.stopping:
             response.headers[hdrs.CONNECTION] = "close"  # so the client does not reuse a connection about to close
 
@@ -398,6 +413,13 @@ class Pod:
         if self.behaviour.healthy:
             return _json_response(b"{}")
         return _json_response(_error_body(503, "unhealthy (configured)", "ServiceUnavailable"), 503)
+
+    async def _capacity(self, request: web.Request) -> web.Response:
+        servable = self.behaviour.servable
+        if servable is None:
+            return _json_response(_error_body(404, "this pod publishes no capacity report", "NotFound"), 404)
+        observed = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return _json_response({"servable": servable, "observedAt": observed})
 
     async def _models(self, request: web.Request) -> web.Response:
         self.metrics.http[("/v1/models", "GET", "2xx")] += 1
@@ -553,7 +575,7 @@ class PodServer:
                     self.configure(request)
                     return {"ok": True}
                 case StopRequest():
-                    finished, cut = await self.stop(request.pod, request.grace_seconds)
+                    finished, cut = await self.stop(request.pod, request.grace_seconds, request.uid)
                     return {"ok": True, "finished": finished, "cut": cut}
                 case ListRequest():
                     return {"ok": True, "pods": {key: pod.status() for key, pod in self.pods.items()}}
@@ -585,10 +607,10 @@ class PodServer:
         for name, value in change.model_dump(exclude={"op", "pod"}, exclude_none=True).items():
             setattr(pod.behaviour, name, value)
 
-    async def stop(self, key: str, grace: float) -> tuple[int, int]:
+    async def stop(self, key: str, grace: float, uid: str | None = None) -> tuple[int, int]:
         async with self._locks[key]:
             pod = self.pods.get(key)
-            if pod is None:
+            if pod is None or (uid is not None and pod.uid != uid):
                 return 0, 0
             finished, cut = await pod.stop(grace)
             del self.pods[key]
@@ -689,19 +711,23 @@ class PodServerClient:
         self.timeout = timeout
 
     def start(self, pod: str, *, uid: str, ip: str, ports: Sequence[int], model: str, revision: str = "",
-              ttft_ms: float = 0, tpot_ms: float = 0, tokens: int = 16, error_rate: float = 0.0) -> None:
+              ttft_ms: float = 0, tpot_ms: float = 0, tokens: int = 16, error_rate: float = 0.0,
+              servable: int | None = None) -> None:
         self._call({"op": "start", "pod": pod, "uid": uid, "ip": ip, "ports": list(ports), "model": model,
                     "revision": revision, "ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "tokens": tokens,
-                    "error_rate": error_rate})
+                    "error_rate": error_rate, "servable": servable})
 
     def configure(self, pod: str, *, ttft_ms: float | None = None, tpot_ms: float | None = None,
-                  tokens: int | None = None, error_rate: float | None = None, healthy: bool | None = None) -> None:
+                  tokens: int | None = None, error_rate: float | None = None, healthy: bool | None = None,
+                  servable: int | None = None) -> None:
         fields = {"ttft_ms": ttft_ms, "tpot_ms": tpot_ms, "tokens": tokens, "error_rate": error_rate,
-                  "healthy": healthy}
+                  "healthy": healthy, "servable": servable}
         self._call({"op": "configure", "pod": pod, **{k: v for k, v in fields.items() if v is not None}})
 
-    def stop(self, pod: str, grace_seconds: float = 30) -> StopResult:
-        reply = self._call({"op": "stop", "pod": pod, "grace_seconds": grace_seconds})
+    def stop(self, pod: str, grace_seconds: float = 30, uid: str | None = None) -> StopResult:
+        """Stop the pod (only its object of `uid`, when given)."""
+        reply = self._call({"op": "stop", "pod": pod, "grace_seconds": grace_seconds,
+                            **({"uid": uid} if uid is not None else {})})
         return StopResult(finished=reply["finished"], cut=reply["cut"])
 
     def list(self) -> dict[str, PodStatus]:

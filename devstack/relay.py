@@ -6,6 +6,8 @@ stays on 127.0.0.1 (it needs the host's loopback for Prometheus and the apiserve
 A socket belongs to the network namespace its creating thread was in: the relay enters the namespace only
 to create the listening socket (setns(2) on the calling thread), then returns to the host's. Bytes are
 passed through untouched (TLS included).
+
+`start_relay` runs one as a managed process and returns once it accepts connections.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import signal
 import socket
 import sys
 import threading
+from pathlib import Path
+
+from devstack.process import ManagedProcess, tcp_open
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -83,6 +88,18 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         conn, _ = server.accept()
         threading.Thread(target=_serve, args=(conn, args.to), daemon=True).start()
+
+
+def start_relay(name: str, netns: str, listen: tuple[str, int], target_port: int, log_dir: Path,
+                timeout: float = 30) -> ManagedProcess:
+    """A relay listening at `listen` (an address of the stack namespace `netns`) to 127.0.0.1:`target_port`,
+    as a managed process named `name` (its log in `log_dir`)."""
+    host, port = listen
+    relay = ManagedProcess(name, [sys.executable, "-m", "devstack.relay", "--netns", netns,
+                                  "--listen", f"{host}:{port}", "--to", f"127.0.0.1:{target_port}"],
+                           log_dir, cwd=Path(__file__).resolve().parent.parent).start()
+    relay.wait_ready(lambda: tcp_open(host, port), timeout=timeout)
+    return relay
 
 
 if __name__ == "__main__":

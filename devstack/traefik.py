@@ -87,7 +87,11 @@ class Traefik:
     """Traefik on loopback: `port` carries the Gateway's traffic, `admin_port` its ping and metrics.
     `kubernetes_crd`: also serve IngressRoutes and TraefikServices (apply crd_dir() first).
     `api`: Traefik's API (the configuration it runs, `services()`) on the admin port, for benchmarks that
-    time when a change reached the router."""
+    time when a change reached the router.
+    `status_address`: the IP the Gateway's status.addresses report (Traefik's statusAddress.ip); loopback by
+    default, where the listener is. A member whose Gateway another cluster reaches through a relay reports the
+    relay's address instead (devstack/members.py, gateway_port): the address a control-plane publisher copies
+    into its EndpointSlices."""
 
     workdir: Path
     log_dir: Path
@@ -97,6 +101,7 @@ class Traefik:
     process: ManagedProcess | None = None
     kubernetes_crd: bool = False
     api: bool = False
+    status_address: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
@@ -125,8 +130,8 @@ class Traefik:
             "--metrics.prometheus=true", "--metrics.prometheus.entryPoint=traefik",
             "--metrics.prometheus.addServicesLabels=true", "--metrics.prometheus.addRoutersLabels=true",
             "--providers.kubernetesgateway=true",
-            # What the Gateway's status.addresses say: where its listener is.
-            "--providers.kubernetesgateway.statusAddress.ip=127.0.0.1",
+            # What the Gateway's status.addresses say: where its listener is reached.
+            f"--providers.kubernetesgateway.statusAddress.ip={self.status_address}",
             # A weight change reaches the data plane this soon after the route changes (default 2 s):
             # a canary's rollback is measured from the fault to weight 0 at the data plane.
             "--providers.providersThrottleDuration=200ms",

@@ -45,6 +45,7 @@ from aiohttp.abc import ResolveResult
 
 REVISION_HEADER = "x-servingops-revision"
 POD_HEADER = "x-servingops-pod"
+POD_IP_HEADER = "x-servingops-pod-ip"
 MISSING = "(none)"
 """The revision or pod a successful answer is counted under when it carried no such header."""
 
@@ -222,6 +223,8 @@ class RequestRecord:
     pod: str | None
     ttft_s: float | None = None
     """Streams: seconds from the start to the first data chunk with content."""
+    address: str | None = None
+    """The answering pod's IP (`x-servingops-pod-ip`): tells apart same-named pods of two member clusters."""
 
     @property
     def ok(self) -> bool:
@@ -302,6 +305,8 @@ class LoadReport:
     failures: Counter[str]
     by_revision: Counter[str]
     by_pod: Counter[str]
+    by_address: Counter[str]
+    """Successful answers by the answering pod's IP."""
     latency: Percentiles | None
     """Of successful requests, start to the end of the body (streams: to [DONE])."""
     ttft: Percentiles | None
@@ -320,6 +325,7 @@ class LoadReport:
             target_rate=target_rate, total=len(ordered), succeeded=len(good), failed=len(ordered) - len(good),
             failures=Counter(r.reason for r in ordered if r.reason is not None),
             by_revision=Counter(r.revision or MISSING for r in good), by_pod=Counter(r.pod or MISSING for r in good),
+            by_address=Counter(r.address or MISSING for r in good),
             latency=Percentiles.of(r.latency_s for r in good),
             ttft=Percentiles.of(r.ttft_s for r in good if r.ttft_s is not None))
 
@@ -411,6 +417,7 @@ class _Seen:
     status: int | None = None
     revision: str | None = None
     pod: str | None = None
+    address: str | None = None
     ttft: float | None = None
     streaming: bool = False
 
@@ -423,6 +430,7 @@ async def _send(session: aiohttp.ClientSession, spec: LoadSpec, body: bytes | No
         seen.status = resp.status
         seen.revision = resp.headers.get(REVISION_HEADER)
         seen.pod = resp.headers.get(POD_HEADER)
+        seen.address = resp.headers.get(POD_IP_HEADER)
         if spec.kind != "stream" or not 200 <= resp.status < 300:
             await resp.read()
             return None
@@ -650,7 +658,7 @@ class _Sender:
         finally:
             run._record(RequestRecord(index=index, kind=run.spec.kind, start_s=start_s, end_s=run.now(),
                                       status=seen.status, error=error, revision=seen.revision, pod=seen.pod,
-                                      ttft_s=seen.ttft))
+                                      ttft_s=seen.ttft, address=seen.address))
 
 
 async def run_load(spec: LoadSpec) -> LoadReport:

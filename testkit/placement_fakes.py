@@ -305,3 +305,10 @@ def three_members() -> dict[str, FakeMember]:
     return {m.name: m for m in (FakeMember("gpu-a", {"tier": "gpu"}, url="http://chat.gpu-a.example"),
                                 FakeMember("gpu-b", {"tier": "gpu"}, url="http://chat.gpu-b.example"),
                                 FakeMember("cpu-c", {"tier": "cpu"}, url="http://chat.cpu-c.example"))}
+
+
+def split_three_to_one() -> FakeFleet:
+    """Split 3:1 of 4 replicas over gpu-a and gpu-b (of three_members), both admitting what they are given."""
+    fleet = FakeFleet(three_members(), split({"gpu-a": 3, "gpu-b": 1}, replicas=4))
+    fleet.members["gpu-a"].admit = fleet.members["gpu-b"].admit = True
+    return fleet

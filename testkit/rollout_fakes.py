@@ -53,6 +53,7 @@ from servingops.api_models.operator_config import IngressConfig, OperatorConfigE
 from servingops.api_models.refs import ObjectRef
 from servingops.api_models.serving import TrafficWeight
 from servingops.rendering import ingress, render
+from testkit.traffic_policy_fakes import FakeBackendPolicies
 
 NAMESPACE = "team-a"
 NAME = "llama"
@@ -164,6 +165,8 @@ class FakeCluster:
         self.failed_removals = 0
         self.bridge: Callable[[str, str | None], Awaitable[None]] | None = None
         """Tells the workflow about an annotation the fake changed, as the bridge would (the harness sets it)."""
+        self.backend_policies = FakeBackendPolicies(self)
+        """serving.ensure_backend_policy's side: spec.traffic, the namespace's BackendTrafficPolicies."""
         self.violations: list[str] = []
         """Calls the real activity would refuse (a split not adding up to 100, traffic to a revision
         without a Service, deleting a revision that has traffic...): each is answered with the real
@@ -294,7 +297,9 @@ class FakeCluster:
                                       annotations={k: v for k, v in cluster.annotations.items()
                                                    if k.startswith("ome.io/rollout-")},
                                       spec_rollout=cluster.spec_rollout, components=components,
-                                      ingress=routing.observation(), expires_at=cluster.expires_at())
+                                      ingress=routing.observation(), expires_at=cluster.expires_at(),
+                                      traffic_declared=cluster.backend_policies.declared(),
+                                      traffic_reported="traffic" in cluster.status)
 
         @activity.defn(name="serving.ensure_revision")
         async def ensure_revision(request: EnsureRevisionInput) -> RevisionObservation:
@@ -434,7 +439,8 @@ class FakeCluster:
             return cluster.operator
 
         return [observe, ensure_revision, revision_status, set_traffic, scale_then_route, delete_revision, evaluate,
-                patch_status, remove_annotation, read_object, operator_config, delete_expired]
+                patch_status, remove_annotation, read_object, operator_config, delete_expired,
+                cluster.backend_policies.activity()]
 
     def expires_at(self) -> datetime | None:
         if self.ttl_seconds is None or self.created_at is None:

@@ -12,4 +12,5 @@ pytest_plugins = [
     "tests.fixtures.secrets",
     "tests.fixtures.metrics_adapter",
     "tests.fixtures.kueue",
+    "tests.fixtures.keda",
 ]

@@ -233,7 +233,9 @@ def process_kinds(process: str) -> list[Kind]:
         return [Kind(ClusterModel.crd.group, ClusterModel.crd.plural)]
     routes = list(ROUTES.values())
     if process == "worker":
-        routes = [r for r in routes if r.workflow_type in contract.IMPLEMENTED_WORKFLOWS]
+        # A TrafficMap's events go to its InferenceService's routing workflow, whose generic activities act
+        # on the InferenceService (already listed), never on the map: its own calls name it literally.
+        routes = [r for r in routes if r.workflow_type in contract.IMPLEMENTED_WORKFLOWS and not r.owner_routing]
     elif process != "bridge":
         return []
     return [Kind(r.group, r.plural) for r in routes]

@@ -45,6 +45,9 @@ def test_the_service_accelerator_class_picks_the_formats_tuning() -> None:
     plain = resolve_service(Cluster(ready_model(), runtime), service).spec["engine"]["runner"]
     assert "--tp-size" in plain["command"] and plain["command"][plain["command"].index("--tp-size") + 1] == "1"
     service["spec"]["acceleratorSelector"] = {"acceleratorClass": "nvidia-h100"}
-    runner = resolve_service(Cluster(ready_model(), runtime), service).spec["engine"]["runner"]
+    # The class named must exist (it is also what renders the pods' node selector and GPUs).
+    h100 = {"apiVersion": "ome.io/v1beta1", "kind": "AcceleratorClass", "metadata": {"name": "nvidia-h100"},
+            "spec": {"discovery": {"nodeSelector": {"nvidia.com/gpu.product": "H100"}}, "capabilities": {}}}
+    runner = resolve_service(Cluster(ready_model(), runtime, h100), service).spec["engine"]["runner"]
     assert runner["command"][runner["command"].index("--tp-size") + 1] == "2"
     assert {"name": "NCCL_ALGO", "value": "Ring"} in runner["env"]

@@ -15,14 +15,19 @@ from servingops.api_models.contract import (
     MigrationStart,
     ObjectEvent,
     Signal,
+    StartObject,
     Update,
     WorkflowType,
 )
+from servingops.api_models.contract.routing import DRAIN_ANNOTATION, GLOBAL_HOST_ANNOTATION
+from servingops.api_models.ome.traffic_annotations import TrafficAnnotation
+from servingops.api_models.refs import ObjectRef
 from servingops.crd_bridge.dispatcher import Dispatcher
 from servingops.crd_bridge.metrics import BridgeMetrics
 from servingops.crd_bridge.queue import CoalescingQueue
 from servingops.crd_bridge.routes import NOT_SERVED, ROUTES, not_served, plan
 from servingops.crd_bridge.watcher import Observed
+from servingops.rendering import backend_traffic_policy as btp
 
 pytestmark = pytest.mark.unit
 
@@ -78,11 +83,14 @@ def test_a_placed_service_is_also_sent_to_its_placement_workflow_until_placement
     first = plan(ISVC, placed, None)
     assert [(d.workflow_type, d.workflow_id, d.signal) for d in first.dispatches] == [
         (WorkflowType.INFERENCE_SERVICE, "isvc/ns/chat/u1", Signal.OBJECT_CHANGED),
-        (WorkflowType.PLACEMENT, "placement/ns/chat/u1", Signal.OBJECT_CHANGED)]
-    # spec.placement removed: the placement workflow hears it (it withdraws the member copies) ...
+        (WorkflowType.PLACEMENT, "placement/ns/chat/u1", Signal.OBJECT_CHANGED),
+        (WorkflowType.TRAFFIC_MAP, "trafficmap/ns/chat/u1", Signal.OBJECT_CHANGED)]
+    # spec.placement removed: the placement workflow hears it (it withdraws the member copies), and so
+    # does the routing workflow (the service is no longer routed) ...
     unplaced = {**obj(name="chat", generation=2, rv="11"), "spec": {}}
     second = plan(ISVC, unplaced, first.fingerprint)
-    assert [d.workflow_type for d in second.dispatches] == [WorkflowType.INFERENCE_SERVICE, WorkflowType.PLACEMENT]
+    assert [d.workflow_type for d in second.dispatches] == [
+        WorkflowType.INFERENCE_SERVICE, WorkflowType.PLACEMENT, WorkflowType.TRAFFIC_MAP]
     # ... and, no longer placed, it hears nothing more.
     third = plan(ISVC, {**obj(name="chat", generation=3, rv="12"), "spec": {}}, second.fingerprint)
     assert [d.workflow_type for d in third.dispatches] == [WorkflowType.INFERENCE_SERVICE]
@@ -90,7 +98,155 @@ def test_a_placed_service_is_also_sent_to_its_placement_workflow_until_placement
     assert [d.workflow_type for d in never.dispatches] == [WorkflowType.INFERENCE_SERVICE]
     deleted = plan(ISVC, {**obj(name="chat", rv="13", deleting=True), "spec": placed["spec"]}, first.fingerprint)
     assert [(d.workflow_type, d.signal) for d in deleted.dispatches] == [
-        (WorkflowType.INFERENCE_SERVICE, Signal.DELETE), (WorkflowType.PLACEMENT, Signal.DELETE)]
+        (WorkflowType.INFERENCE_SERVICE, Signal.DELETE), (WorkflowType.PLACEMENT, Signal.DELETE),
+        (WorkflowType.TRAFFIC_MAP, Signal.DELETE)]
+
+
+PLACED_SPEC = {"placement": {"policy": "ClusterAffinity", "mode": "Split"}}
+TRAFFIC_MAP = ROUTES["TrafficMap"]
+
+
+def placed(generation: int = 1, rv: str = "10", annotations: dict[str, str] | None = None,
+           spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {**obj(name="chat", generation=generation, rv=rv, annotations=annotations),
+            "spec": PLACED_SPEC if spec is None else spec}
+
+
+def test_a_placed_service_starts_its_routing_workflow_with_the_service_itself() -> None:
+    """The routing workflow is a per-service workflow like the placement one: started with the
+    InferenceService's own ref (its uid), its id named after the service's uid."""
+    first = plan(ISVC, placed(), None)
+    [routing] = [d for d in first.dispatches if d.workflow_type == WorkflowType.TRAFFIC_MAP]
+    assert routing.workflow_id == "trafficmap/ns/chat/u1" and routing.signal == Signal.OBJECT_CHANGED
+    assert routing.signal_arg == ObjectEvent(uid="u1", generation=1, resource_version="10")
+    assert routing.start_arg == StartObject(ref=ObjectRef(
+        group="ome.io", version="v1beta1", plural="inferenceservices", kind="InferenceService", name="chat",
+        namespace="ns", uid="u1"))
+    assert routing.running_only is False, "a durable signal-with-start, not a best-effort update"
+    # A new generation reaches it too; an event that moved nothing does not.
+    second = plan(ISVC, placed(generation=2, rv="11"), first.fingerprint)
+    assert [(d.workflow_type, d.signal) for d in second.dispatches if d.workflow_type == WorkflowType.TRAFFIC_MAP] == [
+        (WorkflowType.TRAFFIC_MAP, Signal.OBJECT_CHANGED)]
+    assert plan(ISVC, placed(generation=2, rv="12"), second.fingerprint).dispatches == []
+
+
+def test_an_unplaced_service_sends_nothing_to_a_routing_workflow() -> None:
+    """Never placed: neither its events nor a routing annotation on it reach a routing workflow (and the
+    annotation is not the service workflow's either: it reads no routing annotation)."""
+    first = plan(ISVC, obj(name="plain"), None)
+    assert [d.workflow_type for d in first.dispatches] == [WorkflowType.INFERENCE_SERVICE]
+    drained = plan(ISVC, obj(name="plain", rv="11", annotations={DRAIN_ANNOTATION: '{"d1": {"cluster": "a"}}'}),
+                   first.fingerprint)
+    assert drained.dispatches == []
+    edited = plan(ISVC, obj(name="plain", generation=2, rv="12", annotations={GLOBAL_HOST_ANNOTATION: "chat.example"}),
+                  drained.fingerprint)
+    assert [d.workflow_type for d in edited.dispatches] == [WorkflowType.INFERENCE_SERVICE]
+    gone = plan(ISVC, obj(name="plain", generation=2, rv="13", deleting=True), edited.fingerprint)
+    assert [d.workflow_type for d in gone.dispatches] == [WorkflowType.INFERENCE_SERVICE]
+
+
+def test_a_routing_annotation_on_a_placed_service_goes_only_to_its_routing_workflow() -> None:
+    first = plan(ISVC, placed(), None)
+    drain = '{"d1": {"cluster": "gpu-b", "reason": "maintenance"}}'
+    drained = plan(ISVC, placed(rv="11", annotations={DRAIN_ANNOTATION: drain}), first.fingerprint)
+    [dispatch] = drained.dispatches
+    assert (dispatch.workflow_type, dispatch.workflow_id, dispatch.signal, dispatch.signal_arg) == (
+        WorkflowType.TRAFFIC_MAP, "trafficmap/ns/chat/u1", Signal.ROUTING_CHANGED, f"annotation {DRAIN_ANNOTATION}")
+    assert dispatch.start_arg == StartObject(ref=ISVC.ref(placed()))
+    # The same value again is no news; its removal is.
+    assert plan(ISVC, placed(rv="12", annotations={DRAIN_ANNOTATION: drain}), drained.fingerprint).dispatches == []
+    undrained = plan(ISVC, placed(rv="13"), drained.fingerprint)
+    assert [(d.workflow_type, d.signal, d.signal_arg) for d in undrained.dispatches] == [
+        (WorkflowType.TRAFFIC_MAP, Signal.ROUTING_CHANGED, f"annotation {DRAIN_ANNOTATION}")]
+    # Both routing annotations and a rollout annotation in one event: each goes to its own workflow.
+    both = plan(ISVC, placed(rv="14", annotations={GLOBAL_HOST_ANNOTATION: "chat.example.com",
+                                                   DRAIN_ANNOTATION: drain, "ome.io/rollout-paused": "true"}),
+                undrained.fingerprint)
+    assert sorted((d.workflow_type.value, d.signal, d.signal_arg if d.signal == Signal.ROUTING_CHANGED
+                   else d.signal_arg.name) for d in both.dispatches) == [
+        ("InferenceServiceWorkflow", Signal.ANNOTATION, "ome.io/rollout-paused"),
+        ("TrafficMapWorkflow", Signal.ROUTING_CHANGED, f"annotation {GLOBAL_HOST_ANNOTATION}"),
+        ("TrafficMapWorkflow", Signal.ROUTING_CHANGED, f"annotation {DRAIN_ANNOTATION}")]
+    # A deleting service: the delete is the news, not the annotation.
+    deleting = plan(ISVC, {**placed(rv="15"), "metadata": {**placed(rv="15")["metadata"],
+                                                           "deletionTimestamp": "2026-12-07T00:00:00Z"}},
+                    both.fingerprint)
+    assert {d.signal for d in deleting.dispatches} == {Signal.DELETE}
+
+
+def traffic_map(generation: int = 1, rv: str = "20", deleting: bool = False, uid: str = "tm1",
+                owners: list[dict[str, Any]] | None = None, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A TrafficMap `chat` in ns, controlled by InferenceService chat (uid isvc-uid) unless `owners` says."""
+    body = obj(name="chat", uid=uid, generation=generation, rv=rv, deleting=deleting)
+    body["metadata"]["ownerReferences"] = owners if owners is not None else [
+        {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService", "name": "chat", "uid": "isvc-uid",
+         "controller": True, "blockOwnerDeletion": True}]
+    body["spec"] = {"entries": []}
+    body["status"] = status or {}
+    return body
+
+
+def test_a_traffic_map_edit_wakes_its_owners_routing_workflow() -> None:
+    """The map is the routing workflow's own output: a new generation (a hand edit, or its own write) and
+    its deletion wake the owner's routing workflow, started with the owner (its uid, not the map's)."""
+    first = plan(TRAFFIC_MAP, traffic_map(), None)
+    [dispatch] = first.dispatches
+    assert (dispatch.workflow_type, dispatch.workflow_id, dispatch.signal) == (
+        WorkflowType.TRAFFIC_MAP, "trafficmap/ns/chat/isvc-uid", Signal.ROUTING_CHANGED)
+    assert dispatch.start_arg == StartObject(ref=ObjectRef(
+        group="ome.io", version="v1beta1", plural="inferenceservices", kind="InferenceService", name="chat",
+        namespace="ns", uid="isvc-uid"))
+    assert isinstance(dispatch.signal_arg, str) and "generation 1" in dispatch.signal_arg
+    edited = plan(TRAFFIC_MAP, traffic_map(generation=2, rv="21"), first.fingerprint)
+    assert [(d.workflow_id, d.signal) for d in edited.dispatches] == [
+        ("trafficmap/ns/chat/isvc-uid", Signal.ROUTING_CHANGED)]
+    assert "generation 2" in edited.dispatches[0].signal_arg
+    deleting = plan(TRAFFIC_MAP, traffic_map(generation=2, rv="22", deleting=True), edited.fingerprint)
+    assert [(d.workflow_id, d.signal) for d in deleting.dispatches] == [
+        ("trafficmap/ns/chat/isvc-uid", Signal.ROUTING_CHANGED)]
+    assert "deleting" in deleting.dispatches[0].signal_arg
+    assert plan(TRAFFIC_MAP, traffic_map(generation=2, rv="23", deleting=True), deleting.fingerprint,
+                gone=True).dispatches == [], "already told"
+
+
+def test_a_status_only_change_of_a_traffic_map_sends_nothing() -> None:
+    first = plan(TRAFFIC_MAP, traffic_map(), None)
+    written = plan(TRAFFIC_MAP, traffic_map(rv="21", status={"observedGeneration": 1, "conditions": [
+        {"type": "Routable", "status": "True"}]}), first.fingerprint)
+    assert written.dispatches == []
+    annotated = traffic_map(rv="22")
+    annotated["metadata"]["annotations"] = {DRAIN_ANNOTATION: "{}", "ome.io/rollout-promote": "x"}
+    assert plan(TRAFFIC_MAP, annotated, written.fingerprint).dispatches == [], "a map's annotations are nobody's"
+
+
+@pytest.mark.parametrize("owners", [
+    pytest.param([], id="no-owner"),
+    pytest.param([{"kind": "InferenceService", "name": "chat", "uid": "isvc-uid", "controller": False}],
+                 id="owner-not-controller"),
+    pytest.param([{"kind": "InferenceService", "name": "chat", "uid": "isvc-uid"}], id="controller-unset"),
+    pytest.param([{"kind": "Deployment", "name": "chat", "uid": "d-uid", "controller": True}],
+                 id="controller-of-another-kind"),
+    pytest.param([{"kind": "InferenceService", "name": "chat", "controller": True}], id="controller-without-uid"),
+])
+def test_a_traffic_map_without_an_inference_service_controller_is_ignored(owners: list[dict[str, Any]]) -> None:
+    first = plan(TRAFFIC_MAP, traffic_map(owners=owners), None)
+    assert first.dispatches == []
+    assert plan(TRAFFIC_MAP, traffic_map(generation=2, rv="21", owners=owners), first.fingerprint).dispatches == []
+    assert plan(TRAFFIC_MAP, traffic_map(generation=2, rv="22", owners=owners, deleting=True),
+                first.fingerprint).dispatches == []
+
+
+def test_a_traffic_map_never_starts_a_workflow_of_its_own_uid() -> None:
+    """A reused map name (a new uid) with the same owner still goes to the owner's workflow; a map now
+    owned by a new InferenceService of the same name goes to that one's."""
+    first = plan(TRAFFIC_MAP, traffic_map(), None)
+    recreated = plan(TRAFFIC_MAP, traffic_map(uid="tm2"), first.fingerprint)
+    assert [d.workflow_id for d in recreated.dispatches] == ["trafficmap/ns/chat/isvc-uid"]
+    reowned = plan(TRAFFIC_MAP, traffic_map(uid="tm3", owners=[
+        {"kind": "InferenceService", "name": "chat", "uid": "isvc-uid-2", "controller": True}]),
+        recreated.fingerprint)
+    assert [d.workflow_id for d in reowned.dispatches] == ["trafficmap/ns/chat/isvc-uid-2"]
+    assert all("tm" not in d.workflow_id.rsplit("/", 1)[1] for d in first.dispatches + recreated.dispatches)
 
 
 def test_a_reused_name_is_a_new_workflow() -> None:
@@ -111,6 +267,58 @@ def test_watched_annotations_become_annotation_signals() -> None:
     removed = plan(ISVC, obj(name="svc", rv="12"), promoted.fingerprint)
     assert [d.signal_arg.value for d in removed.dispatches] == [None]
     assert plan(ISVC, obj(name="svc", rv="13"), removed.fingerprint).dispatches == []
+
+
+TRAFFIC_EDITS = {TrafficAnnotation.RETRY_ATTEMPTS.value: "3", TrafficAnnotation.RETRY_ON.value: "5xx",
+                 TrafficAnnotation.TIMEOUT_IDLE.value: "30s", "ome.io/btp.retry.numRetries": "2",
+                 "ome.io/dr.trafficPolicy.tls.mode": "ISTIO_MUTUAL"}
+
+
+@pytest.mark.parametrize("name", sorted(TRAFFIC_EDITS))
+def test_a_traffic_annotation_edit_wakes_the_service_workflow_with_an_annotation_signal(name: str) -> None:
+    """A traffic annotation moves no generation; its addition, new value and removal each reach the
+    service's workflow as `annotation` (which keeps the BackendTrafficPolicy), and nothing else."""
+    spec = {"engine": {}}
+    first = plan(ISVC, {**obj(name="svc"), "spec": spec}, None)
+    added = plan(ISVC, {**obj(name="svc", rv="11", annotations={name: TRAFFIC_EDITS[name]}), "spec": spec},
+                 first.fingerprint)
+    [dispatch] = added.dispatches
+    assert (dispatch.workflow_type, dispatch.workflow_id, dispatch.signal, dispatch.running_only) == (
+        WorkflowType.INFERENCE_SERVICE, "isvc/ns/svc/u1", Signal.ANNOTATION, False)
+    assert dispatch.signal_arg == AnnotationEvent(uid="u1", generation=1, resource_version="11", name=name,
+                                                  value=TRAFFIC_EDITS[name])
+    assert plan(ISVC, {**obj(name="svc", rv="12", annotations={name: TRAFFIC_EDITS[name]}), "spec": spec},
+                added.fingerprint).dispatches == []  # the same value again is no news
+    edited = plan(ISVC, {**obj(name="svc", rv="13", annotations={name: "7"}), "spec": spec}, added.fingerprint)
+    assert [(d.signal, d.signal_arg.value) for d in edited.dispatches] == [(Signal.ANNOTATION, "7")]
+    removed = plan(ISVC, {**obj(name="svc", rv="14"), "spec": spec}, edited.fingerprint)
+    assert [(d.signal, d.signal_arg.name, d.signal_arg.value) for d in removed.dispatches] == [
+        (Signal.ANNOTATION, name, None)]
+
+
+def test_a_traffic_annotation_on_a_placed_service_goes_to_the_service_workflow_not_routing() -> None:
+    first = plan(ISVC, placed(), None)
+    edited = plan(ISVC, placed(rv="11", annotations={TrafficAnnotation.TIMEOUT_TCP_CONNECT.value: "5s"}),
+                  first.fingerprint)
+    assert [(d.workflow_type, d.signal) for d in edited.dispatches] == [
+        (WorkflowType.INFERENCE_SERVICE, Signal.ANNOTATION)]
+
+
+def test_the_bridge_watches_exactly_the_annotations_the_backend_policy_reads() -> None:
+    """One set: every annotation the rendering takes as traffic intent is news to the bridge, and an
+    ome.io/* annotation outside it (or a look-alike) is not."""
+    typed = {a.value: "1" for a in TrafficAnnotation}
+    others = {"ome.io/btp-not-a-passthrough": "x", "ome.io/dr": "x", "ome.io/deploymentMode": "RawDeployment",
+              "example.com/btp.retry": "1", "ome.io/retry": "1"}
+    everything = {**typed, **TRAFFIC_EDITS, **others}
+    declared = btp.intent(None, everything)
+    assert declared is not None
+    assert set(declared.annotations) == set(typed) | set(TRAFFIC_EDITS)
+    first = plan(ISVC, obj(name="svc"), None)
+    woken = plan(ISVC, obj(name="svc", rv="11", annotations=everything), first.fingerprint)
+    assert {d.signal_arg.name for d in woken.dispatches if d.signal == Signal.ANNOTATION} == set(declared.annotations)
+    assert plan(ISVC, obj(name="svc", rv="12", annotations={**everything, "ome.io/retry": "2"}),
+                woken.fingerprint).dispatches == []
 
 
 def test_rollout_annotations_also_go_straight_to_the_rollout_runs() -> None:
@@ -260,9 +468,10 @@ def test_the_bridge_follows_by_default_exactly_what_the_worker_serves() -> None:
     registered = {getattr(cls, "__temporal_workflow_definition").name for cls in workflows()}
     assert registered == {t.value for t in IMPLEMENTED_WORKFLOWS}
     assert set(DEFAULT_KINDS) == {"Model", "ClusterModel", "InferenceService", "InferenceReplica", "RolloutPolicy",
-                                  "ServingRuntime",
+                                  "AutoscalerPolicy", "ServingRuntime",
                                   "ClusterServingRuntime", "BaseModel", "ClusterBaseModel", "FineTunedWeight",
-                                  "WorkloadCluster", "AcceleratorQuota", "ModelCatalogSource"}
+                                  "WorkloadCluster", "AcceleratorQuota", "AcceleratorClass", "ModelCatalogSource",
+                                  "TrafficMap"}
     assert all(ROUTES[kind].workflow_type.value in registered for kind in DEFAULT_KINDS)
 
 

@@ -1,6 +1,8 @@
 """The Gateway API publisher's objects for a TrafficMap (rendering/global_route.py): upstream OME's
 `<isvc>-global` HTTPRoute with one weighted backend per entry (weight 0 kept), ExternalName backend
-Services, the Host rewrite, and the InvalidPlan cases."""
+Services, the Host rewrite, and the InvalidPlan cases; with EndpointSlices, selectorless backend Services and
+the slices of the member gateways' addresses (what Traefik routes to: tests/support/global_route_dataplane.py,
+run by tests/test_routing_e2e.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from servingops.rendering.global_route import (
     gateway_ref,
     global_host,
     plan_compatibility_digest,
+    render_backend_endpoint_slices,
     render_global_route,
     route_placement,
     withdrawn_because,
@@ -117,3 +120,46 @@ def test_a_shared_route_namespace_hashes_the_source_namespace_into_the_name() ->
     assert route_placement(shared, "chat", "routes") == ("routes", "chat-global")
     assert plan_compatibility_digest(shared) != plan_compatibility_digest(SETTINGS)
     assert plan_compatibility_digest(SETTINGS).startswith("sha256:") and len(plan_compatibility_digest(SETTINGS)) == 71
+
+
+def test_with_endpoint_slices_the_backends_are_selectorless_services_and_the_route_is_the_same() -> None:
+    entries = [entry("worker-a", 3), entry("worker-b", 1)]
+    plain = render_global_route(SETTINGS, "chat", "prod", "chat.example.com", entries)
+    sliced = render_global_route(SETTINGS, "chat", "prod", "chat.example.com", entries, endpoint_slices=True)
+    assert sliced.route == plain.route and sliced.claims == plain.claims and sliced.targets == plain.targets
+    for service in sliced.services:
+        # No selector (the endpoint controller makes no slice of its own) and no externalName.
+        assert service["spec"] == {"type": "ClusterIP", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
+    assert [s["metadata"] for s in sliced.services] == [s["metadata"] for s in plain.services]
+
+
+def test_each_homes_gateway_addresses_become_a_ready_slice_of_its_backend_service() -> None:
+    slices = render_backend_endpoint_slices(SETTINGS, "chat", "prod", {
+        "worker-b": ["10.250.7.2"], "worker-a": ["10.250.3.2", "fd00::2", "10.250.3.2", "10.250.3.9"]})
+    service_a, service_b = (backend_service_name("prod", "chat", c) for c in ("worker-a", "worker-b"))
+    assert [(s["metadata"]["name"], s["addressType"]) for s in slices] == [
+        (f"{service_a}-ipv4", "IPv4"), (f"{service_a}-ipv6", "IPv6"), (f"{service_b}-ipv4", "IPv4")]
+    a4 = slices[0]
+    assert a4["metadata"]["namespace"] == "prod"
+    assert a4["metadata"]["labels"] == {
+        "kubernetes.io/service-name": service_a, ISVC_LABEL: "chat", CLUSTER_LABEL: "worker-a",
+        "endpointslice.kubernetes.io/managed-by": "trafficmap-publisher.ome.io"}
+    # The port's name is the Service port's: a Gateway matches the two by name.
+    assert a4["ports"] == [{"name": "http", "port": 80, "protocol": "TCP"}]
+    assert a4["endpoints"] == [{"addresses": ["10.250.3.2"], "conditions": {"ready": True}},
+                               {"addresses": ["10.250.3.9"], "conditions": {"ready": True}}]  # the repeat dropped
+    assert slices[1]["endpoints"] == [{"addresses": ["fd00::2"], "conditions": {"ready": True}}]
+
+
+def test_slices_follow_the_route_namespace_and_a_home_without_addresses_gets_none() -> None:
+    shared = EndpointConfig(global_gateway="g", backend_port=8443, route_namespace="routes")
+    [only] = render_backend_endpoint_slices(shared, "chat", "prod", {"worker-a": ["10.250.3.2"], "worker-b": []})
+    assert only["metadata"]["namespace"] == "routes" and only["ports"][0]["port"] == 8443
+    assert only["metadata"]["labels"][CLUSTER_LABEL] == "worker-a"
+    assert render_global_route(shared, "chat", "prod", "chat.example.com", [entry("worker-a", 1)],
+                               endpoint_slices=True).services[0]["metadata"]["namespace"] == "routes"
+
+
+def test_a_gateway_address_that_is_not_an_ip_is_an_invalid_plan() -> None:
+    with pytest.raises(InvalidPlan, match=r"worker-a: gateway address 'gw\.example\.com' is not an IP"):
+        render_backend_endpoint_slices(SETTINGS, "chat", "prod", {"worker-a": ["gw.example.com"]})

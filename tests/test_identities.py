@@ -70,10 +70,11 @@ def test_the_call_reader_tells_the_processes_apart() -> None:
     assert catalog == {("ai.deckhouse.io", "clustermodels", "list"), ("", "secrets", "get")}
     assert ("ome.io", "inferenceservices", "delete") in member, \
         "a member's derived service is deleted as the placement-member identity"
-    # The worker deletes one kind of the product's own: an InferenceService whose ttlSecondsAfterCreation passed
-    # (serving.delete_expired, named by literal group and plural so this reader sees which).
+    # The worker deletes two kinds of the product's own: an InferenceService whose ttlSecondsAfterCreation passed
+    # (serving.delete_expired) and the TrafficMap of a service no longer routed (routing.delete_map, the
+    # publisher's unpublish), each named by literal group and plural so this reader sees which.
     assert {(g, r) for g, r, v in worker if v == "delete" and g in ("ome.io", "ai.deckhouse.io")} == {
-        ("ome.io", "inferenceservices")}
+        ("ome.io", "inferenceservices"), ("ome.io", "trafficmaps")}
     assert webhook == {("ai.deckhouse.io", "models", "get"), ("ai.deckhouse.io", "clustermodels", "get")}
     assert ("", "nodes", "patch") in agent and ("", "nodes", "patch") not in worker
     assert ("ome.io", "clusterbasemodels", "watch") in agent and not any(r == "secrets" for _, r, _ in agent)

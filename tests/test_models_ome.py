@@ -164,6 +164,7 @@ IRREGULAR_NAMES = {
     "class", "restURL", "hostPID", "hostIPC", "setHostnameAsFQDN", "minComputePerformanceTFLOPS",
     "targetedHTTPRoutes", "flavorUID", "clusterUID", "sourceUID", "reportUID", "planID", "targetID", "runID",
     "activeRunID", "appliedPlanID", "requestUUID", "compartmentID", "placementPlanID", "observedISVCGeneration",
+    "pciVendorID", "deviceIDs", "memoryGB", "clockSpeedMHz", "memoryBandwidthGBps", "volcanoGPUType",
 }
 
 
@@ -195,11 +196,11 @@ def test_python_side_validation_matches_the_schema() -> None:
 
 def test_kinds_scopes_and_subresources() -> None:
     scopes = {kind.crd.kind: kind.crd.scope for kind in OME_KINDS}
-    assert scopes == {"InferenceService": "Namespaced", "RolloutPolicy": "Namespaced",
+    assert scopes == {"InferenceService": "Namespaced", "RolloutPolicy": "Namespaced", "AutoscalerPolicy": "Namespaced",
                       "InferenceReplica": "Namespaced", "WorkloadCluster": "Cluster",
                       "BaseModel": "Namespaced", "ClusterBaseModel": "Cluster", "FineTunedWeight": "Cluster",
                       "ServingRuntime": "Namespaced", "ClusterServingRuntime": "Cluster",
-                      "AcceleratorQuota": "Cluster", "TrafficMap": "Namespaced"}
+                      "AcceleratorQuota": "Cluster", "AcceleratorClass": "Cluster", "TrafficMap": "Namespaced"}
     scale = InferenceReplica.crd.scale
     assert scale is not None and scale.spec_replicas_path == ".spec.replicas"
     assert scale.label_selector_path == ".status.labelSelector"

@@ -30,7 +30,7 @@ from devstack import identities
 from devstack.hub_server import HubServer
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
-from devstack.members import PLACEMENT_QUEUE, MemberCluster
+from devstack.members import PLACEMENT_QUEUE, MemberCluster, registration_ready
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.api_models.contract import Query, placement_workflow_id
@@ -89,7 +89,7 @@ def fleet(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_s
                 member.register(kube_api, identities.NAMESPACE)
             for member in members.values():
                 wait_until(f"WorkloadCluster {member.name} Ready",
-                           lambda m=member: _registration_ready(kube_api, m.name),
+                           lambda m=member: registration_ready(kube_api, m.name),
                       worker, 120)
             yield Fleet(namespace, worker, members, tier, temporal_server.address)
         finally:
@@ -100,15 +100,6 @@ def fleet(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temporal_s
 
 
 # -- reading the world ------------------------------------------------------------------------------
-
-
-def _registration_ready(api: client.ApiClient, name: str) -> bool:
-    try:
-        obj = client.CustomObjectsApi(api).get_cluster_custom_object(GROUP, VERSION, "workloadclusters", name)
-    except ApiException:
-        return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (obj.get("status") or {}).get("conditions") or [])
 
 
 def _source(api: client.ApiClient, ns: str, name: str) -> dict[str, Any]:
@@ -296,7 +287,7 @@ def test_a_winner_whose_member_goes_away_is_lost_after_the_grace_and_the_service
     _quotas(fleet, a="4")
     b.cluster.kill_apiserver()
     try:
-        wait_until("b's registration no longer Ready", lambda: not _registration_ready(kube_api, b.name), worker, 60)
+        wait_until("b's registration no longer Ready", lambda: not registration_ready(kube_api, b.name), worker, 60)
         second = wait_until("a new race placed it in a", lambda: (
             (p := _placement(kube_api, ns, name)).get("plan", {}).get("winner") == a.name and p), worker, 180)
         assert second["plan"]["revision"] == 2 and second["plan"]["id"] != first["plan"]["id"]
@@ -314,7 +305,7 @@ def test_a_winner_whose_member_goes_away_is_lost_after_the_grace_and_the_service
     placed = wait_until("Placed in a alone", lambda: (p := _placement(kube_api, ns, name)).get("phase") == "Placed"
                    and [r["cluster"] for r in p["candidates"]] == [a.name] and p, worker, 120)
     assert placed["plan"]["winner"] == a.name and placed["cluster"] == a.name
-    wait_until("b Ready again", lambda: _registration_ready(kube_api, b.name), worker, 60)
+    wait_until("b Ready again", lambda: registration_ready(kube_api, b.name), worker, 60)
 
 
 def test_a_source_deleted_while_its_home_is_down_stays_until_the_copy_is_withdrawn(
@@ -350,7 +341,7 @@ def test_a_source_deleted_while_its_home_is_down_stays_until_the_copy_is_withdra
             return exc.status == 404
     wait_until("the source gone once b's copy is", source_gone, worker, 180)
     assert _derived(b, ns, name) is None
-    wait_until("b Ready again", lambda: _registration_ready(kube_api, b.name), worker, 60)
+    wait_until("b Ready again", lambda: registration_ready(kube_api, b.name), worker, 60)
 
 
 def test_a_single_move_rotates_a_probe_that_never_admits_and_hands_over_once_the_replacement_serves(

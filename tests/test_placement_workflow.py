@@ -10,10 +10,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from temporalio import workflow
 from temporalio.testing import WorkflowEnvironment
 
 from servingops.api_models import contract
-from testkit.placement_fakes import FakeFleet, capacity_fleet, single, split, split_by_capacity, three_members
+from servingops.workflows.placement.spread_steps import ZERO_SHARE_PATCH
+from testkit.placement_fakes import (
+    FakeFleet,
+    capacity_fleet,
+    single,
+    split,
+    split_by_capacity,
+    split_three_to_one,
+    three_members,
+)
 from testkit.rollout_harness import start_env
 from tests.support.placement_workflow import phase, placing, wait
 
@@ -304,6 +314,65 @@ async def test_split_three_to_one_places_each_share_in_its_home_and_a_new_weight
         assert any(r == "PlacementHomeDrained" for _, r, _ in fleet.events())
 
 
+async def test_split_a_home_whose_share_goes_to_zero_loses_its_copy_and_keeps_its_row(
+        env: WorkflowEnvironment) -> None:
+    """Split 3:1 (4 replicas), then 2 replicas: gpu-b's share is 0. Nothing was ever published for the service
+    (no routing workflow), so nothing holds the removal: its copy goes, and its row stays listed (weight 1,
+    nothing desired, no copy acknowledged)."""
+    fleet = split_three_to_one()
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        fleet.placement, fleet.generation = split({"gpu-a": 3, "gpu-b": 1}, replicas=2), 2
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: fleet.placed()["plan"]["revision"] == 2 and b.derived is None, "gpu-b's copy gone")
+        # The pass that deleted it writes the row after the delete.
+        await wait(env, lambda: any(r == "PlacementShareWithdrawn" for _, r, _ in fleet.events()), "said")
+        assert phase(fleet) == "Placed"
+        rows = {r["cluster"]: r for r in fleet.placed()["candidates"]}
+        assert set(rows) == {"gpu-a", "gpu-b"}
+        assert (rows["gpu-b"]["allocation"]["weight"], rows["gpu-b"]["allocation"]["desiredReplicas"],
+                rows["gpu-b"].get("appliedPlanID"), rows["gpu-b"].get("endpoint")) == (1, 0, None, None)
+        assert rows["gpu-a"]["appliedPlanID"] == fleet.placed()["plan"]["id"]
+        assert a.derived is not None and a.derived["floors"] == {"engine": 2} and a.deletes == 0
+        assert b.deletes == 1
+        assert [m for _, r, m in fleet.events() if r == "PlacementShareWithdrawn"] == [
+            "the copy in gpu-b, a home whose share the plan lowered to 0, was deleted"]
+
+
+async def test_a_zero_share_copy_left_by_a_run_before_the_fix_is_deleted_by_the_next_run(
+        env: WorkflowEnvironment, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that accepted the zero share before `placement-zero-share-withdrawn` (its patch call answered False,
+    as a replay of such a run does) left gpu-b's row without appliedPlanID and its copy running; a run continued
+    from that state (continue-as-new) knows the copy from what it applied (applied_generation) and deletes it."""
+    real = workflow.patched
+    monkeypatch.setattr(workflow, "patched", lambda asked: False if asked == ZERO_SHARE_PATCH else real(asked))
+    fleet = split_three_to_one()
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    async with placing(env, fleet) as handle:
+        await wait(env, lambda: phase(fleet) == "Placed", "placed")
+        fleet.placement, fleet.generation = split({"gpu-a": 3, "gpu-b": 1}, replicas=2), 2
+        await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
+        await wait(env, lambda: fleet.placed()["plan"]["revision"] == 2 and phase(fleet) == "Placed", "revision 2")
+        await env.sleep(10 * 60)
+        row_b = next(r for r in fleet.placed()["candidates"] if r["cluster"] == "gpu-b")
+        assert row_b["allocation"]["desiredReplicas"] == 0 and row_b.get("appliedPlanID") is None
+        assert b.derived is not None and b.deletes == 0, "before the fix: the zero share's copy stays"
+        carried = await handle.query(contract.Query.STATE, result_type=dict)
+        await handle.terminate("continued by the next run")
+    monkeypatch.setattr(workflow, "patched", real)
+
+    assert carried["applied_generation"] == {"gpu-a": 2, "gpu-b": 1}
+    async with placing(env, fleet, carried=carried):
+        # The event travels with the status write of the pass that deleted the copy.
+        await wait(env, lambda: b.derived is None and any(
+            r == "PlacementShareWithdrawn" and "gpu-b" in m for _, r, m in fleet.events()), "the leftover deleted")
+        rows = {r["cluster"]: r for r in fleet.placed()["candidates"]}
+        assert set(rows) == {"gpu-a", "gpu-b"} and rows["gpu-b"]["allocation"]["desiredReplicas"] == 0
+        assert fleet.placed()["plan"]["revision"] == 2, "no new plan: the one accepted before is kept"
+        assert a.derived is not None and a.derived["floors"] == {"engine": 2} and a.deletes == 0
+
+
 async def test_a_plan_past_max_replicas_per_cluster_is_held_with_the_reason(env: WorkflowEnvironment) -> None:
     fleet = FakeFleet(three_members(), split({"gpu-a": 3, "gpu-b": 1}, replicas=4, ceiling=2))
     async with placing(env, fleet):
@@ -410,6 +479,10 @@ async def test_split_by_capacity_a_member_rendering_otherwise_gets_a_new_revisio
         a.rendering = "2"
         await handle.signal(contract.Signal.OBJECT_CHANGED, fleet.event())
         await wait(env, lambda: fleet.placed()["plan"]["revision"] == 2 and phase(fleet) == "Placed", "revision 2")
+        # The plan is persisted before any member is written (and the phase is the last pass's until this pass
+        # ends): the copies follow within the pass.
+        await wait(env, lambda: a.derived["execution"]["revision"] == 2 and b.derived["execution"]["revision"] == 2,
+                   "both copies at revision 2")
         rows = {r["cluster"]: r for r in fleet.placed()["candidates"]}
         assert {n: r["allocation"]["desiredReplicas"] for n, r in rows.items()} == {"gpu-a": 3, "gpu-b": 1}
         renewed = rows["gpu-a"]["allocation"]["capacity"]["demandContract"]

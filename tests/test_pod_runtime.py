@@ -3,12 +3,22 @@ kwok stages of an answering cluster; the runtime end to end is in tests/test_tra
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import Any, cast
 
 import pytest
+from kubernetes import client
 
 from devstack.kube import POD_UNREADY_ANNOTATION, go_module_dir, kwok_stages, pinned_versions
-from devstack.pod_runtime import container_ports, fault_settings, pre_stop_seconds, ready_status, served_model
+from devstack.pod_runtime import (
+    PodRuntime,
+    container_ports,
+    fault_settings,
+    pre_stop_seconds,
+    ready_status,
+    served_model,
+)
+from devstack.pod_server import StopResult
 
 pytestmark = pytest.mark.unit
 
@@ -29,6 +39,7 @@ def test_fault_settings_come_from_annotations_before_env() -> None:
                               {"SERVINGOPS_POD_TTFT_MS": "5", "SERVINGOPS_POD_ERROR_RATE": "0.5"})
     assert settings == {"ttft_ms": 250.0, "tokens": 8, "error_rate": 0.5}
     assert fault_settings({"devstack.servingops.io/error-rate": "lots"}, {}) == {}, "a bad value is ignored"
+    assert fault_settings({"devstack.servingops.io/capacity-servable": "2"}, {}) == {"servable": 2}
 
 
 def test_ports_model_and_pre_stop_are_read_as_a_kubelet_and_an_engine_would() -> None:
@@ -89,3 +100,52 @@ def test_an_answering_cluster_leaves_its_services_pods_readiness_to_the_runtime(
     assert "podIP:" in template, "the pods get their address from kwok as any other"
     held = {"key": f'.metadata.annotations["{POD_UNREADY_ANNOTATION}"]', "operator": "NotIn", "values": ["true"]}
     assert held not in start["spec"]["selector"]["matchExpressions"], "held pods start too (the runtime holds them)"
+
+
+class _Server:
+    """The pod server's start/stop semantics by name and uid; a stop waits for `release` (a deleted pod's grace
+    still running when the new pod of its name starts)."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, str] = {}
+        self.release = threading.Event()
+
+    def start(self, pod: str, *, uid: str, **_: Any) -> None:
+        self.running[pod] = uid
+
+    def stop(self, pod: str, grace_seconds: float = 30, uid: str | None = None) -> StopResult:
+        assert self.release.wait(10)
+        if pod in self.running and (uid is None or self.running[pod] == uid):
+            del self.running[pod]
+        return StopResult(finished=0, cut=0)
+
+
+class _Netns:
+    def add_address(self, ip: str) -> None: ...
+
+    def remove_address(self, ip: str) -> None: ...
+
+
+def test_a_deleted_pods_late_stop_leaves_the_new_pod_of_its_name_serving(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An InferenceReplica's pods keep their names: a copy deleted and placed again makes a pod of the same name
+    while the old one's grace runs. The old one's stop must not take the new one's server down (it did: the
+    new pod never got Ready, found by the zero-share test of tests/test_routing_e2e.py)."""
+    server = _Server()
+    runtime = PodRuntime(client.ApiClient(), cast(Any, _Netns()), cast(Any, server), targets_file=None)
+    monkeypatch.setattr(runtime, "_probe", lambda key: None)
+
+    def pod(uid: str, deleting: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": "svc-engine-0", "namespace": "ns", "uid": uid, "labels": {}}
+        if deleting:
+            meta["deletionTimestamp"] = "2026-12-07T12:00:00Z"
+        return {"metadata": meta, "spec": {"containers": [{"name": "main", "ports": [{"containerPort": 8000}]}],
+                                           "terminationGracePeriodSeconds": 0},
+                "status": {"phase": "Running", "podIP": "10.244.0.5"}}
+
+    runtime._observe(pod("u1"))
+    runtime._observe(pod("u1", deleting=True))  # its stop waits, as a grace period would
+    runtime._observe(pod("u2"))
+    server.release.set()
+    for thread in [t for t in threading.enumerate() if t.name.startswith("stop-")]:
+        thread.join(10)
+    assert server.running == {"ns/svc-engine-0": "u2"}

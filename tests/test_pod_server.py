@@ -188,7 +188,7 @@ async def _metrics(session: aiohttp.ClientSession, pod: PodAt) -> Samples:
 # --- control -----------------------------------------------------------------------------------------------
 
 
-def test_start_lists_the_pod_repeats_as_a_no_op_and_a_new_uid_replaces_it(pod_server: Server) -> None:
+def test_a_repeat_start_is_a_no_op_a_new_uid_replaces_the_pod_and_a_stop_names_its_uid(pod_server: Server) -> None:
     client = pod_server.client
     name = uuid.uuid4().hex[:8]
     key, first_port = f"test/replaced-{name}", _free_port(POD_IP)
@@ -214,7 +214,12 @@ def test_start_lists_the_pod_repeats_as_a_no_op_and_a_new_uid_replaces_it(pod_se
         socket.create_connection((POD_IP, first_port), timeout=10).close()
     socket.create_connection((OTHER_IP, second_port), timeout=10).close()
 
-    assert client.stop(key, 5) == StopResult(finished=0, cut=0)
+    # The deleted pod's late stop (its grace ran out after the new pod of its name started) leaves the new one.
+    assert client.stop(key, 5, uid="uid-1") == StopResult(finished=0, cut=0)
+    assert client.list()[key].uid == "uid-2"
+    socket.create_connection((OTHER_IP, second_port), timeout=10).close()
+
+    assert client.stop(key, 5, uid="uid-2") == StopResult(finished=0, cut=0)
     assert key not in client.list()
     assert client.stop(key, 5) == StopResult(finished=0, cut=0), "stopping a pod that is gone is a no-op"
 
@@ -387,6 +392,27 @@ async def test_configure_live_error_rate_and_health(pod_server: Server, session:
     pod_server.client.configure(pod.key, healthy=True)
     async with session.get(pod.url + "/health") as response:
         assert response.status == 200
+
+
+async def test_capacity_report_is_the_routing_polls_report_when_the_pod_is_given_one(
+        pod_server: Server, session: aiohttp.ClientSession) -> None:
+    from datetime import UTC, datetime
+
+    from servingops.rendering.capacity_poll import parse_report
+
+    silent = _start_pod(pod_server)
+    async with session.get(silent.url + "/capacity") as response:
+        assert response.status == 404, "no servable count given: no report"
+    pod = _start_pod(pod_server, servable=3)
+    for method in ("GET", "POST"):
+        async with session.request(method, pod.url + "/capacity") as response:
+            assert response.status == 200
+            _assert_stamped(response, pod)
+            outcome = parse_report(response.status, await response.read(), None, datetime.now(UTC))
+            assert outcome.reading is not None and outcome.reading.servable == 3, outcome.failure
+    pod_server.client.configure(pod.key, servable=0)
+    async with session.get(pod.url + "/capacity") as response:
+        assert (await response.json())["servable"] == 0, "configured live"
 
 
 async def test_metrics_parse_and_add_up_to_the_requests_sent(pod_server: Server,

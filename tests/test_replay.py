@@ -158,3 +158,36 @@ async def test_the_catalog_history_before_the_backend_needs_its_patch(monkeypatc
     monkeypatch.setattr(workflow, "patched", lambda asked: True if asked == "catalog-backend" else real(asked))
     with pytest.raises((NondeterminismError, AssertionError)):
         await replay_comparing_activities(load(HISTORIES / "CatalogSourceWorkflow" / "catalog-not-implemented.json"))
+
+
+# Recorded after `placement-tells-routing` (at 9f96b20 and later): they carry its marker.
+AFTER_ROUTING_NOTICE = {"placement-split-zero-share", "placement-split-zero-share-before"}
+PLACEMENT_STORED = sorted(p for p in (HISTORIES / "PlacementWorkflow").glob("*.json")
+                          if p.stem not in AFTER_ROUTING_NOTICE)
+
+
+@pytest.mark.parametrize("path", PLACEMENT_STORED, ids=[p.stem for p in PLACEMENT_STORED])
+async def test_placement_histories_before_the_routing_notice_need_its_patch(path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every PlacementWorkflow history stored before `placement-tells-routing` (a status write sends
+    routing-changed to the routing workflow): forced to the new branch, each fails to replay, so the patch is
+    what keeps those runs alive."""
+    real = workflow.patched
+    monkeypatch.setattr(workflow, "patched",
+                        lambda asked: True if asked == "placement-tells-routing" else real(asked))
+    with pytest.raises(NondeterminismError):
+        await replay_comparing_activities(load(path))
+
+
+async def test_the_placement_history_before_the_zero_share_fix_needs_its_patch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`placement-split-zero-share-before` was recorded at 9f96b20, before `placement-zero-share-withdrawn`: gpu-b's
+    share went to 0 and its copy stayed. Forced to the new branch, the replay takes gpu-b off the route, waits
+    for the routing workflow's word and deletes the copy when it comes: not what the history holds (the word
+    wakes the run, which cancels the poll timer the history fired: the SDK's state machines refuse that as a
+    RuntimeError)."""
+    real = workflow.patched
+    monkeypatch.setattr(workflow, "patched",
+                        lambda asked: True if asked == "placement-zero-share-withdrawn" else real(asked))
+    before = load(HISTORIES / "PlacementWorkflow" / "placement-split-zero-share-before.json")
+    with pytest.raises((NondeterminismError, AssertionError, RuntimeError)):
+        await replay_comparing_activities(before)

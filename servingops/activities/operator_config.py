@@ -57,6 +57,19 @@ class OperatorConfigActivities:
         return [self.read]
 
 
+IngressSource = IngressConfig | Callable[[], IngressConfig]
+"""A fixed ingress configuration, or a callable giving the current one (raising OperatorConfigError
+when it does not parse): an IngressConfigReader."""
+
+
+def current_ingress(source: IngressSource) -> IngressConfig | OperatorConfigError:
+    """The ingress block as read now (cached by its reader), or why it does not parse."""
+    try:
+        return source() if callable(source) else source
+    except OperatorConfigError as exc:
+        return exc
+
+
 class IngressConfigReader:
     """The ConfigMap's `ingress` block, read at most every `ttl` seconds and shared by the serving
     activities' threads. Calling it returns the block (defaults when the ConfigMap or the key is

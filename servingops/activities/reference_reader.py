@@ -24,9 +24,11 @@ _PLURALS = {
     "FineTunedWeight": "finetunedweights",
     "ServingRuntime": "servingruntimes",
     "ClusterServingRuntime": "clusterservingruntimes",
+    "AcceleratorClass": "acceleratorclasses",
 }
 _SERVING_RUNTIMES = "servingruntimes"
 _CLUSTER_SERVING_RUNTIMES = "clusterservingruntimes"
+_ACCELERATOR_CLASSES = "acceleratorclasses"
 
 
 class KubeReader:
@@ -74,13 +76,15 @@ class KubeReader:
         return dict(cast(dict[str, Any], found))
 
     def list(self, group: str, kind: str, namespace: str | None) -> list[dict[str, Any]]:
-        """Only runtimes are listed (selection); spelled out per kind so the worker's role can be
+        """Only runtimes and AcceleratorClasses are listed (selection); spelled out per kind so the worker's role can be
         held to exactly these lists (tests/rbac_calls.py reads the literal plurals)."""
         if kind == "ServingRuntime" and namespace:
             found = call(self.custom.list_namespaced_custom_object, _OME_GROUP, "v1beta1", namespace,
                          _SERVING_RUNTIMES)
         elif kind == "ClusterServingRuntime":
             found = call(self.custom.list_cluster_custom_object, _OME_GROUP, "v1beta1", _CLUSTER_SERVING_RUNTIMES)
+        elif kind == "AcceleratorClass":
+            found = call(self.custom.list_cluster_custom_object, _OME_GROUP, "v1beta1", _ACCELERATOR_CLASSES)
         else:
             raise ValueError(f"no list of {kind} in namespace {namespace!r} is needed")
         items = cast(dict[str, Any], found).get("items") or []

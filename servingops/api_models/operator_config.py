@@ -34,6 +34,9 @@ told otherwise), one YAML document per block:
         ingressDomain: svc.cluster.local
         domainTemplate: "{{ .Name }}.{{ .Namespace }}.{{ .IngressDomain }}"
         urlScheme: http          # of status.url and the components' urls (http or https)
+        trafficTranslator: envoyGateway   # spec.traffic's data-plane translation besides Envoy Gateway's
+                                 # BackendTrafficPolicy (always written where served): traefik also
+                                 # puts the weights in a weighted TraefikService per component
       routing: |                 # upstream OME's multicluster.config.routing: TrafficMaps (docs/routing.md)
         enabled: false           # the installation's gate; spec.routing.enabled can only opt a service out
         probe: {...}             # the default RoutingProbeSpec (all nine fields, or disabled: true)
@@ -260,6 +263,14 @@ class IngressConfig(_Block):
     ingress_domain: str = "svc.cluster.local"
     domain_template: str = "{{ .Name }}.{{ .Namespace }}.{{ .IngressDomain }}"
     url_scheme: Literal["http", "https"] = "http"
+    traffic_translator: Literal["envoyGateway", "traefik"] = "envoyGateway"
+    """How spec.traffic reaches the data plane. `envoyGateway` (the default): Envoy Gateway's
+    BackendTrafficPolicy only (activities/serving/traffic_policy.py). `traefik`: besides that policy,
+    when the cluster serves TraefikServices (Traefik's kubernetesCRD provider beside its Gateway
+    provider), the weights between a component's revisions go into one weighted TraefikService
+    (traefik.io/v1alpha1, named as the route) whose children are the revisions' Services with Traefik's
+    own equivalent of spec.traffic (rendering/traefik_traffic.py), and the HTTPRoute's one backendRef
+    names it; otherwise the routes keep plain Service backendRefs with the weights."""
 
     @field_validator("ome_ingress_gateway")
     @classmethod
@@ -356,16 +367,35 @@ class RoutingDefaults(_Block):
 _HOST_VARIABLES = (".Name", ".Namespace")
 
 
+class EndpointSlicesFallback(_Block):
+    """Upstream OME's gatewayBackend.endpointSlices: for a control plane that cannot resolve the members'
+    hostnames, each backend gets an EndpointSlice with the IP addresses of the member's serving Gateway
+    (its status.addresses), read at least every `addressRefreshInterval`."""
+
+    enabled: bool = False
+    address_refresh_interval: str = ""
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> EndpointSlicesFallback:
+        if self.enabled != bool(self.address_refresh_interval):
+            raise ValueError("endpointSlices: set both enabled: true and an addressRefreshInterval with a unit "
+                             "(such as 1m), or neither")
+        if self.address_refresh_interval:
+            _duration(self.address_refresh_interval)
+        return self
+
+
 class GatewayBackend(_Block):
     rewrite_hostname: bool = False
     """Each backend gets a URLRewrite filter setting the Host header to its member's hostname (a member's
     routes match only its own hostnames)."""
+    endpoint_slices: EndpointSlicesFallback = EndpointSlicesFallback()
 
 
 class EndpointConfig(_Block):
     """Upstream OME's `multicluster.config.endpoint`: where and how the Gateway API publisher writes each
-    TrafficMap's global HTTPRoute. Upstream's gatewayBackend.tls and gatewayBackend.endpointSlices are not
-    implemented yet and are refused as unknown rather than ignored."""
+    TrafficMap's global HTTPRoute. Upstream's gatewayBackend.tls is not implemented yet and is refused as
+    unknown rather than ignored."""
 
     global_gateway: str = ""
     """`<namespace>/<name>` of the Gateway the global routes attach to, or `<name>` in the route's
@@ -473,6 +503,8 @@ class OperatorDefaults(BaseModel):
     lifecycle: LifecycleDefaults = LifecycleDefaults()
     workload_clusters: WorkloadClusterDefaults = WorkloadClusterDefaults()
     placement: PlacementDefaults = PlacementDefaults()
+    routing: RoutingDefaults = RoutingDefaults()
+    endpoint: EndpointConfig = EndpointConfig()
     source: str = ""
     """Which ConfigMap this came from (`<namespace>/<name>`), or "" for the built-in defaults."""
     error: str | None = None
@@ -494,5 +526,5 @@ def resolve(config: OperatorConfig, namespace: str, source: str = "") -> Operato
         scale_down_delay_seconds=config.rollout.scale_down_delay_seconds,
         default_source=PrometheusSource(address=address) if address else None,
         metric_providers=providers, lifecycle=config.lifecycle, workload_clusters=config.workload_clusters,
-        placement=config.placement,
+        placement=config.placement, routing=config.routing, endpoint=config.endpoint,
         source=source)

@@ -23,7 +23,9 @@ from servingops.api_models.contract import (
     Update,
     WorkflowType,
 )
+from servingops.api_models.contract.routing import ROUTING_ANNOTATIONS
 from servingops.api_models.contract.workload_cluster import RECHECK_ANNOTATION
+from servingops.api_models.ome.traffic_annotations import is_traffic_annotation
 from servingops.api_models.refs import ObjectRef
 
 
@@ -37,12 +39,26 @@ class Route:
     workflow_type: WorkflowType
     workflow_id: Callable[[str | None, str, str], str]
     annotations: tuple[str, ...] = ()
+    annotations_matching: Callable[[str], bool] | None = None
+    """Annotations beyond `annotations`, by a rule (a set with prefixes), whose change goes to the kind's
+    workflow as `annotation` too."""
     migration_requests: bool = False
     placement: bool = False
-    """An object with spec.placement (or that had it) is also sent to its placement workflow."""
+    """An object with spec.placement (or that had it) is also sent to its placement workflow, and to its
+    routing workflow (TrafficMapWorkflow), which decides whether the service is routed."""
+    routing_annotations: tuple[str, ...] = ()
+    """Annotations whose change goes to the routing workflow (routing-changed) instead of the kind's own."""
+    owner_routing: bool = False
+    """The object is a TrafficMap: its changes go to its InferenceService's routing workflow (a hand edit
+    is undone), never to a workflow of its own."""
     only_when: Callable[[dict[str, Any]], bool] | None = None
     """Events of an object for which this is False start nothing, unless it is being deleted or it
     was True at the previous event (the running workflow learns it stopped holding)."""
+
+    def watches(self, annotation: str) -> bool:
+        """Whether a change of the annotation is news for a workflow (the fingerprint keeps its value)."""
+        return (annotation in self.annotations or annotation in self.routing_annotations
+                or (self.annotations_matching is not None and self.annotations_matching(annotation)))
 
     def ref(self, obj: dict[str, Any]) -> ObjectRef:
         meta = obj["metadata"]
@@ -60,6 +76,17 @@ def _quota_root(obj: dict[str, Any]) -> bool:
     return not ((obj.get("spec") or {}).get("parentRef") or {}).get("name")
 
 
+def _controlled_by_service(obj: dict[str, Any]) -> bool:
+    return _controller(obj) is not None
+
+
+def _controller(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """A TrafficMap's controlling InferenceService reference (the routing workflow that writes it)."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return next((o for o in refs if o.get("controller") and o.get("kind") == "InferenceService" and o.get("uid")),
+                None)
+
+
 ROUTES: dict[str, Route] = {
     route.kind: route
     for route in (
@@ -71,11 +98,14 @@ ROUTES: dict[str, Route] = {
               WorkflowType.CATALOG, lambda _ns_, name, uid: contract.catalog_workflow_id(name, uid)),
         Route("InferenceService", "ome.io", "v1beta1", "inferenceservices", True, WorkflowType.INFERENCE_SERVICE,
               lambda ns, name, uid: contract.inference_service_workflow_id(_ns(ns), name, uid),
-              annotations=contract.ROLLOUT_ANNOTATIONS, migration_requests=True, placement=True),
+              annotations=contract.ROLLOUT_ANNOTATIONS, annotations_matching=is_traffic_annotation,
+              migration_requests=True, placement=True, routing_annotations=ROUTING_ANNOTATIONS),
         Route("InferenceReplica", "ome.io", "v1beta1", "inferencereplicas", True, WorkflowType.INFERENCE_REPLICA,
               lambda ns, name, uid: contract.replica_workflow_id(_ns(ns), name, uid)),
         Route("RolloutPolicy", "ome.io", "v1beta1", "rolloutpolicies", True, WorkflowType.ROLLOUT_POLICY,
               lambda ns, name, uid: contract.rollout_policy_workflow_id(_ns(ns), name, uid)),
+        Route("AutoscalerPolicy", "ome.io", "v1beta1", "autoscalerpolicies", True, WorkflowType.AUTOSCALER_POLICY,
+              lambda ns, name, uid: contract.autoscaler_policy_workflow_id(_ns(ns), name, uid)),
         Route("ServingRuntime", "ome.io", "v1beta1", "servingruntimes", True, WorkflowType.SERVING_RUNTIME,
               contract.serving_runtime_workflow_id, annotations=(contract.RUNTIME_INHERIT_FROM,)),
         Route("ClusterServingRuntime", "ome.io", "v1beta1", "clusterservingruntimes", False,
@@ -90,8 +120,13 @@ ROUTES: dict[str, Route] = {
         Route("WorkloadCluster", "ome.io", "v1beta1", "workloadclusters", False, WorkflowType.WORKLOAD_CLUSTER,
               lambda _ns_, name, uid: contract.workload_cluster_workflow_id(name, uid),
               annotations=(RECHECK_ANNOTATION,)),
+        Route("TrafficMap", "ome.io", "v1beta1", "trafficmaps", True, WorkflowType.TRAFFIC_MAP,
+              lambda ns, name, uid: contract.traffic_map_workflow_id(_ns(ns), name, uid), owner_routing=True,
+              only_when=_controlled_by_service),
         Route("AcceleratorQuota", "ome.io", "v1beta1", "acceleratorquotas", False, WorkflowType.ACCELERATOR_CAPACITY,
               lambda _ns_, name, uid: contract.capacity_workflow_id(name, uid), only_when=_quota_root),
+        Route("AcceleratorClass", "ome.io", "v1beta1", "acceleratorclasses", False, WorkflowType.ACCELERATOR_CLASS,
+              lambda _ns_, name, uid: contract.accelerator_class_workflow_id(name, uid)),
     )
 }
 
@@ -170,12 +205,14 @@ def plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, *, gon
     version = str(meta.get("resourceVersion", ""))
     deleting = gone or bool(meta.get("deletionTimestamp"))
     annotations: dict[str, str] = meta.get("annotations") or {}
-    watched = tuple(sorted((k, v) for k, v in annotations.items() if k in route.annotations))
+    watched = tuple(sorted((k, v) for k, v in annotations.items() if route.watches(k)))
     requests = {k: v for k, v in annotations.items() if route.migration_requests
                 and k.startswith(contract.MIGRATION_REQUEST_PREFIX)}
     if previous is not None and previous.uid != uid:
         previous = None  # the name was reused by a new object: a new workflow, nothing carried over
 
+    if route.owner_routing:
+        return _owner_routing_plan(route, obj, previous, uid, generation, deleting)
     ref = route.ref(obj)
     workflow_id = route.workflow_id(ref.namespace, ref.name, uid)
     start = StartObject(ref=ref)
@@ -195,11 +232,19 @@ def plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, *, gon
             result.dispatches.append(Dispatch(
                 WorkflowType.PLACEMENT, contract.placement_workflow_id(ref.namespace or "", ref.name, uid),
                 start, signal, event))
+            result.dispatches.append(Dispatch(
+                WorkflowType.TRAFFIC_MAP, contract.traffic_map_workflow_id(ref.namespace or "", ref.name, uid),
+                start, signal, event))
 
     before = dict(previous.annotations) if previous else {}
     after = dict(watched)
     for name in sorted(set(before) | set(after)):
-        if before.get(name) != after.get(name) and not deleting:
+        if before.get(name) != after.get(name) and not deleting and name in route.routing_annotations:
+            if placed:
+                result.dispatches.append(Dispatch(
+                    WorkflowType.TRAFFIC_MAP, contract.traffic_map_workflow_id(ref.namespace or "", ref.name, uid),
+                    start, Signal.ROUTING_CHANGED, f"annotation {name}"))
+        elif before.get(name) != after.get(name) and not deleting:
             changed = AnnotationEvent(uid=uid, generation=generation, resource_version=version, name=name,
                                       value=after.get(name))
             result.dispatches.append(Dispatch(route.workflow_type, workflow_id, start, Signal.ANNOTATION, changed))
@@ -229,4 +274,24 @@ def plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, *, gon
             contract.migration_workflow_id(ref.namespace or "", replica, request_uuid),
             migration,
         ))
+    return result
+
+
+def _owner_routing_plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, uid: str, generation: int,
+                        deleting: bool) -> Plan:
+    """A TrafficMap's new generation (or deletion) wakes its InferenceService's routing workflow, which puts
+    its own spec back over a hand edit and releases the map's finalizer once the route is gone. A start
+    when none runs: a map whose service went meanwhile still gets its route removed."""
+    result = Plan(fingerprint=Fingerprint(uid, generation, deleting))
+    owner = _controller(obj)
+    if owner is None or (previous is not None and previous.uid == uid
+                         and (previous.generation, previous.deleting) == (generation, deleting)):
+        return result
+    meta = obj["metadata"]
+    namespace = meta.get("namespace") or ""
+    isvc = ObjectRef(group="ome.io", version="v1beta1", plural="inferenceservices", kind="InferenceService",
+                     name=str(owner.get("name") or meta["name"]), namespace=namespace, uid=str(owner["uid"]))
+    result.dispatches.append(Dispatch(
+        route.workflow_type, route.workflow_id(namespace, isvc.name, isvc.uid or ""), StartObject(ref=isvc),
+        Signal.ROUTING_CHANGED, f"TrafficMap generation {generation}{' deleting' if deleting else ''}"))
     return result

@@ -10,7 +10,18 @@ endpoint", How publishing works), and so what a platform team's tooling already 
   with `rewrite_hostname`, a URLRewrite filter on that backend setting the Host header to it (a member's
   own routes match only its own hostnames);
 - optionally an EndpointSlice per backend Service with the member Gateway's IP addresses, for a control
-  plane that cannot resolve the members' hostnames.
+  plane that cannot resolve the members' hostnames (`render_backend_endpoint_slices`).
+
+Where this departs from upstream, and why: with EndpointSlices the backend Service is a selectorless
+ClusterIP Service, not an ExternalName one. The Gateway API says implementations SHOULD NOT support
+ExternalName backends (their support is implementation-specific), and Traefik's Gateway provider refuses them
+outright ("type ExternalName is not supported for Kubernetes Service reference", ResolvedRefs False, a 500 for
+that backend's share; 3.7.15, checked on the local stack, with or without EndpointSlices beside them, and no
+flag changes it: allowExternalNameServices belongs to its Ingress and CRD providers). A Service without a
+selector and EndpointSlices labelled `kubernetes.io/service-name` is a Core backend: every conformant Gateway
+routes to the addresses in the slices, and the endpoint controllers leave slices they do not manage alone
+(seen: kube-controller-manager left such a slice as written and made no Endpoints for the Service).
+Without EndpointSlices the Service stays ExternalName, for implementations that resolve it.
 
 Every object carries the labels `ome.io/placement-endpoint-isvc` and `ome.io/placement-cluster` (backends),
 and the claim identifiers the publisher journals in `status.publisher.claimedTargets` before writing.
@@ -27,6 +38,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+from servingops.api_models.contract.routing import GLOBAL_HOST_ANNOTATION
 from servingops.api_models.ome.traffic_map import TrafficMapEntry
 from servingops.api_models.operator_config import EndpointConfig, is_subdomain
 
@@ -35,8 +47,14 @@ MAX_BACKENDS = 16
 """The Gateway API's limit of backendRefs per rule: a larger table is InvalidPlan, not a truncated route."""
 ISVC_LABEL = "ome.io/placement-endpoint-isvc"
 CLUSTER_LABEL = "ome.io/placement-cluster"
-GLOBAL_HOST_ANNOTATION = "ome.io/global-host"
 GATEWAY_GROUP = "gateway.networking.k8s.io"
+BACKEND_PORT_NAME = "http"
+"""The backend Service's one port; an EndpointSlice's port is matched to it by this name (Traefik, and the
+Service's own semantics: a slice port without the Service port's name serves no Service port)."""
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+MANAGED_BY_LABEL = "endpointslice.kubernetes.io/managed-by"
+SLICE_MANAGER = "trafficmap-publisher.ome.io"
+"""Our slices' manager: anything but the endpoint controllers' own value, so they never adopt or delete them."""
 
 
 class PublishedReason(StrEnum):
@@ -141,8 +159,11 @@ def plan_compatibility_digest(config: EndpointConfig) -> str:
 
 
 def render_global_route(config: EndpointConfig, isvc: str, namespace: str, host: str,
-                        entries: Sequence[TrafficMapEntry]) -> GlobalRoute:  # fmt: skip
-    """The route and its backend Services for `entries` (weights verbatim)."""
+                        entries: Sequence[TrafficMapEntry], *,
+                        endpoint_slices: bool = False) -> GlobalRoute:  # fmt: skip
+    """The route and its backend Services for `entries` (weights verbatim). `endpoint_slices`: the backends
+    are selectorless Services whose addresses come from render_backend_endpoint_slices (see the module's
+    docstring); otherwise ExternalName Services to each entry's endpoint host."""
     if len(entries) > MAX_BACKENDS:
         raise InvalidPlan(f"the table has {len(entries)} entries; a route rule takes at most {MAX_BACKENDS} "
                           "backendRefs")  # fmt: skip
@@ -153,11 +174,12 @@ def render_global_route(config: EndpointConfig, isvc: str, namespace: str, host:
     for entry in sorted(entries, key=lambda e: e.cluster):
         host_of_home = endpoint_host(entry)
         name = backend_service_name(namespace, isvc, entry.cluster)
+        ports = [{"name": BACKEND_PORT_NAME, "port": config.backend_port, "protocol": "TCP"}]
+        kind = {"type": "ClusterIP"} if endpoint_slices else {"type": "ExternalName", "externalName": host_of_home}
         services.append({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": name, "namespace": route_ns, "labels": {**labels, CLUSTER_LABEL: entry.cluster}},
-            "spec": {"type": "ExternalName", "externalName": host_of_home,
-                     "ports": [{"name": "http", "port": config.backend_port, "protocol": "TCP"}]},
+            "spec": {**kind, "ports": ports},
         })  # fmt: skip
         backend: dict[str, Any] = {"group": "", "kind": "Service", "name": name, "port": config.backend_port,
                                    "weight": entry.weight or 0}  # fmt: skip
@@ -173,3 +195,39 @@ def render_global_route(config: EndpointConfig, isvc: str, namespace: str, host:
     }  # fmt: skip
     claims = (f"HTTPRoute/{route_ns}/{route_name}", *(claim for claim, _ in targets))
     return GlobalRoute(route, tuple(services), claims, tuple(targets))
+
+
+def render_backend_endpoint_slices(config: EndpointConfig, isvc: str, namespace: str,
+                                   addresses_by_cluster: Mapping[str, Sequence[str]],
+                                   ) -> tuple[dict[str, Any], ...]:  # fmt: skip
+    """The EndpointSlices of each home's backend Service (render_global_route with endpoint_slices=True): the
+    member Gateway's IP addresses (its `status.addresses` of type IPAddress) at `backend_port`, one slice per
+    address family, every endpoint ready. A home with no address gets no slice, so a Gateway finds no
+    endpoint for it (Traefik: ResolvedRefs False and a 500 for that backend's share, read in its source): the
+    publisher weights such a home 0 or does not publish. An address that is not an IP is an InvalidPlan (the
+    apiserver would refuse the slice). The slices are not among GlobalRoute.claims: the publisher journals
+    `EndpointSlice/<namespace>/<name>` for each before writing it, like the rest."""
+    route_ns, _ = route_placement(config, isvc, namespace)
+    slices = []
+    for cluster in sorted(addresses_by_cluster):
+        service = backend_service_name(namespace, isvc, cluster)
+        by_family: dict[str, list[str]] = {}
+        for text in addresses_by_cluster[cluster]:
+            try:
+                address = ipaddress.ip_address(text)
+            except ValueError:
+                raise InvalidPlan(f"home {cluster}: gateway address {text!r} is not an IP address") from None
+            family = f"IPv{address.version}"
+            if str(address) not in by_family.setdefault(family, []):
+                by_family[family].append(str(address))
+        for family, addresses in sorted(by_family.items()):
+            slices.append({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": f"{service}-{family.lower()}", "namespace": route_ns, "labels": {
+                    SERVICE_NAME_LABEL: service, MANAGED_BY_LABEL: SLICE_MANAGER, ISVC_LABEL: isvc,
+                    CLUSTER_LABEL: cluster}},
+                "addressType": family,
+                "ports": [{"name": BACKEND_PORT_NAME, "port": config.backend_port, "protocol": "TCP"}],
+                "endpoints": [{"addresses": [address], "conditions": {"ready": True}} for address in addresses],
+            })  # fmt: skip
+    return tuple(slices)

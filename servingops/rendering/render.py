@@ -36,6 +36,9 @@ SERVICE_PORT = 8080
 HASH_LENGTH = 10
 
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
+TRAEFIK_GROUP, TRAEFIK_SERVICE_KIND = "traefik.io", "TraefikService"
+"""A backendRef to the component's weighted TraefikService (rendering/traefik_traffic.py: the Traefik
+translation of spec.traffic and the weights between revisions)."""
 
 # Component order is fixed so observations and renders list components deterministically.
 COMPONENTS: tuple[ComponentType, ...] = (ComponentType.ENGINE, ComponentType.DECODER, ComponentType.ROUTER)
@@ -250,16 +253,20 @@ def service(owner: Owner, rendered: RenderedRevision, spec: ComponentSpec) -> di
 
 
 def http_route(owner: Owner, component: ComponentType, weights: list[TrafficWeight],
-               attachment: Attachment = DETACHED) -> dict[str, Any]:
+               attachment: Attachment = DETACHED, weighted: str | None = None) -> dict[str, Any]:
     """One rule whose weighted backendRefs are the revision Services, weights exactly as given;
     parentRefs and hostnames from `attachment` (rendering/ingress.py), none when empty.
+    `weighted`: the one backendRef is instead this TraefikService, the component's, which carries the weights
+    (ingress.trafficTranslator traefik: rendering/traefik_traffic.py weighted_service).
     Fields left out are not ours under server-side apply: a route applied without them loses the
     ones we applied before and keeps any another manager set."""
     backends = [
-        {"group": "", "kind": "Service", "name": revision_name(owner.name, component.value, w.revision),
-         "port": SERVICE_PORT, "weight": w.weight}
+        {"group": "", "kind": "Service", "port": SERVICE_PORT,
+         "name": revision_name(owner.name, component.value, w.revision), "weight": w.weight}
         for w in weights
     ]
+    if weighted is not None:
+        backends = [{"group": TRAEFIK_GROUP, "kind": TRAEFIK_SERVICE_KIND, "name": weighted}]
     spec: dict[str, Any] = {"rules": [{"backendRefs": backends}]}
     if attachment.parent_refs:
         spec["parentRefs"] = [dict(ref) for ref in attachment.parent_refs]
@@ -281,7 +288,8 @@ def route_weights(route: dict[str, Any], isvc: str, component: ComponentType) ->
     for rule in (route.get("spec") or {}).get("rules") or []:
         for ref in rule.get("backendRefs") or []:
             name = str(ref.get("name", ""))
-            if ref.get("kind", "Service") == "Service" and name.startswith(prefix):
+            kind = (str(ref.get("group") or ""), str(ref.get("kind", "Service")))
+            if kind == ("", "Service") and name.startswith(prefix):
                 weights.append(TrafficWeight(revision=name[len(prefix):], weight=int(ref.get("weight", 1))))
     return weights
 

@@ -27,11 +27,12 @@ from pydantic import ValidationError
 
 from servingops.api_models.canonical import canonical_json
 from servingops.api_models.deckhouse import workload
+from servingops.api_models.ome.accelerator_class import AcceleratorClassSpec
 from servingops.api_models.ome.enums import LifeCycleState
 from servingops.api_models.ome.model_keys import ModelKey, ModelKind
 from servingops.api_models.ome.models import BaseModelSpec
-from servingops.api_models.ome.runtimes import AcceleratorModelConfig, ServingRuntimeSpec
-from servingops.rendering import accelerator_overrides
+from servingops.api_models.ome.runtimes import AcceleratorModelConfig, AcceleratorRequirements, ServingRuntimeSpec
+from servingops.rendering import accelerator_overrides, accelerator_selection
 from servingops.rendering.render import MAIN_CONTAINER
 from servingops.rendering.runtime_inheritance import RuntimeObject, resolve
 from servingops.rendering.runtime_merge import (
@@ -72,6 +73,8 @@ class UnresolvableReason(StrEnum):
     RUNTIME_NOT_COMPATIBLE = "RuntimeNotCompatible"
     NO_RUNTIME = "NoRuntimeMatches"
     RUNTIME_REVISION_NOT_FOUND = "RuntimeRevisionNotFound"
+    ACCELERATOR_CLASS_NOT_FOUND = accelerator_selection.SelectionReason.NOT_FOUND.value
+    NO_ACCELERATOR_CLASS = accelerator_selection.SelectionReason.NO_MATCH.value
 
 
 class Unresolvable(Exception):
@@ -110,6 +113,9 @@ class ResolvedService:
     """autoSync false: the ControllerRevision whose runtime snapshot rendered the pods."""
     sync_token: str | None = None
     """autoSync false: the ome.io/runtime-sync value the pin was taken (or kept) at."""
+    accelerators: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per component (engine, decoder), the AcceleratorClass chosen and rendered (AcceleratorSelection JSON:
+    status.components.<c>.selectedAccelerator)."""
 
 
 # -- the model -----------------------------------------------------------------------------------
@@ -265,11 +271,12 @@ def _wire_weight(component: dict[str, Any], weight: ModelMount) -> dict[str, Any
     return _on_main_container(wire_pod(component, weight), add)
 
 
-def _accelerator_tuning(isvc: dict[str, Any], runtime: RuntimeCandidate,
-                        model: ServedModel) -> AcceleratorModelConfig | None:
+def _accelerator_tuning(isvc: dict[str, Any], runtime: RuntimeCandidate, model: ServedModel,
+                        choices: dict[str, accelerator_selection.Choice]) -> AcceleratorModelConfig | None:
     """The acceleratorConfig entry of the supported format that serves the model, for the one
-    accelerator class the service asks for (none, or several: no tuning)."""
-    classes = _accelerator_classes(isvc)
+    accelerator class the service asks for, or else the one its components' policies chose (none, or
+    several: no tuning)."""
+    classes = _accelerator_classes(isvc) or frozenset(c.name for c in choices.values())
     if len(classes) != 1:
         return None
     named = bool((isvc.get("spec") or {}).get("runtime"))
@@ -495,7 +502,8 @@ def resolve_service(reader: Reader, isvc: dict[str, Any], artifacts: str | None 
     spec = copy.deepcopy(isvc.get("spec") or {})
     model_ref = spec.get("model")
     if not model_ref:
-        return ResolvedService(spec=spec, runtime=None, model=None)
+        spec, chosen = apply_accelerators(spec, choose_accelerators(reader, isvc, spec, None))
+        return ResolvedService(spec=spec, runtime=None, model=None, accelerators=chosen)
     namespace = str(isvc["metadata"]["namespace"])
     model = _model(reader, namespace, model_ref, artifacts)
     pin = _pinned(reader, isvc, model)
@@ -509,19 +517,85 @@ def resolve_service(reader: Reader, isvc: dict[str, Any], artifacts: str | None 
         if (spec.get("runtime") or {}).get("autoSync") is False:
             pinned, token = _snapshot(reader, isvc, runtime)
     weights = [_fine_tuned(reader, str(name)) for name in model_ref.get("fineTunedWeights") or []]
-    tuning = _accelerator_tuning(isvc, runtime, model)
     overlays, skipped = _overlays(reader, namespace, model_ref.get("overlays") or [])
-    for component in COMPONENT_CONFIG:
-        merged = merge_component(_runtime_component(runtime.spec, component), spec.get(component))
-        if merged is None:
-            continue
+    merged_components = {c: m for c in COMPONENT_CONFIG
+                         if (m := merge_component(_runtime_component(runtime.spec, c), spec.get(c))) is not None}
+    # The classes first: a class a policy chose picks the runtime's per-class tuning like a named one.
+    choices = choose_accelerators(reader, isvc, merged_components, runtime.spec.accelerator_requirements)
+    tuning = _accelerator_tuning(isvc, runtime, model, choices)
+    for component, merged in merged_components.items():
         if component in MODEL_COMPONENTS:
             merged = _each_part(merged, lambda part: _wire_part(part, model.mount, tuning, weights, overlays))
         spec[component] = merged
+    spec, chosen = apply_accelerators(spec, choices)
     mounted = [{"name": o.name, "envVar": o.env_var, "mountPath": o.mount_path, "distribution": "PerNode"}
                for o in overlays]
     return ResolvedService(spec=spec, runtime=f"{runtime.kind.value}/{runtime.name}", model=model.description,
-                           overlays=mounted, skipped_overlays=skipped, pinned_revision=pinned, sync_token=token)
+                           overlays=mounted, skipped_overlays=skipped, pinned_revision=pinned, sync_token=token,
+                           accelerators=chosen)
+
+
+def asks_for_accelerators(isvc: dict[str, Any]) -> bool:
+    """The service (or one of its Engine / Decoder) names an AcceleratorClass or a selection policy."""
+    return any(accelerator_selection.request_for(isvc, c) is not None
+               for c in accelerator_selection.SELECTED_COMPONENTS)
+
+
+# -- accelerators ------------------------------------------------------------------------------------
+
+
+def _class_spec(obj: dict[str, Any] | None) -> AcceleratorClassSpec | None:
+    """A class's spec, or None when it is absent or unreadable (then it is as good as absent)."""
+    if obj is None:
+        return None
+    try:
+        return AcceleratorClassSpec.model_validate(obj.get("spec") or {})
+    except ValidationError:
+        return None
+
+
+def _classes(reader: Reader, requests: list[accelerator_selection.AcceleratorRequest],
+             runtime: AcceleratorRequirements | None) -> dict[str, AcceleratorClassSpec]:
+    """The classes the requests can choose among: those named (each by name), the runtime's list (each by
+    name), or every class (one list) when a policy has no runtime list to choose from."""
+    if any(r.named is None for r in requests) and not (runtime and runtime.accelerator_classes):
+        listed = {str(o["metadata"]["name"]): _class_spec(o) for o in reader.list(OME_GROUP, "AcceleratorClass", None)}
+        return {name: spec for name, spec in listed.items() if spec is not None}
+    names = {r.named for r in requests if r.named is not None}
+    if any(r.named is None for r in requests) and runtime and runtime.accelerator_classes:
+        names.update(runtime.accelerator_classes)
+    found = {name: _class_spec(reader.get(OME_GROUP, "AcceleratorClass", name, None)) for name in sorted(names)}
+    return {name: spec for name, spec in found.items() if spec is not None}
+
+
+def choose_accelerators(reader: Reader, isvc: dict[str, Any], spec: dict[str, Any],
+                        runtime: AcceleratorRequirements | None) -> dict[str, accelerator_selection.Choice]:
+    """The class each Engine / Decoder of `spec` that asks for an accelerator is served by
+    (rendering/accelerator_selection.py). Raises Unresolvable (AcceleratorClassNotFound,
+    NoAcceleratorClassMatches) for a request no class satisfies."""
+    requests = [r for c in accelerator_selection.SELECTED_COMPONENTS
+                if isinstance(spec.get(c), dict) and (r := accelerator_selection.request_for(isvc, c)) is not None]
+    if not requests:
+        return {}
+    classes = _classes(reader, requests, runtime)
+    choices = {}
+    for request in requests:
+        try:
+            choices[request.component] = accelerator_selection.choose(request, classes, runtime)
+        except accelerator_selection.NoAcceleratorClass as exc:
+            raise Unresolvable(UnresolvableReason(exc.reason.value), exc.message) from exc
+    return choices
+
+
+def apply_accelerators(spec: dict[str, Any], choices: dict[str, accelerator_selection.Choice]
+                       ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """`spec` with each chosen component rendered for its class, and the selections by component
+    (AcceleratorSelection JSON)."""
+    result, chosen = dict(spec), {}
+    for component, choice in choices.items():
+        result[component] = accelerator_selection.apply(result[component], choice)
+        chosen[component] = accelerator_selection.selection(choice, result[component]).to_api()
+    return result, chosen
 
 
 # -- autoSync: false -------------------------------------------------------------------------------

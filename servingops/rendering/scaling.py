@@ -32,6 +32,11 @@ def owns_replicas(autoscaler: ComponentAutoscaler | None) -> bool:
     return autoscaler is not None and autoscaler.class_ in _OWNING_CLASSES
 
 
+def class_owns_count(class_value: object) -> bool:
+    """The same rule for a class as status reports it (API form: status.components[c].autoscaler.class)."""
+    return any(class_value == owning.value for owning in _OWNING_CLASSES)
+
+
 def bounds(cspec: _Bounded) -> tuple[int, int]:
     """(min, max) of the scaler as upstream OME computes them: min at least 1, max at least min."""
     low = max(1, cspec.min_replicas or 0)
@@ -42,12 +47,16 @@ class _Scaled(_Bounded, Protocol):
     autoscaler: ComponentAutoscaler | None
 
 
-def scaler_digest(cspec: _Scaled) -> str:
+def scaler_digest(cspec: _Scaled, policy_version: str | None = None) -> str:
     """What a component's scaler and the replica's spec.autoscaler are made from (the block and the
-    bounds): the service workflow applies them again only when this moves, or while a scaler of ours
-    is live (its state is mirrored every pass)."""
+    bounds, and for a block a policy renders the policy's uid and generation): the service workflow
+    applies them again only when this moves, or while a scaler of ours is live (its state is mirrored
+    every pass)."""
     block = cspec.autoscaler.model_dump(by_alias=True, exclude_none=True, mode="json") if cspec.autoscaler else None
-    text = json.dumps([block, cspec.min_replicas, cspec.max_replicas], sort_keys=True)
+    parts: list[object] = [block, cspec.min_replicas, cspec.max_replicas]
+    if policy_version is not None:  # appended only then: digests of services without a policy stay as they were
+        parts.append(policy_version)
+    text = json.dumps(parts, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

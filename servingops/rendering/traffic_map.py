@@ -3,6 +3,8 @@
 What a home gets (seed 004, TrafficMapEntry and TrafficMapCapacity; upstream OME's docs, "How OME sets the
 weights"), in this order:
 
+0. A home placement is withdrawing (drainRequested) gets 0: the route stops sending to it before its
+   copy is removed (seed 004: publication acknowledges the plan before a placement drains).
 1. Its serving capacity: min(allocated, ready) x its capacity factor. `allocated` is what placement
    admitted there, lowered to the home's own capacity report when one is lower (source Endpoint).
 2. A home the probe gates gets 0, unless every probed home is gated and the all-failed policy is
@@ -28,6 +30,7 @@ from decimal import Decimal
 from enum import StrEnum
 from fractions import Fraction
 
+from servingops.api_models.contract.routing import DRAIN_ANNOTATION
 from servingops.api_models.ome.enums import CapacitySource, PlacementMode, RoutingAllFailedPolicy
 from servingops.api_models.ome.traffic_map import (
     MAX_WEIGHT,
@@ -37,9 +40,6 @@ from servingops.api_models.ome.traffic_map import (
     TrafficMapSpec,
 )
 
-DRAIN_ANNOTATION = "ome.io/traffic-drain"
-"""On the control-plane InferenceService: a JSON object of drains keyed by drain ID, each
-`{"cluster": <WorkloadCluster>, "reason": <text>}`."""
 MAX_DRAINS = 64
 """Bounded state: more drains than this in one annotation is refused, not truncated."""
 _DRAIN_ID = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
@@ -154,6 +154,9 @@ class Home:
     """Why polling (when on) produced no usable report for this home."""
     probe: TrafficMapProbe | None = None
     """The probe's record for this home, when probing is configured."""
+    withdrawn: bool = False
+    """Placement asked for this home to be drained (drainRequested): weight 0 until its copy is gone, so
+    the route takes traffic off it before placement removes it."""
 
 
 @dataclass(frozen=True)
@@ -206,7 +209,7 @@ def routing_table(inputs: RoutingInputs) -> RoutingTable:
         capacity = capacities[home.cluster]
         serving = min(capacity.allocated or 0, capacity.ready or 0) * inputs.factors.get(home.cluster, Fraction(1))
         open_ = home.cluster not in gated or preserve
-        raw[home.cluster] = serving if open_ and home.ready > 0 else Fraction(0)
+        raw[home.cluster] = serving if open_ and home.ready > 0 and not home.withdrawn else Fraction(0)
     weights = reduce_weights(raw)
 
     drained: dict[str, list[str]] = {}

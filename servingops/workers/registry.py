@@ -8,7 +8,9 @@ from typing import Any
 
 from kubernetes import client
 
+from servingops.activities.autoscaler_policy import AutoscalerPolicyActivities
 from servingops.activities.basemodels.activities import BaseModelActivities
+from servingops.activities.capacity.accelerator_class import AcceleratorClassActivities
 from servingops.activities.capacity.activities import CapacityActivities
 from servingops.activities.catalog.huggingface_index import CatalogIndexActivities
 from servingops.activities.catalog.remote_activities import CatalogRemoteActivities
@@ -29,13 +31,18 @@ from servingops.activities.operator_config import IngressConfigReader, OperatorC
 from servingops.activities.placement.activities import PlacementActivities
 from servingops.activities.prometheus import PrometheusActivities
 from servingops.activities.replica.activities import ReplicaActivities
+from servingops.activities.routing.activities import RoutingActivities
+from servingops.activities.routing.publisher import PublisherActivities
 from servingops.activities.serving.activities import ServingActivities
-from servingops.activities.serving.autoscaler import AutoscalerActivities
+from servingops.activities.serving.autoscaler import AutoscalerActivities, provider_bindings
 from servingops.activities.serving.runtimes import RuntimeActivities
+from servingops.activities.serving.traffic_policy import BackendPolicyActivities
 from servingops.activities.sources.activities import SourceActivities
 from servingops.activities.uploads.sessions import UploadActivities
 from servingops.activities.workload_cluster.activities import WorkloadClusterActivities
 from servingops.workers.settings import WorkerSettings
+from servingops.workflows.accelerator_class import AcceleratorClassWorkflow
+from servingops.workflows.autoscaler_policy import AutoscalerPolicyWorkflow
 from servingops.workflows.basemodel import BaseModelWorkflow
 from servingops.workflows.capacity.report import AcceleratorCapacityWorkflow
 from servingops.workflows.catalog.source_workflow import CatalogSourceWorkflow
@@ -48,13 +55,15 @@ from servingops.workflows.replica.workflow import InferenceReplicaWorkflow
 from servingops.workflows.rollout.workflow import RolloutWorkflow
 from servingops.workflows.rollout_policy import RolloutPolicyWorkflow
 from servingops.workflows.serving_runtime import ServingRuntimeWorkflow
+from servingops.workflows.traffic_map.workflow import TrafficMapWorkflow
 from servingops.workflows.workload_cluster import WorkloadClusterWorkflow
 
 
 def workflows() -> Sequence[type]:
     return [ModelWorkflow, InferenceServiceWorkflow, RolloutWorkflow, RolloutPolicyWorkflow, ServingRuntimeWorkflow,
             BaseModelWorkflow, InferenceReplicaWorkflow, MigrationWorkflow, WorkloadClusterWorkflow, PlacementWorkflow,
-            AcceleratorCapacityWorkflow, CatalogSourceWorkflow, CatalogRefreshTickWorkflow]
+            AcceleratorCapacityWorkflow, CatalogSourceWorkflow, CatalogRefreshTickWorkflow, TrafficMapWorkflow,
+            AcceleratorClassWorkflow, AutoscalerPolicyWorkflow]
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:
@@ -67,6 +76,10 @@ def registry_target(settings: WorkerSettings) -> RegistryTarget:
 def activities(settings: WorkerSettings, api_client: client.ApiClient,
                upload_public_url: str) -> Sequence[Callable[..., Any]]:
     core = client.CoreV1Api(api_client)
+    # The routes' Gateway and hostnames, and spec.traffic's translation: the operator ConfigMap's ingress
+    # block, read by the serving and backend-policy activities themselves (cached a few seconds), so no
+    # workflow input carries it.
+    ingress = IngressConfigReader(api_client, settings.controller_namespace, settings.operator_config)
     return [
         *KubernetesActivities(api_client).all(),
         *HostActivities(settings.host_task_queue, registry_target(settings)).all(),
@@ -74,15 +87,14 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *SourceActivities(api_client, settings.spool_dir, settings.hf_endpoint, settings.ollama_registry).all(),
         *UploadActivities(api_client, settings.spool_dir, upload_public_url, settings.controller_namespace).all(),
         inspect_model,
-        # The routes' Gateway and hostnames: the operator ConfigMap's ingress block, read by the
-        # serving activities themselves (cached a few seconds), so no workflow input carries it.
-        *ServingActivities(api_client,
-                           ingress=IngressConfigReader(api_client, settings.controller_namespace,
-                                                       settings.operator_config),
+        *ServingActivities(api_client, ingress=ingress,
                            controller_namespace=settings.controller_namespace,
                            artifacts=f"{settings.registry}/{settings.registry_repository}").all(),
         *RuntimeActivities(api_client).all(),
-        *AutoscalerActivities(api_client).all(),
+        *AutoscalerActivities(api_client, provider_bindings(OperatorConfigActivities(
+            api_client, settings.controller_namespace, settings.operator_config).read)).all(),
+        *AutoscalerPolicyActivities(api_client).all(),
+        *BackendPolicyActivities(api_client, ingress=ingress).all(),
         *ReplicaActivities(api_client, artifacts=f"{settings.registry}/{settings.registry_repository}").all(),
         *MigrationActivities(api_client, settings.controller_namespace).all(),
         *BaseModelActivities(api_client, settings.controller_namespace, kubernetes_secret_credentials(core)).all(),
@@ -91,6 +103,9 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *WorkloadClusterActivities(api_client, settings.controller_namespace).all(),
         *PlacementActivities(api_client, settings.controller_namespace).all(),
         *CapacityActivities(api_client).all(),
+        *AcceleratorClassActivities(api_client).all(),
+        *RoutingActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
+        *PublisherActivities(api_client).all(),
         *CatalogIndexActivities(api_client, settings.controller_namespace, settings.hf_endpoint,
                                 registry=registry_target(settings),
                                 credentials=kubernetes_secret_credentials(core)).all(),

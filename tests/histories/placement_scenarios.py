@@ -14,7 +14,7 @@ from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
-from testkit.placement_fakes import FakeFleet, capacity_fleet, single, split, three_members
+from testkit.placement_fakes import FakeFleet, capacity_fleet, single, split, split_three_to_one, three_members
 from testkit.rollout_fakes import until
 
 if TYPE_CHECKING:
@@ -78,9 +78,8 @@ async def placement_split(rec: Recording) -> None:
     """Split 3:1 over two members (plan persisted, each home its floor, both admit: Placed); weights
     1:1 (revision 2, floors 2/2); one member no longer matched (drained, deleted); delete."""
     env = rec.env
-    fleet = FakeFleet(three_members(), split({"gpu-a": 3, "gpu-b": 1}, replicas=4))
-    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
-    a.admit = b.admit = True
+    fleet = split_three_to_one()
+    b = fleet.members["gpu-b"]
     async with placing(rec, fleet) as handle:
         await until(env, lambda: fleet.placed().get("phase") == "Placed", step=1, what="placed")
         fleet.placement, fleet.generation = split({"gpu-a": 1, "gpu-b": 1}, replicas=4), 2
@@ -188,8 +187,32 @@ async def placement_adopt_split_pending(rec: Recording) -> None:
         await delete_and_save(rec, handle, fleet)
 
 
+async def placement_split_zero_share(rec: Recording) -> None:
+    """Split 3:1 over two members (Placed); the routing workflow's word names both; 2 replicas: gpu-b's share is 0
+    (revision 2, Placed); the route's word leaves gpu-b out; delete. With the patch placement-zero-share-withdrawn
+    gpu-b leaves the route once gpu-a serves its new floor, and its copy is deleted after the second word (its row
+    kept); before it (placement-split-zero-share-before, recorded at 9f96b20) the copy stays until the delete."""
+    env = rec.env
+    fleet = split_three_to_one()
+    async with placing(rec, fleet) as handle:
+        await until(env, lambda: fleet.placed().get("phase") == "Placed", step=1, what="placed")
+        await handle.signal("publication", {"sequence": 1, "routed": ["gpu-a", "gpu-b"],
+                                            "plan_id": fleet.placed()["plan"]["id"], "settled": True})
+        fleet.placement, fleet.generation = split({"gpu-a": 3, "gpu-b": 1}, replicas=2), 2
+        await handle.signal("object-changed", fleet.event())
+        await until(env, lambda: fleet.placed()["plan"]["revision"] == 2 and fleet.placed()["phase"] == "Placed",
+                    step=1, what="revision 2")
+        await env.sleep(60)
+        await handle.signal("publication", {"sequence": 2, "routed": ["gpu-a"],
+                                            "plan_id": fleet.placed()["plan"]["id"], "settled": True})
+        await env.sleep(60)
+        await delete_and_save(rec, handle, fleet)
+
+
 SCENARIOS = {"placement-single-race": placement_single_race, "placement-split": placement_split,
              "placement-single-move": placement_single_move, "placement-split-by-capacity": placement_split_by_capacity,
              "placement-split-by-capacity-demand": placement_split_by_capacity_demand,
              "placement-adopt-single": placement_adopt_single,
-             "placement-adopt-split-pending": placement_adopt_split_pending}
+             "placement-adopt-split-pending": placement_adopt_split_pending,
+             "placement-split-zero-share": placement_split_zero_share,
+             "placement-split-zero-share-before": placement_split_zero_share}

@@ -57,11 +57,14 @@ from servingops.api_models.operator_config import IngressConfig
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
+from tests.histories.accelerator_class_scenarios import SCENARIOS as ACCELERATOR_CLASS_SCENARIOS
+from tests.histories.autoscaler_scenarios import SCENARIOS as AUTOSCALER_SCENARIOS
 from tests.histories.basemodel_fakes import FakeBaseModelWorld
 from tests.histories.capacity_scenarios import SCENARIOS as CAPACITY_SCENARIOS
 from tests.histories.catalog_scenarios import SCENARIOS as CATALOG_SCENARIOS
 from tests.histories.model_fakes import FakeModelWorld
 from tests.histories.placement_scenarios import SCENARIOS as PLACEMENT_SCENARIOS
+from tests.histories.routing_scenarios import SCENARIOS as ROUTING_SCENARIOS
 from tests.histories.workload_cluster_scenarios import SCENARIOS as WORKLOAD_CLUSTER_SCENARIOS
 
 HERE = Path(__file__).parent
@@ -470,6 +473,64 @@ async def ingress_gateway(rec: Recording) -> None:
         cluster.ingress = IngressConfig()
         await isvc.until(lambda: condition("IngressReady") == ("True", "GatewayNotConfigured"), step=30,
                          what="detached")
+
+
+def _policy_reason(status: dict[str, Any]) -> Any:
+    """status.traffic's BackendPolicyReady reason, or None."""
+    traffic = status.get("traffic") or {}
+    return next((c.get("reason") for c in traffic.get("conditions") or [] if c.get("type") == "BackendPolicyReady"),
+                None)
+
+
+async def backend_traffic_policy(rec: Recording) -> None:
+    """spec.traffic declared on a served service: its BackendTrafficPolicy applied and status.traffic
+    written (Pending), the Gateway's verdict seen by the policy poll, a hand-authored policy on the route
+    winning (ConflictingPolicy, ours removed), then the intent removed: status.traffic leaves."""
+    async with served(rec, desired={ENGINE: ("a", 2)}) as isvc:
+        policies = isvc.cluster.backend_policies
+
+        def reason() -> Any:
+            return _policy_reason(isvc.cluster.status)
+
+        async def edit(traffic: dict[str, Any] | None) -> None:
+            policies.traffic = traffic
+            isvc.cluster.generation += 1
+            await isvc.changed()
+
+        await edit({"algorithm": "ConsistentHash", "consistentHash": {"type": "SourceIP"}})
+        await isvc.until(lambda: reason() == "Pending", step=1, what="applied")
+        policies.accept(NAME)
+        await isvc.until(lambda: reason() == "AcceptedByGateway", step=10, what="accepted")
+        policies.author("team-override", [f"{NAME}-engine"])
+        await edit({"algorithm": "RoundRobin"})
+        await isvc.until(lambda: reason() == "ConflictingPolicy", step=1, what="deferred")
+        del policies.policies["team-override"]
+        await edit(None)
+        await isvc.until(lambda: "traffic" not in isvc.cluster.status, step=1, what="cleared")
+
+
+async def traffic_annotation_looks(rec: Recording) -> None:
+    """Traffic intent through ome.io/* annotations alone on a served service (no spec.traffic, no new
+    generation): each change is a look (patch `traffic-annotation-looks`): the policy applied, accepted,
+    changed by a pass-through, then both annotations removed and status.traffic gone."""
+    async with served(rec, desired={ENGINE: ("a", 2)}) as isvc:
+        policies = isvc.cluster.backend_policies
+
+        def reason() -> Any:
+            return _policy_reason(isvc.cluster.status)
+
+        def spec() -> dict[str, Any]:
+            return dict((policies.policies.get(NAME) or {}).get("spec") or {})
+
+        await isvc.annotate("ome.io/timeout-idle", "30s")
+        await isvc.until(lambda: reason() == "Pending", step=1, what="applied")
+        policies.accept(NAME)
+        await isvc.until(lambda: reason() == "AcceptedByGateway", step=10, what="accepted")
+        await isvc.annotate("ome.io/btp.retry.numRetries", "2")
+        await isvc.until(lambda: (spec().get("retry") or {}).get("numRetries") == 2, step=1, what="changed")
+        await isvc.annotate("ome.io/timeout-idle", None)
+        await isvc.annotate("ome.io/btp.retry.numRetries", None)
+        await isvc.until(lambda: "traffic" not in isvc.cluster.status, step=1, what="cleared")
 
 
 async def service_continue_as_new(rec: Recording) -> None:
@@ -1043,12 +1104,17 @@ SCENARIOS: dict[str, Scenario] = {
     "local-serving-writes": local_serving_writes,
     "scale-then-route": scale_then_route,
     "ingress-gateway": ingress_gateway,
+    "backend-traffic-policy": backend_traffic_policy,
+    "traffic-annotation-looks": traffic_annotation_looks,
     "policy-ref": policy_ref,
     "policy-lifecycle": policy_lifecycle,
     "policy-continue-as-new": policy_continue_as_new,
     **WORKLOAD_CLUSTER_SCENARIOS,
+    **AUTOSCALER_SCENARIOS,
     **PLACEMENT_SCENARIOS,
     **CAPACITY_SCENARIOS,
+    **ACCELERATOR_CLASS_SCENARIOS,
+    **ROUTING_SCENARIOS,
     **CATALOG_SCENARIOS,
 }
 LEGACY: dict[str, Scenario] = {

@@ -19,13 +19,17 @@ from testkit.rollout_fakes import until
 
 
 @asynccontextmanager
-async def placing(env: WorkflowEnvironment, fleet: FakeFleet) -> AsyncIterator[WorkflowHandle[Any, Any]]:
+async def placing(env: WorkflowEnvironment, fleet: FakeFleet,
+                  carried: dict[str, Any] | None = None) -> AsyncIterator[WorkflowHandle[Any, Any]]:
+    """The registry's workflows on a worker of their own, against `fleet`; the workflow started (with
+    `carried`: as a continued run, from that state)."""
     queue = f"placement-{uuid.uuid4().hex[:8]}"
     async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
                       activities=fleet.activities(),
                       workflow_runner=workflow_runner()):
+        start: dict[str, Any] = {"ref": fleet.ref(), **({"carried": carried} if carried is not None else {})}
         handle = await env.client.start_workflow(
-            contract.WorkflowType.PLACEMENT.value, {"ref": fleet.ref()},
+            contract.WorkflowType.PLACEMENT.value, start,
             id=contract.placement_workflow_id("team-a", "chat", fleet.source_uid), task_queue=queue)
         yield handle
 

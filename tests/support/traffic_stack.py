@@ -27,12 +27,14 @@ from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.pod_runtime import PodRuntimeProcess
 from devstack.product import BridgeLauncher, start_worker
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
-from devstack.traefik import Traefik
+from devstack.traefik import Traefik, crd_dir
 from testkit.load import LoadReport
 from tests.fixtures.kube import own_identities
 from tests.rollout_live import LiveStack
 
 INGRESS_DOMAIN = "example.com"
+DEFAULT_BRIDGE_KINDS = "InferenceService,RolloutPolicy,InferenceReplica,WorkloadCluster"
+"""InferenceReplica: OMENative services and their migrations; WorkloadCluster: placement."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,11 @@ def operator_config(prometheus: Prometheus, gateway: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def traffic_stack(temporal_server: TemporalDevServer, oci_registry: OciRegistry, hub_server: HubServer,
-                  prometheus: Prometheus, stack_logs: Path,
-                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrafficStack]:
+                  prometheus: Prometheus, stack_logs: Path, tmp_path_factory: pytest.TempPathFactory,
+                  request: pytest.FixtureRequest) -> Iterator[TrafficStack]:
+    """A module may name more kinds for its bridge in `BRIDGE_KINDS` (the routing tests add TrafficMap), and
+    set `TRAEFIK_KUBERNETES_CRD = True` for Traefik's kubernetesCRD provider beside its Gateway provider (its
+    CRDs applied first): TraefikServices, spec.traffic's Traefik translation."""
     workdir = tmp_path_factory.mktemp("traffic")
     logs = stack_logs / workdir.name
     cluster = LocalKubeCluster(workdir / "kube", logs, answering=True)
@@ -82,7 +87,12 @@ def traffic_stack(temporal_server: TemporalDevServer, oci_registry: OciRegistry,
         identities.install(cluster, identities.local_values())
         cluster.apply_crds([REPO_ROOT / "deploy" / "crds"])
         api = cluster.api_client()
-        traefik = Traefik(workdir / "traefik", logs, cluster.kubeconfig_path).start(api)
+        kubernetes_crd = bool(getattr(request.module, "TRAEFIK_KUBERNETES_CRD", False))
+        if kubernetes_crd:
+            cluster.apply_crds([crd_dir()])
+        # Its API on: a test reads the weights the router runs (global_route_stack.running_weights).
+        traefik = Traefik(workdir / "traefik", logs, cluster.kubeconfig_path, api=True,
+                          kubernetes_crd=kubernetes_crd).start(api)
         task_queue = f"traffic-{uuid.uuid4().hex[:6]}"
         namespace = f"traffic-{uuid.uuid4().hex[:6]}"
         core = client.CoreV1Api(api)
@@ -95,9 +105,8 @@ def traffic_stack(temporal_server: TemporalDevServer, oci_registry: OciRegistry,
                                   workdir / "spool", logs, host_id=f"host-{task_queue}", identities=ids)
             launcher = BridgeLauncher(ids, temporal_server.address, logs)
             try:
-                # InferenceReplica: OMENative services and their migrations; WorkloadCluster: placement.
-                launcher.start(task_queue=task_queue,
-                               kinds="InferenceService,RolloutPolicy,InferenceReplica,WorkloadCluster")
+                kinds = getattr(request.module, "BRIDGE_KINDS", DEFAULT_BRIDGE_KINDS)
+                launcher.start(task_queue=task_queue, kinds=kinds)
                 yield TrafficStack(LiveStack(api, namespace, worker, temporal_server.address), cluster, traefik,
                                    prometheus, runtime, ids.operator_config)
             finally:

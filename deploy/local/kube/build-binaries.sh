@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Build the local cluster's binaries (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler, kwok, kubectl for the end-to-end tests, helm, which lints, renders and
-# installs deploy/chart, the Kueue controller, started only by the admission tests, and
-# prometheus-adapter, which serves the metrics APIs the real HPA controller reads) from their
-# upstream Go modules at the pinned versions below.
+# installs deploy/chart, the Kueue controller, started only by the admission tests,
+# prometheus-adapter, which serves the metrics APIs the real HPA controller reads, and KEDA's
+# operator and metrics adapter, started only by the KEDA tests) from their upstream Go modules
+# at the pinned versions below.
 #
 # A binary already in $SERVINGOPS_KUBE_BIN_DIR or on PATH is used as is; one in the cache
 # counts only when it was built at the pinned version (a stamp file records it), so bumping
@@ -11,8 +12,8 @@
 # build caches are reused, so a second run does nothing and a rebuild only relinks.
 #
 #   build-binaries.sh                 what the local cluster and `./dev up` run (CORE below)
-#   build-binaries.sh kueue ...       just the named binaries (devstack builds Kueue and
-#                                     prometheus-adapter this way when a test first asks for them)
+#   build-binaries.sh kueue ...       just the named binaries (devstack builds Kueue,
+#                                     prometheus-adapter and KEDA this way when a test first asks)
 #   build-binaries.sh --all           every binary
 #
 # Runs of the script take turns (flock on the cache): a second asker waits for the first
@@ -27,7 +28,9 @@ HELM_VERSION=v3.22.0       # go 1.26.0; its go.mod has no replace directives
 # module cache, so every version of the local cluster is pinned here.
 GATEWAY_API_VERSION=v1.5.0 # standard channel (not built): HTTPRoute, and TLSRoute, without which Traefik never syncs
 KUEUE_VERSION=v0.17.0      # CRDs copied; the controller (cmd/kueue) built for devstack/kueue.py
-KEDA_VERSION=v2.18.3       # only the ScaledObject CRD is copied (the KEDA operator is not run)
+KEDA_VERSION=v2.21.0       # go 1.26.0 (v2.21.1 needs 1.27.4); CRDs copied; keda (cmd/operator) and keda-adapter
+                           # (cmd/adapter) built in a wrapper module with its go.mod's replace lines
+ENVOY_GATEWAY_VERSION=v1.9.1 # only the BackendTrafficPolicy CRD is copied (spec.traffic's policy; Envoy Gateway is not run)
 PROMETHEUS_ADAPTER_VERSION=v0.12.0 # the newest release; no replace directives (k8s.io/* v0.30.0)
 
 CACHE="${SERVINGOPS_CACHE:-$HOME/.cache/servingops}"
@@ -38,7 +41,7 @@ exec 9>"$BIN_DIR/.build.lock"
 flock 9
 
 CORE=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kubectl helm)
-OPTIONAL=(kueue prometheus-adapter)
+OPTIONAL=(kueue prometheus-adapter keda keda-adapter)
 case "${1:-}" in
   "") WANTED=("${CORE[@]}") ;;
   --all) WANTED=("${CORE[@]}" "${OPTIONAL[@]}") ;;
@@ -211,6 +214,32 @@ build_adapter() {
   build "$PROMETHEUS_ADAPTER_VERSION" "$WORK/adapter" "" prometheus-adapter=sigs.k8s.io/prometheus-adapter/cmd/adapter
 }
 
+prepare_keda() {
+  # KEDA's go.mod has replace directives, which stop `go install ...@version` and are ignored in a
+  # dependent module: the wrapper module copies them (read from upstream go.mod, block or line form).
+  local dir="$WORK/keda" gomod
+  new_module "$dir"
+  gomod="$(mod_field "github.com/kedacore/keda/v2@$KEDA_VERSION" GoMod)"
+  (cd "$dir" && go mod edit -go="$(awk '$1 == "go" { print $2; exit }' "$gomod")")
+  awk '$1 == "replace" && $2 == "(" { block = 1; next }
+       block && $1 == ")" { block = 0; next }
+       block || $1 == "replace" {
+         sub(/\/\/.*/, ""); if ($1 == "replace") $1 = ""; $0 = $0
+         if (NF == 0) next
+         split($0, side, "=>"); n = split(side[1], l, " "); m = split(side[2], r, " ")
+         print l[1] (n > 1 ? "@" l[2] : "") "=" r[1] (m > 1 ? "@" r[2] : "")
+       }' "$gomod" \
+    | while read -r pair; do (cd "$dir" && go mod edit -replace="$pair"); done
+  resolve "$dir" "github.com/kedacore/keda/v2/cmd/operator@$KEDA_VERSION" "github.com/kedacore/keda/v2/cmd/adapter@$KEDA_VERSION"
+}
+
+build_keda() {
+  # Both binaries in one build (they share most of KEDA's packages); the version stamp is its Makefile's.
+  local x="-X=github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v} -X=github.com/kedacore/keda/v2/version.GitCommit=$KEDA_VERSION"
+  build "$KEDA_VERSION" "$WORK/keda" "$x" \
+    keda=github.com/kedacore/keda/v2/cmd/operator keda-adapter=github.com/kedacore/keda/v2/cmd/adapter
+}
+
 total_start="$(now)"
 missing_kube=()
 groups=()
@@ -218,6 +247,7 @@ declare -A VERSION_OF=(
   [etcd]=$ETCD_VERSION [kube-apiserver]=$KUBERNETES_VERSION [kube-controller-manager]=$KUBERNETES_VERSION
   [kube-scheduler]=$KUBERNETES_VERSION [kwok]=$KWOK_VERSION [kubectl]=$KUBERNETES_VERSION [helm]=$HELM_VERSION
   [kueue]=$KUEUE_VERSION [prometheus-adapter]=$PROMETHEUS_ADAPTER_VERSION
+  [keda]=$KEDA_VERSION [keda-adapter]=$KEDA_VERSION
 )
 for name in "${WANTED[@]}"; do
   if [[ -z "${VERSION_OF[$name]:-}" ]]; then
@@ -234,6 +264,9 @@ for name in "${WANTED[@]}"; do
       [[ ${#missing_kube[@]} -eq 0 ]] && groups+=(kube)
       missing_kube+=("$name") ;;
     prometheus-adapter) groups+=(adapter) ;;
+    keda | keda-adapter)
+      # One group builds both (one go build); either missing rebuilds the pair.
+      [[ " ${groups[*]} " == *" keda "* ]] || groups+=(keda) ;;
     *) groups+=("$name") ;;
   esac
 done

@@ -36,7 +36,7 @@ KUEUE_GROUP, KUEUE_VERSION, FLAVORS = "kueue.x-k8s.io", "v1beta2", "resourceflav
 PAGE = 500
 
 
-def _pages(call: Callable[[str | None], Any]) -> Iterator[Any]:
+def pages(call: Callable[[str | None], Any]) -> Iterator[Any]:
     """Every item of a paginated list; `call(continue_token)` returns one page."""
     token: str | None = None
     while True:
@@ -102,11 +102,11 @@ class CapacityActivities:
                               resource_version=str(meta.get("resourceVersion", "")), reported=reported)
         if ((obj.get("spec") or {}).get("parentRef") or {}).get("name"):
             return known
-        quotas = list(_pages(lambda token: call(self._custom.list_cluster_custom_object,
+        quotas = list(pages(lambda token: call(self._custom.list_cluster_custom_object,
                                                 GROUP, VERSION, PLURAL, limit=PAGE, _continue=token)))
         names = sorted(budget_resource_names(quotas) | set(request.resource_names))
         try:
-            flavors = [flavor_view(f) for f in _pages(lambda token: call(
+            flavors = [flavor_view(f) for f in pages(lambda token: call(
                 self._custom.list_cluster_custom_object, KUEUE_GROUP, KUEUE_VERSION, FLAVORS, limit=PAGE,
                 _continue=token))]
             served = True
@@ -114,7 +114,7 @@ class CapacityActivities:
             if not absent(exc):  # absent: Kueue's ResourceFlavor kind is not served
                 raise
             flavors, served = [], False
-        nodes = [node_view(n) for n in _pages(lambda token: call(self._core.list_node, limit=PAGE, _continue=token))]
+        nodes = [node_view(n) for n in pages(lambda token: call(self._core.list_node, limit=PAGE, _continue=token))]
         observed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
         return known.model_copy(update={
             "root": True, "observed_at": observed_at, "resource_names": names,

@@ -48,6 +48,7 @@ from servingops.activities.placement.types import (
     PlacementSource,
     SourceInput,
 )
+from servingops.activities.routing.types import GatewayAddresses, GatewayAddressesInput
 from servingops.activities.workload_cluster.registration import RegistrationUnusable, versioned_member_access
 from servingops.api_models.contract.placement import ADOPT_ANNOTATION, ADOPT_VALUE
 from servingops.api_models.ome import instance_keys as keys
@@ -68,6 +69,7 @@ from servingops.clients.kube.custom_objects import CustomObjects
 from servingops.clients.kube.errors import absent, conflict
 from servingops.rendering import multinode, render
 from servingops.rendering.kueue import ADMISSION_GATE, QUEUE_LABEL
+from servingops.rendering.names import route_name
 from servingops.rendering.resolution import Unresolvable, resolve_service
 
 GROUP, VERSION = "ome.io", "v1beta1"
@@ -113,7 +115,7 @@ class PlacementActivities:
 
     def all(self) -> list[Any]:
         return [self.read_source, self.apply_member, self.observe_member, self.delete_member, self.read_capacity,
-                self.inventory_member]
+                self.inventory_member, self.member_gateway_addresses]
 
     # -- the control plane ------------------------------------------------------------------
 
@@ -277,6 +279,35 @@ class PlacementActivities:
             return MemberWrite(done=False, reason=exc.reason, message=exc.message)
         return MemberWrite(done=True)
 
+
+    @activity.defn(name="placement.member_gateway_addresses")
+    def member_gateway_addresses(self, inp: GatewayAddressesInput) -> GatewayAddresses:
+        """Routing's EndpointSlice fallback: per member, the IP addresses its serving Gateway reports for the
+        derived service (the parent Gateway of the service's HTTPRoute there). A member that cannot be read, or
+        reports no IP address, is a failure named per member (upstream OME: one failure holds every update)."""
+        found = GatewayAddresses()
+        namespace = inp.isvc.namespace or ""
+        for cluster in inp.clusters:
+            try:
+                with self._session(cluster) as member:
+                    route = next((r for r in (member.route(namespace, route_name(inp.isvc.name, c.value))
+                                              for c in (ComponentType.ROUTER, ComponentType.ENGINE)) if r), None)
+                    if route is None:
+                        found.failures[cluster] = f"{cluster} has no HTTPRoute for {namespace}/{inp.isvc.name}"
+                        continue
+                    parent = ((route.get("spec") or {}).get("parentRefs") or [{}])[0]
+                    gateway = member.gateway(str(parent.get("namespace") or namespace), str(parent.get("name") or ""))
+            except MemberUnavailable as exc:
+                found.failures[cluster] = exc.message
+                continue
+            addresses = [str(a["value"]) for a in ((gateway or {}).get("status") or {}).get("addresses") or []
+                         if a.get("type", "IPAddress") == "IPAddress" and a.get("value")]
+            if addresses:
+                found.addresses[cluster] = addresses
+            else:
+                found.failures[cluster] = (f"{cluster}'s Gateway {parent.get('namespace') or namespace}/"
+                                           f"{parent.get('name')} reports no IP address in status.addresses")
+        return found
 
     @activity.defn(name="placement.read_capacity")
     def read_capacity(self, inp: CapacityInput) -> CapacityReading:

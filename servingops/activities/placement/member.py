@@ -53,6 +53,19 @@ class MemberClient:
              GROUP, VERSION, namespace, "inferenceservices", name,
              body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)), timeout=MEMBER_REQUEST_TIMEOUT)
 
+    def route(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """An HTTPRoute the member's own servingops wrote for a derived service (its Gateway is the parent)."""
+        return cast(dict[str, Any] | None, get_or_none(
+            self.custom.get_namespaced_custom_object, "gateway.networking.k8s.io", "v1", namespace, "httproutes", name,
+            timeout=MEMBER_REQUEST_TIMEOUT))
+
+    def gateway(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A member's serving Gateway: its status.addresses is where the global route sends (EndpointSlice
+        fallback)."""
+        return cast(dict[str, Any] | None, get_or_none(
+            self.custom.get_namespaced_custom_object, "gateway.networking.k8s.io", "v1", namespace, "gateways", name,
+            timeout=MEMBER_REQUEST_TIMEOUT))
+
     def pods(self, namespace: str) -> list[client.V1Pod]:
         return list_items(self.core.list_namespaced_pod, namespace, timeout=MEMBER_REQUEST_TIMEOUT)
 
@@ -106,6 +119,9 @@ class MemberReader:
         elif group == GROUP and kind == "ServingRuntime" and namespace:
             found = get_or_none(custom.get_namespaced_custom_object, GROUP, VERSION, namespace, "servingruntimes",
                                 name, timeout=MEMBER_REQUEST_TIMEOUT)
+        elif group == GROUP and kind == "AcceleratorClass":
+            found = get_or_none(custom.get_cluster_custom_object, GROUP, VERSION, "acceleratorclasses", name,
+                                timeout=MEMBER_REQUEST_TIMEOUT)
         elif group == DECKHOUSE_GROUP and kind == "ClusterModel":
             found = get_or_none(custom.get_cluster_custom_object, DECKHOUSE_GROUP, DECKHOUSE_VERSION, "clustermodels",
                                 name, timeout=MEMBER_REQUEST_TIMEOUT)
@@ -123,6 +139,9 @@ class MemberReader:
                                timeout=MEMBER_REQUEST_TIMEOUT)
         elif group == GROUP and kind == "ClusterServingRuntime":
             found = list_items(self.custom.list_cluster_custom_object, GROUP, VERSION, "clusterservingruntimes",
+                               timeout=MEMBER_REQUEST_TIMEOUT)
+        elif group == GROUP and kind == "AcceleratorClass":
+            found = list_items(self.custom.list_cluster_custom_object, GROUP, VERSION, "acceleratorclasses",
                                timeout=MEMBER_REQUEST_TIMEOUT)
         else:
             raise ValueError(f"placement lists no {kind}.{group} in a member")

@@ -23,7 +23,7 @@ on the object at once; an apiserver that is away, conflicting (409), throttling 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, cast
 
@@ -32,10 +32,13 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 from temporalio import activity
 
+from servingops.activities.operator_config import IngressSource, current_ingress
 from servingops.activities.reference_reader import KubeReader
 from servingops.activities.serving import omenative
+from servingops.activities.serving.autoscaler import read_policy
 from servingops.activities.serving.omenative import OMENATIVE, ProjectedReplicas, deployment_mode
 from servingops.activities.serving.placement_demand import demand_hold
+from servingops.activities.serving.traefik_traffic import TraefikServices
 from servingops.activities.serving.types import (
     ComponentObservation,
     EnsureRevisionInput,
@@ -60,9 +63,12 @@ from servingops.clients.kube.calls import apply, call, create_unless_exists, del
 from servingops.clients.kube.errors import conflict, invalid
 from servingops.clients.kube.events import record_event
 from servingops.rendering import ingress, multinode, render, scaling
+from servingops.rendering import traefik_traffic as tt
+from servingops.rendering.autoscaler_policy import needs_policy
+from servingops.rendering.backend_traffic_policy import declares_traffic
 from servingops.rendering.expiry import expires_at
 from servingops.rendering.names import revision_name, route_name
-from servingops.rendering.resolution import ResolvedService, Unresolvable, resolve_service
+from servingops.rendering.resolution import ResolvedService, Unresolvable, asks_for_accelerators, resolve_service
 
 FIELD_MANAGER = "servingops"
 _ROLLOUT_ANNOTATION_PREFIX = "ome.io/rollout-"
@@ -121,11 +127,6 @@ def _revision_observation(revision: str, dep: client.V1Deployment | None) -> Rev
 LiveService = tuple[render.Owner, InferenceServiceSpec, dict[str, str]]
 """The InferenceService as an activity reads it before it writes: owner, rendered spec, annotations."""
 
-IngressSource = IngressConfig | Callable[[], IngressConfig]
-"""A fixed ingress configuration, or a callable giving the current one (raising OperatorConfigError
-when it does not parse): activities/operator_config.py IngressConfigReader."""
-
-
 class ServingActivities:
     """Bound to one ApiClient for the life of the worker; `ingress` is the operator's ingress block
     (the Gateway every HTTPRoute attaches to, the hostnames): fixed, or read on each call (the
@@ -144,6 +145,8 @@ class ServingActivities:
         self.projected = ProjectedReplicas(api_client)
         """OMENative components: their projected InferenceReplicas (activities/serving/omenative.py)."""
         self._readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="serving-read")
+        self.traefik = TraefikServices(api_client)
+        """spec.traffic's Traefik translation: the component's weighted TraefikService a route may name."""
 
     def _read(self, call: Any, *args: Any) -> Future[Any]:
         """Start a read on the reader threads; its result (or exception) comes from .result()."""
@@ -184,7 +187,9 @@ class ServingActivities:
         return self._resolved(ref, obj)[0]
 
     def _resolved(self, ref: ObjectRef, obj: dict[str, Any]) -> tuple[InferenceServiceSpec, ResolvedService | None]:
-        resolved = resolve_service(self._reader, obj, self._artifacts) if (obj.get("spec") or {}).get("model") else None
+        # A spec that names a model, or asks for an accelerator, is made concrete first; else it renders as written.
+        concrete = (obj.get("spec") or {}).get("model") or asks_for_accelerators(obj)
+        resolved = resolve_service(self._reader, obj, self._artifacts) if concrete else None
         body = resolved.spec if resolved is not None else obj.get("spec")
         try:
             return InferenceServiceSpec.model_validate(body or {}), resolved
@@ -205,11 +210,7 @@ class ServingActivities:
 
     def _ingress_config(self) -> IngressConfig | OperatorConfigError:
         """The ingress block as read now (cached by its reader), or why it does not parse."""
-        source = self._ingress_source
-        try:
-            return source() if callable(source) else source
-        except OperatorConfigError as exc:
-            return exc
+        return current_ingress(self._ingress_source)
 
     def _ingress(self, owner: render.Owner, spec: InferenceServiceSpec,
                  config: Future[IngressConfig | OperatorConfigError] | None = None) -> ingress.Routing:
@@ -238,6 +239,13 @@ class ServingActivities:
                 result.append(_revision_observation(labels[render.LABEL_REVISION], dep))
         return result
 
+    def _weighted(self, route: dict[str, Any] | None, isvc: str, namespace: str,
+                  component: ComponentType) -> dict[str, Any] | None:
+        """The component's weighted TraefikService when the route names it (read once per look), else None."""
+        if not tt.names_component(route, isvc, component):
+            return None
+        return self.traefik.read(namespace, tt.component_name(isvc, component))
+
     # -- activities ---------------------------------------------------------------------------
 
     @activity.defn(name="serving.observe")
@@ -263,22 +271,46 @@ class ServingActivities:
             native = deployment_mode(spec, cspec, annotations) == OMENATIVE
             address = render.component_url(owner, component) if route else None
             url, route_status, drift = routing.observe(component, route, address, FIELD_MANAGER)
+            weighted = self._weighted(route, owner.name, owner.namespace, component)
+            if route is not None and not drift and routing.config is not None:
+                # Under the Traefik translation the route names the component's weighted TraefikService, which
+                # is there; otherwise it names the revisions' Services. Anything else is for set_traffic to
+                # apply again (the workflow's reattach), with the split the route serves now.
+                if self.traefik.weighted(routing.config):
+                    drift = not tt.names_component(route, owner.name, component) or weighted is None
+                else:
+                    drift = bool(tt.referenced(route))
             components.append(ComponentObservation(
                 component=component,
                 desired_revision=(multinode.render_component if native else render.render_revision)(
                     owner.name, component, cspec).revision,
                 desired_replicas=render.desired_replicas(cspec),
                 revisions=self.projected.revisions(owner, component) if native else self._revisions(owner, component),
-                traffic=render.route_weights(route, owner.name, component) if route else [],
+                traffic=tt.split(route, weighted, owner.name, component),
                 url=url,
                 address=address,
                 route_status=route_status,
                 ingress_drift=drift,
                 replica=omenative.replica_name(owner.name, component) if native else None,
                 lifecycle=self.projected.lifecycle(owner, component) if native else None,
-                autoscaler_digest=scaling.scaler_digest(cspec) if native else None,
+                autoscaler_digest=self._scaler_digest(owner.namespace, cspec, native),
+                selected_accelerator=resolved.accelerators.get(component.value) if resolved is not None else None,
             ))
         return self._observation(obj, components, resolved=resolved, ingress=routing.observation())
+
+    def _scaler_digest(self, namespace: str, cspec: render.ComponentSpec, native: bool) -> str | None:
+        """What the component's scaler is made from (scaling.scaler_digest), with the referenced policy's
+        uid and generation when a policy renders it; None for a RawDeployment component with neither an
+        autoscaler block nor a policy reference (it has no scaler to keep)."""
+        ref = cspec.autoscaler_policy_ref
+        if not native and cspec.autoscaler is None and ref is None:
+            return None
+        version = None
+        if needs_policy(cspec.autoscaler, ref) and ref is not None:
+            policy = read_policy(self.custom, namespace, ref.name)
+            meta = (policy or {}).get("metadata") or {}
+            version = f"{meta.get('uid')}/{meta.get('generation')}" if policy is not None else "absent"
+        return scaling.scaler_digest(cspec, version)
 
     @staticmethod
     def _observation(obj: dict[str, Any], components: list[ComponentObservation], held: ServingHold | None = None,
@@ -304,6 +336,8 @@ class ServingActivities:
             placed=placed,
             ingress=ingress,
             expires_at=expires_at(obj),
+            traffic_declared=declares_traffic((obj.get("spec") or {}).get("traffic"), annotations),
+            traffic_reported=bool((obj.get("status") or {}).get("traffic")),
         )
 
     @activity.defn(name="serving.ensure_revision")
@@ -488,7 +522,20 @@ class ServingActivities:
         if attachment is None:
             # The attachment cannot be rendered now (observe says why): keep the route's as it is.
             attachment = ingress.live_attachment(self._route(owner.name, owner.namespace, inp.component))
-        body = render.http_route(owner, inp.component, inp.weights, attachment)
+        if routing.config is not None:
+            weighted = self.traefik.weighted(routing.config)
+        else:  # the ingress block cannot be read: the route keeps naming what it names
+            weighted = tt.names_component(self._route(owner.name, owner.namespace, inp.component), owner.name,
+                                          inp.component)
+        if weighted:
+            # The weights go into the component's weighted TraefikService, before the route names it (Traefik
+            # never sees a route naming a TraefikService that is not there); the route's one backendRef does
+            # not change, so a promote writes only the TraefikService.
+            self.traefik.apply_weighted(owner, inp.component, inp.weights, tt.translate(spec.traffic, None).balancing)
+            body = render.http_route(owner, inp.component, inp.weights, attachment,
+                                     weighted=tt.component_name(owner.name, inp.component))
+        else:
+            body = render.http_route(owner, inp.component, inp.weights, attachment)
         try:
             apply(self.custom.patch_namespaced_custom_object,
                   _GATEWAY_GROUP, _GATEWAY_VERSION, owner.namespace, _ROUTES, body["metadata"]["name"], body,
@@ -506,14 +553,20 @@ class ServingActivities:
         while the HTTPRoute still sends it traffic: shift traffic first."""
         namespace = _namespace(key.isvc)
         route = self._route(key.isvc.name, namespace, key.component)
+        weighted = self._weighted(route, key.isvc.name, namespace, key.component)
         if route is not None:
-            serving = [w for w in render.route_weights(route, key.isvc.name, key.component)
+            serving = [w for w in tt.split(route, weighted, key.isvc.name, key.component)
                        if w.revision == key.revision and w.weight > 0]
             if serving:
                 raise application_error(ErrorType.REVISION_SERVING_TRAFFIC,
                                         f"revision {key.revision} of {key.component.value} still has weight "
                                         f"{serving[0].weight}")
         name = revision_name(key.isvc.name, key.component.value, key.revision)
+        if weighted is not None:
+            # The revision's child (at weight 0) out of the component's weighted TraefikService before its Service
+            # goes: Traefik drops a TraefikService one of whose Services is missing. Only over the object as read
+            # (a 409, retried, when a set_traffic wrote it since).
+            self.traefik.drop_child(weighted, name)
         options = client.V1DeleteOptions(propagation_policy="Background")
         for delete in (self.apps.delete_namespaced_deployment, self.core.delete_namespaced_service):
             delete_if_present(delete, name, namespace, body=options)

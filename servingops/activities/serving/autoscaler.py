@@ -1,7 +1,15 @@
-"""The autoscaler of an OMENative component: an autoscaling/v2 HorizontalPodAutoscaler (class HPA) or a
-keda.sh/v1alpha1 ScaledObject (class KEDA) whose scale target is the projected InferenceReplica's
-/scale subresource (seed 004: "Only the InferenceService controller creates a scaler from it"; the
-replica CRD rejects HPA and KEDA on a standalone replica, so the service's workflow is the one owner).
+"""The autoscaler of a component: an autoscaling/v2 HorizontalPodAutoscaler (class HPA) or a
+keda.sh/v1alpha1 ScaledObject (class KEDA) whose scale target is, for an OMENative component, the
+projected InferenceReplica's /scale subresource (seed 004: "Only the InferenceService controller creates
+a scaler from it"; the replica CRD rejects HPA and KEDA on a standalone replica, so the service's workflow
+is the one owner) and, for a RawDeployment component, the Deployment of the revision that carries its
+traffic (the workflow names it; seed: ScaleTargetRef "points at the underlying Deployment").
+
+The block comes from the component's inline `autoscaler`, else from its `autoscalerPolicyRef`: the
+AutoscalerPolicy rendered for it (rendering/autoscaler_policy.py). A policy that does not render (absent,
+invalid, an unbound provider) changes nothing: the last good scaler stays (fail closed) and the
+observation carries the problem, which the service reports as AutoscalerResolved False.
+A component that left the spec loses the scaler of ours it had.
 
 What is rendered, where the seed is silent following upstream OME's hpa / keda reconcilers:
 - names: the HPA is named after its target, `<isvc>-<component>`; the ScaledObject
@@ -23,6 +31,7 @@ back to the service when the block stops owning it (rendering/scaling.py says wh
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from kubernetes import client
@@ -33,13 +42,20 @@ from temporalio import activity
 from servingops.activities.serving.omenative import OMENATIVE, deployment_mode, replica_name
 from servingops.api_models.base import Condition
 from servingops.api_models.errors import ErrorType, application_error
-from servingops.api_models.ome.autoscaling import ComponentAutoscaler, ComponentAutoscalerStatus
+from servingops.api_models.ome.autoscaling import (
+    AutoscalerPolicyProvenance,
+    ComponentAutoscaler,
+    ComponentAutoscalerStatus,
+)
 from servingops.api_models.ome.enums import AutoscalerClass, AutoscalerManagedBy, ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
+from servingops.api_models.operator_config import OperatorDefaults
 from servingops.api_models.refs import ObjectRef
 from servingops.clients.kube.calls import apply, call, delete_if_present, get_or_none
 from servingops.clients.kube.errors import absent, conflict, invalid
-from servingops.rendering import render
+from servingops.rendering import autoscaler_policy, render
+from servingops.rendering.autoscaler_policy import PolicyProblem, ProviderBinding, TemplateVariables
+from servingops.rendering.names import revision_name
 from servingops.rendering.scaling import bounds, owns_replicas, replacing
 
 FIELD_MANAGER = "servingops"
@@ -49,6 +65,7 @@ HPA, KEDA = "HorizontalPodAutoscaler", "ScaledObject"
 HPA_GROUP, HPA_VERSION, HPA_PLURAL = "autoscaling", "v2", "horizontalpodautoscalers"
 KEDA_GROUP, KEDA_VERSION, KEDA_PLURAL = "keda.sh", "v1alpha1", "scaledobjects"
 REPLICA_GROUP, REPLICA_VERSION, REPLICA_PLURAL = "ome.io", "v1beta1", "inferencereplicas"
+POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "ome.io", "v1beta1", "autoscalerpolicies"
 DEFAULT_CPU_UTILIZATION = 80
 """Upstream's constants.DefaultCPUUtilization, the metric of an HPA given none."""
 _SCALED_OBJECT_PREFIX, _SCALED_OBJECT_NAME_MAX = "scaledobject-", 50
@@ -57,12 +74,45 @@ _SCALED_OBJECT_PREFIX, _SCALED_OBJECT_NAME_MAX = "scaledobject-", 50
 class EnsureAutoscalerInput(BaseModel):
     isvc: ObjectRef
     component: ComponentType
+    revision: str | None = None
+    """RawDeployment: the revision whose Deployment the scaler targets (the one carrying the traffic).
+    Without it a RawDeployment component's scaler is left alone (histories from before it)."""
+
+
+class ScalerProblem(BaseModel):
+    """Why the component's autoscaler did not resolve: its live scaler was left as it was."""
+
+    reason: str
+    message: str
 
 
 class AutoscalerObservation(BaseModel):
     status: dict[str, object] | None = None
     """status.components[c].autoscaler (ComponentAutoscalerStatus, API form); None for a component
-    that is not OMENative (its autoscaler is not rendered in this release)."""
+    whose scaler is not rendered (RawDeployment without a revision), one that left the spec, or one whose
+    policy did not resolve (the last status stays)."""
+    problem: ScalerProblem | None = None
+    """The referenced AutoscalerPolicy did not render: nothing was applied or deleted."""
+    policy_name: str | None = None
+    policy_uid: str | None = None
+    """The AutoscalerPolicy the component's scaler is rendered from (a ref no inline block outranks), when
+    it exists: the service tells that policy's workflow when its references change."""
+
+
+def provider_bindings(read: Callable[[], OperatorDefaults]) -> Callable[[], dict[str, ProviderBinding]]:
+    """The operator's metricProviders as policy rendering binds them, read afresh at each call (an
+    operator ConfigMap that does not parse binds none: a policy naming a provider then fails closed)."""
+    def current() -> dict[str, ProviderBinding]:
+        return {name: ProviderBinding(server_address=source.address, headers=tuple(sorted(source.headers.items())),
+                                      has_credentials=source.auth_secret is not None)
+                for name, source in read().metric_providers.items()}
+    return current
+
+
+def read_policy(custom: client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any] | None:
+    """The AutoscalerPolicy of that name, or None."""
+    return cast(dict[str, Any] | None, get_or_none(custom.get_namespaced_custom_object,
+                                                   POLICY_GROUP, POLICY_VERSION, namespace, POLICY_PLURAL, name))
 
 
 # -- pure rules ----------------------------------------------------------------------------------
@@ -79,19 +129,23 @@ def _meta(owner: render.Owner, component: ComponentType, name: str) -> dict[str,
                                  "uid": owner.uid, "controller": True, "blockOwnerDeletion": True}]}
 
 
-def _target(owner: render.Owner, component: ComponentType) -> dict[str, str]:
+def scale_target(owner: render.Owner, component: ComponentType, revision: str | None = None) -> dict[str, str]:
+    """The projected InferenceReplica (OMENative), or the revision's Deployment (RawDeployment)."""
+    if revision is not None:
+        return {"apiVersion": "apps/v1", "kind": "Deployment",
+                "name": revision_name(owner.name, component.value, revision)}
     return {"apiVersion": "ome.io/v1beta1", "kind": "InferenceReplica", "name": replica_name(owner.name, component)}
 
 
 def hpa_manifest(owner: render.Owner, component: ComponentType, cspec: render.ComponentSpec,
-                 autoscaler: ComponentAutoscaler) -> dict[str, Any]:
+                 autoscaler: ComponentAutoscaler, target: dict[str, str] | None = None) -> dict[str, Any]:
     low, high = bounds(cspec)
     hpa = autoscaler.hpa
     metrics = list(hpa.metrics) if hpa is not None and hpa.metrics else [
         {"type": "Resource", "resource": {"name": "cpu", "target": {
             "type": "Utilization", "averageUtilization": DEFAULT_CPU_UTILIZATION}}}]
-    spec: dict[str, Any] = {"scaleTargetRef": _target(owner, component), "minReplicas": low, "maxReplicas": high,
-                            "metrics": metrics}
+    spec: dict[str, Any] = {"scaleTargetRef": target or scale_target(owner, component), "minReplicas": low,
+                            "maxReplicas": high, "metrics": metrics}
     if hpa is not None and hpa.behavior is not None:
         spec["behavior"] = hpa.behavior
     return {"apiVersion": "autoscaling/v2", "kind": HPA,
@@ -99,12 +153,12 @@ def hpa_manifest(owner: render.Owner, component: ComponentType, cspec: render.Co
 
 
 def scaled_object_manifest(owner: render.Owner, component: ComponentType, cspec: render.ComponentSpec,
-                           autoscaler: ComponentAutoscaler) -> dict[str, Any]:
+                           autoscaler: ComponentAutoscaler, target: dict[str, str] | None = None) -> dict[str, Any]:
     keda = autoscaler.keda
     if keda is None:  # the CRD's CEL rule makes this unreachable through the apiserver
         raise application_error(ErrorType.INVALID_SPEC, f"{component.value}.autoscaler: class KEDA requires keda")
     low, high = bounds(cspec)
-    spec: dict[str, Any] = {"scaleTargetRef": _target(owner, component), "minReplicaCount": low,
+    spec: dict[str, Any] = {"scaleTargetRef": target or scale_target(owner, component), "minReplicaCount": low,
                             "maxReplicaCount": high, "triggers": list(keda.triggers)}
     for key, value in (("advanced", keda.advanced), ("pollingInterval", keda.polling_interval),
                        ("cooldownPeriod", keda.cooldown_period), ("idleReplicaCount", keda.idle_replica_count),
@@ -133,15 +187,20 @@ def _conditions(status: dict[str, Any]) -> list[dict[str, Any]] | None:
     return out or None
 
 
-def autoscaler_status(autoscaler: ComponentAutoscaler | None, live: dict[str, Any] | None) -> dict[str, object]:
-    """status.components[c].autoscaler: the resolved class, who manages it, and (ours) the live
-    scaler's counters and conditions."""
+def autoscaler_status(autoscaler: ComponentAutoscaler | None, live: dict[str, Any] | None,
+                      source: str = autoscaler_policy.SPEC_SOURCE_ISVC,
+                      policy: AutoscalerPolicyProvenance | None = None) -> dict[str, object]:
+    """status.components[c].autoscaler: the resolved class, who manages it, which layer gave the block
+    (specSource, and the policy's provenance when a policy did), and (ours) the live scaler's counters
+    and conditions."""
     if autoscaler is None:
         return ComponentAutoscalerStatus(managed_by=AutoscalerManagedBy.NONE).to_api()
     cls = autoscaler.class_
     managed = {AutoscalerClass.HPA: AutoscalerManagedBy.OME, AutoscalerClass.KEDA: AutoscalerManagedBy.OME,
                AutoscalerClass.EXTERNAL: AutoscalerManagedBy.EXTERNAL}.get(cls, AutoscalerManagedBy.NONE)
-    body: dict[str, Any] = {"class": cls.value, "managedBy": managed.value, "specSource": "isvc"}
+    body: dict[str, Any] = {"class": cls.value, "managedBy": managed.value, "specSource": source}
+    if policy is not None:
+        body["policy"] = policy.to_api()
     if managed is AutoscalerManagedBy.OME:
         status = (live or {}).get("status") or {}
         body["currentReplicas"] = int(status.get("currentReplicas") or 0)
@@ -160,8 +219,11 @@ def autoscaler_status(autoscaler: ComponentAutoscaler | None, live: dict[str, An
 class AutoscalerActivities:
     """Bound to one ApiClient for the life of the worker."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient,
+                 providers: Callable[[], Mapping[str, ProviderBinding]] | None = None) -> None:
         self.custom = client.CustomObjectsApi(api_client)
+        self.providers = providers or dict
+        """The operator's metric-provider bindings as they are now (a policy's providerRef names one)."""
 
     def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         # None: the object, or the kind itself (KEDA's CRD not installed), is absent.
@@ -243,25 +305,52 @@ class AutoscalerActivities:
         except ValidationError as exc:
             raise application_error(ErrorType.INVALID_SPEC,
                                     f"{ref.describe()}: the spec does not parse: {exc}") from exc
-        cspec = render.component_spec(spec, inp.component)
-        if cspec is None or deployment_mode(spec, cspec, dict(meta.get("annotations") or {})) != OMENATIVE:
-            return AutoscalerObservation()
         owner = render.Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
-        target = replica_name(owner.name, inp.component)
-        autoscaler = cspec.autoscaler
+        name = replica_name(owner.name, inp.component)  # the HPA's name in either mode
+        cspec = render.component_spec(spec, inp.component)
+        if cspec is None:  # the component left the spec: so does its scaler
+            self._delete_ours(HPA, owner, name)
+            self._delete_ours(KEDA, owner, scaled_object_name(name))
+            return AutoscalerObservation()
+        native = deployment_mode(spec, cspec, dict(meta.get("annotations") or {})) == OMENATIVE
+        if not native and inp.revision is None:
+            return AutoscalerObservation()
+        target = scale_target(owner, inp.component, None if native else inp.revision)
+        low, high = bounds(cspec)
+        variables = TemplateVariables(namespace=owner.namespace, isvc_name=owner.name, component=inp.component.value,
+                                      min_replicas=low, max_replicas=high, target_name=target["name"])
+        policy_ref = cspec.autoscaler_policy_ref
+        policy = (read_policy(self.custom, owner.namespace, policy_ref.name)
+                  if policy_ref is not None and autoscaler_policy.needs_policy(cspec.autoscaler, policy_ref) else None)
+        policy_uid = ((policy or {}).get("metadata") or {}).get("uid")
+        try:
+            # The operator ConfigMap is read only for a block a policy renders.
+            providers = self.providers() if policy is not None else {}
+            resolution = autoscaler_policy.resolve(cspec.autoscaler, policy_ref, policy, variables, providers)
+        except PolicyProblem as problem:
+            named = policy_ref.name if policy_ref else ""
+            return AutoscalerObservation(problem=ScalerProblem(reason=problem.reason, message=(
+                f"{inp.component.value}: AutoscalerPolicy {named!r}: {problem.message}; the last good scaler stays")),
+                policy_name=named if policy_uid else None, policy_uid=policy_uid)
+        autoscaler = resolution.autoscaler
+        effective = cspec.model_copy(update={"autoscaler": autoscaler})
         cls = autoscaler.class_ if autoscaler is not None else None
         live: dict[str, Any] | None = None
         if cls is AutoscalerClass.HPA and autoscaler is not None:
-            self._delete_ours(KEDA, owner, scaled_object_name(target))
-            live = self._apply(owner, hpa_manifest(owner, inp.component, cspec, autoscaler))
+            self._delete_ours(KEDA, owner, scaled_object_name(name))
+            live = self._apply(owner, hpa_manifest(owner, inp.component, effective, autoscaler, target))
         elif cls is AutoscalerClass.KEDA and autoscaler is not None:
-            self._delete_ours(HPA, owner, target)
-            live = self._apply(owner, scaled_object_manifest(owner, inp.component, cspec, autoscaler))
+            self._delete_ours(HPA, owner, name)
+            live = self._apply(owner, scaled_object_manifest(owner, inp.component, effective, autoscaler, target))
         else:
-            self._delete_ours(HPA, owner, target)
-            self._delete_ours(KEDA, owner, scaled_object_name(target))
-        self._sync_replica(owner.namespace, target, cspec)
-        return AutoscalerObservation(status=autoscaler_status(autoscaler, live))
+            self._delete_ours(HPA, owner, name)
+            self._delete_ours(KEDA, owner, scaled_object_name(name))
+        if native:
+            self._sync_replica(owner.namespace, name, effective)
+        return AutoscalerObservation(
+            status=autoscaler_status(autoscaler, live, resolution.source or autoscaler_policy.SPEC_SOURCE_ISVC,
+                                     resolution.policy),
+            policy_name=policy_ref.name if policy_uid and policy_ref else None, policy_uid=policy_uid)
 
     def _sync_replica(self, namespace: str, name: str, cspec: render.ComponentSpec) -> None:
         """Keep the projected replica's spec.autoscaler the component's block, and give the count
@@ -293,5 +382,15 @@ class AutoscalerActivities:
         return [self.ensure]
 
 
-__all__ = ["AutoscalerActivities", "AutoscalerObservation", "EnsureAutoscalerInput", "autoscaler_status",
-           "hpa_manifest", "scaled_object_manifest", "scaled_object_name"]
+__all__ = [
+    "AutoscalerActivities",
+    "AutoscalerObservation",
+    "EnsureAutoscalerInput",
+    "ScalerProblem",
+    "autoscaler_status",
+    "hpa_manifest",
+    "read_policy",
+    "scale_target",
+    "scaled_object_manifest",
+    "scaled_object_name",
+]

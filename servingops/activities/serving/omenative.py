@@ -30,8 +30,10 @@ import json
 from typing import Any, cast
 
 from kubernetes import client
+from pydantic import ValidationError
 
 from servingops.activities.serving.types import RevisionObservation
+from servingops.api_models.ome.autoscaling import ComponentAutoscaler
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.ome.instance_keys import (
@@ -138,7 +140,18 @@ class ProjectedReplicas:
         live_spec = (live or {}).get("spec") or {}
         pacing = dict(live_spec.get("pacing") or {})
         replicas, moved = body["replicas"], capacity
-        if owns_replicas(getattr(cspec, "autoscaler", None)):
+        block = getattr(cspec, "autoscaler", None)
+        stored = live_spec.get("autoscaler")
+        if block is None and getattr(cspec, "autoscaler_policy_ref", None) is not None and isinstance(stored, dict):
+            # An AutoscalerPolicy renders this component's block, and serving.ensure_autoscaler writes it
+            # here (seed: while the policy fails to render, the stored block is the last known good one):
+            # the projection keeps it rather than clearing it.
+            try:
+                block = ComponentAutoscaler.model_validate(stored)
+                body["autoscaler"] = stored
+            except ValidationError:
+                block = None
+        if owns_replicas(block):
             # The scaler writes spec.replicas (seed): the count is written only while the stored one
             # is nil or 0, and the partition is taken against the count the scaler chose.
             replicas, moved = projected_count(live_spec.get("replicas"), body["replicas"], capacity)

@@ -68,6 +68,9 @@ class ComponentObservation(BaseModel):
     status.components[c].lifecycle (a new field: older histories decode it as None)."""
     autoscaler_digest: str | None = None
     """OMENative: scaling.scaler_digest of the component (its autoscaler block and bounds)."""
+    selected_accelerator: dict[str, object] | None = None
+    """The AcceleratorClass the component renders for (AcceleratorSelection JSON, status.components.<c>.
+    selectedAccelerator). A new field: older histories decode it as None."""
 
 
 class ServingHold(BaseModel):
@@ -115,6 +118,12 @@ class ServiceObservation(BaseModel):
     expires_at: datetime | None = None
     """creationTimestamp + spec.ttlSecondsAfterCreation as the object says now (rendering/expiry.py);
     None without a ttl and for a placement copy. A new field: older histories decode it as None."""
+    traffic_declared: bool = False
+    """spec.traffic or an ome.io/* traffic annotation declares traffic intent (the backend policy is
+    kept). A new field: older histories decode it as False and schedule no policy call."""
+    traffic_reported: bool = False
+    """status.traffic is on the object: a policy of ours may be live and is to be cleaned up once the
+    intent goes. A new field, decoded as False by older histories."""
 
 
 

@@ -34,11 +34,16 @@ class WorkflowType(StrEnum):
     MIGRATION = "MigrationWorkflow"
     INFERENCE_REPLICA = "InferenceReplicaWorkflow"
     ROLLOUT_POLICY = "RolloutPolicyWorkflow"
+    AUTOSCALER_POLICY = "AutoscalerPolicyWorkflow"
     WORKLOAD_CLUSTER = "WorkloadClusterWorkflow"
     PLACEMENT = "PlacementWorkflow"
     SERVING_RUNTIME = "ServingRuntimeWorkflow"
     BASE_MODEL = "BaseModelWorkflow"
     ACCELERATOR_CAPACITY = "AcceleratorCapacityWorkflow"
+    ACCELERATOR_CLASS = "AcceleratorClassWorkflow"
+    """The inventory (status) of one AcceleratorClass."""
+    TRAFFIC_MAP = "TrafficMapWorkflow"
+    """The routing controller and publisher of one routed InferenceService's TrafficMap."""
     CATALOG_REFRESH_TICK = "CatalogRefreshTickWorkflow"
     """Started by a catalog source's Temporal Schedule: signals refresh-now to the source's workflow."""
 
@@ -48,7 +53,9 @@ IMPLEMENTED_WORKFLOWS = frozenset({WorkflowType.MODEL, WorkflowType.INFERENCE_SE
                                    WorkflowType.BASE_MODEL, WorkflowType.INFERENCE_REPLICA,
                                    WorkflowType.MIGRATION, WorkflowType.WORKLOAD_CLUSTER,
                                    WorkflowType.PLACEMENT, WorkflowType.ACCELERATOR_CAPACITY,
-                                   WorkflowType.CATALOG, WorkflowType.CATALOG_REFRESH_TICK})
+                                   WorkflowType.CATALOG, WorkflowType.CATALOG_REFRESH_TICK,
+                                   WorkflowType.TRAFFIC_MAP, WorkflowType.ACCELERATOR_CLASS,
+                                   WorkflowType.AUTOSCALER_POLICY})
 """The workflow types this release's worker registers (a test holds the worker to it). The bridge
 checks every dispatch against it: an event whose workflow type is not here (a migration request,
 for a worker built without MigrationWorkflow) starts nothing, since nothing would ever run it, and
@@ -64,8 +71,9 @@ class Signal(StrEnum):
     DELETE = "delete"
     """Bridge -> entity workflows: the object is being deleted (ObjectEvent)."""
     ANNOTATION = "annotation"
-    """Bridge -> InferenceServiceWorkflow (rollout annotations) and ServingRuntimeWorkflow
-    (ome.io/inherit-from): a watched annotation changed (AnnotationEvent)."""
+    """Bridge -> InferenceServiceWorkflow (rollout annotations, and the ome.io/* traffic annotations:
+    api_models.ome.traffic_annotations) and ServingRuntimeWorkflow (ome.io/inherit-from): a watched
+    annotation changed (AnnotationEvent)."""
     UPLOAD_COMPLETE = "upload-complete"
     """Upload endpoint (ingress.uploads) -> ModelWorkflow: the upload finished
     (api_models.contract.uploads.UploadComplete)."""
@@ -102,6 +110,10 @@ class Signal(StrEnum):
     REPLICA_CHANGED = "replica-changed"
     """InferenceReplicaWorkflow -> InferenceServiceWorkflow: the status of a replica the service
     projects moved; observe again (no payload)."""
+    AUTOSCALER_POLICY_CHANGED = "autoscaler-policy-changed"
+    """AutoscalerPolicyWorkflow -> InferenceServiceWorkflow: a policy one of its components references
+    has a new spec; observe again, so the component's scaler is rendered from it (no payload). The
+    service also counts its references for the policy: AutoscalerPolicyWorkflow re-counts on refresh-now."""
     PODS_CHANGED = "pods-changed"
     """Bridge -> InferenceReplicaWorkflow: a pod of the replica changed (no payload; the workflow
     re-reads its pods). Sent only to a running workflow, never a start; coalesced per replica."""
@@ -114,6 +126,14 @@ class Signal(StrEnum):
     MIGRATION_OUTCOME = "migration-outcome"
     """MigrationWorkflow -> InferenceServiceWorkflow: a migration of one of its Instances ended
     (api_models.ome.migration.MigrationHistoryEntry); the service keeps status.migrationHistory."""
+    ROUTING_CHANGED = "routing-changed"
+    """-> TrafficMapWorkflow (no payload): something the routing table is computed from moved without a
+    new generation of the InferenceService (PlacementWorkflow: status.placement written; the bridge: a
+    routing annotation changed, or the TrafficMap itself was written by someone). Recompute now."""
+    PUBLICATION = "publication"
+    """TrafficMapWorkflow -> PlacementWorkflow: what the global route may send traffic to
+    (contract.routing.Publication), before and after each write of it. Placement withdraws a home's copy
+    only once the latest one leaves that home out."""
     MIGRATION_CANCEL = "migration-cancel"
     """SDK/CLI -> MigrationWorkflow (no payload), and MigrationWorkflow -> InferenceReplicaWorkflow
     (the request UUID): stop a migration whose source is still in rotation."""
@@ -292,6 +312,10 @@ def rollout_policy_workflow_id(namespace: str, name: str, uid: str) -> str:
     return f"rolloutpolicy/{namespace}/{name}/{uid}"
 
 
+def autoscaler_policy_workflow_id(namespace: str, name: str, uid: str) -> str:
+    return f"autoscalerpolicy/{namespace}/{name}/{uid}"
+
+
 def serving_runtime_workflow_id(namespace: str | None, name: str, uid: str) -> str:
     """ServingRuntime (namespaced) and ClusterServingRuntime (namespace None) alike."""
     return f"runtime/{_scope(namespace)}/{name}/{uid}"
@@ -302,6 +326,11 @@ def placement_workflow_id(namespace: str, isvc: str, uid: str) -> str:
     return f"placement/{namespace}/{isvc}/{uid}"
 
 
+def traffic_map_workflow_id(namespace: str, isvc: str, uid: str) -> str:
+    """One routing workflow per routed InferenceService (uid: the InferenceService's)."""
+    return f"trafficmap/{namespace}/{isvc}/{uid}"
+
+
 def workload_cluster_workflow_id(name: str, uid: str) -> str:
     return f"workloadcluster/{name}/{uid}"
 
@@ -309,6 +338,11 @@ def workload_cluster_workflow_id(name: str, uid: str) -> str:
 def capacity_workflow_id(name: str, uid: str) -> str:
     """One capacity report per root AcceleratorQuota (cluster-scoped: a name and a uid)."""
     return f"capacity/{name}/{uid}"
+
+
+def accelerator_class_workflow_id(name: str, uid: str) -> str:
+    """One inventory workflow per AcceleratorClass (cluster-scoped: a name and a uid)."""
+    return f"acceleratorclass/{name}/{uid}"
 
 
 def basemodel_workflow_id(namespace: str | None, name: str, uid: str) -> str:

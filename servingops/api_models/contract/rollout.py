@@ -141,7 +141,20 @@ class ComponentView(BaseModel):
     autoscaler: dict[str, object] | None = None
     """OMENative: status.components[c].autoscaler (ComponentAutoscalerStatus, API form)."""
     autoscaler_applied: str | None = None
-    """OMENative: the scaler digest serving.ensure_autoscaler last applied (not written to status)."""
+    """The scaler digest serving.ensure_autoscaler last applied (not written to status); for a
+    RawDeployment component with the target revision after an "@"."""
+    autoscaler_policy: str | None = None
+    """The AutoscalerPolicy the component's scaler is rendered from, as last resolved (a ref no inline
+    block outranks): the service reports AutoscalerResolved while any component has one or a problem."""
+    autoscaler_problem: tuple[str, str] | None = None
+    """(reason, message) while the component's autoscaler does not resolve (its policy does not
+    render): its last good scaler stays, AutoscalerResolved is False."""
+    autoscaler_target: str | None = None
+    """RawDeployment: the Deployment the component's scaler targets (status scaleTargetRef)."""
+    autoscaler_policy_workflow: str | None = None
+    """The workflow of the AutoscalerPolicy the component references, as last announced to it."""
+    selected_accelerator: dict[str, object] | None = None
+    """status.components[c].selectedAccelerator (AcceleratorSelection, API form)."""
 
 
 class ActiveRun(BaseModel):
@@ -173,6 +186,9 @@ class ServiceState(BaseModel):
     run_counter: int = 0
     soak_until: datetime | None = None
     entry_unit: str | None = None
+    autoscaler_policy_attachments: dict[str, int] = {}
+    """AutoscalerPolicy workflow id -> how many of this service's components reference that policy, as
+    last announced to it (a change is pushed so its status.attachedComponents moves at once)."""
     policy_attachments: dict[str, int] = {}
     """RolloutPolicy workflow id -> how many of this service's groups reference that policy, as
     last announced to it (a change is pushed so its status.attachedGroups moves at once)."""

@@ -1,13 +1,15 @@
 """Pydantic models of the ome.io/v1beta1 kinds this project serves, the single source of their CRDs.
 
-Root kinds: InferenceService, RolloutPolicy, InferenceReplica, TrafficMap, BaseModel, ServingRuntime (namespaced)
-and WorkloadCluster, AcceleratorQuota, ClusterBaseModel, FineTunedWeight, ClusterServingRuntime (cluster-scoped). Every
-OME type they reference is modelled field by field; core Kubernetes types (Container, Volume,
-Affinity, ...) are embedded opaquely.
+Root kinds: InferenceService, RolloutPolicy, AutoscalerPolicy, InferenceReplica, TrafficMap, BaseModel,
+ServingRuntime (namespaced) and WorkloadCluster, AcceleratorQuota, AcceleratorClass, ClusterBaseModel, FineTunedWeight,
+ClusterServingRuntime (cluster-scoped). Every OME type they reference is modelled field by field; core Kubernetes
+types (Container, Volume, Affinity, ...) are embedded opaquely.
 """
 
 from servingops.api_models.base import KubeResource
+from servingops.api_models.ome.accelerator_class import AcceleratorClass, AcceleratorClassSpec, AcceleratorClassStatus
 from servingops.api_models.ome.accelerator_quota import AcceleratorQuota, AcceleratorQuotaSpec, AcceleratorQuotaStatus
+from servingops.api_models.ome.autoscaler_policy import AutoscalerPolicy, AutoscalerPolicySpec, AutoscalerPolicyStatus
 from servingops.api_models.ome.constants import API_VERSION, GROUP, VERSION
 from servingops.api_models.ome.inference_service import InferenceService, InferenceServiceSpec, InferenceServiceStatus
 from servingops.api_models.ome.models import (
@@ -32,10 +34,12 @@ from servingops.api_models.ome.workload_cluster import WorkloadCluster, Workload
 OME_KINDS: list[type[KubeResource]] = [
     InferenceService,
     RolloutPolicy,
+    AutoscalerPolicy,
     InferenceReplica,
     TrafficMap,
     WorkloadCluster,
     AcceleratorQuota,
+    AcceleratorClass,
     BaseModel,
     ClusterBaseModel,
     FineTunedWeight,
@@ -48,9 +52,15 @@ __all__ = [
     "GROUP",
     "OME_KINDS",
     "VERSION",
+    "AcceleratorClass",
+    "AcceleratorClassSpec",
+    "AcceleratorClassStatus",
     "AcceleratorQuota",
     "AcceleratorQuotaSpec",
     "AcceleratorQuotaStatus",
+    "AutoscalerPolicy",
+    "AutoscalerPolicySpec",
+    "AutoscalerPolicyStatus",
     "BaseModel",
     "BaseModelSpec",
     "ClusterBaseModel",

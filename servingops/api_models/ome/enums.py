@@ -47,6 +47,22 @@ class AutoscalerManagedBy(StrEnum):
     NONE = "none"
 
 
+class ComponentBoundsField(StrEnum):
+    """ComponentBoundsField names a replica bound on the consuming component's ComponentExtensionSpec
+    that a ReplicaValueSource resolves against."""
+
+    MAX_REPLICAS = "MaxReplicas"
+    MIN_REPLICAS = "MinReplicas"
+
+
+class PolicyEnforcement(StrEnum):
+    """PolicyEnforcement is the enforcement tier of an AutoscalerPolicy. Alpha. The API may change
+    without notice."""
+
+    DEFAULT = "Default"
+    REQUIRED = "Required"
+
+
 class CanaryFailureReason(StrEnum):
     """CanaryFailureReason enumerates why a canary parked Failed."""
 

@@ -2,10 +2,54 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import ConfigDict, Field
 
 from servingops.api_models.base import ApiModel, Condition, cel, condition_list_schema, validations
 from servingops.api_models.ome.enums import EndpointOverrideType, HashType, LoadBalancingType
+
+DEFAULT_ALGORITHM = "Default"
+"""status.traffic.algorithm when spec.traffic names no algorithm: the Gateway implementation's default."""
+
+
+class TrafficCondition(StrEnum):
+    """Condition types of status.traffic (the seed names BackendPolicyReady; the other two are
+    upstream OME's and this project's: what the policy leaves out, and whether the data plane
+    serving the routes reads the policy at all)."""
+
+    BACKEND_POLICY_READY = "BackendPolicyReady"
+    UNSUPPORTED_FIELDS = "BackendPolicyUnsupportedFields"
+    DATA_PLANE = "BackendPolicyDataPlane"
+
+
+class TrafficReason(StrEnum):
+    """Reasons of the status.traffic conditions."""
+
+    ACCEPTED_BY_GATEWAY = "AcceptedByGateway"
+    """BackendPolicyReady True: every Gateway the policy attached to accepted it."""
+    PENDING = "Pending"
+    """BackendPolicyReady Unknown: applied; no Gateway controller has said anything of it yet."""
+    GATEWAY_REJECTED = "GatewayRejected"
+    """BackendPolicyReady False: a Gateway controller did not accept it (its message follows)."""
+    CONFLICTING_POLICY = "ConflictingPolicy"
+    """BackendPolicyReady False: a policy that is not ours has our name or targets one of our routes:
+    it wins, ours is not written (and removed if it was)."""
+    TRANSLATION_FAILED = "TranslationFailed"
+    """BackendPolicyReady False: an ome.io/* traffic annotation does not parse, or the apiserver
+    refused the rendered policy (a pass-through of the wrong type)."""
+    NO_TRANSLATOR_AVAILABLE = "NoTranslatorAvailable"
+    """BackendPolicyReady False: the cluster serves no gateway.envoyproxy.io/v1alpha1
+    BackendTrafficPolicy (Envoy Gateway is not installed); the intent is not applied."""
+    UNSUPPORTED_FIELD = "UnsupportedField"
+    """BackendPolicyUnsupportedFields True: declared keys the Envoy Gateway translation leaves out."""
+    HONORED = "HonoredByDataPlane"
+    """BackendPolicyDataPlane True: every controller reporting on the routes is Envoy Gateway's."""
+    NOT_HONORED = "NotHonoredByDataPlane"
+    """BackendPolicyDataPlane False: a controller serving the routes (Traefik locally) does not read a
+    BackendTrafficPolicy, so requests through it are balanced by its own defaults."""
+    NOT_REPORTED = "NoRouteReport"
+    """BackendPolicyDataPlane Unknown: no Gateway controller has reported on the routes yet."""
 
 
 class HashHeader(ApiModel):
@@ -61,6 +105,16 @@ class EndpointOverrideSpec(ApiModel):
             cel(
                 "self.type != 'Header' || (has(self.headers) && size(self.headers) > 0)",
                 "headers are required when type is Header",
+            ),
+            # Upstream OME reserves Metadata (its webhook's ReservedEndpointOverrideType) until a
+            # translator implements it: admitting it would be a field that silently does nothing.
+            cel(
+                "self.type != 'Metadata'",
+                "type Metadata is reserved: no translator implements it yet (use Header)",
+            ),
+            cel(
+                "self.type == 'Header' || !has(self.headers)",
+                "headers are only read with type Header",
             ),
         )
     )

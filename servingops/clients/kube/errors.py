@@ -41,6 +41,13 @@ def invalid(exc: ApiException) -> bool:
     return exc.status in (BAD_REQUEST, UNPROCESSABLE)
 
 
+def apply_refused(exc: ApiException) -> bool:
+    """A server-side apply the apiserver refused for the object's content: a 400 or 422, or the 500 it
+    answers when a field's type does not match the schema (it cannot build the typed patch; measured
+    on kube-apiserver 1.35 with a string where the schema says integer)."""
+    return invalid(exc) or (exc.status == 500 and "failed to create typed patch object" in str(exc.body or ""))
+
+
 def rejected_write(what: str, exc: ApiException) -> Exception:
     """A 422 on a write of `what`: permanent (ErrorType.INVALID_OBJECT, non-retryable)."""
     return application_error(ErrorType.INVALID_OBJECT, f"{what}: {exc.body}")

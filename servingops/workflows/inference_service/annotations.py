@@ -2,6 +2,10 @@
 as the bridge reports their changes: each change is kept in the state and forwarded to every open
 run (as the bridge's event, which the run acts on once), and a request carried out (or refused for
 good) and written to status is removed from the object again.
+
+The bridge reports the ome.io/* traffic annotations' changes the same way (they move no generation):
+such a change is a look at the object, whose backend traffic policy is kept from the object as it is
+(traffic_policy.py).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models import contract
     from servingops.api_models.contract import AnnotationEvent, Signal
     from servingops.api_models.errors import error_message
+    from servingops.api_models.ome.traffic_annotations import is_traffic_annotation
     from servingops.workflows import options
     from servingops.workflows.inference_service.context import ServiceContext
     from servingops.workflows.inference_service.runs import RolloutRuns
@@ -23,6 +28,9 @@ ANNOTATION_EVENTS_TO_RUNS = "annotation-events-to-runs"
 (Signal.RUN_ANNOTATION, ordered by resourceVersion) instead of its value alone (docs/durability.md)."""
 REMOVE_CONSUMED_ANNOTATIONS = "remove-consumed-annotations"
 """The patch that added the kube.remove_annotation calls (docs/durability.md)."""
+TRAFFIC_ANNOTATION_LOOKS = "traffic-annotation-looks"
+"""The patch after which a traffic annotation's change is a look at the object (serving.observe, then
+serving.ensure_backend_policy), not left to the next poll or spec edit (docs/durability.md)."""
 
 
 class Annotations:
@@ -38,6 +46,11 @@ class Annotations:
     async def take(self) -> None:
         events, self.events = self.events, []
         for event in events:
+            if is_traffic_annotation(event.name) and workflow.patched(TRAFFIC_ANNOTATION_LOOKS):
+                # Asked only on such an event (the bridge sent none before the patch): a look at the
+                # object now, which keeps the policy from the object as it is. The value is kept below as
+                # any other's was; the look's observation replaces it with the rollout annotations.
+                self.ctx.changed = True
             if event.value is None:
                 self.ctx.state.annotations.pop(event.name, None)
             else:

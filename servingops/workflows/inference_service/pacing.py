@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.workflows.inference_service.annotations import Annotations
     from servingops.workflows.inference_service.context import ServiceContext
     from servingops.workflows.inference_service.serving import Serving
+    from servingops.workflows.inference_service.traffic_policy import TrafficPolicy
     from servingops.workflows.rollout import status
     from servingops.workflows.rollout.steps import poll_interval
 
@@ -29,6 +30,9 @@ RETRY_REMOVAL = 60.0
 RESYNC_INGRESS_WAIT = 60.0
 """The longest wait between looks at routes the Gateway has not accepted yet (sooner at first): its
 verdict is written on the HTTPRoute, and no event of the InferenceService says it arrived."""
+RESYNC_POLICY_WAIT = 60.0
+"""The longest wait between looks at a backend traffic policy Envoy Gateway has not judged yet (sooner at
+first): its verdict is on the BackendTrafficPolicy, which no event of the InferenceService reports."""
 RESYNC_INGRESS = 293.0
 """How often a service whose routes are settled is observed again (about 5 minutes): a Gateway that
 later refuses a route turns IngressReady (and Ready) False within this long, and a change of the
@@ -41,10 +45,14 @@ tests/test_replica_workflow.py). The real server takes it; the tests would stran
 
 
 class Pacing:
-    def __init__(self, ctx: ServiceContext, serving: Serving, annotations: Annotations) -> None:
+    def __init__(self, ctx: ServiceContext, serving: Serving, annotations: Annotations,
+                 traffic: TrafficPolicy) -> None:
         self.ctx = ctx
         self.serving = serving
         self.annotations = annotations
+        self.traffic = traffic
+        self.policy_since: datetime | None = None
+        """When the current wait for Envoy Gateway's verdict on the backend traffic policy began."""
         self.unready_since: datetime | None = None
         """When the current wait for components to serve began (paces the readiness poll)."""
         self.held_since: datetime | None = None
@@ -76,6 +84,11 @@ class Pacing:
         if self.ctx.state.soak_until is not None:
             waits.append(max(0.0, (self.ctx.state.soak_until - workflow.now()).total_seconds()))
         waits.extend(self._ingress_wait())
+        if self.traffic.awaiting_verdict():
+            self.policy_since = self.policy_since or workflow.now()
+            waits.append(poll_interval(workflow.now() - self.policy_since, RESYNC_POLICY_WAIT))
+        else:
+            self.policy_since = None
         expiry = self.serving.expiry_wait()
         if expiry is not None:
             waits.append(expiry)

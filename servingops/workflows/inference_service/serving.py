@@ -14,7 +14,11 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.serving.activities import ServingActivities
-    from servingops.activities.serving.autoscaler import AutoscalerActivities, EnsureAutoscalerInput
+    from servingops.activities.serving.autoscaler import (
+        AutoscalerActivities,
+        AutoscalerObservation,
+        EnsureAutoscalerInput,
+    )
     from servingops.activities.serving.types import (
         ComponentObservation,
         EnsureRevisionInput,
@@ -24,11 +28,14 @@ with workflow.unsafe.imports_passed_through():
         ServingHold,
         SetTrafficInput,
     )
+    from servingops.api_models import contract
     from servingops.api_models.contract.rollout import ComponentView
     from servingops.api_models.errors import ErrorType, error_message, error_type_of
     from servingops.api_models.ome.enums import AutoscalerManagedBy, ComponentType
     from servingops.api_models.ome.rollout import RolloutSpec
     from servingops.api_models.serving import TrafficWeight
+    from servingops.rendering.names import revision_name
+    from servingops.rendering.scaling import class_owns_count
     from servingops.workflows import options
     from servingops.workflows.inference_service.context import ServiceContext
     from servingops.workflows.rollout import status
@@ -39,6 +46,14 @@ TTL_AFTER_CREATION = "ttl-after-creation"
 """The patch that deletes a service once spec.ttlSecondsAfterCreation passed (serving.delete_expired)."""
 EXPIRY_RECHECK = 5.0
 """Seconds before asking again when the delete did not happen (clock skew, a racing write)."""
+RAW_AUTOSCALER = "rawdeployment-autoscaler"
+"""The patch that gives a RawDeployment component its scaler (targeting the Deployment of the revision
+carrying its traffic) and leaves that Deployment's count to the scaler (docs/autoscaling.md)."""
+REMOVED_COMPONENT_SCALER = "removed-component-scaler"
+"""The patch that deletes the scaler of a component that left the spec."""
+AUTOSCALER_POLICY_NUDGES = "autoscaler-policy-nudges"
+"""The patch that tells an AutoscalerPolicy's workflow (refresh-now) when this service's references to it
+change, so its status.attachedComponents moves at once."""
 AUTOSCALER_WHEN_NEEDED = "autoscaler-when-needed"
 """The patch that calls serving.ensure_autoscaler only when the scaler's inputs moved or a scaler of
 ours is live (before it: every pass, four apiserver reads for a component with no scaler at all)."""
@@ -76,6 +91,8 @@ class Serving:
         last verdict said (it was about the route before)."""
         self.expires_at: datetime | None = None
         """When spec.ttlSecondsAfterCreation deletes the service, as last observed (None: never)."""
+        self.traffic_intent = (False, False)
+        """(declared, reported) of spec.traffic / status.traffic as last observed (traffic_policy.py)."""
         self.expiry_recheck: datetime | None = None
         """Not before then: the delete found the ttl not yet passed by the worker's clock (it runs behind the
         server's), or another write raced it."""
@@ -93,6 +110,7 @@ class Serving:
         state.generation = observation.generation
         state.annotations = dict(observation.annotations)
         self.expires_at = observation.expires_at
+        self.traffic_intent = (observation.traffic_declared, observation.traffic_reported)
         self.ingress_settling = False
         if observation.ingress is not None and observation.ingress != state.ingress:
             state.ingress = observation.ingress
@@ -137,7 +155,14 @@ class Serving:
             await self._serve(seen)
         served = [c.component for c in observation.components]
         for gone in [c for c in state.components if c not in served]:
-            del state.components[gone]
+            view = state.components.pop(gone)
+            if (view.autoscaler is not None or view.autoscaler_problem is not None) and workflow.patched(
+                    REMOVED_COMPONENT_SCALER):
+                # The component left the spec: the scaler of ours it had goes too (the activity finds no
+                # component and deletes it), and its policy counts one reference less.
+                await workflow.execute_activity_method(
+                    AutoscalerActivities.ensure, EnsureAutoscalerInput(isvc=ref, component=gone), **options.KUBE)
+                await self._nudge_policies(view.autoscaler_policy_workflow, None)
         spec = RolloutSpec.model_validate(observation.spec_rollout) if observation.spec_rollout else None
         return spec, observation
 
@@ -172,6 +197,7 @@ class Serving:
         view.address, view.route_status = seen.address, seen.route_status
         view.desired = seen.desired_revision
         view.replica, view.lifecycle = seen.replica, seen.lifecycle
+        view.selected_accelerator = seen.selected_accelerator
         if view.stable is None and seen.traffic:
             view.stable = max(seen.traffic, key=lambda w: w.weight).revision
             view.traffic = list(seen.traffic)
@@ -192,7 +218,8 @@ class Serving:
         stable = revisions.get(view.stable)
         if seen.ingress_drift and not moving:
             await self._reattach(seen)
-        if not moving and stable is not None and stable.replicas != seen.desired_replicas:
+        if (not moving and stable is not None and stable.replicas != seen.desired_replicas
+                and not self._scaler_owns_deployment(view)):
             await workflow.execute_activity_method(
                 ServingActivities.ensure_revision,
                 EnsureRevisionInput(key=RevisionKey(isvc=ref, component=seen.component, revision=view.stable),
@@ -204,8 +231,18 @@ class Serving:
             scaler = await workflow.execute_activity_method(
                 AutoscalerActivities.ensure, EnsureAutoscalerInput(isvc=ref, component=seen.component),
                 **options.KUBE)
-            view.autoscaler = scaler.status
-            view.autoscaler_applied = seen.autoscaler_digest
+            await self._take_scaler(seen.component, view, scaler, seen.autoscaler_digest)
+        elif (seen.replica is None and view.stable is not None and self._raw_scaler_due(seen, view)
+              and workflow.patched(RAW_AUTOSCALER)):
+            # A RawDeployment component's scaler targets the Deployment of the revision carrying its
+            # traffic; a new stable revision moves it there.
+            scaler = await workflow.execute_activity_method(
+                AutoscalerActivities.ensure,
+                EnsureAutoscalerInput(isvc=ref, component=seen.component, revision=view.stable), **options.KUBE)
+            await self._take_scaler(seen.component, view, scaler, f"{seen.autoscaler_digest}@{view.stable}")
+            if scaler.problem is None:
+                owning = class_owns_count((scaler.status or {}).get("class"))
+                view.autoscaler_target = revision_name(ref.name, seen.component.value, view.stable) if owning else None
         carrying = [w.revision for w in view.traffic if w.weight > 0] or [view.stable]
         view.serving_ready = any(revisions[r].ready_replicas > 0 for r in carrying if r in revisions)
         if view.latest_ready is None and stable is not None and stable.ready_replicas > 0:
@@ -234,6 +271,60 @@ class Serving:
             workflow.logger.warning("%s route not re-attached: %s", seen.component.value, error_message(error))
             return
         self.ingress_settling = True
+
+    async def _take_scaler(self, component: ComponentType, view: ComponentView, scaler: AutoscalerObservation,
+                           applied: str | None) -> None:
+        """What serving.ensure_autoscaler answered: the scaler's status, or (its policy did not render)
+        the problem, the last good scaler and its status staying as they were."""
+        problem = (scaler.problem.reason, scaler.problem.message) if scaler.problem is not None else None
+        if problem != view.autoscaler_problem:
+            self.ctx.note(status.autoscaler_note(component, view.autoscaler_problem, problem))
+            view.autoscaler_problem = problem
+            self.ctx.dirty = True
+        if problem is None:
+            view.autoscaler = scaler.status
+            policy = (scaler.status or {}).get("policy")
+            named = policy.get("name") if isinstance(policy, dict) else None
+            view.autoscaler_policy = str(named) if named else None
+        view.autoscaler_applied = applied
+        ref = self.ctx.require_ref()
+        wid = (contract.autoscaler_policy_workflow_id(ref.namespace or "", scaler.policy_name, scaler.policy_uid)
+               if scaler.policy_name and scaler.policy_uid else None)
+        if wid != view.autoscaler_policy_workflow:
+            await self._nudge_policies(view.autoscaler_policy_workflow, wid)
+            view.autoscaler_policy_workflow = wid
+
+    async def _nudge_policies(self, before: str | None, after: str | None) -> None:
+        """Tell the AutoscalerPolicy workflows whose count of this service's references moved to recount
+        (best effort: a policy whose workflow is not running counts when it starts, and every resync)."""
+        if before == after or not workflow.patched(AUTOSCALER_POLICY_NUDGES):
+            return
+        for wid in (w for w in (before, after) if w):
+            try:
+                await workflow.get_external_workflow_handle(wid).signal(contract.Signal.REFRESH_NOW)
+            except Exception as error:
+                workflow.logger.debug("AutoscalerPolicy workflow %s not signalled: %s", wid, error)
+
+    async def release_policies(self) -> None:
+        """The service is going: every policy it referenced counts it no more."""
+        for view in self.ctx.state.components.values():
+            if view.autoscaler_policy_workflow:
+                await self._nudge_policies(view.autoscaler_policy_workflow, None)
+
+    @staticmethod
+    def _scaler_owns_deployment(view: ComponentView) -> bool:
+        """A RawDeployment component whose scaler (ours or External) writes its Deployment's count: the
+        service no longer resets it to minReplicas."""
+        return view.autoscaler_target is not None and class_owns_count((view.autoscaler or {}).get("class"))
+
+    @staticmethod
+    def _raw_scaler_due(seen: ComponentObservation, view: ComponentView) -> bool:
+        """A RawDeployment component has a scaler to keep: a block or a policy ref (observe gives it a
+        digest), or one of ours is live or was (to mirror it, move it, or delete it)."""
+        if seen.autoscaler_digest is None and view.autoscaler is None:
+            return False
+        live = (view.autoscaler or {}).get("managedBy") == AutoscalerManagedBy.OME.value
+        return live or f"{seen.autoscaler_digest}@{view.stable}" != view.autoscaler_applied
 
     @staticmethod
     def _scaler_due(seen: ComponentObservation, view: ComponentView) -> bool:

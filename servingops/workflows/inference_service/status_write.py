@@ -10,13 +10,15 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import KubernetesActivities, StatusPatch
     from servingops.api_models.ome.model_status import MountedOverlay
+    from servingops.api_models.ome.traffic import TrafficStatus
     from servingops.workflows import options
     from servingops.workflows.inference_service.context import ServiceContext
     from servingops.workflows.inference_service.serving import Serving
+    from servingops.workflows.inference_service.traffic_policy import TrafficPolicy
     from servingops.workflows.rollout import status
 
 
-async def write_status(ctx: ServiceContext, serving: Serving) -> None:
+async def write_status(ctx: ServiceContext, serving: Serving, traffic: TrafficPolicy) -> None:
     """The status the InferenceService workflow owns, with the Events of the pass; an object found gone
     ends the workflow."""
     ref = ctx.require_ref()
@@ -38,6 +40,11 @@ async def write_status(ctx: ServiceContext, serving: Serving) -> None:
         serving.pin_dropped = False
     if ctx.state.migration_history:
         written.migration_history = ctx.state.migration_history
+    if traffic.status is not None:
+        written.traffic = TrafficStatus.model_validate(traffic.status)
+    elif traffic.clear:
+        written.traffic = None  # no intent left: status.traffic leaves (seed: nil without intent)
+        traffic.clear = False
     ingress = status.ingress_condition(ctx.state.ingress, ctx.state.components)
     ctx.note(status.ingress_note(ingress, ctx.state.ingress_verdict))
     ctx.state.ingress_verdict = status.ingress_verdict(ingress, ctx.state.ingress_verdict)

@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from servingops.workflows.inference_service.runs import RolloutRuns
     from servingops.workflows.inference_service.serving import Serving
     from servingops.workflows.inference_service.status_write import write_status
+    from servingops.workflows.inference_service.traffic_policy import TrafficPolicy
     from servingops.workflows.migration import history as migration_history
     from servingops.workflows.rollout import status
     from servingops.workflows.rollout.models import Refusal, RolloutSettings
@@ -62,7 +63,8 @@ class InferenceServiceWorkflow:
         self.serving = Serving(self.ctx)
         self.runs = RolloutRuns(self.ctx)
         self.annotations = Annotations(self.ctx, self.runs)
-        self.pacing = Pacing(self.ctx, self.serving, self.annotations)
+        self.traffic = TrafficPolicy(self.ctx)
+        self.pacing = Pacing(self.ctx, self.serving, self.annotations, self.traffic)
         self._phase = "Pending"
 
     # -- bridge signals ----------------------------------------------------------------------
@@ -99,6 +101,11 @@ class InferenceServiceWorkflow:
         """A projected InferenceReplica's status moved: observe again (its lifecycle is mirrored)."""
         self.ctx.changed = True
 
+    @workflow.signal(name=Signal.AUTOSCALER_POLICY_CHANGED)
+    def autoscaler_policy_changed(self) -> None:
+        """A policy a component references has a new spec: observe again, so its scaler follows."""
+        self.ctx.changed = True
+
     @workflow.signal(name=Signal.MIGRATION_OUTCOME)
     def migration_outcome(self, entry: MigrationHistoryEntry) -> None:
         """A migration of one of this service's Instances ended: status.migrationHistory keeps it
@@ -123,6 +130,7 @@ class InferenceServiceWorkflow:
                 # this service referenced learn that its groups are gone.
                 visibility.publish("Deleting")
                 await self.runs.announce_attachments({})
+                await self.serving.release_policies()
                 return
             self.runs.take_results()
             self.runs.take_reports()
@@ -134,7 +142,7 @@ class InferenceServiceWorkflow:
                     continue
             if ctx.dirty:
                 ctx.dirty = False
-                await write_status(ctx, self.serving)
+                await write_status(ctx, self.serving, self.traffic)
                 await self.annotations.remove_consumed()
             if await self.serving.delete_if_expired():
                 continue  # deleted (or the ttl moved): observe before anything else
@@ -182,6 +190,8 @@ class InferenceServiceWorkflow:
         """Observe and act; a permanent refusal from a serving activity ends the attempt."""
         try:
             planned = await self.serving.observe()
+            if not self.ctx.deleting:
+                await self.traffic.keep(*self.serving.traffic_intent)
             if planned is not None:
                 await self.runs.plan_runs(*planned)
                 self.ctx.dirty = True

@@ -12,7 +12,7 @@ from datetime import timedelta
 from temporalio import workflow
 
 from servingops.workflows import options
-from servingops.workflows.placement import adoption, race
+from servingops.workflows.placement import adoption, race, routing_gate, spread
 from servingops.workflows.placement.matching import Registration
 from servingops.workflows.placement.record import PlacementRecord
 from servingops.workflows.placement.state import PlacementState
@@ -40,6 +40,15 @@ FINALIZER = "servingops.io/placement"
 WITHDRAW_RETRY_FIRST = timedelta(seconds=5)
 WITHDRAW_RETRY_MAX = timedelta(minutes=5)
 """A withdrawal a member refused (unreachable) is tried again after 5 s, doubling up to 5 min."""
+PUBLICATION_WAIT = timedelta(minutes=10)
+"""How long a withdrawal of every copy (the source deleted, or no longer placed) waits for the routing
+workflow to take the global route off them; past it the copies go anyway, said in a Warning (a routing
+workflow that cannot publish must not keep a deleted service forever)."""
+
+
+def gone(result: MemberWrite | None) -> bool:
+    """A delete_member answer after which no copy is left to delete: done, or the member deregistered."""
+    return result is not None and (result.done or result.reason == "RegistrationNotFound")
 
 
 def registrations(source: PlacementSource) -> list[Registration]:
@@ -125,28 +134,60 @@ class Members:
         status.candidates = [race.drain(r) if r.cluster == cluster else r for r in status.candidates or []]
         self.state.why[cluster] = f"withdrawn: {why}"
 
+    def await_publication(self, clusters: list[str]) -> None:
+        """Say once which copies wait for the global route to stop sending to them."""
+        fresh = [c for c in clusters if c not in self.state.awaiting_publication]
+        if fresh:
+            self.state.awaiting_publication = sorted({*self.state.awaiting_publication, *fresh})
+            for cluster in fresh:
+                self.state.why[cluster] = "its copy stays until the global route stops sending requests to it"
+            self.record.notes.append(EventNote(reason="PlacementAwaitingPublication", message=(
+                f"the copy in {', '.join(fresh)} is withdrawn once the global route (the TrafficMap's publication) "
+                "no longer sends requests there")))
+
     async def remove(self, ref: ObjectRef, source: PlacementSource, cluster: str) -> bool:
         """Delete the copy in `cluster` and drop its row; True when its copy is gone (the caller says so),
-        False when the member could not be written (said as member trouble, tried again next pass)."""
-        result = await workflow.execute_activity_method(
-            PlacementActivities.delete_member, self.target(ref, source, cluster), **options.MEMBER)
-        if not (result.done or result.reason == "RegistrationNotFound"):
-            self.trouble(cluster, result)
+        False when the member could not be written (said as member trouble, tried again next pass) or the
+        global route may still send requests there (routing_gate: tried again once it says otherwise)."""
+        result = await self.delete_copy(ref, source, cluster)
+        if not gone(result):
             return False
+        # Gone, or a deregistered member (its copy given up, said once): the row goes either way.
         status = self.state.status
         status.candidates = [c for c in status.candidates or [] if c.cluster != cluster]
+        return result is not None and result.done
+
+    async def delete_copy(self, ref: ObjectRef, source: PlacementSource, cluster: str) -> MemberWrite | None:
+        """Delete the copy in `cluster`, once the global route may no longer send requests there; the row is the
+        caller's. None: the route still names the member (said once, tried again once it says otherwise). A
+        member that could not be written is said as member trouble; one deregistered (RegistrationNotFound)
+        cannot be reached any more and its copy is given up, said once."""
+        if routing_gate.routed(self.state.publication, cluster):
+            self.await_publication([cluster])
+            return None
+        result = await workflow.execute_activity_method(
+            PlacementActivities.delete_member, self.target(ref, source, cluster), **options.MEMBER)
+        if not gone(result):
+            self.trouble(cluster, result)
+            return result
         self.state.applied_generation.pop(cluster, None)
+        if cluster in self.state.awaiting_publication:
+            self.state.awaiting_publication = [c for c in self.state.awaiting_publication if c != cluster]
+        self.state.publication_timed_out = [c for c in self.state.publication_timed_out if c != cluster]
         self.state.trouble.pop(cluster, None)
         if not result.done:
-            # A deregistered member cannot be reached any more: its row goes, said once.
             self.record.notes.append(EventNote(type="Warning", reason="MemberRegistrationNotFound",
-                                         message=result.message or cluster))
-            return False
-        return True
+                                               message=result.message or cluster))
+        return result
 
     async def remove_drained(self, ref: ObjectRef, source: PlacementSource) -> None:
         """Delete the copies of the homes a plan no longer holds (drained rows), all at once."""
         drained = [r.cluster or "" for r in self.state.status.candidates or [] if race.draining(r)]
+        # A home that waited and is a home again (a newer plan holds it) waits no more; a zero share whose
+        # copy waits for the route (spread_steps) still does.
+        zero = [r.cluster for r in self.state.status.candidates or []
+                if spread.copy_left(r, self.state.applied_generation)]
+        self.state.awaiting_publication = [c for c in self.state.awaiting_publication if c in drained or c in zero]
         removed = await asyncio.gather(*(self.remove(ref, source, cluster) for cluster in drained))
         for cluster in [c for c, done in zip(drained, removed, strict=True) if done]:
             self.record.notes.append(EventNote(reason="PlacementHomeDrained", message=(
@@ -157,6 +198,7 @@ class Members:
         returns the members that could not be reached, whose rows stay (draining) to be tried again."""
         uid = source.uid if source is not None else (ref.uid or "")
         clusters = [row.cluster or "" for row in self.state.status.candidates or []]
+        await self._unrouted(clusters)
         results = await asyncio.gather(*(workflow.execute_activity_method(
             PlacementActivities.delete_member, MemberTarget(cluster=cluster, namespace=ref.namespace or "",
                                                             name=ref.name, source_uid=uid), **options.MEMBER)
@@ -176,6 +218,25 @@ class Members:
             if source is not None and not source.deleting:
                 await self.record.persist(force=True, clear=True)
         return left
+
+    async def _unrouted(self, clusters: list[str]) -> None:
+        """Wait (bounded) until the global route sends no request to any of `clusters`."""
+        waiting = [c for c in routing_gate.held(self.state.publication, clusters)
+                   if c not in self.state.publication_timed_out]
+        if not waiting:
+            return
+        self.await_publication(waiting)
+        await self.record.persist()
+        try:
+            await workflow.wait_condition(lambda: not routing_gate.held(self.state.publication, waiting),
+                                          timeout=PUBLICATION_WAIT)
+        except TimeoutError:
+            # Waited once: a withdrawal tried again (an unreachable member) does not wait the bound again.
+            self.state.publication_timed_out = sorted({*self.state.publication_timed_out, *waiting})
+            self.record.notes.append(EventNote(type="Warning", reason="PlacementPublicationTimeout", message=(
+                f"the global route still named {', '.join(waiting)} after {PUBLICATION_WAIT}: their copies are "
+                "withdrawn anyway")))
+            await self.record.persist()  # said on the object now: a deleted source may be gone before a next write
 
     async def withdraw_until_done(self, ref: ObjectRef, source: PlacementSource | None) -> None:
         """The source is being deleted (or is gone): withdraw every copy, trying unreachable members

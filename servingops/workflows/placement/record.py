@@ -8,16 +8,22 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import FailureError
 
 from servingops.workflows.placement.readiness import ready_condition
 from servingops.workflows.placement.state import PlacementState
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import EventNote, KubernetesActivities, StatusPatch
+    from servingops.api_models.contract import Signal, traffic_map_workflow_id
     from servingops.api_models.ome.inference_service import InferenceServiceStatus
     from servingops.api_models.ome.placement_status import PlacementStatus
     from servingops.api_models.refs import ConditionUpdate, ObjectRef
     from servingops.workflows import options
+
+
+ROUTING_NOTICE_PATCH = "placement-tells-routing"
+"""Runs from before it recorded no signal to the routing workflow after a status write (tests/histories)."""
 
 
 class PlacementRecord:
@@ -34,6 +40,8 @@ class PlacementRecord:
         """Whether the pass under way held the service: a pass that did not clears `state.held`."""
         self.written_ready: ConditionUpdate | None = None
         """The Ready condition as last written by this run."""
+        self.told_routing: list[object] | None = None
+        """What the routing workflow was last told about (routing_view of the status written)."""
 
     def hold(self, reason: str, message: str) -> None:
         self.held_this_pass = True
@@ -56,9 +64,30 @@ class PlacementRecord:
         await workflow.execute_activity_method(
             KubernetesActivities.patch_status,
             StatusPatch(ref=self.ref, status=body, conditions=[ready] if ready else [], events=notes), **options.KUBE)
+        await self._tell_routing()
 
+    async def _tell_routing(self) -> None:
+        """The routing workflow of this source computes its table from status.placement: a write that moved
+        what it reads (homes, endpoints, counts, drains, the plan) wakes it at once instead of at its timer."""
+        view = routing_view(self.state.status)
+        if view == self.told_routing or not workflow.patched(ROUTING_NOTICE_PATCH):
+            return
+        self.told_routing = view
+        handle = workflow.get_external_workflow_handle(
+            traffic_map_workflow_id(self.ref.namespace or "", self.ref.name, self.ref.uid or ""))
+        try:
+            await handle.signal(Signal.ROUTING_CHANGED)
+        except FailureError:
+            pass  # no routing workflow for the source (a bridge that does not start one): nothing to wake
     def _dirty(self) -> bool:
         return self.written != self.state.status.to_api()
+
+
+def routing_view(status: PlacementStatus) -> list[object]:
+    """What of status.placement a routing table is computed from."""
+    return [status.phase, status.plan.id if status.plan else None, *(
+        (row.cluster, row.endpoint, row.admitted_replicas, row.ready_replicas,
+         bool(row.allocation and row.allocation.drain_requested)) for row in status.candidates or [])]
 
 
 def placement_patch(placement: PlacementStatus | None) -> dict[str, Any]:

@@ -2,16 +2,17 @@
 (allocation.py) becomes, and what the phase says. No Temporal, no I/O.
 
 Every home with a positive engine floor holds a derived service whose components run the home's
-floors; a candidate with a zero floor (weight 0) is listed, holds nothing, and its share is
-unassigned. A home the new plan no longer holds is drained (drainRequested) until its copy is
-gone. In these modes `status.cluster` and `status.endpoint` stay empty: the candidates, each with
-its own endpoint, are authoritative (seed: "this list is the source of truth an external LB/DNS
-consumes to route across homes").
+floors; a candidate with a zero floor (weight 0, or a share rounded to none) is listed and holds
+nothing: a copy it holds from an earlier plan serves until the plan's homes do, then leaves the route
+and is deleted once the route leaves it out; its row stays. A home the new plan no longer holds is
+drained (drainRequested) until its copy is gone. In these modes `status.cluster` and
+`status.endpoint` stay empty: the candidates, each with its own endpoint, are authoritative (seed:
+"this list is the source of truth an external LB/DNS consumes to route across homes").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Container, Mapping
 
 from servingops.api_models.ome.enums import CandidatePlacementPhase, PlacementPhase
 from servingops.api_models.ome.placement_status import (
@@ -28,10 +29,18 @@ from servingops.workflows.placement.allocation import Plan
 
 def accepted(plan: Plan, plan_id: str, revision: int, source_uid: str, generation: int,
              previous: PlacementStatus,
-             capacity: Mapping[str, PlacementCapacitySample] | None = None) -> PlacementStatus:
+             capacity: Mapping[str, PlacementCapacitySample] | None = None,
+             copies: Collection[str] | None = None) -> PlacementStatus:
     """The status of a newly accepted plan: one row per candidate, rows of homes it drops drained.
     `capacity` (SplitByCapacity): each member's accepted sample, kept on its row as the evidence of
-    its weight."""
+    its weight.
+
+    `copies`: the members known to hold this source's copy (spread_steps.ZERO_SHARE_PATCH). Given, each
+    row keeps the plan its member acknowledged (appliedPlanID: a new plan is not acknowledged until it is
+    applied there), so a home whose share drops to zero is still known to hold a copy and that copy is
+    deleted (spread_steps); a dropped member that still holds one is drained even when its share was
+    already zero. None: as runs recorded before that patch did (every row started without appliedPlanID,
+    so a zero share's copy was never deleted)."""
     before = {row.cluster: row for row in previous.candidates or []}
     # "Original assignments remain fixed throughout a transition, including retargets": a plan that
     # replaces a settled one starts a transition from what each home holds now; one that replaces a
@@ -52,13 +61,15 @@ def accepted(plan: Plan, plan_id: str, revision: int, source_uid: str, generatio
             current_home=(old.allocation.desired_home if old is not None and old.allocation is not None else None))
         rows.append(CandidatePlacement(
             cluster=home.cluster, allocation=allocation, phase=CandidatePlacementPhase.ADMITTING,
+            applied_plan_id=old.applied_plan_id if old is not None and copies is not None else None,
             observation_known=old.observation_known if old is not None else False,
             admitted_replicas=old.admitted_replicas if old is not None else None,
             ready_replicas=old.ready_replicas if old is not None else None,
             endpoint=old.endpoint if old is not None else None))
     names = {home.cluster for home in plan.homes}
     rows += [race.drain(row) for row in previous.candidates or [] if row.cluster not in names
-             and (race.draining(row) or (row.allocation is not None and (row.allocation.desired_replicas or 0) > 0))]
+             and (race.draining(row) or (row.allocation is not None and (row.allocation.desired_replicas or 0) > 0)
+                  or (copies is not None and row.cluster in copies))]
     status = PlacementStatus(plan=PlacementPlanStatus(
         id=plan_id, mode=plan.mode, revision=revision, source_uid=source_uid, observed_generation=generation or None,
         pause_surge=False,  # placement never stops a member's rollout surges
@@ -76,6 +87,23 @@ def holds(row: CandidatePlacement) -> bool:
     """The row is a home of the accepted plan (a positive engine floor, not draining)."""
     return (not race.draining(row) and row.allocation is not None
             and (row.allocation.desired_replicas or 0) > 0)
+
+
+def copy_left(row: CandidatePlacement, applied: Container[str]) -> bool:
+    """The row is a candidate the plan gives a zero share (not draining) whose member still holds this
+    source's copy: it acknowledged a plan (appliedPlanID), or this workflow applied a copy there
+    (`applied`: the members it applied to and has not deleted from; what a run that began before
+    appliedPlanID was kept has to go by)."""
+    return (not race.draining(row) and row.allocation is not None and row.allocation.desired_replicas == 0
+            and bool(row.applied_plan_id or row.cluster in applied))
+
+
+def emptied(row: CandidatePlacement) -> None:
+    """A zero share whose copy is gone: its member acknowledges no plan, runs and serves nothing."""
+    row.applied_plan_id, row.endpoint = None, None
+    row.admitted_replicas = row.ready_replicas = 0
+    if row.allocation is not None:
+        row.allocation.current_replicas, row.allocation.current_home = 0, None
 
 
 def floors(row: CandidatePlacement) -> dict[str, int]:

@@ -17,7 +17,7 @@ from servingops.workflows.placement.adoption_steps import AdoptionSteps
 from servingops.workflows.placement.allocation import Components, KeepLast, allocate
 from servingops.workflows.placement.held import Held
 from servingops.workflows.placement.matching import match_clusters
-from servingops.workflows.placement.members import PLACEMENT_QUEUE, Members, registrations
+from servingops.workflows.placement.members import PLACEMENT_QUEUE, Members, gone, registrations
 from servingops.workflows.placement.race_steps import PLACED_POLL, RACE_POLL
 from servingops.workflows.placement.record import PlacementRecord
 from servingops.workflows.placement.state import PlacementState
@@ -26,13 +26,17 @@ with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import EventNote
     from servingops.activities.placement.activities import PlacementActivities
     from servingops.activities.placement.types import CapacityInput, PlacementSource
-    from servingops.api_models.ome.enums import PlacementMode
+    from servingops.api_models.ome.enums import PlacementMode, PlacementPhase
     from servingops.api_models.ome.placement import PlacementSpec
     from servingops.api_models.ome.placement_status import CandidatePlacement, PlacementCapacitySample, PlacementStatus
     from servingops.api_models.refs import ObjectRef
 
 SPREAD_PATCH = "placement-spread-concurrent"
 """All / Split keep their homes at once (before: one home after the other)."""
+ZERO_SHARE_PATCH = "placement-zero-share-withdrawn"
+"""A new plan's rows keep appliedPlanID (the plan each member acknowledged), so a home whose share drops to zero
+is known to hold a copy: once the plan's homes serve it leaves the route, and its copy is deleted once the route
+leaves it out (before: its row started without appliedPlanID and its copy was never deleted)."""
 DEMAND_PATCH = "placement-demand-in-digest"
 """SplitByCapacity's input digest covers each member's demand fingerprint: a changed rendering is a new plan
 revision carrying the contract the member checks (before: only whole replicas counted, and the member, once it
@@ -95,8 +99,9 @@ class SpreadSteps:
             self.state.held = None
             revision = self.state.last_revision = max(
                 self.state.last_revision, (status.plan.revision or 0) if status.plan else 0) + 1
+            copies = self._copies(status) if workflow.patched(ZERO_SHARE_PATCH) else None
             self.state.status = status = spread.accepted(result, str(workflow.uuid4()), revision, source.uid,
-                                                         source.generation, status, samples)
+                                                         source.generation, status, samples, copies)
             shares = ", ".join(f"{h.cluster}={h.desired_replicas}" for h in result.homes)
             self.record.notes.append(EventNote(reason="PlacementPlanned", message=(
                 f"plan revision {revision} ({spec.mode.value}): {shares or 'no home'}; "
@@ -115,15 +120,7 @@ class SpreadSteps:
         else:
             for row in homes:
                 await self._keep_home(ref, source, status, row)
-        for row in [r for r in status.candidates or [] if not spread.holds(r) and not race.draining(r)
-                    and r.applied_plan_id]:
-            # A candidate whose share went to zero: its copy goes, the row stays (weight 0, unassigned).
-            result_ = await workflow.execute_activity_method(
-                PlacementActivities.delete_member, self.members.target(ref, source, row.cluster or ""),
-                **options.MEMBER)
-            if result_.done:
-                row.applied_plan_id, row.endpoint = None, None
-                self.state.applied_generation.pop(row.cluster or "", None)
+        await self._empty_zero_shares(ref, source, status)
         await self.members.remove_drained(ref, source)
         before = status.phase
         status.phase = spread.phase(status)
@@ -146,6 +143,49 @@ class SpreadSteps:
         if seen.reachable and seen.exists:
             row.endpoint = seen.url if seen.url and (row.admitted_replicas or 0) > 0 else None
         spread.mark(row)
+
+    def _copies(self, status: PlacementStatus) -> set[str]:
+        """The members known to hold this source's copy: acknowledged a plan, or applied by this workflow."""
+        return {r.cluster or "" for r in status.candidates or [] if r.applied_plan_id} | set(
+            self.state.applied_generation)
+
+    async def _empty_zero_shares(self, ref: ObjectRef, source: PlacementSource, status: PlacementStatus) -> None:
+        """Candidates whose share went to zero and whose member still holds a copy: once the plan's homes serve,
+        each leaves the route and its copy goes once the route leaves that home out (routing_gate), all at once;
+        the rows stay (nothing desired)."""
+        # A member whose inventory is pending gets no write (a delete is one) until it is known.
+        rows = [r for r in status.candidates or [] if spread.copy_left(r, self.state.applied_generation)
+                and not (r.allocation is not None and r.allocation.inventory_pending)]
+        before = [r for r in status.candidates or [] if not spread.holds(r) and not race.draining(r)
+                  and r.applied_plan_id]
+        if not (rows or before):
+            return
+        if not workflow.patched(ZERO_SHARE_PATCH):
+            # Runs recorded before the patch, as they ran: only a row with appliedPlanID, and no zero share had
+            # one there (its row started without it), so a zero share's copy stayed.
+            for row in before:
+                result = await workflow.execute_activity_method(
+                    PlacementActivities.delete_member, self.members.target(ref, source, row.cluster or ""),
+                    **options.MEMBER)
+                if result.done:
+                    row.applied_plan_id, row.endpoint = None, None
+                    self.state.applied_generation.pop(row.cluster or "", None)
+            return
+        if spread.phase(status) != PlacementPhase.PLACED:
+            # They serve until the plan's homes do (as standing copies under adoption): lowering a share opens
+            # no gap. With no home at all (a total weight of zero) nothing takes their traffic over: they stay.
+            return
+        for row in rows:
+            # Off the route first; the delete waits until the route agrees (seed: "a zero current floor does
+            # not authorize deletion before traffic drains").
+            row.endpoint = None
+        answers = await asyncio.gather(*(self.members.delete_copy(ref, source, r.cluster or "") for r in rows))
+        for row, answer in zip(rows, answers, strict=True):
+            if gone(answer):
+                spread.emptied(row)
+            if answer is not None and answer.done:
+                self.record.notes.append(EventNote(reason="PlacementShareWithdrawn", message=(
+                    f"the copy in {row.cluster}, a home whose share the plan lowered to 0, was deleted")))
 
     async def _capacities(self, ref: ObjectRef, source: PlacementSource,
                           clusters: list[str]) -> tuple[dict[str, PlacementCapacitySample], dict[str, str]]:

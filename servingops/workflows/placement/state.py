@@ -12,6 +12,7 @@ from servingops.workflows.entity import EntityState
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.placement.types import MemberInventory
     from servingops.api_models.contract import StartObject
+    from servingops.api_models.contract.routing import Publication
     from servingops.api_models.ome.placement_status import PlacementStatus
 
 
@@ -35,6 +36,13 @@ class PlacementState(EntityState):
     """Adoption: per matched member, what its inventory found (not identified: pending)."""
     last_revision: int = 0
     """The revision of the latest plan accepted for this source (0: none), so revisions only grow."""
+    publication: Publication | None = None
+    """The latest thing the routing workflow said the global route may send requests to (None: it never
+    said anything, so nothing was published for this source): a home it names keeps its copy."""
+    awaiting_publication: list[str] = []
+    """The homes whose removal waits for the route to stop sending to them (said once on the object)."""
+    publication_timed_out: list[str] = []
+    """The homes whose withdrawal waited the whole bound for the route once already (not waited again)."""
     passes: int = 0
 
 

@@ -61,6 +61,7 @@ from temporalio import workflow
 
 from servingops.workflows import options
 from servingops.workflows.entity import EntitySignals
+from servingops.workflows.placement import routing_gate
 from servingops.workflows.placement.members import FINALIZER
 from servingops.workflows.placement.reconcile import PlacementPass
 from servingops.workflows.placement.state import PlacementInput, PlacementState
@@ -70,7 +71,8 @@ with workflow.unsafe.imports_passed_through():
     from servingops.activities.kubernetes import FinalizerChange, KubernetesActivities
     from servingops.activities.placement.activities import PlacementActivities
     from servingops.activities.placement.types import SourceInput
-    from servingops.api_models.contract import WorkflowType
+    from servingops.api_models.contract import Signal, WorkflowType
+    from servingops.api_models.contract.routing import Publication
 
 MAX_PASSES_PER_RUN = 500
 
@@ -80,6 +82,14 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
     def __init__(self) -> None:
         self.state = PlacementState()
         self._acted_generation = -1
+        self._publication_news = False
+
+    @workflow.signal(name=Signal.PUBLICATION)
+    def publication(self, publication: Publication) -> None:
+        """The routing workflow's word on what the global route may send requests to (routing_gate.py)."""
+        if routing_gate.newer(self.state.publication, publication):
+            self.state.publication = publication
+            self._publication_news = True
 
     @workflow.run
     async def run(self, start: PlacementInput) -> None:
@@ -106,6 +116,7 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
             if self.state.status.plan is None and source.status_placement:
                 placement.resume(source)
             record.held_this_pass = False
+            self._publication_news = False
             poll = await placement.reconcile(ref, source)
             if not record.held_this_pass:
                 # Whatever held the service before is over: the phase the UI shows is the plan's again.
@@ -116,9 +127,10 @@ class PlacementWorkflow(EntitySignals[PlacementState]):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self.state.passes = 0
                 workflow.continue_as_new(PlacementInput(ref=ref, carried=self.state))
+            # A removal the global route held waits for the routing workflow's next word, not for the poll.
             try:
                 await workflow.wait_condition(
-                    lambda: self.state.deleting or self.state.generation > self._acted_generation,
-                    timeout=poll)
+                    lambda: self.state.deleting or self.state.generation > self._acted_generation
+                    or (bool(self.state.awaiting_publication) and self._publication_news), timeout=poll)
             except TimeoutError:
                 pass

@@ -28,6 +28,7 @@ from servingops.activities.kubernetes import EventNote
 from servingops.activities.serving.types import ServingHold
 from servingops.api_models.contract.rollout import ActiveRun, ComponentTarget, ComponentView, ServiceState
 from servingops.api_models.errors import ErrorType
+from servingops.api_models.ome.accelerator import AcceleratorSelection
 from servingops.api_models.ome.autoscaling import ComponentAutoscalerStatus
 from servingops.api_models.ome.enums import (
     CanaryFailureReason,
@@ -129,10 +130,14 @@ def component_status(isvc: str, component: ComponentType, view: ComponentView) -
         canary=view.canary,
         traffic=traffic_targets(isvc, component, view.traffic, view.stable),
         scale_target_ref=ScaleTargetRef(api_version="ome.io/v1beta1", kind="InferenceReplica", name=view.replica)
-        if view.replica is not None else None,
+        if view.replica is not None else ScaleTargetRef(api_version="apps/v1", kind="Deployment",
+                                                        name=view.autoscaler_target)
+        if view.autoscaler_target is not None else None,
         lifecycle=LifecycleStatus.model_validate(view.lifecycle) if view.lifecycle is not None else None,
         autoscaler=ComponentAutoscalerStatus.model_validate(view.autoscaler) if view.autoscaler is not None
         else None,
+        selected_accelerator=AcceleratorSelection.model_validate(view.selected_accelerator)
+        if view.selected_accelerator is not None else None,
     )
 
 
@@ -289,6 +294,9 @@ def conditions(state: ServiceState, refusal: Refusal | None = None,
         updates.append(ConditionUpdate(type="Ready", status="True" if ready else "False",
                                        reason="ComponentsReady" if ready else "ComponentsNotReady",
                                        message="" if ready else "waiting for components to serve"))
+    resolved = autoscaler_condition(state)
+    if resolved is not None:
+        updates.append(resolved)
     if held is not None:
         # What serves keeps serving; no new revision is rendered until the model / runtime can serve.
         updates.append(ConditionUpdate(type="RolloutReady", status="False", reason=held.reason, message=held.message))
@@ -299,6 +307,37 @@ def conditions(state: ServiceState, refusal: Refusal | None = None,
     else:
         updates.append(ConditionUpdate(type="RolloutReady", status="True", reason="RolloutPlanResolved"))
     return updates
+
+
+AUTOSCALER_RESOLVED = "AutoscalerResolved"
+
+
+def autoscaler_condition(state: ServiceState) -> ConditionUpdate | None:
+    """AutoscalerResolved, while a component's scaler comes from an AutoscalerPolicy (or did not
+    resolve): False with the first problem's reason while any component's policy does not render (its
+    last good scaler stays), True once every one rendered."""
+    views = sorted(state.components.items(), key=lambda item: item[0].value)
+    problems = [(c, v.autoscaler_problem) for c, v in views if v.autoscaler_problem is not None]
+    if problems:
+        return ConditionUpdate(type=AUTOSCALER_RESOLVED, status="False", reason=problems[0][1][0],
+                               message="; ".join(p[1] for _, p in problems))
+    rendered = [f"{c.value} from AutoscalerPolicy {v.autoscaler_policy}" for c, v in views if v.autoscaler_policy]
+    if not rendered:
+        return None
+    return ConditionUpdate(type=AUTOSCALER_RESOLVED, status="True", reason="PolicyRendered",
+                           message="; ".join(rendered))
+
+
+def autoscaler_note(component: ComponentType, before: tuple[str, str] | None,
+                    after: tuple[str, str] | None) -> EventNote | None:
+    """A Warning when a component's autoscaler stops resolving (or resolves otherwise), a Normal when
+    it resolves again."""
+    if after == before:
+        return None
+    if after is not None:
+        return EventNote(type="Warning", reason=after[0], message=after[1])
+    return EventNote(type="Normal", reason="PolicyRendered",
+                     message=f"{component.value}: the autoscaler resolves again; its scaler follows the policy")
 
 
 def _park_reason(parked: dict[str, str]) -> str:

@@ -1,0 +1,111 @@
+"""Recorded scenarios of AutoscalerPolicyWorkflow and of the InferenceService workflow's AutoscalerPolicy
+branches (tests/histories/record.py runs them), against testkit/autoscaler_fakes.py under the real
+activity names."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from temporalio.worker import Worker
+
+from servingops.activities.autoscaler_policy import PolicyConsumer
+from servingops.api_models.ome.enums import ComponentType
+from servingops.workers.registry import workflows as registry_workflows
+from servingops.workers.sandbox import workflow_runner
+from testkit.autoscaler_fakes import PolicyWorld, ScalerWorld, policy_answer, problem_answer
+from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, until
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from tests.histories.record import Recording
+
+ENGINE, ROUTER = ComponentType.ENGINE, ComponentType.ROUTER
+
+
+async def autoscaler_policy_lifecycle(rec: Recording) -> None:
+    """An AutoscalerPolicy's first status, a new spec told to a consumer (whose workflow is not running:
+    best effort), a refresh-now recount, a stored body that breaks a rule (PolicyInvalid), deletion."""
+    world = PolicyWorld(attached=1, consumers=[PolicyConsumer(name=NAME, uid=str(uuid.uuid4()))])
+    env = rec.env
+    queue = f"asp-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=world.activities(), workflow_runner=workflow_runner()):
+        handle = await env.client.start_workflow("AutoscalerPolicyWorkflow", {"ref": world.ref.model_dump()},
+                                                 id=world.workflow_id(), task_queue=queue)
+        await rec.root(handle)
+        await until(env, lambda: "portableDigest" in world.status, what="first status")
+        await handle.signal("object-changed", world.bump())
+        await until(env, lambda: world.status.get("observedGeneration") == 2, what="generation 2")
+        world.attached = 2
+        await handle.signal("refresh-now")
+        await until(env, lambda: world.status.get("attachedComponents") == 2, what="recount")
+        await handle.signal("object-changed", world.bump(problem="a prometheus trigger must set ignoreNullValues"))
+        await until(env, lambda: world.conditions.get("Ready", {}).get("status") == "False", what="invalid")
+        await handle.signal("delete", {"uid": world.uid, "generation": world.generation, "resource_version": "9",
+                                       "deleting": True})
+        await handle.result()
+        await rec.save()
+
+
+async def isvc_autoscaler_policy(rec: Recording) -> None:
+    """A RawDeployment service whose engine and router scale from an AutoscalerPolicy (patches
+    rawdeployment-autoscaler, autoscaler-policy-nudges): rendered, the policy edited into one that does
+    not render (fail closed), fixed, then the router removed (removed-component-scaler)."""
+    env = rec.env
+    cluster = FakeCluster(env)
+    world = ScalerWorld(cluster)
+    policy_uid = str(uuid.uuid4())
+    for component in (ENGINE, ROUTER):
+        cluster.set_desired(component, "a", 2)
+        world.answers[component] = policy_answer(policy_uid)
+        world.digests[component] = "d1"
+    queue = f"isvc-asp-{uuid.uuid4().hex[:8]}"
+
+    def resolved() -> Any:
+        return cluster.conditions.get("AutoscalerResolved", {}).get("status")
+
+    async def changed(edit: Callable[[], None], what: str, check: Callable[[], bool],
+                      signal: str = "autoscaler-policy-changed") -> None:
+        edit()
+        if signal == "object-changed":
+            cluster.generation += 1
+            await handle.signal(signal, {"uid": cluster.uid, "generation": cluster.generation,
+                                         "resource_version": str(cluster.generation)})
+        else:
+            await handle.signal(signal)
+        await until(env, check, what=what)
+
+    async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=world.activities(), workflow_runner=workflow_runner()):
+        handle = await env.client.start_workflow(
+            "InferenceServiceWorkflow", {"ref": cluster.ref.model_dump(), "settings": {}},
+            id=f"isvc/{NAMESPACE}/{NAME}/{cluster.uid}", task_queue=queue)
+        await rec.root(handle)
+        await until(env, lambda: resolved() == "True", what="rendered")
+
+        def broken() -> None:
+            world.answers[ENGINE] = problem_answer(policy_uid)
+            world.digests[ENGINE] = "d2"
+
+        def fixed() -> None:
+            world.answers[ENGINE] = policy_answer(policy_uid, generation=3)
+            world.digests[ENGINE] = "d3"
+
+        steps: list[tuple[Callable[[], None], str, Callable[[], bool], str]] = [
+            (broken, "fail closed", lambda: resolved() == "False", "autoscaler-policy-changed"),
+            (fixed, "resolved again", lambda: resolved() == "True", "autoscaler-policy-changed"),
+            (lambda: cluster.desired.pop(ROUTER), "router's scaler deleted", lambda: ROUTER in world.deleted,
+             "object-changed"),
+        ]
+        for edit, what, check, signal in steps:
+            await changed(edit, what, check, signal)
+        await env.sleep(30)
+        await rec.save()
+
+
+SCENARIOS: dict[str, Callable[[Recording], Awaitable[None]]] = {
+    "autoscaler-policy-lifecycle": autoscaler_policy_lifecycle,
+    "isvc-autoscaler-policy": isvc_autoscaler_policy,
+}
