@@ -32,6 +32,7 @@ back to the service when the block stops owning it (rendering/scaling.py says wh
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from kubernetes import client
@@ -170,15 +171,23 @@ def scaled_object_manifest(owner: render.Owner, component: ComponentType, cspec:
             "spec": spec}
 
 
-def _conditions(status: dict[str, Any]) -> list[dict[str, Any]] | None:
-    """The scaler's conditions verbatim, those a metav1.Condition can carry (the HPA's and KEDA's
-    have type, status, reason, message, lastTransitionTime); one that cannot is left out rather than
-    failing the status write."""
+def _conditions(status: dict[str, Any], previous: list[dict[str, Any]] | None = None,
+                now: str | None = None) -> list[dict[str, Any]] | None:
+    """The scaler's conditions verbatim, those a metav1.Condition can carry (the HPA's have type, status,
+    reason, message, lastTransitionTime); one that cannot is left out rather than failing the status
+    write. KEDA's ScaledObject conditions carry no transition time: such a condition keeps the time the
+    service last mirrored for it while its status is unchanged (`previous`), and takes `now` when it is
+    first seen or its status moved (without `now` it is left out, as before)."""
+    before = {c.get("type"): c for c in previous or [] if isinstance(c, dict)}
     out = []
     for raw in status.get("conditions") or []:
         item = {k: raw.get(k) for k in ("type", "status", "lastTransitionTime", "reason", "message")}
         item["reason"] = item["reason"] or "Unknown"
         item["message"] = item["message"] or ""
+        if not item["lastTransitionTime"]:
+            seen = before.get(item["type"]) or {}
+            same = seen.get("status") == item["status"] and seen.get("lastTransitionTime")
+            item["lastTransitionTime"] = seen["lastTransitionTime"] if same else now
         try:
             Condition.model_validate(item)
         except ValidationError:
@@ -189,10 +198,17 @@ def _conditions(status: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 def autoscaler_status(autoscaler: ComponentAutoscaler | None, live: dict[str, Any] | None,
                       source: str = autoscaler_policy.SPEC_SOURCE_ISVC,
-                      policy: AutoscalerPolicyProvenance | None = None) -> dict[str, object]:
+                      policy: AutoscalerPolicyProvenance | None = None, *,
+                      counts: dict[str, Any] | None = None, previous: list[dict[str, Any]] | None = None,
+                      now: str | None = None) -> dict[str, object]:
     """status.components[c].autoscaler: the resolved class, who manages it, which layer gave the block
     (specSource, and the policy's provenance when a policy did), and (ours) the live scaler's counters
-    and conditions."""
+    and conditions.
+
+    The counters come from `counts` when given, else from `live`: a ScaledObject's status has none, so
+    for class KEDA the caller passes the HPA KEDA keeps for it (status.hpaName); its conditions (Ready,
+    Active, Fallback, Paused) are the ScaledObject's, timed as _conditions says (`previous`: the
+    conditions mirrored last; `now`: this observation's time)."""
     if autoscaler is None:
         return ComponentAutoscalerStatus(managed_by=AutoscalerManagedBy.NONE).to_api()
     cls = autoscaler.class_
@@ -203,11 +219,12 @@ def autoscaler_status(autoscaler: ComponentAutoscaler | None, live: dict[str, An
         body["policy"] = policy.to_api()
     if managed is AutoscalerManagedBy.OME:
         status = (live or {}).get("status") or {}
-        body["currentReplicas"] = int(status.get("currentReplicas") or 0)
-        body["desiredReplicas"] = int(status.get("desiredReplicas") or 0)
-        if status.get("lastScaleTime"):
-            body["lastScaleTime"] = status["lastScaleTime"]
-        conditions = _conditions(status)
+        counters = ((counts if counts is not None else live) or {}).get("status") or {}
+        body["currentReplicas"] = int(counters.get("currentReplicas") or 0)
+        body["desiredReplicas"] = int(counters.get("desiredReplicas") or 0)
+        if counters.get("lastScaleTime"):
+            body["lastScaleTime"] = counters["lastScaleTime"]
+        conditions = _conditions(status, previous, now)
         if conditions:
             body["conditions"] = conditions
     return ComponentAutoscalerStatus.model_validate(body).to_api()
@@ -347,9 +364,17 @@ class AutoscalerActivities:
             self._delete_ours(KEDA, owner, scaled_object_name(name))
         if native:
             self._sync_replica(owner.namespace, name, effective)
+        counts = live
+        if cls is AutoscalerClass.KEDA:  # the counters are on the HPA KEDA keeps for the ScaledObject
+            hpa_name = ((live or {}).get("status") or {}).get("hpaName")
+            counts = self._get(HPA, owner.namespace, str(hpa_name)) if hpa_name else None
+        mirrored = ((((obj.get("status") or {}).get("components") or {}).get(inp.component.value) or {})
+                    .get("autoscaler") or {}).get("conditions")
         return AutoscalerObservation(
             status=autoscaler_status(autoscaler, live, resolution.source or autoscaler_policy.SPEC_SOURCE_ISVC,
-                                     resolution.policy),
+                                     resolution.policy, counts=counts,
+                                     previous=mirrored if isinstance(mirrored, list) else None,
+                                     now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
             policy_name=policy_ref.name if policy_uid and policy_ref else None, policy_uid=policy_uid)
 
     def _sync_replica(self, namespace: str, name: str, cspec: render.ComponentSpec) -> None:
