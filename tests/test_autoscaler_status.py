@@ -14,6 +14,7 @@ import pytest
 
 from servingops.activities.serving.autoscaler import autoscaler_status
 from servingops.api_models.ome.autoscaling import ComponentAutoscaler
+from servingops.workflows.inference_service.pacing import keda_unsettled
 
 pytestmark = pytest.mark.unit
 
@@ -78,3 +79,15 @@ def test_the_hpas_own_times_are_kept() -> None:
                                                        "lastTransitionTime": T1}], now=T1)
     assert mirrored["conditions"][0]["lastTransitionTime"] == T0  # type: ignore[index]
     assert (mirrored["currentReplicas"], mirrored["desiredReplicas"]) == (2, 2)
+
+
+def test_the_service_looks_again_while_keda_has_not_said_ready() -> None:
+    """pacing.keda_unsettled: the service polls (backing off to a minute) a ScaledObject of ours whose
+    mirror has no Ready True, since KEDA's verdict reaches no event of the InferenceService."""
+    base = {"class": "KEDA", "managedBy": "ome", "specSource": "policy"}
+    assert keda_unsettled(base), "KEDA has not judged it yet"
+    assert keda_unsettled({**base, "conditions": [{**REFUSED, "lastTransitionTime": T0}]})
+    assert not keda_unsettled({**base, "conditions": [{**READY, "lastTransitionTime": T0}]})
+    assert not keda_unsettled({"class": "HPA", "managedBy": "ome"})
+    assert not keda_unsettled({"class": "KEDA", "managedBy": "none"})
+    assert not keda_unsettled(None)

@@ -33,6 +33,13 @@ verdict is written on the HTTPRoute, and no event of the InferenceService says i
 RESYNC_POLICY_WAIT = 60.0
 """The longest wait between looks at a backend traffic policy Envoy Gateway has not judged yet (sooner at
 first): its verdict is on the BackendTrafficPolicy, which no event of the InferenceService reports."""
+RESYNC_SCALER_WAIT = 60.0
+"""The longest wait between looks at a KEDA ScaledObject of ours that KEDA has not said Ready True about
+(sooner at first): KEDA writes its verdict (Ready, or Ready False with its reason when it cannot run a
+trigger) on the ScaledObject, which no event of the InferenceService reports."""
+SCALER_READINESS_POLL = "scaler-readiness-poll"
+"""The patch that polls a not-yet-Ready ScaledObject of ours (histories from before it schedule no
+such timer)."""
 RESYNC_INGRESS = 293.0
 """How often a service whose routes are settled is observed again (about 5 minutes): a Gateway that
 later refuses a route turns IngressReady (and Ready) False within this long, and a change of the
@@ -59,6 +66,8 @@ class Pacing:
         """When the current wait for a held spec's model and runtime began."""
         self.ingress_since: datetime | None = None
         """When the current wait for the Gateway to accept the routes began (paces its poll)."""
+        self.scaler_since: datetime | None = None
+        """When the current wait for KEDA's Ready on a ScaledObject of ours began (paces its poll)."""
 
     def next_wake(self) -> float | None:
         """Seconds until the next look without news (None: only news wakes the service)."""
@@ -89,6 +98,12 @@ class Pacing:
             waits.append(poll_interval(workflow.now() - self.policy_since, RESYNC_POLICY_WAIT))
         else:
             self.policy_since = None
+        if self.ctx.refusal is None and any(keda_unsettled(v.autoscaler) for v in self.ctx.state.components.values()
+                                            ) and workflow.patched(SCALER_READINESS_POLL):
+            self.scaler_since = self.scaler_since or workflow.now()
+            waits.append(poll_interval(workflow.now() - self.scaler_since, RESYNC_SCALER_WAIT))
+        else:
+            self.scaler_since = None
         expiry = self.serving.expiry_wait()
         if expiry is not None:
             waits.append(expiry)
@@ -109,3 +124,13 @@ class Pacing:
             return [poll_interval(workflow.now() - self.ingress_since, RESYNC_INGRESS_WAIT)]
         self.ingress_since = None
         return [RESYNC_INGRESS]
+
+
+def keda_unsettled(mirrored: dict[str, object] | None) -> bool:
+    """A ScaledObject of ours (status.components[c].autoscaler, API form) whose mirrored conditions do not
+    say Ready True: KEDA has not judged it yet, or refused it (Ready False, its reason and message)."""
+    if not mirrored or mirrored.get("class") != "KEDA" or mirrored.get("managedBy") != "ome":
+        return False
+    conditions = mirrored.get("conditions")
+    listed: list[object] = conditions if isinstance(conditions, list) else []
+    return not any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True" for c in listed)
