@@ -247,7 +247,7 @@ def test_the_services_scaled_object_scales_the_engine_under_load_and_back(
     assert resolved["reason"] == "PolicyRendered"
     mirrored = wait_until("the service mirrors KEDA's Ready", lambda: (
         m := _mirror(api, ns, name)).get("class") == "KEDA" and _condition(m, "Ready").get("status") == "True"
-        and m, worker, TIMEOUT)
+        and m, worker, TIMEOUT, detail=lambda: _mirror(api, ns, name))
     assert (mirrored["managedBy"], mirrored["specSource"], mirrored["policy"]["name"]) == ("ome", "policy", policy)
 
     load = BackgroundLoad(LoadSpec(url=stack.traefik.url, host=stack.host(name), rate=RATE, max_seconds=LOAD_SECONDS,
@@ -300,7 +300,8 @@ def test_a_trigger_keda_cannot_run_shows_on_the_service(keda_service_stack: Keda
         c := _condition(_scaled_object(api, ns, name), "Ready")).get("status") == "False" and c, worker, TIMEOUT)
     assert "no-such-scaler" in refused["message"], refused
     shown = wait_until("the service shows KEDA's refusal", lambda: (
-        c := _condition(_mirror(api, ns, name), "Ready")).get("status") == "False" and c, worker, TIMEOUT)
+        c := _condition(_mirror(api, ns, name), "Ready")).get("status") == "False" and c, worker, TIMEOUT,
+        detail=lambda: _mirror(api, ns, name))
     assert (shown["reason"], shown["message"]) == (refused["reason"], refused["message"])
     assert shown["lastTransitionTime"]
     # The product rendered what the policy says: its own condition stays True; the refusal is KEDA's.

@@ -54,6 +54,8 @@ REMOVED_COMPONENT_SCALER = "removed-component-scaler"
 AUTOSCALER_POLICY_NUDGES = "autoscaler-policy-nudges"
 """The patch that tells an AutoscalerPolicy's workflow (refresh-now) when this service's references to it
 change, so its status.attachedComponents moves at once."""
+SCALER_MIRROR_WRITES = "scaler-mirror-writes"
+"""The patch that writes the status when status.components[c].autoscaler (the scaler's mirror) changed."""
 AUTOSCALER_WHEN_NEEDED = "autoscaler-when-needed"
 """The patch that calls serving.ensure_autoscaler only when the scaler's inputs moved or a scaler of
 ours is live (before it: every pass, four apiserver reads for a component with no scaler at all)."""
@@ -282,6 +284,10 @@ class Serving:
             view.autoscaler_problem = problem
             self.ctx.dirty = True
         if problem is None:
+            if scaler.status != view.autoscaler and workflow.patched(SCALER_MIRROR_WRITES):
+                # The scaler's own news (KEDA's verdict, the counts) is written even when nothing else of
+                # the service moved: before this patch it waited for another change to dirty the status.
+                self.ctx.dirty = True
             view.autoscaler = scaler.status
             policy = (scaler.status or {}).get("policy")
             named = policy.get("name") if isinstance(policy, dict) else None
