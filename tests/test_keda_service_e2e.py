@@ -139,6 +139,11 @@ def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == kind), {})
 
 
+def _mirrored(mirror: dict[str, Any], kind: str) -> dict[str, Any]:
+    """A condition of the service's mirror (its conditions sit at the top of the block)."""
+    return next((c for c in mirror.get("conditions") or [] if c.get("type") == kind), {})
+
+
 def _mirror(api: client.ApiClient, ns: str, isvc: str) -> dict[str, Any]:
     """status.components.engine.autoscaler of the service."""
     found: dict[str, Any] = ((((_get(api, ns, "inferenceservices", isvc).get("status") or {})
@@ -246,7 +251,7 @@ def test_the_services_scaled_object_scales_the_engine_under_load_and_back(
         and c, worker, TIMEOUT)
     assert resolved["reason"] == "PolicyRendered"
     mirrored = wait_until("the service mirrors KEDA's Ready", lambda: (
-        m := _mirror(api, ns, name)).get("class") == "KEDA" and _condition(m, "Ready").get("status") == "True"
+        m := _mirror(api, ns, name)).get("class") == "KEDA" and _mirrored(m, "Ready").get("status") == "True"
         and m, worker, TIMEOUT, detail=lambda: _mirror(api, ns, name))
     assert (mirrored["managedBy"], mirrored["specSource"], mirrored["policy"]["name"]) == ("ome", "policy", policy)
 
@@ -269,7 +274,7 @@ def test_the_services_scaled_object_scales_the_engine_under_load_and_back(
                    and (s.replicas, s.live, s.mirrored) == (1, 1, 1), keda.operator, TIMEOUT, interval=POLL)
     finally:
         watch.stop()
-    assert active["currentReplicas"] >= 1 and _condition(active, "Active").get("status") == "True", active
+    assert active["currentReplicas"] >= 1 and _mirrored(active, "Active").get("status") == "True", active
     assert _condition(_get(api, ns, "inferenceservices", name), "AutoscalerResolved").get("status") == "True"
     decided = watch.first(lambda s: s.hpa_desired > 1)
     written = watch.first(lambda s: s.replicas > 1)
@@ -300,7 +305,7 @@ def test_a_trigger_keda_cannot_run_shows_on_the_service(keda_service_stack: Keda
         c := _condition(_scaled_object(api, ns, name), "Ready")).get("status") == "False" and c, worker, TIMEOUT)
     assert "no-such-scaler" in refused["message"], refused
     shown = wait_until("the service shows KEDA's refusal", lambda: (
-        c := _condition(_mirror(api, ns, name), "Ready")).get("status") == "False" and c, worker, TIMEOUT,
+        c := _mirrored(_mirror(api, ns, name), "Ready")).get("status") == "False" and c, worker, TIMEOUT,
         detail=lambda: _mirror(api, ns, name))
     assert (shown["reason"], shown["message"]) == (refused["reason"], refused["message"])
     assert shown["lastTransitionTime"]
