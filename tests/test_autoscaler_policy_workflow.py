@@ -219,3 +219,30 @@ async def test_policy_status_counts_and_consumers_told() -> None:
         await handle.signal(contract.Signal.DELETE, {"uid": world.uid, "generation": world.generation,
                                                      "resource_version": "99", "deleting": True})
         await handle.result()
+
+
+@pytest.mark.asyncio
+async def test_kedas_verdict_reaches_the_status_with_no_other_news() -> None:
+    """A ScaledObject KEDA has not judged yet: the service looks again by itself (patch
+    scaler-readiness-poll) and writes KEDA's Ready once it comes (patch scaler-mirror-writes), though no
+    event of the service says so; once Ready it stops polling for it."""
+    policy_uid = str(uuid.uuid4())
+    keda = {"class": "KEDA", "keda": {"triggers": [{"type": "prometheus", "metadata": {
+        "serverAddress": "http://prometheus:9090", "query": "up", "threshold": "1"}}]}}
+    async with raw_service({ENGINE: policy_answer(policy_uid, block=keda, live={})}, {ENGINE: "d1"}) as (
+            _handle, world, env, _queue):
+        cluster = world.cluster
+        await until(env, lambda: (cluster.component(ENGINE).get("autoscaler") or {}).get("class") == "KEDA",
+                    what="the KEDA mirror")
+        assert not (cluster.component(ENGINE)["autoscaler"].get("conditions"))
+        ready = {"type": "Ready", "status": "True", "reason": "ScaledObjectReady", "message": "ready",
+                 "lastTransitionTime": "2026-12-07T15:00:00Z"}
+        world.answers[ENGINE] = policy_answer(policy_uid, block=keda, live={"conditions": [ready]})
+        since = await env.get_current_time()
+        await until(env, lambda: (cluster.component(ENGINE)["autoscaler"].get("conditions") or [{}])[0]
+                    .get("status") == "True", what="KEDA's Ready written")
+        waited = (await env.get_current_time() - since).total_seconds()
+        assert waited <= 60, f"{waited} s: the poll backs off to a minute (before it: the next resync, ~5 min)"
+        asked = len(world.asked)
+        await env.sleep(600)
+        assert len(world.asked) - asked <= 3, "no poll once KEDA said Ready (only the service's own resyncs)"
