@@ -67,7 +67,7 @@ class MoveSteps:
             await self.record.persist(force=True)
         assert plan.single_move is not None
         live = move.probes(status)
-        admitted, urls, ready = set(), {}, set()
+        admitted, urls, pods_ready = set(), {}, set()
         for cluster in live:
             if self.state.applied_generation.get(cluster) != source.generation:
                 await self.members.apply(ref, source, cluster)
@@ -80,7 +80,7 @@ class MoveSteps:
                 if seen.url:
                     urls[cluster] = seen.url
                 if seen.components and all(c.ready > 0 for c in seen.components):
-                    ready.add(cluster)
+                    pods_ready.add(cluster)
         selected = plan.single_move.selected
         if selected is not None and selected not in live:
             selected = plan.single_move.selected = None  # withdrawn meanwhile: nominate again
@@ -96,7 +96,7 @@ class MoveSteps:
             url = urls.get(selected)
             if url is None:
                 return True
-            if selected not in ready and workflow.patched(HANDOVER_READY_PATCH):
+            if selected not in pods_ready and workflow.patched(HANDOVER_READY_PATCH):
                 self.state.why[selected] = ("admitted as the replacement: takes over once a replica of every "
                                             "component is Ready")
                 await self.record.persist()
