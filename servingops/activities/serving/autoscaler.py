@@ -46,6 +46,7 @@ from servingops.api_models.ome.autoscaling import (
     AutoscalerPolicyProvenance,
     ComponentAutoscaler,
     ComponentAutoscalerStatus,
+    ShadowedAutoscalerPolicy,
 )
 from servingops.api_models.ome.enums import AutoscalerClass, AutoscalerManagedBy, ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
@@ -189,10 +190,11 @@ def _conditions(status: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 def autoscaler_status(autoscaler: ComponentAutoscaler | None, live: dict[str, Any] | None,
                       source: str = autoscaler_policy.SPEC_SOURCE_ISVC,
-                      policy: AutoscalerPolicyProvenance | None = None) -> dict[str, object]:
+                      policy: AutoscalerPolicyProvenance | None = None,
+                      shadowed: ShadowedAutoscalerPolicy | None = None) -> dict[str, object]:
     """status.components[c].autoscaler: the resolved class, who manages it, which layer gave the block
-    (specSource, and the policy's provenance when a policy did), and (ours) the live scaler's counters
-    and conditions."""
+    (specSource, and the policy's provenance when a policy did, or the ref an inline block shadows), and
+    (ours) the live scaler's counters and conditions."""
     if autoscaler is None:
         return ComponentAutoscalerStatus(managed_by=AutoscalerManagedBy.NONE).to_api()
     cls = autoscaler.class_
@@ -201,6 +203,8 @@ def autoscaler_status(autoscaler: ComponentAutoscaler | None, live: dict[str, An
     body: dict[str, Any] = {"class": cls.value, "managedBy": managed.value, "specSource": source}
     if policy is not None:
         body["policy"] = policy.to_api()
+    if shadowed is not None:
+        body["shadowedPolicyRef"] = shadowed.to_api()
     if managed is AutoscalerManagedBy.OME:
         status = (live or {}).get("status") or {}
         body["currentReplicas"] = int(status.get("currentReplicas") or 0)
@@ -320,12 +324,14 @@ class AutoscalerActivities:
         variables = TemplateVariables(namespace=owner.namespace, isvc_name=owner.name, component=inp.component.value,
                                       min_replicas=low, max_replicas=high, target_name=target["name"])
         policy_ref = cspec.autoscaler_policy_ref
-        policy = (read_policy(self.custom, owner.namespace, policy_ref.name)
-                  if policy_ref is not None and autoscaler_policy.needs_policy(cspec.autoscaler, policy_ref) else None)
+        # Read whenever a ref is set: it renders the block, or an inline block shadows it and its render is
+        # only previewed (shadowedPolicyRef).
+        read = read_policy(self.custom, owner.namespace, policy_ref.name) if policy_ref is not None else None
+        policy = read if autoscaler_policy.needs_policy(cspec.autoscaler, policy_ref) else None
         policy_uid = ((policy or {}).get("metadata") or {}).get("uid")
         try:
-            # The operator ConfigMap is read only for a block a policy renders.
-            providers = self.providers() if policy is not None else {}
+            # The operator ConfigMap is read only for a block a policy renders or previews.
+            providers = self.providers() if read is not None else {}
             resolution = autoscaler_policy.resolve(cspec.autoscaler, policy_ref, policy, variables, providers)
         except PolicyProblem as problem:
             named = policy_ref.name if policy_ref else ""
@@ -349,7 +355,8 @@ class AutoscalerActivities:
             self._sync_replica(owner.namespace, name, effective)
         return AutoscalerObservation(
             status=autoscaler_status(autoscaler, live, resolution.source or autoscaler_policy.SPEC_SOURCE_ISVC,
-                                     resolution.policy),
+                                     resolution.policy, autoscaler_policy.shadow(cspec.autoscaler, policy_ref, read,
+                                                                                 variables, providers)),
             policy_name=policy_ref.name if policy_uid and policy_ref else None, policy_uid=policy_uid)
 
     def _sync_replica(self, namespace: str, name: str, cspec: render.ComponentSpec) -> None:
