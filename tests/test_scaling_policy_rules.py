@@ -107,8 +107,9 @@ def test_unlisted_and_absent_components_scale_independently() -> None:
 ])
 def test_refusals_say_what_is_wrong(body: dict[str, Any], present: tuple[ComponentType, ...],
                                     own: tuple[ComponentType, ...], message: str) -> None:
-    with pytest.raises(sp.ScalingPolicyError, match="^scalingPolicy: ") as raised:
+    with pytest.raises(sp.ScalingPolicyError) as raised:
         sp.plan(_policy(body), present, own)
+    assert str(raised.value).startswith("scalingPolicy: ")
     assert message in str(raised.value)
 
 
