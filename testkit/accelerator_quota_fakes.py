@@ -156,7 +156,8 @@ class FakeQuotaWorld:
             local_queues=[LocalQueueView(namespace=ns, name=name, cluster_queue=q["spec"]["clusterQueue"])
                           for (ns, name), q in sorted(self.local_queues.items())
                           if (q["metadata"].get("labels") or {}).get(NODE_LABEL) == node.name],
-            bound_namespaces=sorted(ns for ns, labels in self.namespaces.items() if labels.get(NODE_LABEL) == node.name),
+            bound_namespaces=sorted(ns for ns, labels in self.namespaces.items()
+                                    if labels.get(NODE_LABEL) == node.name),
             flavors=sorted({b.resource_flavor for b in node.budgets} & self.flavors),
             priority_classes=[node.priority_tier] if node.priority_tier in self.priority_classes else [],
             leaf_queues=leaf_queues)

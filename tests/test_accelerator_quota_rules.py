@@ -39,7 +39,8 @@ def budget(nominal: int | str, flavor: str = "a100", **extra: Any) -> Accelerato
                                              **extra})
 
 
-def cohort(name: str, parent: str | None, *budgets: AcceleratorBudget, created: str = "2026-12-07T00:00:00Z") -> QuotaNode:
+def cohort(name: str, parent: str | None, *budgets: AcceleratorBudget,
+           created: str = "2026-12-07T00:00:00Z") -> QuotaNode:
     return QuotaNode(name=name, role="Cohort", parent=parent, budgets=list(budgets), created=created, generation=1)
 
 

@@ -180,10 +180,13 @@ async def test_a_missing_flavor_keeps_the_leaf_not_ready(env: WorkflowEnvironmen
     world = _world()
     world.flavors = set()
     async for run in _run(env, world, "team"):
-        await until(env, lambda: run.condition("Ready").get("reason") == "FlavorMissing", step=1, what="FlavorMissing")
-        assert run.condition("Materialized")["status"] == "True"  # written; Kueue keeps it inactive
+        leaf: Running = run
+        await until(env, lambda leaf=leaf: leaf.condition("Ready").get("reason") == "FlavorMissing", step=1,
+                    what="FlavorMissing")
+        assert leaf.condition("Materialized")["status"] == "True"  # written; Kueue keeps it inactive
         world.flavors.add("a100")
-        await until(env, lambda: run.condition("Ready").get("status") == "True", step=1, what="Ready once it exists")
+        await until(env, lambda leaf=leaf: leaf.condition("Ready").get("status") == "True", step=1,
+                    what="Ready once it exists")
 
 
 async def test_a_parent_that_does_not_exist_materializes_nothing(env: WorkflowEnvironment) -> None:
