@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from servingops.api_models.ome.accelerator_quota import AcceleratorBudget
+from servingops.api_models.ome.accelerator_quota import AcceleratorBudget, AcceleratorCapacityStatus
 from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy as Policy
 from servingops.rendering.accelerator_quota import (
     NODE_LABEL,
@@ -20,6 +20,7 @@ from servingops.rendering.accelerator_quota import (
     QuotaNode,
     Reason,
     budget_status,
+    capacity_problems,
     conflict_problem,
     in_sync,
     removals,
@@ -215,3 +216,16 @@ def test_the_split_explicit_verbatim_proportional_by_capacity() -> None:
     assert split(budget(5), Policy.PROPORTIONAL, {"m1": 0, "m2": "16"}) == {"m2": "5"}
     with pytest.raises(ValueError, match="no cluster"):
         split(budget(5), Policy.PROPORTIONAL, {"m1": 0})
+
+
+def test_the_roots_budget_is_held_to_the_capacity_high_water_mark() -> None:
+    def seen(mark: int | None, allocatable: int) -> AcceleratorCapacityStatus:
+        return AcceleratorCapacityStatus.model_validate({"resourceName": GPU, "resourceFlavor": "a100",
+                                                         "allocatable": allocatable, "highWaterMark": mark})
+
+    root = cohort("root", None, budget(8))
+    assert capacity_problems(root, [seen(8, 2)]) == []  # a drain lowers allocatable, never the mark
+    [problem] = capacity_problems(root, [seen(6, 6)])
+    assert problem.reason == Reason.CAPACITY_EXCEEDED and "above the 6 ever observed" in problem.message
+    assert capacity_problems(root, [seen(None, 0)]) == []
+    assert capacity_problems(cohort("root", None, budget(8, "h100")), [seen(6, 6)]) == []

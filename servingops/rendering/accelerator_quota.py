@@ -10,7 +10,8 @@ decides from a snapshot of the whole tree (`QuotaNode` per node) and of the Kueu
   of one (resource, flavor) pair), DepthExceeded, ContainmentViolated (a grouping's budget for a pair
   below the sum of its children's; every node of that family is held), ShareUnresolved (no distribution
   policy for a leaf's budget and no operator default; an Explicit perCluster not summing to nominal),
-  NameTooLong. Any of them is a violated invariant: the node is Degraded and its Kueue output frozen at
+  NameTooLong; and on the root, CapacityExceeded (`capacity_problems`: a budget above the capacity
+  report's high-water mark). Any of them is a violated invariant: the node is Degraded and its Kueue output frozen at
   its last-good state (`freeze`): nothing written, nothing deleted.
 - `role_change_problem`: the drained-leaf / childless-grouping guard. A leaf (ClusterQueue) becoming a
   grouping deletes its ClusterQueue and LocalQueues, admitted only while the queue holds no reserved or
@@ -51,6 +52,7 @@ from servingops.api_models.ome.accelerator_quota import (
     MAX_NAME_LENGTH,
     AcceleratorBudget,
     AcceleratorBudgetStatus,
+    AcceleratorCapacityStatus,
 )
 from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy, AcceleratorQuotaRole
 from servingops.rendering.traffic_map import quantity
@@ -78,6 +80,7 @@ class Reason:
     NODE_KIND_INVALID = "NodeKindInvalid"
     DEPTH_EXCEEDED = "DepthExceeded"
     CONTAINMENT_VIOLATED = "ContainmentViolated"
+    CAPACITY_EXCEEDED = "CapacityExceeded"
     SHARE_UNRESOLVED = "ShareUnresolved"
     NAME_TOO_LONG = "NameTooLong"
     ROLE_CHANGE_BLOCKED = "RoleChangeBlocked"
@@ -280,6 +283,22 @@ def tree_problems(name: str, tree: list[QuotaNode], *, max_depth: int = DEFAULT_
         if problem not in unique:
             unique.append(problem)
     return unique
+
+
+def capacity_problems(node: QuotaNode, capacity: Iterable[AcceleratorCapacityStatus]) -> list[Problem]:
+    """The root's budget for a pair above the observed capacity's high-water mark (status.capacity, written by
+    the capacity report): CapacityExceeded. The high-water mark, never the instantaneous allocatable, so a
+    drain or a cordon never raises it; a pair the report does not cover is not judged."""
+    marks = {(c.resource_name, c.resource_flavor): c.high_water_mark for c in capacity
+             if c.high_water_mark is not None}
+    out = []
+    for budget in node.budgets:
+        mark = marks.get(_pair(budget))
+        if mark is not None and quantity(budget.nominal) > quantity(mark):
+            out.append(Problem(reason=Reason.CAPACITY_EXCEEDED, message=(
+                f"the budget for {budget.resource_name} on {budget.resource_flavor} is {budget.nominal}, above the "
+                f"{mark} ever observed allocatable")))
+    return out
 
 
 def role_change_problem(node: QuotaNode, queue: ClusterQueueView | None) -> Problem | None:
@@ -608,8 +627,8 @@ def split(budget: AcceleratorBudget, policy: AcceleratorQuotaDistributionPolicy,
 __all__ = [
     "DEFAULT_MAX_DEPTH", "KUEUE_GROUP", "KUEUE_VERSION", "MANAGED_BY", "MANAGED_BY_LABEL", "NODE_LABEL",
     "PRIORITY_TIER_LABEL", "ClusterQueueView", "CohortView", "FlavorUse", "LocalQueueView", "Plane", "Problem",
-    "QuotaNode", "Reason", "Removal", "budget_status", "children_of", "conflict_problem", "containment_problems",
-    "covered_resources", "effective_policy", "in_sync", "leaves_under", "owned", "removals", "render",
-    "render_cluster_queue", "render_cohort", "render_local_queue", "role_change_problem", "root_of",
+    "QuotaNode", "Reason", "Removal", "budget_status", "capacity_problems", "children_of", "conflict_problem",
+    "containment_problems", "covered_resources", "effective_policy", "in_sync", "leaves_under", "owned", "removals",
+    "render", "render_cluster_queue", "render_cohort", "render_local_queue", "role_change_problem", "root_of",
     "share_problems", "split", "tree_problems",
 ]

@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         QuotaNode,
         Reason,
         budget_status,
+        capacity_problems,
         conflict_problem,
         in_sync,
         removals,
@@ -105,9 +106,13 @@ class Decision(BaseModel):
     """Objects to apply (not frozen, no conflict, Kueue served, the plane not in sync)."""
 
 
-def decide(node: QuotaNode, tree: list[QuotaNode], plane: Plane, settings: QuotaSettings) -> Decision:
+def decide(node: QuotaNode, tree: list[QuotaNode], plane: Plane, settings: QuotaSettings,
+           status: AcceleratorQuotaStatus | None = None) -> Decision:
+    """`status`: the node's status as read (the root's status.capacity is what its budgets are held to)."""
     problems = tree_problems(node.name, tree, max_depth=settings.max_depth,
                              default_policy=settings.default_distribution)
+    if node.parent is None and status is not None and status.capacity:
+        problems.extend(capacity_problems(node, status.capacity))
     guard = role_change_problem(node, plane.cluster_queue)
     if guard is not None:
         problems.append(guard)
@@ -281,7 +286,7 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
         node, plane = observed.node, observed.plane
         self.state.generation = max(self.state.generation, node.generation)
         self.state.acted_generation = max(self.state.acted_generation, node.generation)
-        decision = decide(node, observed.tree, plane, self.settings)
+        decision = decide(node, observed.tree, plane, self.settings, observed.status)
         applied: QuotaApplyOutput | None = None
         if decision.write:
             applied = await workflow.execute_activity_method(
