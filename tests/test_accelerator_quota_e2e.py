@@ -73,6 +73,24 @@ def _ignore_404(call: Any) -> None:
             raise
 
 
+def _table(api: client.ApiClient, names: list[str]) -> str:
+    """What `kubectl get acceleratorquotas -o wide` shows for these nodes (the apiserver's Table of the CRD's
+    printer columns)."""
+    method, url, headers, _, _ = api.param_serialize(
+        "GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}",
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}, auth_settings=["BearerToken"])
+    response = api.call_api(method, url, headers)
+    response.read()
+    table = json.loads(response.data)
+    columns = [c["name"] for c in table["columnDefinitions"] if c["name"] != "Age"]
+    lines = ["  ".join(f"{c:<16}" for c in ["NAME", *columns[1:]])]
+    for row in table["rows"]:
+        cells = dict(zip([c["name"] for c in table["columnDefinitions"]], row["cells"], strict=True))
+        if cells["Name"] in names:
+            lines.append("  ".join(f"{str(cells[c]):<16}" for c in columns))
+    return "\n".join(lines)
+
+
 def _quota(name: str, role: str, parent: str | None, budgets: list[dict[str, Any]],
            **extra: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {"role": role, "budgets": budgets, **extra}
@@ -152,6 +170,7 @@ def test_the_tree_materializes_into_kueue_and_kueue_enforces_it(
             assert condition(name, "Degraded")["status"] == "False"
             assert condition(name, "Materialized")["status"] == "True"
             assert status(name)["materialization"]["lastAppliedGeneration"] == 1
+        print(f"kubectl get acceleratorquotas -o wide, materialized:\n{_table(kube_api, nodes)}")
         cohort_a = custom.get_cluster_custom_object(*KUEUE, "cohorts", grp_a)
         assert cohort_a["spec"] == {"parentName": fleet}
         assert cohort_a["metadata"]["labels"][NODE_LABEL] == grp_a
@@ -184,6 +203,7 @@ def test_the_tree_materializes_into_kueue_and_kueue_enforces_it(
             str(budget(team_a).get("admitted")), str(budget(team_a).get("borrowed"))) == ("3", "1"), worker, DEADLINE)
         wait_until("grp-a rolls its leaves up", lambda: str(budget(grp_a).get("admitted")) == "3", worker, DEADLINE)
         print(f"team-a borrowing: {budget(team_a)}; grp-a: {budget(grp_a)}; fleet: {budget(fleet)}")
+        print(f"kubectl get acceleratorquotas -o wide, team-a borrowing:\n{_table(kube_api, nodes)}")
 
         # Re-parenting moves the ClusterQueue's cohort in place.
         before_queue, before_local = queue(team_a)["metadata"]["uid"], local_a["metadata"]["uid"]
@@ -212,6 +232,7 @@ def test_the_tree_materializes_into_kueue_and_kueue_enforces_it(
         wait_until("grp-a Degraded", lambda: condition(grp_a, "Degraded").get("status") == "True", worker, DEADLINE)
         frozen = status(team_b)
         print(f"frozen: team-b {json.dumps(frozen, sort_keys=True)}")
+        print(f"kubectl get acceleratorquotas -o wide, frozen:\n{_table(kube_api, nodes)}")
         assert condition(team_b, "Degraded")["reason"] == "ContainmentViolated"
         assert condition(team_b, "Ready")["status"] == "False"
         assert condition(team_b, "Materialized")["reason"] == "Frozen"
