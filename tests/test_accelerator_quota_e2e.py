@@ -87,7 +87,7 @@ def _table(api: client.ApiClient, names: list[str]) -> str:
     for row in table["rows"]:
         cells = dict(zip([c["name"] for c in table["columnDefinitions"]], row["cells"], strict=True))
         if cells["Name"] in names:
-            lines.append("  ".join(f"{str(cells[c]):<16}" for c in columns))
+            lines.append("  ".join(f"{cells[c]!s:<16}" for c in columns))
     return "\n".join(lines)
 
 
