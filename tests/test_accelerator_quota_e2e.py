@@ -239,6 +239,7 @@ def test_the_tree_materializes_into_kueue_and_kueue_enforces_it(
         assert frozen["materialization"]["reason"] == "ContainmentViolated"
         assert frozen["materialization"]["lastAppliedGeneration"] == 1 and frozen["materialization"]["frozenAt"]
         assert gpu_quota(team_b) == ("2", "0")  # last-good kept
+        assert str(budget(team_b)["nominal"]) == "2"  # status reports what Kueue still enforces
         warnings = [e for e in core.list_namespaced_event("default",
                                                           field_selector=f"involvedObject.name={team_b}").items
                     if e.reason == "ContainmentViolated" and e.type == "Warning"]

@@ -201,6 +201,10 @@ def test_status_budgets_come_from_kueue_and_roll_up() -> None:
     assert (root.nominal, root.admitted) == ("8", "4")
     [idle] = budget_status(nodes[3], nodes, {})
     assert (idle.admitted, idle.reserved, idle.borrowed) == ("0", "0", "0")
+    raised = nodes[2].model_copy(update={"budgets": [budget(9)]})
+    held = {"a": queues["a"].model_copy(update={"quotas": {"a100": {GPU: "2"}}})}
+    assert budget_status(raised, nodes, held, frozen=True)[0].nominal == "2"  # what Kueue still enforces
+    assert budget_status(raised, nodes, held)[0].nominal == "9"
 
 
 def test_the_split_explicit_verbatim_proportional_by_capacity() -> None:

@@ -136,6 +136,7 @@ async def test_a_containment_violation_freezes_the_last_good_output(team: Runnin
                                                                                            "ContainmentViolated")
     assert team.condition("Materialized")["reason"] == "Frozen" and team.condition("Ready")["status"] == "False"
     assert world.events[-1].type == "Warning" and world.events[-1].reason == "ContainmentViolated"
+    assert team.status()["budgets"][0]["nominal"] == "2"
     frozen_at = frozen["frozenAt"]
     await until(team.env, lambda: world.observes >= 6, step=5, what="more passes")
     assert team.status()["materialization"]["frozenAt"] == frozen_at

@@ -560,10 +560,11 @@ def leaves_under(name: str, tree: list[QuotaNode]) -> list[QuotaNode]:
     return sorted(out, key=lambda n: n.name)
 
 
-def budget_status(node: QuotaNode, tree: list[QuotaNode],
-                  queues: Mapping[str, ClusterQueueView]) -> list[AcceleratorBudgetStatus]:
+def budget_status(node: QuotaNode, tree: list[QuotaNode], queues: Mapping[str, ClusterQueueView], *,
+                  frozen: bool = False) -> list[AcceleratorBudgetStatus]:
     """status.budgets: per (resource, flavor) of the node's budgets (a grouping: also every pair its leaves
-    carry), the nominal and what Kueue reports admitted, reserved and borrowed on the leaves' queues."""
+    carry), the nominal and what Kueue reports admitted, reserved and borrowed on the leaves' queues. A frozen
+    leaf reports the nominal its ClusterQueue still enforces (the last-good one), not the spec's new number."""
     leaves = leaves_under(node.name, tree) if node.role == AcceleratorQuotaRole.COHORT else [node]
     pairs: list[Pair] = [_pair(b) for b in node.budgets]
     for leaf in leaves:
@@ -573,6 +574,10 @@ def budget_status(node: QuotaNode, tree: list[QuotaNode],
     for resource, flavor in pairs:
         own = next((b for b in node.budgets if _pair(b) == (resource, flavor)), None)
         nominal = quantity(own.nominal) if own is not None else _contribution(node, (resource, flavor), by_name, tree)
+        held = queues.get(node.name)
+        if frozen and node.role == AcceleratorQuotaRole.CLUSTER_QUEUE and held is not None:
+            enforced = held.quotas.get(flavor, {}).get(resource)
+            nominal = quantity(enforced) if enforced is not None else Fraction(0)
         admitted = reserved = borrowed = Fraction(0)
         for leaf in leaves:
             queue = queues.get(leaf.name)

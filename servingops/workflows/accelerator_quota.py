@@ -156,7 +156,7 @@ def desired_status(node: QuotaNode, tree: list[QuotaNode], plane: Plane, decisio
     return AcceleratorQuotaStatus.model_validate({
         "observedGeneration": node.generation,
         "parent": node.parent if node.parent and placed else None,
-        "budgets": [b.to_api() for b in budget_status(node, tree, queues)],
+        "budgets": [b.to_api() for b in budget_status(node, tree, queues, frozen=frozen)],
         "materialization": materialization.to_api(),
         "conditions": conditions})
 
