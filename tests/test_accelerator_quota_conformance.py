@@ -270,6 +270,17 @@ def test_status_writes_the_owned_fields_and_reap_releases_the_node(backend: Back
     read = backend.observe(QuotaObserveInput(quota=ref)).status
     assert read is not None and read.parent == f"grp-{s}" and read.materialization is not None
     assert read.materialization.last_applied_generation == 1 and read.budgets is not None
+    frozen = status.model_copy(update={"parent": None, "materialization": status.materialization.model_copy(  # type: ignore[union-attr]
+        update={"frozen": True, "frozen_at": "2026-12-07T11:00:00Z", "reason": "ContainmentViolated"})})
+    backend.write_status(QuotaWriteInput(quota=ref, status=frozen))
+    read = backend.observe(QuotaObserveInput(quota=ref)).status
+    assert read is not None and read.parent is None and read.materialization is not None
+    assert read.materialization.frozen and read.materialization.reason == "ContainmentViolated"
+    backend.write_status(QuotaWriteInput(quota=ref, status=status))  # thawed: the freeze's fields go
+    read = backend.observe(QuotaObserveInput(quota=ref)).status
+    assert read is not None and read.materialization is not None
+    assert (read.materialization.frozen, read.materialization.frozen_at, read.materialization.reason) == (
+        False, None, None)
     backend.delete_quota(leaf)
     assert backend.exists("AcceleratorQuota", leaf)  # the finalizer holds it
     assert backend.observe(QuotaObserveInput(quota=ref)).deleting

@@ -254,6 +254,7 @@ def test_the_tree_materializes_into_kueue_and_kueue_enforces_it(
         wait_until("team-b thawed and its queue at 3", thawed, worker, DEADLINE)
         wait_until("team-b Ready again", lambda: condition(team_b, "Ready").get("status") == "True", worker, DEADLINE)
         assert status(team_b)["materialization"]["lastAppliedGeneration"] == 3
+        assert "frozenAt" not in status(team_b)["materialization"]
         print(f"thawed: team-b {json.dumps(status(team_b), sort_keys=True)}")
 
         # Deletion reaps the node's Kueue objects, then lets the object go.

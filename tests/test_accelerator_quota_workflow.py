@@ -146,6 +146,7 @@ async def test_a_containment_violation_freezes_the_last_good_output(team: Runnin
     assert world.cluster_queues["team"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] \
         == "3"
     assert team.status()["materialization"]["lastAppliedGeneration"] == 3
+    assert "frozenAt" not in team.status()["materialization"] and "reason" not in team.status()["materialization"]
     assert [e.reason for e in world.events][-2:] == ["Unfrozen", "Materialized"]
 
 

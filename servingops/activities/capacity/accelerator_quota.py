@@ -61,6 +61,7 @@ GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "acceleratorquotas"
 FINALIZER = "ome.io/accelerator-quota"
 FIELD_MANAGER = "servingops-quota"
 OWNED_STATUS_FIELDS = ("observedGeneration", "parent", "budgets", "materialization", "conditions")
+MATERIALIZATION_FIELDS = ("frozen", "frozenAt", "reason", "lastAppliedGeneration", "lastAppliedTime")
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 COHORTS, QUEUES, LOCAL_QUEUES = "cohorts", "clusterqueues", "localqueues"
 FLAVORS, PRIORITY_CLASSES = "resourceflavors", "workloadpriorityclasses"
@@ -234,6 +235,10 @@ class AcceleratorQuotaActivities:
         body_status: dict[str, Any] = {name: None for name in OWNED_STATUS_FIELDS}
         status = request.status.to_api()
         body_status.update({k: v for k, v in status.items() if k in OWNED_STATUS_FIELDS})
+        if isinstance(body_status.get("materialization"), dict):
+            # A merge patch keeps a nested key it does not name: name every one (a thawed node loses frozenAt).
+            body_status["materialization"] = {**{k: None for k in MATERIALIZATION_FIELDS},
+                                              **body_status["materialization"]}
 
         def patch(obj: dict[str, Any]) -> dict[str, Any]:
             body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": body_status}
