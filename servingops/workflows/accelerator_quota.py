@@ -221,8 +221,10 @@ def _ready(node: QuotaNode, plane: Plane, decision: Decision, refused: str) -> C
     return ConditionUpdate(type=READY, status="True", reason=Reason.ADMITTED, message=_what(node, plane))
 
 
-def events_for(decision: Decision, previous: AcceleratorQuotaStatus | None, desired: AcceleratorQuotaStatus,
+def events_for(decision: Decision, previous: AcceleratorQuotaStatus | None,
                applied: QuotaApplyOutput | None) -> list[QuotaEvent]:
+    """Warning when a freeze begins, Normal Unfrozen when it ends, Normal Materialized for an apply, Warning for
+    a refused apply or a new ObjectConflict."""
     was_frozen = bool(previous and previous.materialization and previous.materialization.frozen)
     out = []
     if decision.problems and not was_frozen:
@@ -299,7 +301,7 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
         written = self.state.written if self.state.written is not None else observed.status
         desired = desired_status(node, observed.tree, plane, decision, applied, written,
                                  workflow.now().replace(microsecond=0))
-        events = events_for(decision, written, desired, applied)
+        events = events_for(decision, written, applied)
         if written is None or written.to_api() != desired.to_api() or events:
             result: QuotaWriteOutput = await workflow.execute_activity_method(
                 AcceleratorQuotaActivities.write_status,
