@@ -17,6 +17,8 @@ label `ome.io/accelerator-quota: <leaf>` (Kueue manages them too). What is shown
   borrowed from team-b's idle share); status.budgets of team-a admitted 3, borrowed 1; grp-a rolls it up;
 - re-parenting in place: team-a's parentRef moves to grp-b; its ClusterQueue keeps its uid with cohortName
   grp-b, its LocalQueue keeps its uid, its admitted Workloads stay admitted;
+- the drained-leaf guard: team-a, holding admitted work, switched to role Cohort is Degraded
+  RoleChangeBlocked and frozen (its ClusterQueue and pods untouched, no Cohort made); switched back, it thaws;
 - a containment violation freezes: team-b's nominal raised above grp-a's guardrail makes grp-a and team-b
   Degraded ContainmentViolated, team-b's materialization frozen with its ClusterQueue still at 2 and a
   Warning Event; lowered again, it thaws (Unfrozen Event) and the queue follows;
@@ -223,6 +225,22 @@ def test_the_tree_materializes_into_kueue_and_kueue_enforces_it(
         wait_until("team-a's status echoes the new parent", lambda: status(team_a).get("parent") == grp_b,
                    worker, DEADLINE)
         print(f"re-parented: team-a {json.dumps(status(team_a), sort_keys=True)}")
+
+        # The drained-leaf guard: a leaf holding admitted work cannot turn grouping (its queue would go).
+        leaf_spec = custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, team_a)["spec"]
+        custom.patch_cluster_custom_object(GROUP, VERSION, PLURAL, team_a, {"spec": {
+            "role": "Cohort", "priorityTier": None, "distribution": None, "budgets": [{**gpus, "nominal": 2}]}})
+        wait_until("team-a's role change refused", lambda: condition(team_a, "Degraded").get("reason")
+                   == "RoleChangeBlocked", worker, DEADLINE)
+        print(f"role change refused: {condition(team_a, 'Degraded')['message']}")
+        assert status(team_a)["materialization"]["frozen"] is True
+        assert queue(team_a)["metadata"]["uid"] == before_queue and len(admitted(ns_a)) == 3
+        with pytest.raises(ApiException) as no_cohort:
+            custom.get_cluster_custom_object(*KUEUE, "cohorts", team_a)
+        assert no_cohort.value.status == 404
+        custom.patch_cluster_custom_object(GROUP, VERSION, PLURAL, team_a, {"spec": leaf_spec})
+        wait_until("team-a a leaf again, thawed", lambda: condition(team_a, "Ready").get("status") == "True"
+                   and not status(team_a)["materialization"].get("frozen"), worker, DEADLINE)
 
         # A containment violation freezes the family at its last-good output.
         custom.patch_cluster_custom_object(GROUP, VERSION, PLURAL, team_b,
