@@ -186,6 +186,7 @@ async def test_a_missing_flavor_keeps_the_leaf_not_ready(env: WorkflowEnvironmen
         await until(env, lambda leaf=leaf: leaf.condition("Ready").get("reason") == "FlavorMissing", step=1,
                     what="FlavorMissing")
         assert leaf.condition("Materialized")["status"] == "True"  # written; Kueue keeps it inactive
+        assert [(e.type, e.reason) for e in world.events] == [("Warning", "FlavorMissing"), ("Normal", "Materialized")]
         world.flavors.add("a100")
         await until(env, lambda leaf=leaf: leaf.condition("Ready").get("status") == "True", step=1,
                     what="Ready once it exists")

@@ -221,12 +221,24 @@ def _ready(node: QuotaNode, plane: Plane, decision: Decision, refused: str) -> C
     return ConditionUpdate(type=READY, status="True", reason=Reason.ADMITTED, message=_what(node, plane))
 
 
-def events_for(decision: Decision, previous: AcceleratorQuotaStatus | None,
+_HELD_REASONS = {Reason.FLAVOR_MISSING, Reason.PRIORITY_TIER_MISSING, Reason.KUEUE_NOT_SERVED}
+"""Ready False reasons that hold a node without freezing it: a Warning Event when one begins."""
+
+
+def _ready_of(status: AcceleratorQuotaStatus | None) -> tuple[str, str, str]:
+    found = next((c for c in (status.conditions or []) if c.type == READY), None) if status else None
+    return (found.status, found.reason or "", found.message or "") if found else ("", "", "")
+
+
+def events_for(decision: Decision, previous: AcceleratorQuotaStatus | None, desired: AcceleratorQuotaStatus,
                applied: QuotaApplyOutput | None) -> list[QuotaEvent]:
     """Warning when a freeze begins, Normal Unfrozen when it ends, Normal Materialized for an apply, Warning for
-    a refused apply or a new ObjectConflict."""
+    a refused apply, a new ObjectConflict, or a new hold (FlavorMissing, PriorityTierMissing, KueueNotServed)."""
     was_frozen = bool(previous and previous.materialization and previous.materialization.frozen)
     out = []
+    _, reason, message = _ready_of(desired)
+    if reason in _HELD_REASONS and _ready_of(previous)[1] != reason:
+        out.append(QuotaEvent(type="Warning", reason=reason, message=message))
     if decision.problems and not was_frozen:
         out.append(QuotaEvent(type="Warning", reason=decision.problems[0].reason, message=(
             f"output frozen at its last-good state: {_messages(decision.problems)}")))
@@ -301,7 +313,7 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
         written = self.state.written if self.state.written is not None else observed.status
         desired = desired_status(node, observed.tree, plane, decision, applied, written,
                                  workflow.now().replace(microsecond=0))
-        events = events_for(decision, written, applied)
+        events = events_for(decision, written, desired, applied)
         if written is None or written.to_api() != desired.to_api() or events:
             result: QuotaWriteOutput = await workflow.execute_activity_method(
                 AcceleratorQuotaActivities.write_status,
