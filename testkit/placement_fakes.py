@@ -37,6 +37,8 @@ class FakeMember:
     reachable: bool = True
     admit: bool = False
     url: str | None = None
+    pods_ready: bool = True
+    """Whether its admitted Instances' pods are Ready (False: admitted with a URL, nothing answers yet)."""
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     derived: dict[str, Any] | None = None
     """The derived service as last applied: its own uid, its origin (the source uid of its
@@ -173,7 +175,8 @@ class FakeFleet:
             desired, admitted = engine_counts(member)
             return {"reachable": True, "exists": True, "url": member.url if member.admit else None,
                     "rollout": copy.deepcopy(member.rollout),
-                    "components": [{"component": "engine", "admitted": admitted, "ready": admitted,
+                    "components": [{"component": "engine", "admitted": admitted,
+                                    "ready": admitted if member.pods_ready else 0,
                                     "desired": desired}]}
 
         @activity.defn(name="placement.inventory_member")

@@ -132,6 +132,45 @@ def test_a_missing_policy_is_a_problem_and_an_inline_block_outranks_the_ref(kube
     assert hpa is not None and hpa["spec"]["scaleTargetRef"]["name"] == f"{ref.name}-engine-rev-x"
 
 
+def test_an_inline_block_shadowing_a_ref_previews_what_the_policy_would_render(kube_api: client.ApiClient,
+                                                                               ns: str) -> None:
+    """shadowedPolicyRef (seed 004): the ref an inline block outranks, with the policy's portableDigest and the
+    resolvedDigest it would give this component were the block removed; the scaler stays the inline block's."""
+    policy = f"p-{uuid.uuid4().hex[:5]}"
+    spec = {"deploymentMode": "RawDeployment", "engine": {**_component(policy), "autoscaler": {"class": "HPA"}}}
+    isvc = create(kube_api, InferenceService, manifest(InferenceService, spec, name=f"as-{uuid.uuid4().hex[:5]}"), ns)
+    ref = ObjectRef.of(InferenceService, isvc["metadata"]["name"], ns, isvc["metadata"]["uid"])
+    acts = AutoscalerActivities(kube_api, lambda: {"prom": ProviderBinding(server_address=PROM)})
+    ask = EnsureAutoscalerInput(isvc=ref, component=ENGINE, revision="abc")
+
+    absent: AutoscalerObservation = _run(acts.ensure, ask)
+    assert absent.problem is None and absent.status is not None and absent.status["specSource"] == "isvc"
+    assert absent.status["shadowedPolicyRef"] == {"name": policy}, absent.status  # no policy: nothing to preview
+
+    create(kube_api, AutoscalerPolicy, manifest(AutoscalerPolicy, keda_policy(), name=policy), ns)
+    shadowed: AutoscalerObservation = _run(acts.ensure, ask)
+    assert shadowed.status is not None and shadowed.status["specSource"] == "isvc" and shadowed.status["class"] == "HPA"
+    preview = shadowed.status["shadowedPolicyRef"]
+    assert preview["name"] == policy and preview["portableDigest"].startswith("ap1:"), preview
+    assert _get(kube_api, ns, "autoscaling", "v2", "horizontalpodautoscalers", f"{ref.name}-engine") is not None
+    assert _get(kube_api, ns, "keda.sh", "v1alpha1", "scaledobjects", scaled_object_name(f"{ref.name}-engine")) is None
+
+    # Unbound, the policy does not render here: the preview says only what it can (no wouldRenderDigest) and
+    # the inline block's scaler is not touched.
+    unbound: AutoscalerObservation = _run(AutoscalerActivities(kube_api, dict).ensure, ask)
+    assert unbound.problem is None and unbound.status is not None
+    assert unbound.status["shadowedPolicyRef"] == {"name": policy, "portableDigest": preview["portableDigest"]}
+
+    # The inline block removed: the policy renders, and its resolvedDigest is the preview's wouldRenderDigest.
+    client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
+        "ome.io", "v1beta1", ns, "inferenceservices", ref.name, {"spec": {"engine": {"autoscaler": None}}})
+    rendered: AutoscalerObservation = _run(acts.ensure, ask)
+    assert rendered.status is not None and rendered.status["specSource"] == "policy"
+    assert "shadowedPolicyRef" not in rendered.status
+    assert rendered.status["policy"]["resolvedDigest"] == preview["wouldRenderDigest"]
+    assert rendered.status["policy"]["portableDigest"] == preview["portableDigest"]
+
+
 def test_the_projection_keeps_a_policy_rendered_block_and_the_scalers_count(kube_api: client.ApiClient,
                                                                              ns: str) -> None:
     """OMENative: the projection renders no policy, so it keeps the block serving.ensure_autoscaler wrote

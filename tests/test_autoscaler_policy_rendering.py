@@ -12,6 +12,7 @@ import pytest
 
 from servingops.api_models.ome import autoscaler_policy as api
 from servingops.api_models.ome.autoscaler_policy import AutoscalerPolicySpec
+from servingops.api_models.ome.autoscaling import AutoscalerPolicyRef, ComponentAutoscaler, ShadowedAutoscalerPolicy
 from servingops.rendering import autoscaler_policy as ap
 from tests.support.autoscaler_policies import REJECTED, REJECTED_BY_SCHEMA, keda_policy, metadata_with, with_trigger
 
@@ -136,3 +137,24 @@ def test_the_crd_carries_the_same_rules_and_pattern() -> None:
     for message in (api.CLASS_RULE, api.ENFORCEMENT_RULE, api.PROVIDER_RULE, api.DESIRED_REPLICAS_RULE,
                     api.OWNED_KEYS_RULE, api.IGNORE_NULL_RULE, api.TEMPLATE_RULE, api.FALLBACK_RULE):
         assert message in text
+
+
+def test_a_shadowed_ref_previews_what_the_policy_would_render() -> None:
+    inline = ComponentAutoscaler.model_validate({"class": "HPA"})
+    ref = AutoscalerPolicyRef(name="queue-keda")
+    policy = {"metadata": {"generation": 3}, "spec": keda_policy()}
+    preview = ap.shadow(inline, ref, policy, VARS, PROVIDERS)
+    rendered = ap.resolve(None, ref, policy, VARS, PROVIDERS)
+    assert rendered.policy is not None and preview is not None
+    assert (preview.name, preview.portable_digest, preview.would_render_digest) == (
+        "queue-keda", rendered.policy.portable_digest, rendered.policy.resolved_digest)
+    # Nothing shadowed: no inline block (the ref renders) or no ref.
+    assert ap.shadow(None, ref, policy, VARS, PROVIDERS) is None
+    assert ap.shadow(inline, None, policy, VARS, PROVIDERS) is None
+    # What cannot be previewed is left out, never raised: the inline block's scaler does not depend on it.
+    assert ap.shadow(inline, ref, None, VARS, PROVIDERS) == ShadowedAutoscalerPolicy(name="queue-keda")
+    unbound = ap.shadow(inline, ref, policy, VARS, {})
+    assert unbound is not None and unbound.portable_digest == preview.portable_digest
+    assert unbound.would_render_digest is None
+    broken = {"spec": with_trigger(providerRef=None)}  # a prometheus trigger without providerRef: invalid
+    assert ap.shadow(inline, ref, broken, VARS, PROVIDERS) == ShadowedAutoscalerPolicy(name="queue-keda")

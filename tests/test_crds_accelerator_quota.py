@@ -95,8 +95,10 @@ def test_capacity_status_is_writable_and_reads_back_through_the_model(kube_api: 
     assert AcceleratorQuota.model_validate(written).to_api()["status"] == status
 
 
-def test_printer_columns_show_role_parent_ready_age() -> None:
-    assert [c.name for c in AcceleratorQuota.crd.printer_columns] == ["Role", "Parent", "Ready", "Age"]
+def test_printer_columns_show_role_parent_the_first_budget_ready_degraded_age() -> None:
+    assert [c.name for c in AcceleratorQuota.crd.printer_columns if not c.priority] == [
+        "Role", "Parent", "Flavor", "Nominal", "Admitted", "Ready", "Degraded", "Age"]
+    assert [c.name for c in AcceleratorQuota.crd.printer_columns if c.priority] == ["Borrowed", "Resource", "Frozen"]
     assert AcceleratorQuota.crd.scope == "Cluster" and AcceleratorQuota.crd.plural == "acceleratorquotas"
 
 

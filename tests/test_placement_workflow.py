@@ -552,9 +552,18 @@ async def test_a_single_move_rotates_a_probe_that_never_admits_and_hands_over_on
         assert fleet.log.index("apply cpu-c") > max(i for i, line in enumerate(fleet.log)
                                                     if line.startswith("status") and i < fleet.log.index("apply cpu-c"))
 
+        a.pods_ready = False  # a admits with a URL before its pods are Ready
         await wait(env, lambda: a.derived is not None, "rotated to a after replacementTimeout", step=5)
         assert c.derived is None, "the timed-out probe was withdrawn before the next one"
         assert any(r == "PlacementProbeRotated" and m.startswith("cpu-c did not admit") for _, r, m in fleet.events())
+        await wait(env, lambda: fleet.placed()["plan"].get("singleMove", {}).get("selected") == "gpu-a",
+                   "a selected", step=1)
+        await env.sleep(20)  # looks at the move while a has a URL and no Ready replica: b keeps serving
+        held = fleet.placed()
+        assert held["plan"]["winner"] == "gpu-b" and b.derived is not None, held
+        state = await handle.query(contract.Query.STATE, result_type=dict)
+        assert state["why"]["gpu-a"].endswith("takes over once a replica of every component is Ready"), state
+        a.pods_ready = True
         await wait(env, lambda: fleet.placed()["plan"]["winner"] == "gpu-a" and b.derived is None, "moved to a")
         moved = fleet.placed()
         assert moved["cluster"] == "gpu-a" and moved["endpoint"] == "http://chat.gpu-a.example"

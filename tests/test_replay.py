@@ -161,7 +161,8 @@ async def test_the_catalog_history_before_the_backend_needs_its_patch(monkeypatc
 
 
 # Recorded after `placement-tells-routing` (at 9f96b20 and later): they carry its marker.
-AFTER_ROUTING_NOTICE = {"placement-split-zero-share", "placement-split-zero-share-before"}
+AFTER_ROUTING_NOTICE = {"placement-split-zero-share", "placement-split-zero-share-before",
+                        "placement-single-move-waits-ready"}
 PLACEMENT_STORED = sorted(p for p in (HISTORIES / "PlacementWorkflow").glob("*.json")
                           if p.stem not in AFTER_ROUTING_NOTICE)
 
@@ -191,3 +192,15 @@ async def test_the_placement_history_before_the_zero_share_fix_needs_its_patch(m
     before = load(HISTORIES / "PlacementWorkflow" / "placement-split-zero-share-before.json")
     with pytest.raises((NondeterminismError, AssertionError, RuntimeError)):
         await replay_comparing_activities(before)
+
+
+async def test_the_placement_history_of_a_ready_handover_needs_its_patch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`placement-single-move-waits-ready` holds a replacement that had a URL before a Ready replica and took over
+    only once it had one (`placement-move-hands-over-when-ready`). Without the patch the replay hands over at the
+    first look with a URL: other commands than the history's."""
+    real = workflow.patched
+    monkeypatch.setattr(workflow, "patched",
+                        lambda asked: False if asked == "placement-move-hands-over-when-ready" else real(asked))
+    history = load(HISTORIES / "PlacementWorkflow" / "placement-single-move-waits-ready.json")
+    with pytest.raises((NondeterminismError, AssertionError, RuntimeError)):
+        await replay_comparing_activities(history)

@@ -331,3 +331,19 @@ def test_a_deckhouse_model_not_ready_holds_and_a_size_outside_the_range_does_not
         resolve_service(Cluster(big, sglang_runtime()), service, "r/m")
     assert refused.value.reason is UnresolvableReason.RUNTIME_NOT_COMPATIBLE
     assert "model size 70B is outside the runtime's range [500M, 2B]" in refused.value.message
+
+
+def test_the_runtimes_scaling_policy_is_the_default_and_the_services_replaces_it_whole() -> None:
+    runtime = sglang_runtime()
+    runtime["spec"]["scalingPolicy"] = {"mode": "Proportional",
+                                        "proportional": {"anchor": "engine", "ratios": {"router": "0.25"}}}
+    cluster = Cluster(ready_model(), runtime)
+    inherited = InferenceServiceSpec.model_validate(resolve_service(cluster, sample_service()).spec)
+    assert inherited.scaling_policy is not None
+    assert inherited.scaling_policy.model_dump(by_alias=True, exclude_none=True, mode="json") == \
+        runtime["spec"]["scalingPolicy"]
+    own = sample_service()
+    own["spec"]["scalingPolicy"] = {"mode": "Pinned"}
+    replaced = InferenceServiceSpec.model_validate(resolve_service(cluster, own).spec)
+    assert replaced.scaling_policy is not None
+    assert replaced.scaling_policy.model_dump(by_alias=True, exclude_none=True, mode="json") == {"mode": "Pinned"}

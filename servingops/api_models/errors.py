@@ -164,6 +164,9 @@ class ErrorType(StrEnum):
     """A traffic split that cannot be programmed (weights not adding up to 100, a revision
     without a Service, an HTTPRoute the apiserver rejected)."""
     REVISION_SERVING_TRAFFIC = "RevisionServingTraffic"
+    INVALID_SCALING_POLICY = "InvalidScalingPolicy"
+    """spec.scalingPolicy (or the runtime's default) breaks a rule of rendering/scaling_policy.py (an anchor
+    the service does not set, a ratio <= 0, a follower that is the anchor or has a scaler of its own)."""
     """A revision asked to be deleted while its HTTPRoute still sends it traffic."""
 
     # -- metrics (Prometheus) ------------------------------------------------------------------

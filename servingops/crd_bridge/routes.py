@@ -30,6 +30,16 @@ from servingops.api_models.refs import ObjectRef
 
 
 @dataclass(frozen=True)
+class Companion:
+    """A second workflow an object's generation changes and deletion also go to, while `only_when` holds (or
+    held at the previous event: the running workflow learns it stopped holding)."""
+
+    workflow_type: WorkflowType
+    workflow_id: Callable[[str | None, str, str], str]
+    only_when: Callable[[dict[str, Any]], bool]
+
+
+@dataclass(frozen=True)
 class Route:
     kind: str
     group: str
@@ -54,6 +64,9 @@ class Route:
     only_when: Callable[[dict[str, Any]], bool] | None = None
     """Events of an object for which this is False start nothing, unless it is being deleted or it
     was True at the previous event (the running workflow learns it stopped holding)."""
+    companion: Companion | None = None
+    """Another workflow the object's object-changed and delete signals also go to (AcceleratorQuota: every
+    node's tree workflow, and the root's capacity report too)."""
 
     def watches(self, annotation: str) -> bool:
         """Whether a change of the annotation is news for a workflow (the fingerprint keeps its value)."""
@@ -123,8 +136,10 @@ ROUTES: dict[str, Route] = {
         Route("TrafficMap", "ome.io", "v1beta1", "trafficmaps", True, WorkflowType.TRAFFIC_MAP,
               lambda ns, name, uid: contract.traffic_map_workflow_id(_ns(ns), name, uid), owner_routing=True,
               only_when=_controlled_by_service),
-        Route("AcceleratorQuota", "ome.io", "v1beta1", "acceleratorquotas", False, WorkflowType.ACCELERATOR_CAPACITY,
-              lambda _ns_, name, uid: contract.capacity_workflow_id(name, uid), only_when=_quota_root),
+        Route("AcceleratorQuota", "ome.io", "v1beta1", "acceleratorquotas", False, WorkflowType.ACCELERATOR_QUOTA,
+              lambda _ns_, name, uid: contract.accelerator_quota_workflow_id(name, uid),
+              companion=Companion(WorkflowType.ACCELERATOR_CAPACITY,
+                                  lambda _ns_, name, uid: contract.capacity_workflow_id(name, uid), _quota_root)),
         Route("AcceleratorClass", "ome.io", "v1beta1", "acceleratorclasses", False, WorkflowType.ACCELERATOR_CLASS,
               lambda _ns_, name, uid: contract.accelerator_class_workflow_id(name, uid)),
     )
@@ -153,6 +168,8 @@ class Fingerprint:
     """spec.placement was set: its removal is news for the placement workflow too."""
     routed: bool = True
     """The route's only_when held (or the object was being deleted)."""
+    companion: bool = False
+    """The route's companion's only_when held (or the object was being deleted)."""
 
 
 @dataclass(frozen=True)
@@ -218,7 +235,9 @@ def plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, *, gon
     start = StartObject(ref=ref)
     placed = route.placement and bool((obj.get("spec") or {}).get("placement"))
     routed = route.only_when is None or deleting or route.only_when(obj)
-    result = Plan(fingerprint=Fingerprint(uid, generation, deleting, watched, frozenset(requests), placed, routed))
+    companion = route.companion is not None and (deleting or route.companion.only_when(obj))
+    result = Plan(fingerprint=Fingerprint(uid, generation, deleting, watched, frozenset(requests), placed, routed,
+                                          companion))
     if not routed and (previous is None or not previous.routed):
         return result
 
@@ -226,6 +245,10 @@ def plan(route: Route, obj: dict[str, Any], previous: Fingerprint | None, *, gon
         event = ObjectEvent(uid=uid, generation=generation, resource_version=version, deleting=deleting)
         signal = Signal.DELETE if deleting else Signal.OBJECT_CHANGED
         result.dispatches.append(Dispatch(route.workflow_type, workflow_id, start, signal, event))
+        if route.companion is not None and (companion or (previous is not None and previous.companion)):
+            result.dispatches.append(Dispatch(route.companion.workflow_type,
+                                              route.companion.workflow_id(ref.namespace, ref.name, uid),
+                                              start, signal, event))
         if placed or (previous is not None and previous.placed):
             # The placement workflow writes the derived services in the members; it learns of a
             # removed spec.placement (and of deletion) as it learned of the placement itself.

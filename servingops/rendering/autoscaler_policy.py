@@ -36,6 +36,7 @@ from servingops.api_models.ome.autoscaling import (
     AutoscalerPolicyProvenance,
     AutoscalerPolicyRef,
     ComponentAutoscaler,
+    ShadowedAutoscalerPolicy,
 )
 from servingops.api_models.ome.enums import AutoscalerClass, ComponentBoundsField, PolicyEnforcement
 
@@ -239,6 +240,31 @@ def resolve(inline: ComponentAutoscaler | None, ref: AutoscalerPolicyRef | None,
     return Resolution(block, SPEC_SOURCE_POLICY, provenance)
 
 
+def shadow(inline: ComponentAutoscaler | None, ref: AutoscalerPolicyRef | None, policy: Mapping[str, Any] | None,
+           variables: TemplateVariables, providers: Mapping[str, ProviderBinding]) -> ShadowedAutoscalerPolicy | None:
+    """status.components[c].autoscaler.shadowedPolicyRef: a ref an inline block outranks, with what the policy
+    would render for this component were the block removed. A preview only: a policy that is absent or does
+    not render says so by leaving out the digest it cannot give (portableDigest when the body does not parse,
+    wouldRenderDigest when it does not render here), never by failing the component, whose scaler is the
+    inline block's either way."""
+    if inline is None or ref is None:
+        return None
+    shadowed = ShadowedAutoscalerPolicy(name=ref.name)
+    if policy is None or (policy.get("metadata") or {}).get("deletionTimestamp"):
+        return shadowed
+    try:
+        body = parse(policy.get("spec"))
+    except PolicyProblem:
+        return shadowed
+    shadowed.portable_digest = portable_digest(body)
+    try:
+        block = render(body, variables, providers)
+    except PolicyProblem:
+        return shadowed
+    shadowed.would_render_digest = resolved_digest(block, variables.min_replicas, variables.max_replicas)
+    return shadowed
+
+
 __all__ = [
     "BOUNDS_CONFLICT",
     "DIGEST_PREFIX",
@@ -257,5 +283,6 @@ __all__ = [
     "render",
     "resolve",
     "resolved_digest",
+    "shadow",
     "substitute",
 ]

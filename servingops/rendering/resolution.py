@@ -528,6 +528,11 @@ def resolve_service(reader: Reader, isvc: dict[str, Any], artifacts: str | None 
             merged = _each_part(merged, lambda part: _wire_part(part, model.mount, tuning, weights, overlays))
         spec[component] = merged
     spec, chosen = apply_accelerators(spec, choices)
+    if spec.get("scalingPolicy") is None and runtime.spec.scaling_policy is not None:
+        # Seed: the runtime's scalingPolicy is the default for services binding it, replaced wholesale by
+        # the service's own when set.
+        spec["scalingPolicy"] = runtime.spec.scaling_policy.model_dump(by_alias=True, exclude_none=True,
+                                                                       mode="json")
     mounted = [{"name": o.name, "envVar": o.env_var, "mountPath": o.mount_path, "distribution": "PerNode"}
                for o in overlays]
     return ResolvedService(spec=spec, runtime=f"{runtime.kind.value}/{runtime.name}", model=model.description,

@@ -15,13 +15,14 @@ from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from testkit.autoscaler_fakes import PolicyWorld, ScalerWorld, policy_answer, problem_answer
 from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, until
+from testkit.scaling_fakes import ScalingWorld, hpa_answer
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from tests.histories.record import Recording
 
-ENGINE, ROUTER = ComponentType.ENGINE, ComponentType.ROUTER
+ENGINE, DECODER, ROUTER = ComponentType.ENGINE, ComponentType.DECODER, ComponentType.ROUTER
 
 
 async def autoscaler_policy_lifecycle(rec: Recording) -> None:
@@ -105,7 +106,43 @@ async def isvc_autoscaler_policy(rec: Recording) -> None:
         await rec.save()
 
 
+async def isvc_scaling_policy(rec: Recording) -> None:
+    """A RawDeployment engine under an HPA and a decoder following it by spec.scalingPolicy Proportional 0.5
+    (patch scaling-policy): the engine 1 -> 4 -> 1 (the HPA, played by the test), the decoder 1 -> 2 -> 1,
+    found by the coordination poll; then the policy removed (ScalingCoordinated False)."""
+    env = rec.env
+    cluster = FakeCluster(env)
+    world = ScalingWorld(cluster)
+    world.answers[ENGINE] = hpa_answer()
+    world.digests.update({ENGINE: "hpa", DECODER: None})
+    world.own_scalers.add(ENGINE)
+    for component in (ENGINE, DECODER):
+        cluster.set_desired(component, "a", 1)
+    world.policy = {"mode": "Proportional", "proportional": {"ratios": {"decoder": "0.5"}}}
+    queue = f"isvc-scp-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=world.activities(), workflow_runner=workflow_runner()):
+        handle = await env.client.start_workflow(
+            "InferenceServiceWorkflow", {"ref": cluster.ref.model_dump(), "settings": {}},
+            id=f"isvc/{NAMESPACE}/{NAME}/{cluster.uid}", task_queue=queue)
+        await rec.root(handle)
+        await until(env, lambda: cluster.conditions.get("ScalingCoordinated", {}).get("status") == "True",
+                    what="coordinated")
+        world.scale(ENGINE, 4)
+        await until(env, lambda: world.count(DECODER) == 2, what="decoder 2")
+        world.scale(ENGINE, 1)
+        await until(env, lambda: world.count(DECODER) == 1, what="decoder 1")
+        world.set_policy(None)
+        await handle.signal("object-changed", {"uid": cluster.uid, "generation": cluster.generation,
+                                               "resource_version": str(cluster.generation)})
+        await until(env, lambda: cluster.conditions.get("ScalingCoordinated", {}).get("status") == "False",
+                    what="independent again")
+        await env.sleep(30)
+        await rec.save()
+
+
 SCENARIOS: dict[str, Callable[[Recording], Awaitable[None]]] = {
+    "isvc-scaling-policy": isvc_scaling_policy,
     "autoscaler-policy-lifecycle": autoscaler_policy_lifecycle,
     "isvc-autoscaler-policy": isvc_autoscaler_policy,
 }

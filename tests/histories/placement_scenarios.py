@@ -114,6 +114,31 @@ async def placement_single_move(rec: Recording) -> None:
         await delete_and_save(rec, handle, fleet)
 
 
+async def placement_single_move_waits_ready(rec: Recording) -> None:
+    """Placed in gpu-b; spec.placement stops matching it: gpu-a probed, admits with a URL while its pods are not
+    Ready, so gpu-b keeps serving (placement-move-hands-over-when-ready); its pods Ready, it takes over; gpu-b
+    withdrawn; delete."""
+    env = rec.env
+    fleet = FakeFleet(three_members(), single("gpu"))
+    a, b = fleet.members["gpu-a"], fleet.members["gpu-b"]
+    b.admit = True
+    async with placing(rec, fleet) as handle:
+        await until(env, lambda: fleet.placed().get("phase") == "Placed", step=1, what="placed")
+        a.admit, a.pods_ready = True, False
+        fleet.placement, fleet.generation = {
+            "policy": "ClusterAffinity", "mode": "Single", "clusterAffinity": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-a"]}]}]}, 2
+        await handle.signal("object-changed", fleet.event())
+        await until(env, lambda: fleet.placed()["plan"].get("singleMove", {}).get("selected") == "gpu-a", step=1,
+                    what="gpu-a selected")
+        await env.sleep(30)
+        a.pods_ready = True
+        await until(env, lambda: fleet.placed()["plan"]["winner"] == "gpu-a" and b.derived is None, step=5,
+                    what="moved to gpu-a")
+        await until(env, lambda: "singleMove" not in fleet.placed()["plan"], step=1, what="move record cleared")
+        await delete_and_save(rec, handle, fleet)
+
+
 async def placement_split_by_capacity(rec: Recording) -> None:
     """SplitByCapacity over two members reporting 6 and 2 whole replicas (floor 4: 3/1, Placed); gpu-b's
     report gone (CapacityUnknown, the plan kept); back with 6 (revision 2, 2/2); delete."""
@@ -210,7 +235,9 @@ async def placement_split_zero_share(rec: Recording) -> None:
 
 
 SCENARIOS = {"placement-single-race": placement_single_race, "placement-split": placement_split,
-             "placement-single-move": placement_single_move, "placement-split-by-capacity": placement_split_by_capacity,
+             "placement-single-move": placement_single_move,
+             "placement-single-move-waits-ready": placement_single_move_waits_ready,
+             "placement-split-by-capacity": placement_split_by_capacity,
              "placement-split-by-capacity-demand": placement_split_by_capacity_demand,
              "placement-adopt-single": placement_adopt_single,
              "placement-adopt-split-pending": placement_adopt_split_pending,

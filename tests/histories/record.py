@@ -58,6 +58,7 @@ from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_attributes, until
 from tests.histories.accelerator_class_scenarios import SCENARIOS as ACCELERATOR_CLASS_SCENARIOS
+from tests.histories.accelerator_quota_scenarios import SCENARIOS as ACCELERATOR_QUOTA_SCENARIOS
 from tests.histories.autoscaler_scenarios import SCENARIOS as AUTOSCALER_SCENARIOS
 from tests.histories.basemodel_fakes import FakeBaseModelWorld
 from tests.histories.capacity_scenarios import SCENARIOS as CAPACITY_SCENARIOS
@@ -1114,6 +1115,7 @@ SCENARIOS: dict[str, Scenario] = {
     **PLACEMENT_SCENARIOS,
     **CAPACITY_SCENARIOS,
     **ACCELERATOR_CLASS_SCENARIOS,
+    **ACCELERATOR_QUOTA_SCENARIOS,
     **ROUTING_SCENARIOS,
     **CATALOG_SCENARIOS,
 }

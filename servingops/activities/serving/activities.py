@@ -62,7 +62,7 @@ from servingops.api_models.serving import IngressObservation, TrafficWeight
 from servingops.clients.kube.calls import apply, call, create_unless_exists, delete_if_present, get_or_none, list_items
 from servingops.clients.kube.errors import conflict, invalid
 from servingops.clients.kube.events import record_event
-from servingops.rendering import ingress, multinode, render, scaling
+from servingops.rendering import ingress, multinode, render, scaling, scaling_policy
 from servingops.rendering import traefik_traffic as tt
 from servingops.rendering.autoscaler_policy import needs_policy
 from servingops.rendering.backend_traffic_policy import declares_traffic
@@ -266,9 +266,11 @@ class ServingActivities:
         if demand is not None:
             return self._observation(obj, [], held=demand, resolved=resolved)
         routing = self._ingress(owner, spec)
+        coordinating = _scaling_policy(inp.isvc, spec)
         for component, cspec in render.set_components(spec):
             route = self._route(owner.name, owner.namespace, component)
             native = deployment_mode(spec, cspec, annotations) == OMENATIVE
+            lifecycle, scale_replicas = self.projected.observed(owner, component) if native else (None, None)
             address = render.component_url(owner, component) if route else None
             url, route_status, drift = routing.observe(component, route, address, FIELD_MANAGER)
             weighted = self._weighted(route, owner.name, owner.namespace, component)
@@ -292,11 +294,15 @@ class ServingActivities:
                 route_status=route_status,
                 ingress_drift=drift,
                 replica=omenative.replica_name(owner.name, component) if native else None,
-                lifecycle=self.projected.lifecycle(owner, component) if native else None,
+                lifecycle=lifecycle,
                 autoscaler_digest=self._scaler_digest(owner.namespace, cspec, native),
+                scale_replicas=scale_replicas,
+                max_replicas=cspec.max_replicas,
                 selected_accelerator=resolved.accelerators.get(component.value) if resolved is not None else None,
             ))
-        return self._observation(obj, components, resolved=resolved, ingress=routing.observation())
+        observation = self._observation(obj, components, resolved=resolved, ingress=routing.observation())
+        observation.scaling_policy = coordinating
+        return observation
 
     def _scaler_digest(self, namespace: str, cspec: render.ComponentSpec, native: bool) -> str | None:
         """What the component's scaler is made from (scaling.scaler_digest), with the referenced policy's
@@ -371,7 +377,7 @@ class ServingActivities:
             raise application_error(ErrorType.REVISION_SUPERSEDED, f"{demand.reason}: {demand.message}")
         cspec = render.component_spec(spec, key.component)
         if cspec is not None and deployment_mode(spec, cspec, annotations) == OMENATIVE:
-            return self._ensure_native(owner, key, spec, cspec, inp.replicas)
+            return self._ensure_native(owner, key, spec, cspec, inp.replicas, inp.component_replicas)
         existing = deployment.result()
         if existing is not None and existing.metadata and existing.metadata.deletion_timestamp:
             # Being deleted: creating under the same name only works once it is gone; a retry will.
@@ -398,9 +404,10 @@ class ServingActivities:
         return _revision_observation(key.revision, dep)
 
     def _ensure_native(self, owner: render.Owner, key: RevisionKey, spec: InferenceServiceSpec,
-                       cspec: render.ComponentSpec, replicas: int) -> RevisionObservation:
+                       cspec: render.ComponentSpec, replicas: int, count: int | None = None) -> RevisionObservation:
         """An OMENative component: the revision's Service selects the projected replica's pods of
-        that revision, and its capacity moves through the replica's pacing (omenative.py)."""
+        that revision, and its capacity moves through the replica's pacing (omenative.py); `count`: the
+        replica's whole count when a spec.scalingPolicy sets it (else minReplicas)."""
         desired = multinode.render_component(owner.name, key.component, cspec)  # a gang's: its leader's
         if key.revision == desired.revision:
             try:
@@ -414,7 +421,7 @@ class ServingActivities:
                 f"revision {key.revision} of {key.component.value} does not exist and the spec now renders "
                 f"{desired.revision}")
         return self.projected.ensure(owner, key.component, spec, cspec, desired, revision=key.revision,
-                                     capacity=replicas)
+                                     capacity=replicas, count=count)
 
     def _create_revision(self, owner: render.Owner, key: RevisionKey, spec: InferenceServiceSpec,
                          replicas: int) -> RevisionObservation:
@@ -611,6 +618,22 @@ class ServingActivities:
     def all(self) -> list[Any]:
         return [self.observe, self.ensure_revision, self.set_traffic, self.scale_then_route, self.delete_revision,
                 self.revision_status, self.delete_expired]
+
+
+def _scaling_policy(ref: ObjectRef, spec: InferenceServiceSpec) -> dict[str, object] | None:
+    """The spec's scalingPolicy (the runtime's default already in it, rendering/resolution.py) in API form
+    when it coordinates; refused (InvalidScalingPolicy, permanent) when it breaks a rule."""
+    policy = spec.scaling_policy
+    components = list(render.set_components(spec))
+    own = [c for c, cspec in components if scaling.owns_replicas(cspec.autoscaler)
+           or (cspec.autoscaler is None and cspec.autoscaler_policy_ref is not None)]
+    try:
+        plan = scaling_policy.plan(policy, [c for c, _ in components], own)
+    except scaling_policy.ScalingPolicyError as exc:
+        raise application_error(ErrorType.INVALID_SCALING_POLICY, f"{ref.describe()}: {exc}") from exc
+    if plan is None or policy is None:
+        return None
+    return policy.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 def _validate_weights(weights: list[TrafficWeight]) -> None:

@@ -47,6 +47,7 @@ from servingops.api_models.ome.autoscaling import (
     AutoscalerPolicyProvenance,
     ComponentAutoscaler,
     ComponentAutoscalerStatus,
+    ShadowedAutoscalerPolicy,
 )
 from servingops.api_models.ome.enums import AutoscalerClass, AutoscalerManagedBy, ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
@@ -198,12 +199,13 @@ def _conditions(status: dict[str, Any], previous: list[dict[str, Any]] | None = 
 
 def autoscaler_status(autoscaler: ComponentAutoscaler | None, live: dict[str, Any] | None,
                       source: str = autoscaler_policy.SPEC_SOURCE_ISVC,
-                      policy: AutoscalerPolicyProvenance | None = None, *,
+                      policy: AutoscalerPolicyProvenance | None = None,
+                      shadowed: ShadowedAutoscalerPolicy | None = None, *,
                       counts: dict[str, Any] | None = None, previous: list[dict[str, Any]] | None = None,
                       now: str | None = None) -> dict[str, object]:
     """status.components[c].autoscaler: the resolved class, who manages it, which layer gave the block
-    (specSource, and the policy's provenance when a policy did), and (ours) the live scaler's counters
-    and conditions.
+    (specSource, and the policy's provenance when a policy did, or the ref an inline block shadows), and
+    (ours) the live scaler's counters and conditions.
 
     The counters come from `counts` when given, else from `live`: a ScaledObject's status has none, so
     for class KEDA the caller passes the HPA KEDA keeps for it (status.hpaName); its conditions (Ready,
@@ -217,6 +219,8 @@ def autoscaler_status(autoscaler: ComponentAutoscaler | None, live: dict[str, An
     body: dict[str, Any] = {"class": cls.value, "managedBy": managed.value, "specSource": source}
     if policy is not None:
         body["policy"] = policy.to_api()
+    if shadowed is not None:
+        body["shadowedPolicyRef"] = shadowed.to_api()
     if managed is AutoscalerManagedBy.OME:
         status = (live or {}).get("status") or {}
         counters = ((counts if counts is not None else live) or {}).get("status") or {}
@@ -337,12 +341,14 @@ class AutoscalerActivities:
         variables = TemplateVariables(namespace=owner.namespace, isvc_name=owner.name, component=inp.component.value,
                                       min_replicas=low, max_replicas=high, target_name=target["name"])
         policy_ref = cspec.autoscaler_policy_ref
-        policy = (read_policy(self.custom, owner.namespace, policy_ref.name)
-                  if policy_ref is not None and autoscaler_policy.needs_policy(cspec.autoscaler, policy_ref) else None)
+        # Read whenever a ref is set: it renders the block, or an inline block shadows it and its render is
+        # only previewed (shadowedPolicyRef).
+        read = read_policy(self.custom, owner.namespace, policy_ref.name) if policy_ref is not None else None
+        policy = read if autoscaler_policy.needs_policy(cspec.autoscaler, policy_ref) else None
         policy_uid = ((policy or {}).get("metadata") or {}).get("uid")
         try:
-            # The operator ConfigMap is read only for a block a policy renders.
-            providers = self.providers() if policy is not None else {}
+            # The operator ConfigMap is read only for a block a policy renders or previews.
+            providers = self.providers() if read is not None else {}
             resolution = autoscaler_policy.resolve(cspec.autoscaler, policy_ref, policy, variables, providers)
         except PolicyProblem as problem:
             named = policy_ref.name if policy_ref else ""
@@ -372,8 +378,9 @@ class AutoscalerActivities:
                     .get("autoscaler") or {}).get("conditions")
         return AutoscalerObservation(
             status=autoscaler_status(autoscaler, live, resolution.source or autoscaler_policy.SPEC_SOURCE_ISVC,
-                                     resolution.policy, counts=counts,
-                                     previous=mirrored if isinstance(mirrored, list) else None,
+                                     resolution.policy, autoscaler_policy.shadow(cspec.autoscaler, policy_ref, read,
+                                                                                 variables, providers),
+                                     counts=counts, previous=mirrored if isinstance(mirrored, list) else None,
                                      now=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")),
             policy_name=policy_ref.name if policy_uid and policy_ref else None, policy_uid=policy_uid)
 

@@ -127,12 +127,15 @@ class ProjectedReplicas:
 
     def ensure(self, owner: render.Owner, component: ComponentType, spec: InferenceServiceSpec,
                cspec: render.ComponentSpec, desired: render.RenderedRevision, *, revision: str,
-               capacity: int) -> RevisionObservation:
+               capacity: int, count: int | None = None) -> RevisionObservation:
         """Give `revision` `capacity` Instances: the desired revision through the partition; an older
         one asked for more Instances than run it (capacity moving back: a rollback) through
-        rollbackToRevision. Answers the revision as observe would."""
+        rollbackToRevision. Answers the revision as observe would. `count`: the replica's count when
+        spec.scalingPolicy derives it from the anchor's (a follower, which has no scaler of its own);
+        None: minReplicas."""
         name = replica_name(owner.name, component)
-        body = replica_spec(spec, component, cspec, desired, isvc=owner.name, replicas=render.desired_replicas(cspec))
+        body = replica_spec(spec, component, cspec, desired, isvc=owner.name,
+                            replicas=render.desired_replicas(cspec) if count is None else count)
         live = self.get(owner.namespace, name)
         counted = self._counted(owner, component)  # the pods move only once the engine acts: read once
         asked = self._asked(live)
@@ -198,11 +201,16 @@ class ProjectedReplicas:
     def lifecycle(self, owner: render.Owner, component: ComponentType) -> dict[str, object] | None:
         """The projected replica's status, the fields of the LifecycleStatus shape (seed: the
         component's status is the verbatim projection of the replica's)."""
+        return self.observed(owner, component)[0]
+
+    def observed(self, owner: render.Owner, component: ComponentType) -> tuple[dict[str, object] | None, int | None]:
+        """One read of the projected replica: its lifecycle (as lifecycle()) and its spec.replicas (the
+        /scale count its scaler set; None before it exists)."""
         live = self.get(owner.namespace, replica_name(owner.name, component))
+        count = ((live or {}).get("spec") or {}).get("replicas")
         status = (live or {}).get("status")
-        if not status:
-            return None
-        return {key: value for key, value in status.items() if key in _LIFECYCLE_FIELDS}
+        lifecycle = {key: value for key, value in status.items() if key in _LIFECYCLE_FIELDS} if status else None
+        return lifecycle, int(count) if isinstance(count, int) else None
 
     def _revision_of(self, namespace: str, replica: str, revision: str) -> str | None:
         """The replica's ControllerRevision whose runners carry the template of `revision`."""

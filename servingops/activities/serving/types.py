@@ -68,6 +68,11 @@ class ComponentObservation(BaseModel):
     status.components[c].lifecycle (a new field: older histories decode it as None)."""
     autoscaler_digest: str | None = None
     """OMENative: scaling.scaler_digest of the component (its autoscaler block and bounds)."""
+    scale_replicas: int | None = None
+    """OMENative: the projected replica's spec.replicas (its /scale: the count a scaler of the component set).
+    A new field: older histories decode it as None."""
+    max_replicas: int | None = None
+    """spec.<component>.maxReplicas (a follower's upper bound under spec.scalingPolicy). A new field."""
     selected_accelerator: dict[str, object] | None = None
     """The AcceleratorClass the component renders for (AcceleratorSelection JSON, status.components.<c>.
     selectedAccelerator). A new field: older histories decode it as None."""
@@ -121,6 +126,10 @@ class ServiceObservation(BaseModel):
     traffic_declared: bool = False
     """spec.traffic or an ome.io/* traffic annotation declares traffic intent (the backend policy is
     kept). A new field: older histories decode it as False and schedule no policy call."""
+    scaling_policy: dict[str, object] | None = None
+    """The effective spec.scalingPolicy (the service's, else its runtime's default) when it coordinates
+    (mode Proportional or Pinned), in API form, checked by rendering/scaling_policy.py. A new field:
+    older histories decode it as None and coordinate nothing."""
     traffic_reported: bool = False
     """status.traffic is on the object: a policy of ours may be live and is to be cleaned up once the
     intent goes. A new field, decoded as False by older histories."""
@@ -138,6 +147,9 @@ class EnsureRevisionInput(BaseModel):
 
     key: RevisionKey
     replicas: int
+    component_replicas: int | None = None
+    """OMENative: the projected replica's whole count (spec.replicas), written by a spec.scalingPolicy
+    follower's ensure; None: the component's minReplicas, as before (older histories)."""
 
 
 class SetTrafficInput(BaseModel):

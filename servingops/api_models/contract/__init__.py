@@ -42,6 +42,8 @@ class WorkflowType(StrEnum):
     ACCELERATOR_CAPACITY = "AcceleratorCapacityWorkflow"
     ACCELERATOR_CLASS = "AcceleratorClassWorkflow"
     """The inventory (status) of one AcceleratorClass."""
+    ACCELERATOR_QUOTA = "AcceleratorQuotaWorkflow"
+    """One AcceleratorQuota node materialized into Kueue, and its status."""
     TRAFFIC_MAP = "TrafficMapWorkflow"
     """The routing controller and publisher of one routed InferenceService's TrafficMap."""
     CATALOG_REFRESH_TICK = "CatalogRefreshTickWorkflow"
@@ -55,6 +57,7 @@ IMPLEMENTED_WORKFLOWS = frozenset({WorkflowType.MODEL, WorkflowType.INFERENCE_SE
                                    WorkflowType.PLACEMENT, WorkflowType.ACCELERATOR_CAPACITY,
                                    WorkflowType.CATALOG, WorkflowType.CATALOG_REFRESH_TICK,
                                    WorkflowType.TRAFFIC_MAP, WorkflowType.ACCELERATOR_CLASS,
+                                   WorkflowType.ACCELERATOR_QUOTA,
                                    WorkflowType.AUTOSCALER_POLICY})
 """The workflow types this release's worker registers (a test holds the worker to it). The bridge
 checks every dispatch against it: an event whose workflow type is not here (a migration request,
@@ -338,6 +341,11 @@ def workload_cluster_workflow_id(name: str, uid: str) -> str:
 def capacity_workflow_id(name: str, uid: str) -> str:
     """One capacity report per root AcceleratorQuota (cluster-scoped: a name and a uid)."""
     return f"capacity/{name}/{uid}"
+
+
+def accelerator_quota_workflow_id(name: str, uid: str) -> str:
+    """One quota-tree workflow per AcceleratorQuota node (cluster-scoped: a name and a uid)."""
+    return f"acceleratorquota/{name}/{uid}"
 
 
 def accelerator_class_workflow_id(name: str, uid: str) -> str:

@@ -3,14 +3,14 @@
 Every field of AcceleratorQuota and the types it uses, with the seed's names, bounds and patterns,
 and the seed's same-object "Validation:" rules as CEL. The rules needing the rest of the tree
 (parent resolution, cycles, depth, containment, role transitions) are the webhook's and the
-controller's in upstream OME; this project has neither (see below), so they are not enforced.
+controller's in upstream OME; here the controller re-checks them at every pass (no webhook).
 
-What this project implements of the kind (workflows/capacity/report.py): only the workload-cluster
-side of status.capacity on the root node (the one without spec.parentRef), written by one workflow
-per root. Not implemented: materializing the tree into Kueue Cohorts / ClusterQueues, resolving
-budgets and their per-cluster split, projections to workload clusters, status.budgets,
-status.clusters, status.materialization (freezes) and the Ready / Degraded / Materialized
-conditions. The fields are modelled so the CRD accepts and stores them.
+What this project implements of the kind: on a single plane, the tree materialized into Kueue with
+status.budgets, status.parent, status.materialization (freezes) and the Ready / Degraded / Materialized
+conditions (workflows/accelerator_quota.py, rules in rendering/accelerator_quota.py, docs/quota.md), and
+the workload-cluster side of status.capacity on the root node (workflows/capacity/report.py). Not
+implemented: projections to workload clusters (status.clusters, status.sourceGeneration, perCluster
+status), though the per-cluster split rule is written (rendering/accelerator_quota.py `split`).
 """
 
 from __future__ import annotations
@@ -337,10 +337,19 @@ class AcceleratorQuota(KubeResource):
         plural="acceleratorquotas",
         scope="Cluster",
         categories=["ome"],
+        # Only status.budgets[0] fits a row (the first (resource, flavor) pair); -o yaml shows every pair.
         printer_columns=[
             PrinterColumn(name="Role", type="string", json_path=".spec.role"),
             PrinterColumn(name="Parent", type="string", json_path=".spec.parentRef.name"),
+            PrinterColumn(name="Flavor", type="string", json_path=".status.budgets[0].resourceFlavor"),
+            PrinterColumn(name="Nominal", type="string", json_path=".status.budgets[0].nominal"),
+            PrinterColumn(name="Admitted", type="string", json_path=".status.budgets[0].admitted"),
+            PrinterColumn(name="Borrowed", type="string", json_path=".status.budgets[0].borrowed", priority=1),
+            PrinterColumn(name="Resource", type="string", json_path=".status.budgets[0].resourceName", priority=1),
             PrinterColumn(name="Ready", type="string", json_path='.status.conditions[?(@.type=="Ready")].status'),
+            PrinterColumn(name="Degraded", type="string",
+                          json_path='.status.conditions[?(@.type=="Degraded")].status'),
+            PrinterColumn(name="Frozen", type="boolean", json_path=".status.materialization.frozen", priority=1),
             PrinterColumn(name="Age", type="date", json_path=".metadata.creationTimestamp"),
         ],
     )

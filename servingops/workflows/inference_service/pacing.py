@@ -40,6 +40,10 @@ trigger) on the ScaledObject, which no event of the InferenceService reports."""
 SCALER_READINESS_POLL = "scaler-readiness-poll"
 """The patch that polls a not-yet-Ready ScaledObject of ours (histories from before it schedule no
 such timer)."""
+RESYNC_COORDINATION = 10.0
+"""How often a service whose spec.scalingPolicy anchor is a RawDeployment component is observed again: its
+scaler writes the Deployment's count, and no event of the InferenceService says so (an OMENative anchor's
+replica reports its own changes)."""
 RESYNC_INGRESS = 293.0
 """How often a service whose routes are settled is observed again (about 5 minutes): a Gateway that
 later refuses a route turns IngressReady (and Ready) False within this long, and a change of the
@@ -88,6 +92,8 @@ class Pacing:
             waits.append(poll_interval(workflow.now() - self.held_since, RESYNC_HELD))
         else:
             self.held_since = None
+        if self.serving.scaling_polled and self.ctx.refusal is None:
+            waits.append(RESYNC_COORDINATION)
         if self.annotations.removal_failed:
             waits.append(RETRY_REMOVAL)
         if self.ctx.state.soak_until is not None:

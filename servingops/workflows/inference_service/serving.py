@@ -13,6 +13,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from servingops.activities.kubernetes import EventNote
     from servingops.activities.serving.activities import ServingActivities
     from servingops.activities.serving.autoscaler import (
         AutoscalerActivities,
@@ -31,9 +32,12 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models import contract
     from servingops.api_models.contract.rollout import ComponentView
     from servingops.api_models.errors import ErrorType, error_message, error_type_of
+    from servingops.api_models.ome.autoscaling import ScalingPolicy
     from servingops.api_models.ome.enums import AutoscalerManagedBy, ComponentType
     from servingops.api_models.ome.rollout import RolloutSpec
+    from servingops.api_models.refs import ConditionUpdate
     from servingops.api_models.serving import TrafficWeight
+    from servingops.rendering import scaling_policy
     from servingops.rendering.names import revision_name
     from servingops.rendering.scaling import class_owns_count
     from servingops.workflows import options
@@ -56,6 +60,12 @@ AUTOSCALER_POLICY_NUDGES = "autoscaler-policy-nudges"
 change, so its status.attachedComponents moves at once."""
 SCALER_MIRROR_WRITES = "scaler-mirror-writes"
 """The patch that writes the status when status.components[c].autoscaler (the scaler's mirror) changed."""
+SCALING_POLICY = "scaling-policy"
+"""The patch that coordinates components under spec.scalingPolicy: each follower's count derived from the
+anchor's current count (rendering/scaling_policy.py), written by the service, with its Events and the
+ScalingCoordinated condition. Asked only of an observation carrying a coordinating policy, so services
+without one (Independent, the default) issue the commands they always did."""
+SCALING_CONDITION = "ScalingCoordinated"
 AUTOSCALER_WHEN_NEEDED = "autoscaler-when-needed"
 """The patch that calls serving.ensure_autoscaler only when the scaler's inputs moved or a scaler of
 ours is live (before it: every pass, four apiserver reads for a component with no scaler at all)."""
@@ -95,6 +105,11 @@ class Serving:
         """When spec.ttlSecondsAfterCreation deletes the service, as last observed (None: never)."""
         self.traffic_intent = (False, False)
         """(declared, reported) of spec.traffic / status.traffic as last observed (traffic_policy.py)."""
+        self.scaling: ConditionUpdate | None = None
+        """ScalingCoordinated as the last observation's coordination says (None: never coordinated)."""
+        self.scaling_polled = False
+        """A coordinating policy's anchor is a RawDeployment component: no event says its scaler moved the
+        count, so the service looks again every pacing.RESYNC_COORDINATION."""
         self.expiry_recheck: datetime | None = None
         """Not before then: the delete found the ttl not yet passed by the worker's clock (it runs behind the
         server's), or another write raced it."""
@@ -153,8 +168,9 @@ class Serving:
                 state.components.clear()
                 self.ctx.dirty = True
             return None
+        targets = self._coordinate(observation)
         for seen in observation.components:
-            await self._serve(seen)
+            await self._serve(seen, targets.get(seen.component))
         served = [c.component for c in observation.components]
         for gone in [c for c in state.components if c not in served]:
             view = state.components.pop(gone)
@@ -188,10 +204,56 @@ class Serving:
         self.ctx.changed = True
         return True
 
-    async def _serve(self, seen: ComponentObservation) -> None:
+    def _coordinate(self, observation: ServiceObservation) -> dict[ComponentType, int]:
+        """spec.scalingPolicy: each follower's count from the anchor's current count (the count its scaler
+        set: the projected replica's /scale, or the replicas of the Deployment carrying its traffic; its
+        minReplicas until either exists). Empty when nothing coordinates."""
+        if observation.scaling_policy is None or not workflow.patched(SCALING_POLICY):
+            if self.scaling is not None and self.scaling.status == "True":
+                self._set_scaling(ConditionUpdate(type=SCALING_CONDITION, status="False", reason="Independent",
+                                                  message="no scalingPolicy coordinates the components: each "
+                                                          "scales independently"))
+            self.scaling_polled = False
+            return {}
+        seen = {c.component: c for c in observation.components}
+        try:
+            plan = scaling_policy.plan(ScalingPolicy.model_validate(observation.scaling_policy), list(seen))
+        except (scaling_policy.ScalingPolicyError, ValueError) as error:
+            workflow.logger.warning("scalingPolicy not applied: %s", error)  # the observe activity refuses it
+            return {}
+        if plan is None:
+            return {}
+        anchor = seen[plan.anchor]
+        count = self._current_count(anchor)
+        bounds = {c: scaling_policy.bounds_of(o.desired_replicas, o.max_replicas) for c, o in seen.items()}
+        targets = scaling_policy.desired_counts(plan, count, bounds)
+        self.scaling_polled = anchor.replica is None
+        followers = "; ".join(f"{c.value} {n} ({plan.describe(c)})" for c, n in sorted(
+            targets.items(), key=lambda item: item[0].value)) or "no component follows"
+        self._set_scaling(ConditionUpdate(type=SCALING_CONDITION, status="True", reason=plan.mode.value,
+                                          message=f"{plan.anchor.value} {count} (anchor); {followers}"))
+        return targets
+
+    def _set_scaling(self, condition: ConditionUpdate) -> None:
+        if condition != self.scaling:
+            self.scaling = condition
+            self.ctx.dirty = True
+
+    def _current_count(self, seen: ComponentObservation) -> int:
+        """The component's count as its scaler (or the service) left it."""
+        if seen.replica is not None:
+            return seen.scale_replicas if seen.scale_replicas is not None else seen.desired_replicas
+        view = self.ctx.state.components.get(seen.component)
+        stable = next((r for r in seen.revisions if view is not None and r.revision == view.stable), None)
+        return stable.replicas if stable is not None else seen.desired_replicas
+
+    async def _serve(self, seen: ComponentObservation, target: int | None = None) -> None:
         """Keep a component served: its first revision at 100%, stable replicas at the spec's
-        count when no run moves it, and readiness of whatever carries its traffic."""
+        count (a follower's: `target`, what spec.scalingPolicy derives) when no run moves it, and
+        readiness of whatever carries its traffic."""
         ref = self.ctx.require_ref()
+        desired = seen.desired_replicas if target is None else target
+        whole = target if target is not None and seen.replica is not None else None
         view = self.ctx.state.components.setdefault(seen.component, ComponentView())
         ingress = self.ctx.state.ingress
         if ingress is None or ingress.problem_reason is None:
@@ -207,7 +269,7 @@ class Serving:
             await workflow.execute_activity_method(
                 ServingActivities.ensure_revision,
                 EnsureRevisionInput(key=RevisionKey(isvc=ref, component=seen.component, revision=seen.desired_revision),
-                                    replicas=seen.desired_replicas),
+                                    replicas=desired, component_replicas=whole),
                 **options.KUBE)
             weights = [TrafficWeight(revision=seen.desired_revision, weight=100)]
             await workflow.execute_activity_method(
@@ -220,12 +282,17 @@ class Serving:
         stable = revisions.get(view.stable)
         if seen.ingress_drift and not moving:
             await self._reattach(seen)
-        if (not moving and stable is not None and stable.replicas != seen.desired_replicas
+        # A follower on a projected replica: its whole count is the target, whatever the revision was asked.
+        off = whole is not None and seen.scale_replicas is not None and seen.scale_replicas != whole
+        if (not moving and stable is not None and (stable.replicas != desired or off)
                 and not self._scaler_owns_deployment(view)):
+            if target is not None:
+                before = stable.replicas if whole is None or seen.scale_replicas is None else seen.scale_replicas
+                self.ctx.note(self._follower_note(seen.component, before, target))
             await workflow.execute_activity_method(
                 ServingActivities.ensure_revision,
                 EnsureRevisionInput(key=RevisionKey(isvc=ref, component=seen.component, revision=view.stable),
-                                    replicas=seen.desired_replicas),
+                                    replicas=desired, component_replicas=whole),
                 **options.KUBE)
         if seen.replica is not None and workflow.patched(OMENATIVE_AUTOSCALER) and self._scaler_due(seen, view):
             # The service owns the scaler of its projected replica (seed: only the InferenceService
@@ -249,6 +316,13 @@ class Serving:
         view.serving_ready = any(revisions[r].ready_replicas > 0 for r in carrying if r in revisions)
         if view.latest_ready is None and stable is not None and stable.ready_replicas > 0:
             view.latest_ready = view.stable
+
+    def _follower_note(self, component: ComponentType, before: int, after: int) -> EventNote | None:
+        """The Normal Event of a follower whose count moves because of the anchor's."""
+        if before == after or self.scaling is None:
+            return None
+        return EventNote(type="Normal", reason="FollowerScaled",
+                         message=f"{component.value} {before} -> {after} replicas: {self.scaling.message}")
 
     async def _reattach(self, seen: ComponentObservation) -> None:
         """The ingress configuration changed since the component's route was programmed (a Gateway

@@ -29,6 +29,8 @@ async def write_status(ctx: ServiceContext, serving: Serving, traffic: TrafficPo
         # Seed 004: Ready on a control-plane source is placement serving readiness (written by the
         # placement workflow); the components' aggregate here would say "not ready" for ever.
         conditions = [c for c in conditions if c.type != "Ready"]
+    if serving.scaling is not None:
+        conditions.append(serving.scaling)
     if mounted or skipped:
         written.mounted_overlays = [MountedOverlay.model_validate(m) for m in mounted] or None
         conditions.append(status.overlays_condition(mounted, skipped))

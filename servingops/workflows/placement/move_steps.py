@@ -2,6 +2,12 @@
 rules): a committed, healthy winner that spec.placement no longer matches keeps serving while one
 replacement probe at a time is tried; the first admitted probe takes over once it serves (persisted
 before the old home is withdrawn); a winner that matches again calls the move off.
+
+"Serves" is the seed's "while it becomes ready and routable" (PlacementSingleMoveStatus.selected): the
+replacement's derived service has a URL and every component has a Ready replica. A URL alone is not enough:
+the member writes it with the route, before any pod is Ready, and withdrawing the old home then would leave
+the TrafficMap nothing to route to (every request refused until the replacement's pods came up; seen in CI
+as 320 requests answered 503 in the one throttle period of the global route that weighted no home).
 """
 
 from __future__ import annotations
@@ -22,6 +28,10 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.ome.placement import PlacementSpec
     from servingops.api_models.ome.placement_status import CandidatePlacement, PlacementSingleMoveStatus
     from servingops.api_models.refs import ObjectRef
+
+
+HANDOVER_READY_PATCH = "placement-move-hands-over-when-ready"
+"""Histories recorded before it handed over on the replacement's URL alone."""
 
 
 class MoveSteps:
@@ -57,7 +67,7 @@ class MoveSteps:
             await self.record.persist(force=True)
         assert plan.single_move is not None
         live = move.probes(status)
-        admitted, urls = set(), {}
+        admitted, urls, pods_ready = set(), {}, set()
         for cluster in live:
             if self.state.applied_generation.get(cluster) != source.generation:
                 await self.members.apply(ref, source, cluster)
@@ -69,6 +79,8 @@ class MoveSteps:
                     row.phase = CandidatePlacementPhase.ADMITTED
                 if seen.url:
                     urls[cluster] = seen.url
+                if seen.components and all(c.ready > 0 for c in seen.components):
+                    pods_ready.add(cluster)
         selected = plan.single_move.selected
         if selected is not None and selected not in live:
             selected = plan.single_move.selected = None  # withdrawn meanwhile: nominate again
@@ -83,6 +95,11 @@ class MoveSteps:
         if selected is not None:
             url = urls.get(selected)
             if url is None:
+                return True
+            if selected not in pods_ready and workflow.patched(HANDOVER_READY_PATCH):
+                self.state.why[selected] = ("admitted as the replacement: takes over once a replica of every "
+                                            "component is Ready")
+                await self.record.persist()
                 return True
             await self._hand_over(ref, winner, selected, url)
             return True
