@@ -204,3 +204,14 @@ async def test_the_placement_history_of_a_ready_handover_needs_its_patch(monkeyp
     history = load(HISTORIES / "PlacementWorkflow" / "placement-single-move-waits-ready.json")
     with pytest.raises((NondeterminismError, AssertionError, RuntimeError)):
         await replay_comparing_activities(history)
+
+
+@pytest.mark.parametrize("patch_id", ["scaler-readiness-poll", "scaler-mirror-writes"])
+async def test_the_keda_verdict_history_needs_its_patches(patch_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`isvc-keda-verdict` holds a service that looked again by itself until KEDA judged its ScaledObject and
+    wrote the verdict at once: without either patch the replay issues other commands than the history's."""
+    real = workflow.patched
+    monkeypatch.setattr(workflow, "patched", lambda asked: False if asked == patch_id else real(asked))
+    history = load(HISTORIES / "InferenceServiceWorkflow" / "isvc-keda-verdict.json")
+    with pytest.raises((NondeterminismError, AssertionError, RuntimeError)):
+        await replay_comparing_activities(history)

@@ -141,7 +141,40 @@ async def isvc_scaling_policy(rec: Recording) -> None:
         await rec.save()
 
 
+async def isvc_keda_verdict(rec: Recording) -> None:
+    """A RawDeployment engine scaled by a KEDA ScaledObject its policy renders, which KEDA has not judged yet:
+    the service looks again by itself (patch scaler-readiness-poll) and writes KEDA's Ready once it comes
+    (patch scaler-mirror-writes), though no event of the service says so; then it rests."""
+    env = rec.env
+    cluster = FakeCluster(env)
+    world = ScalerWorld(cluster)
+    policy_uid = str(uuid.uuid4())
+    keda = {"class": "KEDA", "keda": {"triggers": [{"type": "prometheus", "metadata": {
+        "serverAddress": "http://prometheus:9090", "query": "up", "threshold": "1"}}]}}
+    cluster.set_desired(ENGINE, "a", 1)
+    world.answers[ENGINE] = policy_answer(policy_uid, block=keda, live={})
+    world.digests[ENGINE] = "d1"
+    queue = f"isvc-keda-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=world.activities(), workflow_runner=workflow_runner()):
+        handle = await env.client.start_workflow(
+            "InferenceServiceWorkflow", {"ref": cluster.ref.model_dump(), "settings": {}},
+            id=f"isvc/{NAMESPACE}/{NAME}/{cluster.uid}", task_queue=queue)
+        await rec.root(handle)
+        await until(env, lambda: (cluster.component(ENGINE).get("autoscaler") or {}).get("class") == "KEDA",
+                    what="the KEDA mirror")
+        await env.sleep(5)
+        ready = {"type": "Ready", "status": "True", "reason": "ScaledObjectReady", "message": "ready",
+                 "lastTransitionTime": "2026-12-07T15:00:00Z"}
+        world.answers[ENGINE] = policy_answer(policy_uid, block=keda, live={"conditions": [ready]})
+        await until(env, lambda: (cluster.component(ENGINE)["autoscaler"].get("conditions") or [{}])[0]
+                    .get("status") == "True", what="KEDA's Ready written")
+        await env.sleep(120)
+        await rec.save()
+
+
 SCENARIOS: dict[str, Callable[[Recording], Awaitable[None]]] = {
+    "isvc-keda-verdict": isvc_keda_verdict,
     "isvc-scaling-policy": isvc_scaling_policy,
     "autoscaler-policy-lifecycle": autoscaler_policy_lifecycle,
     "isvc-autoscaler-policy": isvc_autoscaler_policy,
