@@ -210,3 +210,13 @@ def test_the_operator_configmap_carries_the_benchmark_block() -> None:
     config = parse_configmap_data({"benchmark": "image: registry.local/genai-bench:0.0.5\nhubEndpoint: http://hub\n"})
     assert config.benchmark.image == "registry.local/genai-bench:0.0.5"
     assert config.benchmark.hub_endpoint == "http://hub"
+
+
+def test_the_tokenizer_comes_from_the_served_model_s_source() -> None:
+    from servingops.rendering.benchmark_job import tokenizer_from_source
+
+    assert tokenizer_from_source("hf://org/repo@main") == ("org/repo", None, "")
+    assert tokenizer_from_source("https://huggingface.co/devstack/tiny-llama") == ("devstack/tiny-llama", None, "")
+    assert tokenizer_from_source("pvc://models/tiny") == ("/model", "models", "tiny")
+    with pytest.raises(BenchmarkRenderError, match="gives no tokenizer"):
+        tokenizer_from_source("s3://b/x")

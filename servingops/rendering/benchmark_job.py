@@ -157,6 +157,24 @@ def parse_output(uri: str, default_tag: str) -> Output:
                                f"{', '.join(s + '://' for s in WRITERS)})")
 
 
+def tokenizer_from_source(uri: str) -> tuple[str, str | None, str]:
+    """Where genai-bench loads the served model's tokenizer from, given the model's source: a Hub repository
+    id (hf://org/repo[@rev] or https://huggingface.co/org/repo, any Hub host: HF_ENDPOINT says which), or the
+    model's directory on a claim (pvc://claim/path: mounted at MODEL_DIR). (tokenizer, claim, claim path)."""
+    scheme = _scheme(uri)
+    if scheme == "hf":
+        return uri.split("://", 1)[1].split("@", 1)[0].strip("/"), None, ""
+    if scheme == "pvc":
+        claim, sub = _pvc(uri, "model storage")
+        return MODEL_DIR, claim, sub
+    if scheme in ("http", "https"):
+        parts = [p for p in uri.split("://", 1)[1].split("/")[1:] if p]
+        if len(parts) >= 2:
+            return f"{parts[0]}/{parts[1]}", None, ""
+    raise BenchmarkRenderError(f"the served model's source {uri!r} gives no tokenizer here (hf://, a Hub URL or "
+                               "pvc://)")
+
+
 def request_params(params: dict[str, str] | None) -> dict[str, Any]:
     """additionalRequestParams as genai-bench's JSON: a value that reads as a JSON boolean or number becomes
     one; anything else stays a string."""
@@ -365,4 +383,5 @@ def render_job(*, name: str, namespace: str, uid: str, generation: int, spec: Be
 
 __all__ = ["ANNOTATION_RESULTS", "API_KEY_PLACEHOLDER", "ARTIFACT_TYPE", "CREDENTIAL_ENV", "LABEL_GENERATION",
            "LABEL_JOB", "LABEL_UID", "LAYER_MEDIA_TYPE", "BenchmarkRenderError", "RenderedJob", "ResolvedEndpoint",
-           "benchmark_args", "deadline_seconds", "job_name", "parse_output", "render_job", "request_params"]
+           "benchmark_args", "deadline_seconds", "job_name", "parse_output", "render_job", "request_params",
+           "tokenizer_from_source"]

@@ -10,6 +10,7 @@ from kubernetes import client
 
 from servingops.activities.autoscaler_policy import AutoscalerPolicyActivities
 from servingops.activities.basemodels.activities import BaseModelActivities
+from servingops.activities.benchmark.activities import BenchmarkActivities
 from servingops.activities.capacity.accelerator_class import AcceleratorClassActivities
 from servingops.activities.capacity.activities import CapacityActivities
 from servingops.activities.catalog.huggingface_index import CatalogIndexActivities
@@ -44,6 +45,7 @@ from servingops.workers.settings import WorkerSettings
 from servingops.workflows.accelerator_class import AcceleratorClassWorkflow
 from servingops.workflows.autoscaler_policy import AutoscalerPolicyWorkflow
 from servingops.workflows.basemodel import BaseModelWorkflow
+from servingops.workflows.benchmark_job import BenchmarkJobWorkflow
 from servingops.workflows.capacity.report import AcceleratorCapacityWorkflow
 from servingops.workflows.catalog.source_workflow import CatalogSourceWorkflow
 from servingops.workflows.catalog.tick import CatalogRefreshTickWorkflow
@@ -63,7 +65,7 @@ def workflows() -> Sequence[type]:
     return [ModelWorkflow, InferenceServiceWorkflow, RolloutWorkflow, RolloutPolicyWorkflow, ServingRuntimeWorkflow,
             BaseModelWorkflow, InferenceReplicaWorkflow, MigrationWorkflow, WorkloadClusterWorkflow, PlacementWorkflow,
             AcceleratorCapacityWorkflow, CatalogSourceWorkflow, CatalogRefreshTickWorkflow, TrafficMapWorkflow,
-            AcceleratorClassWorkflow, AutoscalerPolicyWorkflow]
+            AcceleratorClassWorkflow, AutoscalerPolicyWorkflow, BenchmarkJobWorkflow]
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:
@@ -104,6 +106,7 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *PlacementActivities(api_client, settings.controller_namespace).all(),
         *CapacityActivities(api_client).all(),
         *AcceleratorClassActivities(api_client).all(),
+        *BenchmarkActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
         *RoutingActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
         *PublisherActivities(api_client).all(),
         *CatalogIndexActivities(api_client, settings.controller_namespace, settings.hf_endpoint,
