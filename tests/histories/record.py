@@ -60,6 +60,7 @@ from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, register_search_
 from tests.histories.accelerator_class_scenarios import SCENARIOS as ACCELERATOR_CLASS_SCENARIOS
 from tests.histories.autoscaler_scenarios import SCENARIOS as AUTOSCALER_SCENARIOS
 from tests.histories.basemodel_fakes import FakeBaseModelWorld
+from tests.histories.benchmark_scenarios import SCENARIOS as BENCHMARK_SCENARIOS
 from tests.histories.capacity_scenarios import SCENARIOS as CAPACITY_SCENARIOS
 from tests.histories.catalog_scenarios import SCENARIOS as CATALOG_SCENARIOS
 from tests.histories.model_fakes import FakeModelWorld
@@ -1114,6 +1115,7 @@ SCENARIOS: dict[str, Scenario] = {
     **PLACEMENT_SCENARIOS,
     **CAPACITY_SCENARIOS,
     **ACCELERATOR_CLASS_SCENARIOS,
+    **BENCHMARK_SCENARIOS,
     **ROUTING_SCENARIOS,
     **CATALOG_SCENARIOS,
 }
