@@ -222,6 +222,8 @@ class BenchmarkActivities:
         job = get_or_none(self._batch.read_namespaced_job, request.job_name, request.namespace)
         if job is None:
             return BenchJobOutput(phase=JobPhase.MISSING, message=f"the Job {request.job_name} is gone")
+        if job.metadata is not None and job.metadata.deletion_timestamp is not None:
+            return BenchJobOutput(phase=JobPhase.MISSING, message=f"the Job {request.job_name} is being deleted")
         pods = call(self._core.list_namespaced_pod, request.namespace,
                     label_selector=f"job-name={request.job_name}").items or []
         return job_phase(job, list(pods))
