@@ -26,6 +26,8 @@ from servingops.activities.benchmark.types import (
     BenchStartInput,
     BenchStartOutput,
     BenchStopOutput,
+    BenchSummarizeInput,
+    BenchSummarizeOutput,
     BenchWriteInput,
     BenchWriteOutput,
     JobPhase,
@@ -35,6 +37,7 @@ from servingops.api_models.ome.benchmark_job import BenchmarkJob, BenchmarkJobSp
 from servingops.api_models.operator_config import BenchmarkDefaults
 from servingops.api_models.refs import ObjectRef
 from servingops.rendering.benchmark_job import BenchmarkRenderError, ResolvedEndpoint, job_name, render_job
+from servingops.rendering.benchmark_results import ResultsError, summarize_archive
 
 
 @dataclass
@@ -76,6 +79,8 @@ class FakeBenchWorld:
     """Every Job created, by name, in order (a second create of one name would show twice)."""
     stopped: list[str] = field(default_factory=list)
     writes: list[dict[str, Any]] = field(default_factory=list)
+    artifacts: dict[str, bytes] = field(default_factory=dict)
+    """OCI reference -> the results layer's bytes (what the Job's push would have left in the registry)."""
     fail_after_create: int = 0
     """The next N creates raise after storing the Job (a worker killed between the create and its answer)."""
 
@@ -184,6 +189,15 @@ class FakeBenchWorld:
             self.stopped.append(request.job_name)
         return BenchStopOutput(deleted=gone is not None)
 
+    def summarize(self, request: BenchSummarizeInput) -> BenchSummarizeOutput:
+        data = self.artifacts.get(request.results)
+        if data is None:
+            return BenchSummarizeOutput(problem=f"no artifact at {request.results}")
+        try:
+            return BenchSummarizeOutput(summary=summarize_archive(data))
+        except ResultsError as exc:
+            return BenchSummarizeOutput(problem=f"{request.results}: {exc}")
+
     def write_status(self, request: BenchWriteInput) -> BenchWriteOutput:
         found = self._live(request.job)
         if found is None:
@@ -193,7 +207,7 @@ class FakeBenchWorld:
         return BenchWriteOutput(present=True)
 
     def activities(self, now: Callable[[], Awaitable[datetime]] | None = None) -> list[Callable[..., Any]]:
-        """The five activities, async; `now`: the clock to stamp with (a time-skipping server's time)."""
+        """The six activities, async; `now`: the clock to stamp with (a time-skipping server's time)."""
 
         async def tick() -> None:
             if now is not None:
@@ -223,7 +237,11 @@ class FakeBenchWorld:
             await tick()
             return self.write_status(request)
 
-        return [observe, start, job_state, stop, write_status]
+        @activity.defn(name="benchmark.summarize")
+        async def summarize(request: BenchSummarizeInput) -> BenchSummarizeOutput:
+            return self.summarize(request)
+
+        return [observe, start, job_state, stop, write_status, summarize]
 
 
 __all__ = ["FakeBenchWorld", "FakeJob", "StoredBench"]

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.testing import ActivityEnvironment
 
 from devstack.identities import Identities
+from devstack.services import OciRegistry
 from servingops.activities.benchmark.activities import BenchmarkActivities
 from servingops.activities.benchmark.types import (
     BenchJobInput,
@@ -30,6 +31,8 @@ from servingops.activities.benchmark.types import (
     BenchStartInput,
     BenchStartOutput,
     BenchStopOutput,
+    BenchSummarizeInput,
+    BenchSummarizeOutput,
     BenchWriteInput,
     BenchWriteOutput,
     JobPhase,
@@ -41,6 +44,8 @@ from testkit.benchmark_fakes import FakeBenchWorld, FakeJob
 from tests.fixtures.kube import api_as
 from tests.support.conformance import FAKE_UNIT_AND_REAL, activity_name, chosen_backend, wire
 
+CONTROLLER_NAMESPACE = "servingops-system"
+"""Where the chart's worker identity reads the operator ConfigMap (its Role)."""
 SPEC: dict[str, Any] = {
     "endpoint": {"endpoint": {"url": "http://10.250.0.9:8000", "apiFormat": "openai", "modelName": "org/tiny"}},
     "task": "text-to-text", "trafficScenarios": ["D(10,10)"], "numConcurrency": [1],
@@ -52,18 +57,26 @@ SPEC: dict[str, Any] = {
 
 class Backend(Protocol):
     namespace: str
+    registry: str
 
     def add(self, name: str, spec: dict[str, Any]) -> ObjectRef: ...
     def edit(self, ref: ObjectRef, spec: dict[str, Any]) -> None: ...
     def add_foreign_job(self, name: str) -> None: ...
     def job_names(self) -> list[str]: ...
+    def push_results(self, repository: str, tag: str, layer: bytes) -> str: ...
     def call(self, fn: Any, request: Any, answer: type) -> Any: ...
 
 
 class Fake:
     def __init__(self) -> None:
         self.namespace = "ns"
+        self.registry = "127.0.0.1:5000"
         self.world = FakeBenchWorld()
+
+    def push_results(self, repository: str, tag: str, layer: bytes) -> str:
+        reference = f"{self.registry}/{repository}:{tag}"
+        self.world.artifacts[reference] = layer
+        return reference
 
     def add(self, name: str, spec: dict[str, Any]) -> ObjectRef:
         return self.world.add(name, copy.deepcopy(spec), self.namespace).ref()
@@ -85,12 +98,40 @@ class Fake:
 
 
 class Real:
-    def __init__(self, admin: client.ApiClient, worker: client.ApiClient) -> None:
+    def __init__(self, admin: client.ApiClient, worker: client.ApiClient, registry: str) -> None:
         self.namespace = f"bench-{uuid.uuid4().hex[:6]}"
+        self.registry = registry
         self.core, self.custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
         self.batch = client.BatchV1Api(admin)
         self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.namespace)))
-        self.activities = BenchmarkActivities(worker, "servingops-system")
+        # An operator ConfigMap of this case's own, in the controller namespace where the worker reads it (the
+        # registry is plain HTTP on loopback).
+        self.config = f"bench-config-{self.namespace}"
+        self.core.create_namespaced_config_map(CONTROLLER_NAMESPACE, client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name=self.config),
+            data={"benchmark": f"insecureRegistries: [{registry!r}]\n"}))
+        self.activities = BenchmarkActivities(worker, CONTROLLER_NAMESPACE, self.config)
+
+    def push_results(self, repository: str, tag: str, layer: bytes) -> str:
+        import hashlib
+        import json
+
+        from servingops.clients.oci.registry_client import ModelRegistry
+        from servingops.rendering.benchmark_job import ARTIFACT_TYPE, LAYER_MEDIA_TYPE
+
+        config = b"{}"
+        with ModelRegistry(self.registry, insecure=True) as reg:
+            layer_digest = "sha256:" + hashlib.sha256(layer).hexdigest()
+            config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
+            reg.put_blob_bytes(repository, layer, layer_digest)
+            reg.put_blob_bytes(repository, config, config_digest)
+            manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                        "artifactType": ARTIFACT_TYPE,
+                        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "digest": config_digest,
+                                   "size": len(config)},
+                        "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": layer_digest, "size": len(layer)}]}
+            reg.put_manifest(repository, tag, json.dumps(manifest).encode())
+        return f"{self.registry}/{repository}:{tag}"
 
     def add(self, name: str, spec: dict[str, Any]) -> ObjectRef:
         body = {"apiVersion": "ome.io/v1beta1", "kind": "BenchmarkJob", "metadata": {"name": name}, "spec": spec}
@@ -117,6 +158,7 @@ class Real:
 
     def close(self) -> None:
         try:
+            self.core.delete_namespaced_config_map(self.config, CONTROLLER_NAMESPACE)
             self.core.delete_namespace(self.namespace, grace_period_seconds=0)
         except ApiException as exc:
             if exc.status != 404:
@@ -124,9 +166,9 @@ class Real:
 
 
 @pytest.fixture
-def real_backend(kube_api: client.ApiClient, chart_identities: Identities) -> Iterator[Real]:
+def real_backend(kube_api: client.ApiClient, chart_identities: Identities, oci_registry: OciRegistry) -> Iterator[Real]:
     with api_as(chart_identities.worker) as worker:
-        real = Real(kube_api, worker)
+        real = Real(kube_api, worker, oci_registry.address)
         try:
             yield real
         finally:
@@ -154,8 +196,9 @@ def state(backend: Backend, name: str) -> BenchJobOutput:
 
 @pytest.mark.unit
 def test_the_names_are_the_wire_contract() -> None:
-    assert [activity_name(f) for f in (A.observe, A.start, A.job_state, A.stop, A.write_status)] == [
-        "benchmark.observe", "benchmark.start", "benchmark.job_state", "benchmark.stop", "benchmark.write_status"]
+    assert [activity_name(f) for f in (A.observe, A.start, A.job_state, A.stop, A.write_status, A.summarize)] == [
+        "benchmark.observe", "benchmark.start", "benchmark.job_state", "benchmark.stop", "benchmark.write_status",
+        "benchmark.summarize"]
 
 
 def test_start_creates_one_job_per_generation_and_again_finds_it(backend: Backend) -> None:
@@ -211,3 +254,26 @@ def test_status_reads_back_and_a_reused_name_is_never_written(backend: Backend) 
     reused = ref.model_copy(update={"uid": str(uuid.uuid4())})
     assert not backend.call(A.write_status, BenchWriteInput(job=reused, status=status), BenchWriteOutput).present
     assert not backend.call(A.observe, BenchObserveInput(job=reused), BenchObserveOutput).present
+
+
+def test_summarize_reads_the_pushed_results_and_says_what_is_missing(backend: Backend) -> None:
+    import io
+    import tarfile
+    from pathlib import Path
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted((Path(__file__).parent / "fixtures" / "genai_bench").glob("*.json")):
+            archive.add(path, arcname=f"run/{path.name}")
+    repository = f"bench-{uuid.uuid4().hex[:6]}/results"
+    reference = backend.push_results(repository, "run-g1", buffer.getvalue())
+    read: BenchSummarizeOutput = backend.call(A.summarize, BenchSummarizeInput(results=reference),
+                                              BenchSummarizeOutput)
+    assert read.problem == "" and read.summary is not None
+    assert [(s.concurrency, s.requests) for s in read.summary][1] == (2, 38)
+    absent = f"{backend.registry}/{repository}:nope"
+    gone: BenchSummarizeOutput = backend.call(A.summarize, BenchSummarizeInput(results=absent), BenchSummarizeOutput)
+    assert gone.summary is None and gone.problem == f"no artifact at {absent}"
+    junk = backend.push_results(repository, "junk", b"not an archive")
+    bad: BenchSummarizeOutput = backend.call(A.summarize, BenchSummarizeInput(results=junk), BenchSummarizeOutput)
+    assert bad.summary is None and "not a tar archive" in bad.problem

@@ -85,7 +85,8 @@ async def test_a_url_endpoint_runs_to_completed_with_its_times(env: WorkflowEnvi
         status = stored.status or {}
         assert status["completionTime"] >= status["startTime"] and "failureMessage" not in status
         assert json.loads(status["details"]) == {"generation": 1, "job": "url-g1", "endpoint": "http://10.250.0.9:8000",
-                                                 "results": "127.0.0.1:5000/bench/results:url-g1"}
+                                                 "results": "127.0.0.1:5000/bench/results:url-g1",
+                                                 "summaryProblem": "no artifact at 127.0.0.1:5000/bench/results:url-g1"}
         # A status change (no new generation) runs nothing.
         await changed(handle, stored)
         await env.sleep(60)
@@ -199,3 +200,27 @@ async def test_a_lost_create_answer_and_a_replaced_worker_leave_one_job(env: Wor
         del world.benches[("ns", "once")]
         await changed(handle, stored, deleting=True)
         await handle.result()
+
+
+async def test_a_completed_run_carries_the_summary_of_its_results(env: WorkflowEnvironment) -> None:
+    import io
+    import tarfile
+    from pathlib import Path
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted((Path(__file__).parent / "fixtures" / "genai_bench").glob("*.json")):
+            archive.add(path, arcname=f"sum-g1/{path.name}")
+    world = FakeBenchWorld(artifacts={"127.0.0.1:5000/bench/results:sum-g1": buffer.getvalue()})
+    stored = world.add("sum", URL_SPEC)
+    queue = f"bj-{uuid.uuid4().hex[:8]}"
+    async with worker(env, world, queue):
+        await start(env, stored, queue)
+        await until(env, lambda: world.created == ["sum-g1"], what="created")
+        world.run("sum-g1")
+        world.succeed("sum-g1")
+        await until(env, lambda: state(stored) == "Completed", step=2, what="Completed")
+        summary = json.loads((stored.status or {})["details"])["summary"]
+        assert [(s["scenario"], s["concurrency"]) for s in summary] == [("D(10,10)", 1), ("D(10,10)", 2)]
+        assert summary[1]["requests"] == 38 and summary[1]["errors"] == 0
+        assert summary[1]["ttftP50Ms"] <= summary[1]["ttftP99Ms"] and summary[1]["outputTokensPerSecond"] > 0

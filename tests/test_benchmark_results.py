@@ -32,3 +32,23 @@ def test_a_file_that_is_not_an_iteration_is_named() -> None:
     assert not is_iteration_file("experiment_metadata.json") and not is_iteration_file("smoke_summary.xlsx")
     with pytest.raises(ResultsError, match=r"experiment_metadata\.json"):
         summarize([("experiment_metadata.json", {"task": "text-to-text"})])
+
+
+def test_an_archive_as_oras_packs_the_folder_is_summarized() -> None:
+    import io
+    import tarfile
+
+    from servingops.rendering.benchmark_results import summarize_archive
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted(HERE.glob("*.json")):
+            archive.add(path, arcname=f"run-g1/{path.name}")
+        extra = b"{}"
+        info = tarfile.TarInfo("run-g1/experiment_metadata.json")
+        info.size = len(extra)
+        archive.addfile(info, io.BytesIO(extra))
+    summary = summarize_archive(buffer.getvalue())
+    assert [(s.concurrency, s.requests) for s in summary] == [(1, summary[0].requests), (2, 38)]
+    with pytest.raises(ResultsError, match="not a tar archive"):
+        summarize_archive(b"plain bytes")

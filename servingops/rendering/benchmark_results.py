@@ -6,13 +6,20 @@ output tokens per second (the server's, over the iteration)."""
 
 from __future__ import annotations
 
+import io
+import json
+import tarfile
 from collections.abc import Iterable
+from pathlib import PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
 
 
 class IterationSummary(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True)
+
     scenario: str
     concurrency: int
     requests: int
@@ -58,4 +65,34 @@ def is_iteration_file(name: str) -> bool:
     return name.endswith(".json") and ("_num_concurrency_" in name or "_batch_size_" in name)
 
 
-__all__ = ["IterationSummary", "ResultsError", "is_iteration_file", "iteration", "summarize"]
+MAX_ITERATION_FILE = 64 * 1024 * 1024
+"""An iteration file larger than this is not read (genai-bench's hold every request's metrics: a few MB)."""
+
+
+def summarize_archive(data: bytes) -> list[IterationSummary]:
+    """The summary of an experiment folder packed as oras packs a directory (tar, gzip'd): its iteration files,
+    wherever they sit in the archive."""
+    try:
+        archive = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
+    except tarfile.TarError as exc:
+        raise ResultsError(f"the results are not a tar archive: {exc}") from None
+    files: list[tuple[str, Any]] = []
+    with archive:
+        for member in archive.getmembers():
+            name = PurePosixPath(member.name).name
+            if not member.isfile() or not is_iteration_file(name) or member.size > MAX_ITERATION_FILE:
+                continue
+            handle = archive.extractfile(member)
+            if handle is None:
+                continue
+            try:
+                files.append((name, json.loads(handle.read())))
+            except ValueError as exc:
+                raise ResultsError(f"{name}: not JSON: {exc}") from None
+    if not files:
+        raise ResultsError("the results hold no genai-bench iteration file")
+    return summarize(files)
+
+
+__all__ = ["IterationSummary", "ResultsError", "is_iteration_file", "iteration", "summarize",
+           "summarize_archive"]

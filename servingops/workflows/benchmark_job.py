@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 from servingops.workflows import options
 from servingops.workflows.entity import EntityWorkflow, ReconcileState
@@ -39,6 +40,8 @@ with workflow.unsafe.imports_passed_through():
         BenchStartInput,
         BenchStartOutput,
         BenchStopOutput,
+        BenchSummarizeInput,
+        BenchSummarizeOutput,
         BenchWriteInput,
         BenchWriteOutput,
         JobPhase,
@@ -47,6 +50,11 @@ with workflow.unsafe.imports_passed_through():
     from servingops.api_models.contract import StartObject, WorkflowType
     from servingops.api_models.ome.benchmark_job import BenchmarkJobStatus
     from servingops.api_models.ome.enums import BenchmarkJobState
+    from servingops.rendering.benchmark_results import IterationSummary
+
+SUMMARY_PATCH = "benchmark-summary"
+"""A Completed oci:// run reads its results' summary before it writes Completed (histories recorded before it
+wrote Completed at once)."""
 
 
 class BenchSettings(BaseModel):
@@ -70,6 +78,8 @@ class BenchRun(BaseModel):
     start_time: datetime | None = None
     completion_time: datetime | None = None
     failure_message: str = ""
+    summary: list[IterationSummary] | None = None
+    summary_problem: str = ""
 
 
 class BenchState(ReconcileState):
@@ -92,6 +102,10 @@ def details(run: BenchRun) -> str:
         body["endpoint"] = run.endpoint
     if run.results:
         body["results"] = run.results
+    if run.summary is not None:
+        body["summary"] = [s.model_dump(mode="json", exclude_none=True) for s in run.summary]
+    if run.summary_problem:
+        body["summaryProblem"] = run.summary_problem
     return json.dumps(body, sort_keys=True)
 
 
@@ -198,6 +212,8 @@ class BenchmarkJobWorkflow(EntityWorkflow[BenchState]):
                 BenchmarkActivities.job_state, BenchJobInput(namespace=run.namespace, job_name=run.job_name),
                 **options.KUBE)
             if seen.phase == JobPhase.SUCCEEDED:
+                if workflow.patched(SUMMARY_PATCH):
+                    await self._summarize(run)
                 return await self._end(run, BenchmarkJobState.COMPLETED, seen, "")
             if seen.phase in (JobPhase.FAILED, JobPhase.MISSING):
                 return await self._end(run, BenchmarkJobState.FAILED, seen, seen.message)
@@ -224,6 +240,20 @@ class BenchmarkJobWorkflow(EntityWorkflow[BenchState]):
         run.failure_message = message
         self._publish(state.value)
         return await self._write(run) if write else True
+
+    async def _summarize(self, run: BenchRun) -> None:
+        """The results' summary into details: read from the registry for oci://; a claim is not readable from the
+        worker, said so."""
+        if not run.results or run.results.startswith("pvc://"):
+            run.summary_problem = "a pvc:// result is not read by the controller: see the claim"
+            return
+        try:
+            read: BenchSummarizeOutput = await workflow.execute_activity_method(
+                BenchmarkActivities.summarize, BenchSummarizeInput(results=run.results), **options.CLEANUP)
+        except ActivityError as exc:
+            run.summary_problem = f"the summary could not be read: {exc.cause or exc}"
+            return
+        run.summary, run.summary_problem = read.summary, read.problem
 
     async def _stop(self, run: BenchRun) -> None:
         stopped: BenchStopOutput = await workflow.execute_activity_method(

@@ -29,6 +29,8 @@ from servingops.activities.benchmark.types import (
     BenchStartInput,
     BenchStartOutput,
     BenchStopOutput,
+    BenchSummarizeInput,
+    BenchSummarizeOutput,
     BenchWriteInput,
     BenchWriteOutput,
     JobPhase,
@@ -43,15 +45,20 @@ from servingops.api_models.operator_config import (
 )
 from servingops.clients.kube.calls import MERGE_PATCH, call, create_unless_exists, delete_if_present, get_or_none
 from servingops.clients.kube.custom_objects import CustomObjects, update_optimistically
+from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
 from servingops.rendering.benchmark_job import (
+    LAYER_MEDIA_TYPE,
     BenchmarkRenderError,
     ResolvedEndpoint,
     job_name,
     render_job,
     tokenizer_from_source,
 )
+from servingops.rendering.benchmark_results import ResultsError, summarize_archive
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "benchmarkjobs"
+MAX_RESULTS = 256 * 1024 * 1024
+"""The largest results layer summarize reads (genai-bench's folder with its plots: a few MB per iteration)."""
 STATUS_FIELDS = ("state", "startTime", "completionTime", "lastReconcileTime", "failureMessage", "details")
 
 
@@ -235,6 +242,36 @@ class BenchmarkActivities:
                                     body=client.V1DeleteOptions(propagation_policy="Foreground"))
         return BenchStopOutput(deleted=deleted)
 
+    @activity.defn(name="benchmark.summarize")
+    def summarize(self, request: BenchSummarizeInput) -> BenchSummarizeOutput:
+        """The summary of an oci:// run's results, read from its artifact's layer (at most MAX_RESULTS bytes).
+        The registry is read anonymously (a registry that needs credentials answers a problem, said in details)."""
+        registry, _, rest = request.results.partition("/")
+        repository, _, tag = rest.rpartition(":")
+        if not registry or not repository or not tag:
+            return BenchSummarizeOutput(problem=f"{request.results!r} is not an OCI reference")
+        insecure = registry in self._defaults().insecure_registries
+        try:
+            with ModelRegistry(registry, insecure=insecure) as reg:
+                manifest = reg.fetch_manifest(repository, tag)
+                if manifest is None:
+                    return BenchSummarizeOutput(problem=f"no artifact at {request.results}")
+                layers = [layer for layer in manifest.json.get("layers") or []
+                          if layer.get("mediaType") == LAYER_MEDIA_TYPE]
+                if not layers:
+                    return BenchSummarizeOutput(problem=f"{request.results} has no {LAYER_MEDIA_TYPE} layer")
+                data = reg.read_blob_bytes(repository, str(layers[0]["digest"]), max_bytes=MAX_RESULTS)
+        except RegistryError as exc:
+            if exc.retryable:
+                raise
+            return BenchSummarizeOutput(problem=f"{request.results}: {exc}")
+        if data is None:
+            return BenchSummarizeOutput(problem=f"{request.results}: its layer is missing")
+        try:
+            return BenchSummarizeOutput(summary=summarize_archive(data))
+        except ResultsError as exc:
+            return BenchSummarizeOutput(problem=f"{request.results}: {exc}")
+
     @activity.defn(name="benchmark.write_status")
     def write_status(self, request: BenchWriteInput) -> BenchWriteOutput:
         ref = request.job
@@ -250,7 +287,7 @@ class BenchmarkActivities:
         return BenchWriteOutput(present=written is not None)
 
     def all(self) -> list[object]:
-        return [self.observe, self.start, self.job_state, self.stop, self.write_status]
+        return [self.observe, self.start, self.job_state, self.stop, self.write_status, self.summarize]
 
 
 __all__ = ["BenchmarkActivities", "job_phase"]

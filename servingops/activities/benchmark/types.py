@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from servingops.api_models.ome.benchmark_job import BenchmarkJobStatus
 from servingops.api_models.refs import ObjectRef
+from servingops.rendering.benchmark_results import IterationSummary
 
 
 class BenchObserveInput(BaseModel):
@@ -89,6 +90,29 @@ class BenchWriteOutput(BaseModel):
     present: bool
 
 
-__all__ = ["BenchJobInput", "BenchJobOutput", "BenchObserveInput", "BenchObserveOutput", "BenchStartInput",
-           "BenchStartOutput", "BenchStopOutput", "BenchWriteInput", "BenchWriteOutput", "JobPhase",
-           "StartOutcome"]
+class BenchSummarizeInput(BaseModel):
+    results: str
+    """Where the run's results went: an OCI reference (<registry>/<repository>:<tag>)."""
+
+
+class BenchSummarizeOutput(BaseModel):
+    summary: list[IterationSummary] | None = None
+    problem: str = ""
+    """Why there is no summary (no artifact, not genai-bench's output, a registry refusing)."""
+
+
+__all__ = [
+    "BenchJobInput",
+    "BenchJobOutput",
+    "BenchObserveInput",
+    "BenchObserveOutput",
+    "BenchStartInput",
+    "BenchStartOutput",
+    "BenchStopOutput",
+    "BenchSummarizeInput",
+    "BenchSummarizeOutput",
+    "BenchWriteInput",
+    "BenchWriteOutput",
+    "JobPhase",
+    "StartOutcome",
+]
