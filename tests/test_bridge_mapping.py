@@ -471,7 +471,7 @@ def test_the_bridge_follows_by_default_exactly_what_the_worker_serves() -> None:
                                   "AutoscalerPolicy", "ServingRuntime",
                                   "ClusterServingRuntime", "BaseModel", "ClusterBaseModel", "FineTunedWeight",
                                   "WorkloadCluster", "AcceleratorQuota", "AcceleratorClass", "ModelCatalogSource",
-                                  "TrafficMap"}
+                                  "TrafficMap", "BenchmarkJob"}
     assert all(ROUTES[kind].workflow_type.value in registered for kind in DEFAULT_KINDS)
 
 
@@ -482,3 +482,14 @@ def test_a_catalog_source_goes_to_its_own_workflow_and_is_served() -> None:
     assert dispatch.signal == Signal.OBJECT_CHANGED and WorkflowType.CATALOG in IMPLEMENTED_WORKFLOWS
     [gone] = plan(route, obj(name="hub", namespace=None, deleting=True), None).dispatches
     assert gone.signal == Signal.DELETE
+
+
+def test_a_benchmark_job_starts_its_workflow_and_a_status_write_sends_nothing() -> None:
+    route = ROUTES["BenchmarkJob"]
+    first = plan(route, obj(name="bench"), None)
+    [dispatch] = first.dispatches
+    assert (dispatch.workflow_type, dispatch.workflow_id, dispatch.signal) == (
+        WorkflowType.BENCHMARK_JOB, "benchmarkjob/ns/bench/u1", Signal.OBJECT_CHANGED)
+    assert plan(route, obj(name="bench", rv="11"), first.fingerprint).dispatches == []
+    [edited] = plan(route, obj(name="bench", generation=2, rv="12"), first.fingerprint).dispatches
+    assert edited.signal_arg == ObjectEvent(uid="u1", generation=2, resource_version="12")

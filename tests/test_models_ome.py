@@ -200,7 +200,8 @@ def test_kinds_scopes_and_subresources() -> None:
                       "InferenceReplica": "Namespaced", "WorkloadCluster": "Cluster",
                       "BaseModel": "Namespaced", "ClusterBaseModel": "Cluster", "FineTunedWeight": "Cluster",
                       "ServingRuntime": "Namespaced", "ClusterServingRuntime": "Cluster",
-                      "AcceleratorQuota": "Cluster", "AcceleratorClass": "Cluster", "TrafficMap": "Namespaced"}
+                      "AcceleratorQuota": "Cluster", "AcceleratorClass": "Cluster", "TrafficMap": "Namespaced",
+                      "BenchmarkJob": "Namespaced"}
     scale = InferenceReplica.crd.scale
     assert scale is not None and scale.spec_replicas_path == ".spec.replicas"
     assert scale.label_selector_path == ".status.labelSelector"

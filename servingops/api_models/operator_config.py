@@ -82,7 +82,7 @@ DEFAULT_CONFIGMAP = "servingops-config"
 DEFAULT_CONTROLLER_NAMESPACE = "servingops-system"
 """Where the controller's own objects live (the operator ConfigMap, Secrets, upload sessions) unless told."""
 BLOCKS = ("rollout", "canaryAnalysis", "metricProviders", "lifecycle", "workloadClusters", "placement", "ingress",
-          "routing", "endpoint")
+          "routing", "endpoint", "benchmark")
 
 
 class PrometheusSource(BaseModel):
@@ -439,6 +439,24 @@ class EndpointConfig(_Block):
                        for text, variable in template_parts(self.global_host_template, _HOST_VARIABLES))
 
 
+class BenchmarkDefaults(_Block):
+    """The BenchmarkJob pod's defaults (upstream OME's benchmarkjob ConfigMap entry): the genai-bench image,
+    the image that pushes oci:// results, the container's resources, and where tokenizers are downloaded."""
+
+    image: str = "ghcr.io/moirai-internal/genai-bench:0.0.5"
+    """The image whose `genai-bench` runs the benchmark (spec.podOverride.image replaces it)."""
+    uploader_image: str = "ghcr.io/oras-project/oras:v1.3.0"
+    """The image whose `oras` pushes the results of an oci:// outputLocation."""
+    cpu_request: str = "2"
+    memory_request: str = "4Gi"
+    cpu_limit: str = "4"
+    memory_limit: str = "8Gi"
+    hub_endpoint: str = ""
+    """HF_ENDPOINT of the pod (a Hub mirror the tokenizers come from); "": huggingface.co."""
+    insecure_registries: list[str] = []
+    """Registries (host:port) the uploader pushes to over plain HTTP."""
+
+
 class OperatorConfig(_Block):
     rollout: RolloutDefaults = RolloutDefaults()
     canary_analysis: CanaryAnalysisDefaults = CanaryAnalysisDefaults()
@@ -449,6 +467,7 @@ class OperatorConfig(_Block):
     ingress: IngressConfig = IngressConfig()
     routing: RoutingDefaults = RoutingDefaults()
     endpoint: EndpointConfig = EndpointConfig()
+    benchmark: BenchmarkDefaults = BenchmarkDefaults()
 
 
 class OperatorConfigError(ValueError):

@@ -142,6 +142,8 @@ ROUTES: dict[str, Route] = {
                                   lambda _ns_, name, uid: contract.capacity_workflow_id(name, uid), _quota_root)),
         Route("AcceleratorClass", "ome.io", "v1beta1", "acceleratorclasses", False, WorkflowType.ACCELERATOR_CLASS,
               lambda _ns_, name, uid: contract.accelerator_class_workflow_id(name, uid)),
+        Route("BenchmarkJob", "ome.io", "v1beta1", "benchmarkjobs", True, WorkflowType.BENCHMARK_JOB,
+              lambda ns, name, uid: contract.benchmark_job_workflow_id(_ns(ns), name, uid)),
     )
 }
 

@@ -10,6 +10,7 @@ from kubernetes import client
 
 from servingops.activities.autoscaler_policy import AutoscalerPolicyActivities
 from servingops.activities.basemodels.activities import BaseModelActivities
+from servingops.activities.benchmark.activities import BenchmarkActivities
 from servingops.activities.capacity.accelerator_class import AcceleratorClassActivities
 from servingops.activities.capacity.accelerator_quota import AcceleratorQuotaActivities
 from servingops.activities.capacity.activities import CapacityActivities
@@ -46,6 +47,7 @@ from servingops.workflows.accelerator_class import AcceleratorClassWorkflow
 from servingops.workflows.accelerator_quota import AcceleratorQuotaWorkflow
 from servingops.workflows.autoscaler_policy import AutoscalerPolicyWorkflow
 from servingops.workflows.basemodel import BaseModelWorkflow
+from servingops.workflows.benchmark_job import BenchmarkJobWorkflow
 from servingops.workflows.capacity.report import AcceleratorCapacityWorkflow
 from servingops.workflows.catalog.source_workflow import CatalogSourceWorkflow
 from servingops.workflows.catalog.tick import CatalogRefreshTickWorkflow
@@ -65,7 +67,8 @@ def workflows() -> Sequence[type]:
     return [ModelWorkflow, InferenceServiceWorkflow, RolloutWorkflow, RolloutPolicyWorkflow, ServingRuntimeWorkflow,
             BaseModelWorkflow, InferenceReplicaWorkflow, MigrationWorkflow, WorkloadClusterWorkflow, PlacementWorkflow,
             AcceleratorCapacityWorkflow, CatalogSourceWorkflow, CatalogRefreshTickWorkflow, TrafficMapWorkflow,
-            AcceleratorClassWorkflow, AutoscalerPolicyWorkflow, AcceleratorQuotaWorkflow]
+            AcceleratorClassWorkflow, AutoscalerPolicyWorkflow, AcceleratorQuotaWorkflow,
+            BenchmarkJobWorkflow]
 
 
 def registry_target(settings: WorkerSettings) -> RegistryTarget:
@@ -107,6 +110,7 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *CapacityActivities(api_client).all(),
         *AcceleratorClassActivities(api_client).all(),
         *AcceleratorQuotaActivities(api_client).all(),
+        *BenchmarkActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
         *RoutingActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
         *PublisherActivities(api_client).all(),
         *CatalogIndexActivities(api_client, settings.controller_namespace, settings.hf_endpoint,

@@ -61,6 +61,7 @@ from tests.histories.accelerator_class_scenarios import SCENARIOS as ACCELERATOR
 from tests.histories.accelerator_quota_scenarios import SCENARIOS as ACCELERATOR_QUOTA_SCENARIOS
 from tests.histories.autoscaler_scenarios import SCENARIOS as AUTOSCALER_SCENARIOS
 from tests.histories.basemodel_fakes import FakeBaseModelWorld
+from tests.histories.benchmark_scenarios import SCENARIOS as BENCHMARK_SCENARIOS
 from tests.histories.capacity_scenarios import SCENARIOS as CAPACITY_SCENARIOS
 from tests.histories.catalog_scenarios import SCENARIOS as CATALOG_SCENARIOS
 from tests.histories.model_fakes import FakeModelWorld
@@ -1116,6 +1117,7 @@ SCENARIOS: dict[str, Scenario] = {
     **CAPACITY_SCENARIOS,
     **ACCELERATOR_CLASS_SCENARIOS,
     **ACCELERATOR_QUOTA_SCENARIOS,
+    **BENCHMARK_SCENARIOS,
     **ROUTING_SCENARIOS,
     **CATALOG_SCENARIOS,
 }

@@ -46,6 +46,8 @@ class WorkflowType(StrEnum):
     """One AcceleratorQuota node materialized into Kueue, and its status."""
     TRAFFIC_MAP = "TrafficMapWorkflow"
     """The routing controller and publisher of one routed InferenceService's TrafficMap."""
+    BENCHMARK_JOB = "BenchmarkJobWorkflow"
+    """One BenchmarkJob: a genai-bench Job per generation, its status."""
     CATALOG_REFRESH_TICK = "CatalogRefreshTickWorkflow"
     """Started by a catalog source's Temporal Schedule: signals refresh-now to the source's workflow."""
 
@@ -58,7 +60,7 @@ IMPLEMENTED_WORKFLOWS = frozenset({WorkflowType.MODEL, WorkflowType.INFERENCE_SE
                                    WorkflowType.CATALOG, WorkflowType.CATALOG_REFRESH_TICK,
                                    WorkflowType.TRAFFIC_MAP, WorkflowType.ACCELERATOR_CLASS,
                                    WorkflowType.ACCELERATOR_QUOTA,
-                                   WorkflowType.AUTOSCALER_POLICY})
+                                   WorkflowType.AUTOSCALER_POLICY, WorkflowType.BENCHMARK_JOB})
 """The workflow types this release's worker registers (a test holds the worker to it). The bridge
 checks every dispatch against it: an event whose workflow type is not here (a migration request,
 for a worker built without MigrationWorkflow) starts nothing, since nothing would ever run it, and
@@ -276,6 +278,10 @@ def catalog_workflow_id(name: str, uid: str) -> str:
 def catalog_schedule_id(name: str, uid: str) -> str:
     """The Temporal Schedule that drives the refreshes of ModelCatalogSource `name` (uid: the source's)."""
     return f"catalog/{name}/{uid}/refresh"
+
+
+def benchmark_job_workflow_id(namespace: str, name: str, uid: str) -> str:
+    return f"benchmarkjob/{namespace}/{name}/{uid}"
 
 
 def inference_service_workflow_id(namespace: str, name: str, uid: str) -> str:

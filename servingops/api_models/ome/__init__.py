@@ -1,7 +1,8 @@
 """Pydantic models of the ome.io/v1beta1 kinds this project serves, the single source of their CRDs.
 
 Root kinds: InferenceService, RolloutPolicy, AutoscalerPolicy, InferenceReplica, TrafficMap, BaseModel,
-ServingRuntime (namespaced) and WorkloadCluster, AcceleratorQuota, AcceleratorClass, ClusterBaseModel, FineTunedWeight,
+ServingRuntime, BenchmarkJob (namespaced)
+and WorkloadCluster, AcceleratorQuota, AcceleratorClass, ClusterBaseModel, FineTunedWeight,
 ClusterServingRuntime (cluster-scoped). Every OME type they reference is modelled field by field; core Kubernetes
 types (Container, Volume, Affinity, ...) are embedded opaquely.
 """
@@ -10,6 +11,7 @@ from servingops.api_models.base import KubeResource
 from servingops.api_models.ome.accelerator_class import AcceleratorClass, AcceleratorClassSpec, AcceleratorClassStatus
 from servingops.api_models.ome.accelerator_quota import AcceleratorQuota, AcceleratorQuotaSpec, AcceleratorQuotaStatus
 from servingops.api_models.ome.autoscaler_policy import AutoscalerPolicy, AutoscalerPolicySpec, AutoscalerPolicyStatus
+from servingops.api_models.ome.benchmark_job import BenchmarkJob, BenchmarkJobSpec, BenchmarkJobStatus
 from servingops.api_models.ome.constants import API_VERSION, GROUP, VERSION
 from servingops.api_models.ome.inference_service import InferenceService, InferenceServiceSpec, InferenceServiceStatus
 from servingops.api_models.ome.models import (
@@ -45,6 +47,7 @@ OME_KINDS: list[type[KubeResource]] = [
     FineTunedWeight,
     ServingRuntime,
     ClusterServingRuntime,
+    BenchmarkJob,
 ]
 
 __all__ = [
@@ -63,6 +66,9 @@ __all__ = [
     "AutoscalerPolicyStatus",
     "BaseModel",
     "BaseModelSpec",
+    "BenchmarkJob",
+    "BenchmarkJobSpec",
+    "BenchmarkJobStatus",
     "ClusterBaseModel",
     "ClusterServingRuntime",
     "FineTunedWeight",

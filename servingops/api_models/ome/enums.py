@@ -63,6 +63,49 @@ class PolicyEnforcement(StrEnum):
     REQUIRED = "Required"
 
 
+class BenchmarkApiFormat(StrEnum):
+    """The API a BenchmarkJob's direct endpoint speaks (Endpoint.apiFormat)."""
+
+    OPENAI = "openai"
+    OCI_COHERE = "oci-cohere"
+    COHERE = "cohere"
+
+
+class BenchmarkGpuType(StrEnum):
+    """The GPU of the model server a BenchmarkJob measures (ServiceMetadata.gpuType)."""
+
+    H100 = "H100"
+    A100 = "A100"
+    MI300 = "MI300"
+    A10 = "A10"
+
+
+class BenchmarkJobState(StrEnum):
+    """The state of a BenchmarkJob (BenchmarkJobStatus.state)."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+class BenchmarkServerEngine(StrEnum):
+    """The engine of the model server a BenchmarkJob measures (ServiceMetadata.engine)."""
+
+    VLLM = "vLLM"
+    SGLANG = "SGLang"
+    TGI = "TGI"
+
+
+class BenchmarkTask(StrEnum):
+    """What a BenchmarkJob measures, <input-modality>-to-<output-modality> (BenchmarkJobSpec.task)."""
+
+    TEXT_TO_TEXT = "text-to-text"
+    IMAGE_TO_TEXT = "image-to-text"
+    TEXT_TO_EMBEDDINGS = "text-to-embeddings"
+    IMAGE_TO_EMBEDDINGS = "image-to-embeddings"
+
+
 class CanaryFailureReason(StrEnum):
     """CanaryFailureReason enumerates why a canary parked Failed."""
 
