@@ -32,7 +32,7 @@ decides from a snapshot of the whole tree (`QuotaNode` per node) and of the Kueu
   admitted and borrowed; flavorsReservation: reserved), rolled up over a grouping's leaves.
 - `split`: a leaf's fleet nominal into per-cluster shares (Explicit: perCluster verbatim, which must sum
   to nominal; Proportional: by each cluster's capacity, largest remainders). Used by the projection to
-  WorkloadClusters, which is a later step.
+  WorkloadClusters (rendering/quota_projection.py).
 
 Seed 004 says OME references ResourceFlavors and WorkloadPriorityClasses and creates neither: a budget's
 flavor that does not exist is FlavorMissing (Kueue keeps the ClusterQueue inactive), a priorityTier whose
@@ -617,7 +617,7 @@ def budget_status(node: QuotaNode, tree: list[QuotaNode], queues: Mapping[str, C
     return out
 
 
-# -- the per-cluster split (the projection's rule; a later step wires it) ---------------------------
+# -- the per-cluster split (the projection's rule: rendering/quota_projection.py) ---------------------------
 
 
 def split(budget: AcceleratorBudget, policy: AcceleratorQuotaDistributionPolicy,
