@@ -206,3 +206,10 @@ def test_a_grouping_per_cluster_nominal_is_what_its_copy_reports() -> None:
     assert got[0].to_api()["perCluster"] == [
         {"cluster": "east", "nominal": "1", "admitted": "1", "reserved": "1", "borrowed": "0"}]
     assert with_per_cluster(local, {}, {}) == local
+
+
+def test_an_unreadable_copy_status_reads_as_none() -> None:
+    obj = projected_copy(leaf(budget(4)), {KEY: "1"})
+    obj["status"] = {"sourceGeneration": "not a number"}
+    view = CopyView.from_object(obj)
+    assert view.projected and view.status is None

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from servingops.api_models.ome.accelerator_quota import (
     AcceleratorBudgetStatus,
@@ -170,12 +170,16 @@ class CopyView(BaseModel):
     def from_object(cls, obj: Mapping[str, Any]) -> CopyView:
         meta = obj.get("metadata") or {}
         raw_status = obj.get("status")
+        try:
+            status = AcceleratorQuotaStatus.model_validate(raw_status) if raw_status else None
+        except ValidationError:
+            status = None  # a status this version cannot read reads as none (the copy is not blocked on it)
         return cls(name=str(meta.get("name", "")),
                    projected=(meta.get("labels") or {}).get(PROJECTED_LABEL) == MANAGED_BY,
                    uid=str(meta.get("uid", "")),
                    origin=str((meta.get("annotations") or {}).get(ORIGIN_ANNOTATION, "")),
                    applied_generation=projected_generation(meta), spec=dict(obj.get("spec") or {}),
-                   status=AcceleratorQuotaStatus.model_validate(raw_status) if raw_status else None)
+                   status=status)
 
 
 def copy_conflict(cluster: str, existing: CopyView | None) -> str:
