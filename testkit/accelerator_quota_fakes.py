@@ -30,7 +30,12 @@ from servingops.activities.capacity.quota_types import (
     QuotaWriteInput,
     QuotaWriteOutput,
 )
-from servingops.api_models.ome.accelerator_quota import AcceleratorQuota, AcceleratorQuotaStatus
+from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaUnprojectInput
+from servingops.api_models.ome.accelerator_quota import (
+    AcceleratorCapacityStatus,
+    AcceleratorQuota,
+    AcceleratorQuotaStatus,
+)
 from servingops.api_models.refs import ObjectRef
 from servingops.rendering.accelerator_quota import (
     NODE_LABEL,
@@ -40,7 +45,9 @@ from servingops.rendering.accelerator_quota import (
     Plane,
     QuotaNode,
     owned,
+    root_of,
 )
+from servingops.rendering.quota_projection import ClusterOutcome, CopyView, copy_conflict, copy_in_sync
 
 
 @dataclass
@@ -53,6 +60,8 @@ class StoredQuota:
     status: dict[str, Any] = field(default_factory=dict)
     finalizers: list[str] = field(default_factory=list)
     deleting: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
 
     def ref(self) -> ObjectRef:
         return ObjectRef.of(AcceleratorQuota, self.name, uid=self.uid)
@@ -62,6 +71,10 @@ class StoredQuota:
                                 "creationTimestamp": self.created, "finalizers": list(self.finalizers)}
         if self.deleting:
             meta["deletionTimestamp"] = "2026-12-07T00:00:00Z"
+        if self.labels:
+            meta["labels"] = dict(self.labels)
+        if self.annotations:
+            meta["annotations"] = dict(self.annotations)
         return {"metadata": meta, "spec": self.spec, "status": self.status}
 
 
@@ -80,6 +93,8 @@ class FakeQuotaWorld:
     writes: list[tuple[datetime, dict[str, Any]]] = field(default_factory=list)
     applies: list[QuotaApplyInput] = field(default_factory=list)
     observes: int = 0
+    workload_clusters: list[str] = field(default_factory=list)
+    """The WorkloadClusters registered on this plane (observe reports them to a node that is no copy)."""
 
     # -- the world, as a test sets it ---------------------------------------------------------------
 
@@ -135,8 +150,12 @@ class FakeQuotaWorld:
         node = QuotaNode.from_object(found.object())
         tree = [QuotaNode.from_object(q.object()) for q in self.quotas.values()]
         status = AcceleratorQuotaStatus.model_validate(found.status) if found.status else None
+        root = self.quotas.get(root_of(tree) or "")
+        capacity = (root.status.get("capacity") or []) if root is not None else []
         return QuotaObserveOutput(present=True, deleting=found.deleting, node=node, tree=tree, plane=self._plane(node),
-                                  status=status)
+                                  status=status, clusters=sorted(self.workload_clusters) if node.projected is None
+                                  else [], root_capacity=[AcceleratorCapacityStatus.model_validate(c)
+                                                          for c in capacity])
 
     def _plane(self, node: QuotaNode) -> Plane:
         if not self.kueue_served:
@@ -261,4 +280,66 @@ class FakeQuotaWorld:
         return [observe, apply, write_status, reap]
 
 
-__all__ = ["FakeQuotaWorld", "StoredQuota"]
+@dataclass
+class FakeQuotaFleet:
+    """Member clusters for the projection: each a FakeQuotaWorld of its own (a test runs that member's
+    AcceleratorQuotaWorkflow against it, or sets a copy's status itself), serving `placement.project_quota` and
+    `placement.unproject_quota`. A member in `unreachable` answers with the message given there."""
+
+    members: dict[str, FakeQuotaWorld] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)
+    writes: list[tuple[str, str]] = field(default_factory=list)
+    """(cluster, name) of every copy written."""
+
+    def member(self, cluster: str) -> FakeQuotaWorld:
+        return self.members.setdefault(cluster, FakeQuotaWorld())
+
+    def project(self, request: QuotaProjectInput) -> ClusterOutcome:
+        out = ClusterOutcome(cluster=request.cluster, unresolved=request.unresolved)
+        if request.cluster in self.unreachable or request.cluster not in self.members:
+            out.error = self.unreachable.get(request.cluster, f"WorkloadCluster {request.cluster} does not exist")
+            return out
+        world = self.members[request.cluster]
+        found = world.quotas.get(request.name)
+        existing = CopyView.from_object(found.object()) if found is not None else None
+        out.conflict = copy_conflict(request.cluster, existing)
+        if not out.conflict and request.body is not None and not copy_in_sync(request.body, existing):
+            meta, spec = request.body["metadata"], dict(request.body["spec"])
+            if found is None:
+                found = world.add_quota(request.name, spec)
+            elif found.spec != spec:
+                world.edit(request.name, spec)
+            found.labels, found.annotations = dict(meta.get("labels") or {}), dict(meta.get("annotations") or {})
+            out.wrote = True
+            self.writes.append((request.cluster, request.name))
+            existing = CopyView.from_object(found.object())
+        out.copy_ = existing
+        return out
+
+    def unproject(self, request: QuotaUnprojectInput) -> ClusterOutcome:
+        out = ClusterOutcome(cluster=request.cluster)
+        if request.cluster in self.unreachable or request.cluster not in self.members:
+            out.error = self.unreachable.get(request.cluster, f"WorkloadCluster {request.cluster} does not exist")
+            return out
+        world = self.members[request.cluster]
+        found = world.quotas.get(request.name)
+        if found is not None:
+            view = CopyView.from_object(found.object())
+            if view.projected and view.origin == request.origin:
+                world.delete_quota(request.name)
+                out.wrote = True
+        return out
+
+    def activities(self) -> list[Callable[..., Any]]:
+        @activity.defn(name="placement.project_quota")
+        async def project_quota(request: QuotaProjectInput) -> ClusterOutcome:
+            return self.project(request)
+
+        @activity.defn(name="placement.unproject_quota")
+        async def unproject_quota(request: QuotaUnprojectInput) -> ClusterOutcome:
+            return self.unproject(request)
+
+        return [project_quota, unproject_quota]
+
+
+__all__ = ["FakeQuotaFleet", "FakeQuotaWorld", "StoredQuota"]

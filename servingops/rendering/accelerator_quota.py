@@ -32,7 +32,7 @@ decides from a snapshot of the whole tree (`QuotaNode` per node) and of the Kueu
   admitted and borrowed; flavorsReservation: reserved), rolled up over a grouping's leaves.
 - `split`: a leaf's fleet nominal into per-cluster shares (Explicit: perCluster verbatim, which must sum
   to nominal; Proportional: by each cluster's capacity, largest remainders). Used by the projection to
-  WorkloadClusters, which is a later step.
+  WorkloadClusters (rendering/quota_projection.py).
 
 Seed 004 says OME references ResourceFlavors and WorkloadPriorityClasses and creates neither: a budget's
 flavor that does not exist is FlavorMissing (Kueue keeps the ClusterQueue inactive), a priorityTier whose
@@ -68,6 +68,24 @@ UNBOUNDED_CPU = "100k"
 UNBOUNDED_MEMORY = "1Pi"
 """cpu and memory are covered on every ClusterQueue so Kueue admission never blocks on them."""
 DEFAULT_MAX_DEPTH = 8
+PROJECTED_LABEL = "ome.io/quota-projected"
+"""On every AcceleratorQuota projected into a member (value MANAGED_BY): rendering/quota_projection.py."""
+ORIGIN_ANNOTATION = "ome.io/quota-origin"
+"""On a projected copy: the source node's uid."""
+SOURCE_GENERATION_ANNOTATION = "ome.io/quota-source-generation"
+"""On a projected copy: the source generation it was built from (status.sourceGeneration echoes it once the
+member's controller has materialized it)."""
+
+
+def projected_generation(meta: Mapping[str, Any]) -> int | None:
+    """The source generation a projected copy carries; None for a node that is no projection."""
+    if (meta.get("labels") or {}).get(PROJECTED_LABEL) != MANAGED_BY:
+        return None
+    raw = (meta.get("annotations") or {}).get(SOURCE_GENERATION_ANNOTATION)
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
 
 
 class Reason:
@@ -113,6 +131,9 @@ class QuotaNode(BaseModel):
     distribution: AcceleratorQuotaDistributionPolicy | None = None
     budgets: list[AcceleratorBudget] = []
     deleting: bool = False
+    projected: int | None = None
+    """A copy projected into this member from a management plane: the source generation it carries (its
+    budgets are already resolved shares: no split is checked). None for a node authored here."""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> QuotaNode:
@@ -125,7 +146,7 @@ class QuotaNode(BaseModel):
                    priority_tier=spec.get("priorityTier") or None,
                    distribution=(spec.get("distribution") or {}).get("policy") or None,
                    budgets=[AcceleratorBudget.model_validate(b) for b in spec.get("budgets") or []],
-                   deleting=bool(meta.get("deletionTimestamp")))
+                   deleting=bool(meta.get("deletionTimestamp")), projected=projected_generation(meta))
 
 
 Pair = tuple[str, str]
@@ -204,7 +225,7 @@ def effective_policy(node: QuotaNode, budget: AcceleratorBudget,
 
 
 def share_problems(node: QuotaNode, default: AcceleratorQuotaDistributionPolicy | None) -> list[Problem]:
-    if node.role != AcceleratorQuotaRole.CLUSTER_QUEUE:
+    if node.role != AcceleratorQuotaRole.CLUSTER_QUEUE or node.projected is not None:
         return []
     out = []
     for budget in node.budgets:
@@ -596,7 +617,7 @@ def budget_status(node: QuotaNode, tree: list[QuotaNode], queues: Mapping[str, C
     return out
 
 
-# -- the per-cluster split (the projection's rule; a later step wires it) ---------------------------
+# -- the per-cluster split (the projection's rule: rendering/quota_projection.py) ---------------------------
 
 
 def split(budget: AcceleratorBudget, policy: AcceleratorQuotaDistributionPolicy,
@@ -630,10 +651,45 @@ def split(budget: AcceleratorBudget, policy: AcceleratorQuotaDistributionPolicy,
 
 
 __all__ = [
-    "DEFAULT_MAX_DEPTH", "KUEUE_GROUP", "KUEUE_VERSION", "MANAGED_BY", "MANAGED_BY_LABEL", "NODE_LABEL",
-    "PRIORITY_TIER_LABEL", "ClusterQueueView", "CohortView", "FlavorUse", "LocalQueueView", "Plane", "Problem",
-    "QuotaNode", "Reason", "Removal", "budget_status", "capacity_problems", "children_of", "conflict_problem",
-    "containment_problems", "covered_resources", "effective_policy", "in_sync", "leaves_under", "owned", "removals",
-    "render", "render_cluster_queue", "render_cohort", "render_local_queue", "role_change_problem", "root_of",
-    "share_problems", "split", "tree_problems",
+    "DEFAULT_MAX_DEPTH",
+    "KUEUE_GROUP",
+    "KUEUE_VERSION",
+    "MANAGED_BY",
+    "MANAGED_BY_LABEL",
+    "NODE_LABEL",
+    "ORIGIN_ANNOTATION",
+    "PRIORITY_TIER_LABEL",
+    "PROJECTED_LABEL",
+    "SOURCE_GENERATION_ANNOTATION",
+    "ClusterQueueView",
+    "CohortView",
+    "FlavorUse",
+    "LocalQueueView",
+    "Pair",
+    "Plane",
+    "Problem",
+    "QuotaNode",
+    "Reason",
+    "Removal",
+    "budget_status",
+    "capacity_problems",
+    "children_of",
+    "conflict_problem",
+    "containment_problems",
+    "covered_resources",
+    "effective_policy",
+    "in_sync",
+    "leaves_under",
+    "owned",
+    "projected_generation",
+    "removals",
+    "render",
+    "render_cluster_queue",
+    "render_cohort",
+    "render_local_queue",
+    "role_change_problem",
+    "root_of",
+    "share_problems",
+    "split",
+    "tree_problems",
 ]

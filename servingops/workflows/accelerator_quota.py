@@ -25,6 +25,7 @@ node's Kueue objects and releases the finalizer. History stays bounded with cont
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel
@@ -46,6 +47,8 @@ with workflow.unsafe.imports_passed_through():
         QuotaWriteInput,
         QuotaWriteOutput,
     )
+    from servingops.activities.placement.activities import PlacementActivities
+    from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaUnprojectInput
     from servingops.api_models.conditions import merge_conditions
     from servingops.api_models.contract import StartObject, WorkflowType
     from servingops.api_models.ome.accelerator_quota import AcceleratorQuotaMaterialization, AcceleratorQuotaStatus
@@ -66,8 +69,21 @@ with workflow.unsafe.imports_passed_through():
         role_change_problem,
         tree_problems,
     )
+    from servingops.rendering.quota_projection import (
+        ClusterOutcome,
+        Shares,
+        cluster_capacity,
+        cluster_rows,
+        projected_copy,
+        shares,
+        source_generation_of,
+        with_per_cluster,
+    )
 
 READY, DEGRADED, MATERIALIZED = "Ready", "Degraded", "Materialized"
+PROJECTION_PATCH = "quota-projection"
+"""The projection onto WorkloadClusters (placement.project_quota / .unproject_quota per registered cluster):
+histories recorded before it replay without those commands."""
 _PLACEMENT_REASONS = {Reason.PARENT_MISSING, Reason.PARENT_CYCLE, Reason.UNREACHABLE}
 
 
@@ -89,6 +105,8 @@ class QuotaState(ReconcileState):
     applies: int = 0
     writes: int = 0
     reaped: list[str] = []
+    projected_to: list[str] = []
+    """The WorkloadClusters the last pass projected into (deletion removes the copies there)."""
 
 
 class QuotaRun(StartObject):
@@ -153,12 +171,43 @@ def desired_status(node: QuotaNode, tree: list[QuotaNode], plane: Plane, decisio
     queues = dict(plane.leaf_queues)
     if plane.cluster_queue is not None and plane.cluster_queue.ours:
         queues[node.name] = plane.cluster_queue
+    echoed = source_generation_of(
+        node.projected, None if frozen or not plane.served or decision.conflict is not None or refused
+        else materialization.last_applied_generation, node.generation, previous.source_generation if previous else None)
     return AcceleratorQuotaStatus.model_validate({
         "observedGeneration": node.generation,
         "parent": node.parent if node.parent and placed else None,
+        "sourceGeneration": echoed,
         "budgets": [b.to_api() for b in budget_status(node, tree, queues, frozen=frozen)],
         "materialization": materialization.to_api(),
         "conditions": conditions})
+
+
+def projection_inputs(node: QuotaNode, observed: QuotaObserveOutput, decision: Decision,
+                      settings: QuotaSettings) -> tuple[Shares, list[QuotaProjectInput]]:
+    """What one pass writes into each registered WorkloadCluster: the node's copy with that cluster's share, or
+    no body (read back only) while the node is frozen (the seed: no new projections while frozen) or its
+    split does not resolve."""
+    split_ = shares(node, observed.clusters, cluster_capacity(observed.root_capacity), settings.default_distribution)
+    hold = ""
+    if decision.problems:
+        hold = f"frozen while {decision.problems[0].reason}"
+    elif split_.unresolved:
+        hold = "; ".join(split_.unresolved)
+    inputs = [QuotaProjectInput(cluster=cluster, name=node.name, unresolved=hold,
+                                body=None if hold else projected_copy(node, split_.per_cluster.get(cluster)))
+              for cluster in observed.clusters]
+    return split_, inputs
+
+
+def with_projection(desired: AcceleratorQuotaStatus, node: QuotaNode, split_: Shares,
+                    outcomes: list[ClusterOutcome], previous: AcceleratorQuotaStatus | None,
+                    now: datetime) -> AcceleratorQuotaStatus:
+    """status.clusters and budgets[].perCluster from what the members answered."""
+    rows = cluster_rows(node, outcomes, (previous.clusters or []) if previous else [], now,
+                        unknown=split_.unknown_clusters)
+    budgets = with_per_cluster(desired.budgets or [], split_.per_cluster, {o.cluster: o.copy_ for o in outcomes})
+    return desired.model_copy(update={"clusters": rows or None, "budgets": budgets or None})
 
 
 def _degraded(decision: Decision) -> ConditionUpdate:
@@ -311,8 +360,15 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
                 return False
             self.state.applies += 1
         written = self.state.written if self.state.written is not None else observed.status
-        desired = desired_status(node, observed.tree, plane, decision, applied, written,
-                                 workflow.now().replace(microsecond=0))
+        now = workflow.now().replace(microsecond=0)
+        desired = desired_status(node, observed.tree, plane, decision, applied, written, now)
+        if node.projected is None and (observed.clusters or self.state.projected_to) \
+                and workflow.patched(PROJECTION_PATCH):
+            split_, inputs = projection_inputs(node, observed, decision, self.settings)
+            outcomes = list(await asyncio.gather(*(workflow.execute_activity_method(
+                PlacementActivities.project_quota, inp, **options.MEMBER) for inp in inputs)))
+            self.state.projected_to = list(observed.clusters)
+            desired = with_projection(desired, node, split_, outcomes, written, now)
         events = events_for(decision, written, desired, applied)
         if written is None or written.to_api() != desired.to_api() or events:
             result: QuotaWriteOutput = await workflow.execute_activity_method(
@@ -327,6 +383,13 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
 
     async def closing(self) -> None:
         assert self.ref is not None
+        if self.state.projected_to and workflow.patched(PROJECTION_PATCH):
+            # The copies first: a member that cannot be reached keeps its copy (its row said so), and the
+            # deletion goes on.
+            await asyncio.gather(*(workflow.execute_activity_method(
+                PlacementActivities.unproject_quota,
+                QuotaUnprojectInput(cluster=c, name=self.ref.name, origin=self.ref.uid or ""), **options.MEMBER)
+                for c in self.state.projected_to))
         reaped: QuotaReapOutput = await workflow.execute_activity_method(
             AcceleratorQuotaActivities.reap, QuotaReapInput(quota=self.ref), **options.KUBE)
         self.state.reaped = reaped.removed
@@ -338,5 +401,5 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
             self.visibility.publish(phase)
 
 
-__all__ = ["AcceleratorQuotaWorkflow", "Decision", "QuotaRun", "QuotaSettings", "QuotaState", "decide",
-           "desired_status", "events_for"]
+__all__ = ["PROJECTION_PATCH", "AcceleratorQuotaWorkflow", "Decision", "QuotaRun", "QuotaSettings", "QuotaState",
+           "decide", "desired_status", "events_for", "projection_inputs", "with_projection"]

@@ -10,7 +10,7 @@ from temporalio.worker import Worker
 
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
-from testkit.accelerator_quota_fakes import FakeQuotaWorld
+from testkit.accelerator_quota_fakes import FakeQuotaFleet, FakeQuotaWorld
 from testkit.rollout_fakes import until
 
 if TYPE_CHECKING:
@@ -69,4 +69,47 @@ async def accelerator_quota(rec: Recording) -> None:
         await rec.save()
 
 
-SCENARIOS = {"accelerator-quota": accelerator_quota}
+async def accelerator_quota_projection(rec: Recording) -> None:
+    """A Proportional leaf on a management plane with two WorkloadClusters: its copies written into both
+    (patch quota-projection), one member materializes its copy (read back), the other goes dark while the
+    nominal changes, then comes back; the node is deleted and its copies with it."""
+    env = rec.env
+    world = FakeQuotaWorld(flavors={"a100"}, workload_clusters=["east", "west"])
+    root = world.add_quota("root", {"role": "Cohort", "budgets": _gpus(8)})
+    root.status = {"capacity": [{"resourceName": GPU, "resourceFlavor": "a100", "highWaterMark": "8", "perCluster": [
+        {"cluster": "east", "highWaterMark": "6"}, {"cluster": "west", "highWaterMark": "2"}]}]}
+    spec = {"role": "ClusterQueue", "parentRef": {"name": "root"}, "budgets": _gpus(4),
+            "distribution": {"policy": "Proportional"}}
+    stored = world.add_quota("team", spec)
+    fleet = FakeQuotaFleet()
+    for cluster in ("east", "west"):
+        fleet.member(cluster).flavors.add("a100")
+    queue = f"aq-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=[*world.activities(env.get_current_time), *fleet.activities()],
+                      workflow_runner=workflow_runner()):
+        handle = await env.client.start_workflow(
+            "AcceleratorQuotaWorkflow", {"ref": stored.ref().model_dump()},
+            id=f"acceleratorquota/{stored.name}/{stored.uid}", task_queue=queue)
+        await rec.root(handle)
+        await until(env, lambda: len(fleet.writes) >= 2, step=1, what="both copies written")
+        east = fleet.members["east"].quotas["team"]
+        east.status = {"sourceGeneration": 1}
+        await until(env, lambda: any(r.get("materializedGeneration") == 1 for r in world.writes[-1][1].get("clusters")
+                                     or []), step=1, what="read back")
+        fleet.unreachable["west"] = "west cannot be reached"
+        world.edit("team", {**spec, "budgets": _gpus(8)})
+        await handle.signal("object-changed", {"uid": stored.uid, "generation": stored.generation,
+                                               "resource_version": str(stored.generation)})
+        await until(env, lambda: east.spec["budgets"][0]["nominal"] == "6", step=1, what="east's new share")
+        del fleet.unreachable["west"]
+        await until(env, lambda: fleet.members["west"].quotas["team"].spec["budgets"][0]["nominal"] == "2", step=1,
+                    what="west caught up")
+        world.delete_quota("team")
+        await handle.signal("delete", {"uid": stored.uid, "generation": stored.generation, "resource_version": "9",
+                                       "deleting": True})
+        await handle.result()
+        await rec.save()
+
+
+SCENARIOS = {"accelerator-quota": accelerator_quota, "accelerator-quota-projection": accelerator_quota_projection}

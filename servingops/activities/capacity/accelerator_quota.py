@@ -55,12 +55,14 @@ from servingops.rendering.accelerator_quota import (
     Plane,
     QuotaNode,
     owned,
+    root_of,
 )
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "acceleratorquotas"
 FINALIZER = "ome.io/accelerator-quota"
 FIELD_MANAGER = "servingops-quota"
-OWNED_STATUS_FIELDS = ("observedGeneration", "parent", "budgets", "materialization", "conditions")
+OWNED_STATUS_FIELDS = ("observedGeneration", "parent", "sourceGeneration", "budgets", "clusters", "materialization",
+                       "conditions")
 MATERIALIZATION_FIELDS = ("frozen", "frozenAt", "reason", "lastAppliedGeneration", "lastAppliedTime")
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 COHORTS, QUEUES, LOCAL_QUEUES = "cohorts", "clusterqueues", "localqueues"
@@ -92,12 +94,28 @@ class AcceleratorQuotaActivities:
         if obj is None:
             return QuotaObserveOutput(present=False)
         node = QuotaNode.from_object(obj)
-        tree = [QuotaNode.from_object(q) for q in pages(lambda token: call(
-            self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, limit=PAGE, _continue=token))]
+        listed = list(pages(lambda token: call(
+            self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, limit=PAGE, _continue=token)))
+        tree = [QuotaNode.from_object(q) for q in listed]
         if node.name not in {n.name for n in tree}:
             tree.append(node)
+        root = root_of(tree)
+        root_status = next((_readable_status(q.get("status")) for q in listed
+                            if (q.get("metadata") or {}).get("name") == root), None)
         return QuotaObserveOutput(present=True, deleting=node.deleting, node=node, tree=tree,
-                                  plane=self._plane(node), status=_readable_status(obj.get("status")))
+                                  plane=self._plane(node), status=_readable_status(obj.get("status")),
+                                  clusters=self._workload_clusters() if node.projected is None else [],
+                                  root_capacity=list(root_status.capacity or []) if root_status else [])
+
+    def _workload_clusters(self) -> list[str]:
+        """The registered WorkloadClusters (none where the kind is not served)."""
+        try:
+            listed = list_items(self._custom.list_cluster_custom_object, GROUP, VERSION, "workloadclusters")
+        except ApiException as exc:
+            if absent(exc):
+                return []
+            raise
+        return sorted(str((w.get("metadata") or {}).get("name", "")) for w in listed)
 
     def _plane(self, node: QuotaNode) -> Plane:
         try:

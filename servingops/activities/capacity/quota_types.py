@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from servingops.api_models.ome.accelerator_quota import AcceleratorQuotaStatus
+from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus, AcceleratorQuotaStatus
 from servingops.api_models.refs import ObjectRef
 from servingops.rendering.accelerator_quota import Plane, QuotaNode, Removal
 
@@ -28,6 +28,11 @@ class QuotaObserveOutput(BaseModel):
     plane: Plane = Plane()
     status: AcceleratorQuotaStatus | None = None
     """status as read (a new run starts from what is already written: a freeze survives restarts)."""
+    clusters: list[str] = []
+    """The WorkloadClusters registered on this plane (the projection's targets; none on a member, or where
+    the kind is not served)."""
+    root_capacity: list[AcceleratorCapacityStatus] = []
+    """The root node's status.capacity (its perCluster rows weigh a Proportional split)."""
 
 
 class QuotaApplyInput(BaseModel):

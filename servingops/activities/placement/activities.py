@@ -35,6 +35,7 @@ from servingops.activities.component_shape import component_shape
 from servingops.activities.placement import capacity, mirrors
 from servingops.activities.placement.clients import MemberClients
 from servingops.activities.placement.member import MemberClient
+from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaUnprojectInput
 from servingops.activities.placement.types import (
     ApplyMemberInput,
     CapacityInput,
@@ -70,6 +71,7 @@ from servingops.clients.kube.errors import absent, conflict
 from servingops.rendering import multinode, render
 from servingops.rendering.kueue import ADMISSION_GATE, QUEUE_LABEL
 from servingops.rendering.names import route_name
+from servingops.rendering.quota_projection import ClusterOutcome, CopyView, copy_conflict, copy_in_sync
 from servingops.rendering.resolution import Unresolvable, resolve_service
 
 GROUP, VERSION = "ome.io", "v1beta1"
@@ -115,7 +117,7 @@ class PlacementActivities:
 
     def all(self) -> list[Any]:
         return [self.read_source, self.apply_member, self.observe_member, self.delete_member, self.read_capacity,
-                self.inventory_member, self.member_gateway_addresses]
+                self.inventory_member, self.member_gateway_addresses, self.project_quota, self.unproject_quota]
 
     # -- the control plane ------------------------------------------------------------------
 
@@ -308,6 +310,51 @@ class PlacementActivities:
                 found.failures[cluster] = (f"{cluster}'s Gateway {parent.get('namespace') or namespace}/"
                                            f"{parent.get('name')} reports no IP address in status.addresses")
         return found
+
+    # -- the AcceleratorQuota projection (rendering/quota_projection.py) -------------------------------
+
+    @activity.defn(name="placement.project_quota")
+    def project_quota(self, inp: QuotaProjectInput) -> ClusterOutcome:
+        """Write a node's projected copy into one member unless it already holds it (an AcceleratorQuota of
+        that name without the projection label is the member's own: never written), then read the copy back
+        (its status is what the member's own controller made of it). An unreachable member or a refusal is
+        an answer (`error`), never an exception: the other members go on."""
+        out = ClusterOutcome(cluster=inp.cluster, unresolved=inp.unresolved)
+        try:
+            with self._session(inp.cluster) as member:
+                found = member.quota_copy(inp.name)
+                existing = CopyView.from_object(found) if found is not None else None
+                out.conflict = copy_conflict(inp.cluster, existing)
+                if not out.conflict and inp.body is not None and not copy_in_sync(inp.body, existing):
+                    member.apply_quota_copy(inp.body)
+                    out.wrote = True
+                    found = member.quota_copy(inp.name)
+                    existing = CopyView.from_object(found) if found is not None else None
+        except MemberUnavailable as exc:
+            out.error = exc.message
+            return out
+        out.copy_ = existing
+        return out
+
+    @activity.defn(name="placement.unproject_quota")
+    def unproject_quota(self, inp: QuotaUnprojectInput) -> ClusterOutcome:
+        """Delete a node's projected copy from one member: only a copy carrying the projection label and this
+        source's origin (a copy someone else projected, or the member's own node, is left alone)."""
+        out = ClusterOutcome(cluster=inp.cluster)
+        try:
+            with self._session(inp.cluster) as member:
+                found = member.quota_copy(inp.name)
+                existing = CopyView.from_object(found) if found is not None else None
+                if existing is not None and existing.projected and existing.origin == inp.origin:
+                    try:
+                        member.delete_quota_copy(inp.name, existing.uid)
+                    except ApiException as exc:
+                        if not absent(exc) and not conflict(exc):
+                            raise
+                    out.wrote = True
+        except MemberUnavailable as exc:
+            out.error = exc.message
+        return out
 
     @activity.defn(name="placement.read_capacity")
     def read_capacity(self, inp: CapacityInput) -> CapacityReading:

@@ -17,6 +17,7 @@ from servingops.clients.kube.timeouts import MEMBER_REQUEST_TIMEOUT
 GROUP, VERSION = "ome.io", "v1beta1"
 DECKHOUSE_GROUP, DECKHOUSE_VERSION = "ai.deckhouse.io", "v1alpha1"
 FIELD_MANAGER = "servingops-placement"
+QUOTA_FIELD_MANAGER = "servingops-quota-projection"
 # Every request to a member carries MEMBER_REQUEST_TIMEOUT (15 s): a member that hangs is Unreachable for this
 # look, not a stuck race.
 
@@ -80,6 +81,22 @@ class MemberClient:
                 return []
             raise
         return [dict(item) for item in listed]
+
+    def quota_copy(self, name: str) -> dict[str, Any] | None:
+        """The member's AcceleratorQuota of a projected node's name (a copy, or the member's own)."""
+        return cast(dict[str, Any] | None, get_or_none(
+            self.custom.get_cluster_custom_object, GROUP, VERSION, "acceleratorquotas", name,
+            timeout=MEMBER_REQUEST_TIMEOUT))
+
+    def apply_quota_copy(self, body: dict[str, Any]) -> None:
+        """Server-side apply of a projected AcceleratorQuota (creates it when missing)."""
+        apply(self.custom.patch_cluster_custom_object, GROUP, VERSION, "acceleratorquotas",
+              body["metadata"]["name"], body, field_manager=QUOTA_FIELD_MANAGER, timeout=MEMBER_REQUEST_TIMEOUT)
+
+    def delete_quota_copy(self, name: str, uid: str) -> None:
+        """Delete that copy only (the uid precondition)."""
+        call(self.custom.delete_cluster_custom_object, GROUP, VERSION, "acceleratorquotas", name,
+             body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)), timeout=MEMBER_REQUEST_TIMEOUT)
 
     def reader(self) -> MemberReader:
         return MemberReader(self.custom)

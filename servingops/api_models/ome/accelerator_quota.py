@@ -5,12 +5,12 @@ and the seed's same-object "Validation:" rules as CEL. The rules needing the res
 (parent resolution, cycles, depth, containment, role transitions) are the webhook's and the
 controller's in upstream OME; here the controller re-checks them at every pass (no webhook).
 
-What this project implements of the kind: on a single plane, the tree materialized into Kueue with
-status.budgets, status.parent, status.materialization (freezes) and the Ready / Degraded / Materialized
-conditions (workflows/accelerator_quota.py, rules in rendering/accelerator_quota.py, docs/quota.md), and
-the workload-cluster side of status.capacity on the root node (workflows/capacity/report.py). Not
-implemented: projections to workload clusters (status.clusters, status.sourceGeneration, perCluster
-status), though the per-cluster split rule is written (rendering/accelerator_quota.py `split`).
+What this project implements of the kind: the tree materialized into Kueue with status.budgets,
+status.parent, status.materialization (freezes) and the Ready / Degraded / Materialized conditions
+(workflows/accelerator_quota.py, rules in rendering/accelerator_quota.py, docs/quota.md); the workload-cluster
+side of status.capacity on the root node (workflows/capacity/report.py); and the projection onto
+WorkloadClusters (rendering/quota_projection.py): each node copied into every member with a leaf's share,
+status.clusters, status.sourceGeneration on a copy, and budgets[].perCluster.
 """
 
 from __future__ import annotations
