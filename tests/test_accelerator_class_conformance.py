@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from temporalio.testing import ActivityEnvironment
 
 from devstack.identities import Identities
@@ -33,6 +32,7 @@ from servingops.api_models.ome.accelerator_class import AcceleratorClass, Accele
 from servingops.api_models.refs import ObjectRef
 from testkit.accelerator_class_fakes import FakeAcceleratorWorld
 from tests.fixtures.kube import api_as
+from tests.support.cleanup import ignore_404
 from tests.support.conformance import FAKE_UNIT_AND_REAL, chosen_backend, wire
 
 GPU = "nvidia.com/gpu"
@@ -126,22 +126,15 @@ class Real:
 
     def close(self) -> None:
         for name in self.flavors:
-            _ignore_404(lambda n=name: self.custom.delete_cluster_custom_object("kueue.x-k8s.io", "v1beta2",
+            ignore_404(lambda n=name: self.custom.delete_cluster_custom_object("kueue.x-k8s.io", "v1beta2",
                                                                                 "resourceflavors", n))
         for name in self.classes:
-            _ignore_404(lambda n=name: self.custom.delete_cluster_custom_object("ome.io", "v1beta1",
+            ignore_404(lambda n=name: self.custom.delete_cluster_custom_object("ome.io", "v1beta1",
                                                                                 "acceleratorclasses", n))
-        _ignore_404(lambda: self.core.delete_namespace(self.namespace, grace_period_seconds=0))
+        ignore_404(lambda: self.core.delete_namespace(self.namespace, grace_period_seconds=0))
         for name in self.nodes:
-            _ignore_404(lambda n=name: self.core.delete_node(n))
+            ignore_404(lambda n=name: self.core.delete_node(n))
 
-
-def _ignore_404(call: Any) -> None:
-    try:
-        call()
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
 
 
 @pytest.fixture

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from devstack.hub_server import HubServer
 from devstack.identities import Identities
@@ -32,6 +31,7 @@ from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from testkit.waiting import wait_until
+from tests.support.cleanup import ignore_404
 from tests.support.rollout_stack import worker_and_bridge
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -55,13 +55,6 @@ def accel_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temp
                            identities=chart_identities) as stack:
         yield stack
 
-
-def _ignore_404(call: Any) -> None:
-    try:
-        call()
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
 
 
 def _status(custom: client.CustomObjectsApi, name: str) -> dict[str, Any]:
@@ -176,10 +169,10 @@ def test_a_class_counts_its_gpu_nodes_and_serves_the_services_that_select_it(
         print(f"held: {ready_condition()}; event: {warned()[0].message}")
     finally:
         for name in (served, held):
-            _ignore_404(lambda n=name: custom.delete_namespaced_custom_object(GROUP, VERSION, ns,
+            ignore_404(lambda n=name: custom.delete_namespaced_custom_object(GROUP, VERSION, ns,
                                                                               "inferenceservices", n))
-        _ignore_404(lambda: core.delete_namespaced_pod(f"takes-three-{suffix}", ns, grace_period_seconds=0))
-        _ignore_404(lambda: custom.delete_cluster_custom_object(GROUP, VERSION, "acceleratorclasses", klass))
-        _ignore_404(lambda: custom.delete_cluster_custom_object(*KUEUE, "resourceflavors", f"a100-{suffix}"))
+        ignore_404(lambda: core.delete_namespaced_pod(f"takes-three-{suffix}", ns, grace_period_seconds=0))
+        ignore_404(lambda: custom.delete_cluster_custom_object(GROUP, VERSION, "acceleratorclasses", klass))
+        ignore_404(lambda: custom.delete_cluster_custom_object(*KUEUE, "resourceflavors", f"a100-{suffix}"))
         for name in nodes:
             kube_cluster.remove_node(name)

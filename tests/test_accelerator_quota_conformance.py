@@ -33,6 +33,7 @@ from servingops.api_models.refs import ObjectRef
 from servingops.rendering.accelerator_quota import NODE_LABEL, in_sync, removals, render
 from testkit.accelerator_quota_fakes import FakeQuotaWorld
 from tests.fixtures.kube import api_as
+from tests.support.cleanup import ignore_404
 from tests.support.conformance import FAKE_UNIT_AND_REAL, chosen_backend, wire
 
 GPU = "nvidia.com/gpu"
@@ -170,21 +171,14 @@ class Real:
             if self.exists("AcceleratorQuota", name):
                 ref = ObjectRef.of(AcceleratorQuota, name)
                 ActivityEnvironment().run(self.activities.reap, QuotaReapInput(quota=ref))
-                _ignore_404(lambda n=name: self.delete_quota(n))
+                ignore_404(lambda n=name: self.delete_quota(n))
         for name in self.queues:
-            _ignore_404(lambda n=name: self.custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", n))
+            ignore_404(lambda n=name: self.custom.delete_cluster_custom_object(*KUEUE, "clusterqueues", n))
         for name in self.flavors:
-            _ignore_404(lambda n=name: self.custom.delete_cluster_custom_object(*KUEUE, "resourceflavors", n))
+            ignore_404(lambda n=name: self.custom.delete_cluster_custom_object(*KUEUE, "resourceflavors", n))
         for name in self.namespaces:
-            _ignore_404(lambda n=name: self.core.delete_namespace(n))
+            ignore_404(lambda n=name: self.core.delete_namespace(n))
 
-
-def _ignore_404(call: Any) -> None:
-    try:
-        call()
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
 
 
 @pytest.fixture

@@ -44,6 +44,7 @@ from devstack.kueue import MANAGED_LABEL, KueueProcess
 from devstack.process import ManagedProcess
 from devstack.services import OciRegistry, TemporalDevServer
 from testkit.waiting import wait_until
+from tests.support.cleanup import ignore_404
 from tests.support.rollout_stack import worker_and_bridge
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -66,13 +67,6 @@ def quota_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temp
                            identities=chart_identities) as stack:
         yield stack
 
-
-def _ignore_404(call: Any) -> None:
-    try:
-        call()
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
 
 
 def _table(api: client.ApiClient, names: list[str]) -> str:
@@ -194,7 +188,7 @@ def test_the_tree_materializes_into_kueue_and_kueue_enforces_it(
         print(f"team-b over budget: admitted {admitted(ns_b)}, waiting {gated(ns_b)}; budgets {budget(team_b)}")
         assert str(budget(team_b)["borrowed"]) == "0" and str(budget(team_b)["reserved"]) == "2"
         for i in range(3):
-            _ignore_404(lambda i=i: core.delete_namespaced_pod(f"b{i}", ns_b, grace_period_seconds=0))
+            ignore_404(lambda i=i: core.delete_namespaced_pod(f"b{i}", ns_b, grace_period_seconds=0))
         wait_until("team-b's pods gone", lambda: not core.list_namespaced_pod(ns_b).items, worker, DEADLINE)
 
         # Borrowing within the cohort: team-a takes a third GPU from team-b's idle share.
@@ -294,15 +288,15 @@ def test_the_tree_materializes_into_kueue_and_kueue_enforces_it(
     finally:
         for ns in (ns_a, ns_b):
             for p in core.list_namespaced_pod(ns).items if _exists(core, ns) else []:
-                _ignore_404(lambda p=p, ns=ns: core.delete_namespaced_pod(p.metadata.name, ns, grace_period_seconds=0))
+                ignore_404(lambda p=p, ns=ns: core.delete_namespaced_pod(p.metadata.name, ns, grace_period_seconds=0))
         for name in reversed(nodes):
-            _ignore_404(lambda n=name: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, n))
+            ignore_404(lambda n=name: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, n))
         for name in reversed(nodes):
             wait_until(f"{name} reaped", lambda n=name: _gone(custom, n), worker, DEADLINE)
         for ns in (ns_a, ns_b):
-            _ignore_404(lambda ns=ns: core.delete_namespace(ns))
-        _ignore_404(lambda: custom.delete_cluster_custom_object(*KUEUE, "workloadpriorityclasses", tier))
-        _ignore_404(lambda: custom.delete_cluster_custom_object(*KUEUE, "resourceflavors", flavor))
+            ignore_404(lambda ns=ns: core.delete_namespace(ns))
+        ignore_404(lambda: custom.delete_cluster_custom_object(*KUEUE, "workloadpriorityclasses", tier))
+        ignore_404(lambda: custom.delete_cluster_custom_object(*KUEUE, "resourceflavors", flavor))
 
 
 def _exists(core: client.CoreV1Api, ns: str) -> bool:

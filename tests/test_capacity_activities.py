@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from temporalio.testing import ActivityEnvironment
 
 from devstack.identities import Identities
@@ -27,6 +26,7 @@ from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatu
 from servingops.api_models.refs import ObjectRef
 from tests.crd_helpers import create, manifest
 from tests.fixtures.kube import api_as
+from tests.support.cleanup import ignore_404
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
@@ -60,13 +60,6 @@ def _flavor(name: str, labels: dict[str, str]) -> dict[str, Any]:
             "spec": {"nodeLabels": labels}}
 
 
-def _ignore_404(call: Any) -> None:
-    try:
-        call()
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-
 
 @pytest.fixture
 def world(kube_api: client.ApiClient) -> Iterator[World]:
@@ -98,13 +91,13 @@ def world(kube_api: client.ApiClient) -> Iterator[World]:
         yield World(suffix, resource, other, root, leaf, created)
     finally:
         for node in nodes:
-            _ignore_404(lambda n=node: core.delete_node(n.metadata.name))
+            ignore_404(lambda n=node: core.delete_node(n.metadata.name))
         for body in flavors.values():
-            _ignore_404(lambda b=body: custom.delete_cluster_custom_object(*KUEUE, "resourceflavors",
+            ignore_404(lambda b=body: custom.delete_cluster_custom_object(*KUEUE, "resourceflavors",
                                                                            b["metadata"]["name"]))
         for quota in (leaf, root):
             if quota is not None:
-                _ignore_404(lambda q=quota: custom.delete_cluster_custom_object(
+                ignore_404(lambda q=quota: custom.delete_cluster_custom_object(
                     "ome.io", "v1beta1", "acceleratorquotas", q["metadata"]["name"]))
 
 

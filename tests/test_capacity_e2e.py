@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -30,6 +29,7 @@ from devstack.services import TemporalDevServer
 from servingops.api_models.contract import capacity_workflow_id
 from testkit.waiting import wait_until
 from tests.fixtures.kube import own_identities
+from tests.support.cleanup import ignore_404
 
 pytestmark = pytest.mark.e2e
 
@@ -69,13 +69,6 @@ def _kwok_node(name: str, labels: dict[str, str], resource: str) -> client.V1Nod
         status=client.V1NodeStatus(capacity=allocatable, allocatable=allocatable))
 
 
-def _ignore_404(call: Any) -> None:
-    try:
-        call()
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-
 
 @pytest.fixture(scope="module")
 def stack(kube_cluster: LocalKubeCluster, temporal_server: TemporalDevServer, stack_logs: Path,
@@ -112,10 +105,10 @@ def stack(kube_cluster: LocalKubeCluster, temporal_server: TemporalDevServer, st
             launcher.stop_all()
             worker.stop()
             for name in (f"cap-{suffix}-leaf", f"cap-{suffix}-root"):
-                _ignore_404(lambda n=name: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, n))
+                ignore_404(lambda n=name: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, n))
             for name in nodes:
-                _ignore_404(lambda n=name: core.delete_node(n))
-            _ignore_404(lambda: custom.delete_cluster_custom_object(*KUEUE, "resourceflavors",
+                ignore_404(lambda n=name: core.delete_node(n))
+            ignore_404(lambda: custom.delete_cluster_custom_object(*KUEUE, "resourceflavors",
                                                                     flavor_body["metadata"]["name"]))
             core.delete_namespace(namespace)
             api.close()  # type: ignore[no-untyped-call]
