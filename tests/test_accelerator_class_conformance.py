@@ -136,7 +136,6 @@ class Real:
             ignore_404(lambda n=name: self.core.delete_node(n))
 
 
-
 @pytest.fixture
 def real_backend(kube_api: client.ApiClient, chart_identities: Identities) -> Iterator[Real]:
     with api_as(chart_identities.worker) as worker:

@@ -56,7 +56,6 @@ def accel_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temp
         yield stack
 
 
-
 def _status(custom: client.CustomObjectsApi, name: str) -> dict[str, Any]:
     return dict(custom.get_cluster_custom_object(GROUP, VERSION, "acceleratorclasses", name).get("status") or {})
 

@@ -180,7 +180,6 @@ class Real:
             ignore_404(lambda n=name: self.core.delete_namespace(n))
 
 
-
 @pytest.fixture
 def real_backend(kube_api: client.ApiClient, chart_identities: Identities) -> Iterator[Real]:
     with api_as(chart_identities.worker) as worker:

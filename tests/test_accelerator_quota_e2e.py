@@ -68,7 +68,6 @@ def quota_stack(kube_cluster: LocalKubeCluster, kube_api: client.ApiClient, temp
         yield stack
 
 
-
 def _table(api: client.ApiClient, names: list[str]) -> str:
     """What `kubectl get acceleratorquotas -o wide` shows for these nodes (the apiserver's Table of the CRD's
     printer columns)."""

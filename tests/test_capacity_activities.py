@@ -60,7 +60,6 @@ def _flavor(name: str, labels: dict[str, str]) -> dict[str, Any]:
             "spec": {"nodeLabels": labels}}
 
 
-
 @pytest.fixture
 def world(kube_api: client.ApiClient) -> Iterator[World]:
     core, custom = client.CoreV1Api(kube_api), client.CustomObjectsApi(kube_api)

@@ -69,7 +69,6 @@ def _kwok_node(name: str, labels: dict[str, str], resource: str) -> client.V1Nod
         status=client.V1NodeStatus(capacity=allocatable, allocatable=allocatable))
 
 
-
 @pytest.fixture(scope="module")
 def stack(kube_cluster: LocalKubeCluster, temporal_server: TemporalDevServer, stack_logs: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
