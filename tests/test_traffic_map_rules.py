@@ -13,6 +13,7 @@ import pytest
 from servingops.api_models.errors import CONDITION_REASON_PATTERN
 from servingops.api_models.ome.enums import CapacitySource, PlacementMode, ProbeResult, RoutingAllFailedPolicy
 from servingops.api_models.ome.traffic_map import MAX_WEIGHT, TrafficMap, TrafficMapProbe
+from servingops.api_models.quantity import quantity
 from servingops.rendering.traffic_map import (
     CapacityFallbackReason,
     Drain,
@@ -22,7 +23,6 @@ from servingops.rendering.traffic_map import (
     RoutableReason,
     RoutingInputs,
     parse_drains,
-    quantity,
     reduce_weights,
     routing_table,
 )

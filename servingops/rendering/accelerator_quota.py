@@ -55,7 +55,7 @@ from servingops.api_models.ome.accelerator_quota import (
     AcceleratorCapacityStatus,
 )
 from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy, AcceleratorQuotaRole
-from servingops.rendering.traffic_map import quantity
+from servingops.api_models.quantity import quantity
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 MANAGED_BY_LABEL = "ome.io/quota-managed-by"

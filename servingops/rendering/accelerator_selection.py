@@ -51,7 +51,7 @@ from servingops.api_models.ome.accelerator import AcceleratorConstraints, Accele
 from servingops.api_models.ome.accelerator_class import AcceleratorClassSpec
 from servingops.api_models.ome.enums import AcceleratorSelectionPolicy
 from servingops.api_models.ome.runtimes import AcceleratorRequirements
-from servingops.rendering.traffic_map import quantity
+from servingops.api_models.quantity import quantity
 
 ACCELERATOR_CLASS_ANNOTATION = "ome.io/accelerator-class"
 SELECTED_COMPONENTS = ("engine", "decoder")

@@ -42,6 +42,7 @@ from servingops.api_models.ome.accelerator_quota import (
     AcceleratorQuotaStatus,
 )
 from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy, AcceleratorQuotaRole
+from servingops.api_models.quantity import quantity
 from servingops.rendering.accelerator_quota import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -56,7 +57,6 @@ from servingops.rendering.accelerator_quota import (
     projected_generation,
     split,
 )
-from servingops.rendering.traffic_map import quantity
 
 GROUP, VERSION, KIND = "ome.io", "v1beta1", "AcceleratorQuota"
 

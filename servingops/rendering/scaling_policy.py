@@ -29,7 +29,7 @@ from fractions import Fraction
 
 from servingops.api_models.ome.autoscaling import ScalingPolicy
 from servingops.api_models.ome.enums import ComponentType, ScalingMode
-from servingops.rendering.traffic_map import quantity
+from servingops.api_models.quantity import quantity
 
 REASON = "InvalidScalingPolicy"
 """The refusal's reason (ErrorType.INVALID_SCALING_POLICY)."""

@@ -21,8 +21,9 @@ from servingops.activities.routing.types import CheckTarget, RoutingSource
 from servingops.api_models.contract.routing import DRAIN_ANNOTATION
 from servingops.api_models.ome.enums import PlacementPhase, RoutingAllFailedPolicy
 from servingops.api_models.ome.placement_status import CandidatePlacement, PlacementStatus
+from servingops.api_models.quantity import quantity
 from servingops.rendering import capacity_poll, routing_probe
-from servingops.rendering.traffic_map import Home, RoutingInputs, parse_drains, quantity
+from servingops.rendering.traffic_map import Home, RoutingInputs, parse_drains
 from servingops.workflows.traffic_map.state import CapacityMemory, ProbeMemory
 
 
