@@ -33,6 +33,7 @@ from servingops.activities.benchmark.types import (
     JobPhase,
     StartOutcome,
 )
+from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.benchmark_job import BenchmarkJob, BenchmarkJobSpec, BenchmarkJobStatus
 from servingops.api_models.operator_config import BenchmarkDefaults
 from servingops.api_models.refs import ObjectRef
@@ -83,6 +84,8 @@ class FakeBenchWorld:
     """OCI reference -> the results layer's bytes (what the Job's push would have left in the registry)."""
     fail_after_create: int = 0
     """The next N creates raise after storing the Job (a worker killed between the create and its answer)."""
+    refuse_create: str | None = None
+    """Every create is refused as the worker's interceptor words a 403 (ErrorType.FORBIDDEN, non-retryable)."""
 
     # -- the test's hands -----------------------------------------------------------------------------
 
@@ -167,6 +170,8 @@ class FakeBenchWorld:
                                   generation=request.generation, spec=spec, endpoint=resolved, defaults=self.defaults)
         except BenchmarkRenderError as exc:
             return BenchStartOutput(outcome=StartOutcome.INVALID, message=str(exc))
+        if self.refuse_create is not None:
+            raise application_error(ErrorType.FORBIDDEN, self.refuse_create)
         self.jobs[(found.namespace, jname)] = FakeJob(name=jname, namespace=found.namespace, owner_uid=found.uid,
                                                       manifest=rendered.job, results=rendered.results)
         self.created.append(jname)

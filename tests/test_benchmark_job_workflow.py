@@ -127,6 +127,23 @@ async def test_a_scheme_without_a_writer_fails_naming_it(env: WorkflowEnvironmen
         assert stored.status and stored.status["completionTime"]
 
 
+async def test_a_create_no_retry_can_fix_ends_failed_saying_why(env: WorkflowEnvironment) -> None:
+    """The worker may not create Jobs in the namespace (a 403 its interceptor makes permanent): the run ends
+    Failed with the reason on the object, and the workflow lives on for the next generation."""
+    world = FakeBenchWorld(refuse_create="jobs.batch is forbidden: cannot create resource \"jobs\" in ns")
+    stored = world.add("denied", URL_SPEC)
+    queue = f"bj-{uuid.uuid4().hex[:8]}"
+    async with worker(env, world, queue):
+        handle = await start(env, stored, queue)
+        await until(env, lambda: state(stored) == "Failed", what="Failed")
+        assert (stored.status or {})["failureMessage"].startswith("the benchmark Job could not be created: jobs.batch")
+        assert world.created == []
+        world.refuse_create = None  # the role mended; an edit asks for a new run
+        stored.generation = 2
+        await changed(handle, stored)
+        await until(env, lambda: world.created == ["denied-g2"], what="the next generation's Job")
+
+
 async def test_a_pod_killed_mid_run_ends_failed_with_the_reason(env: WorkflowEnvironment) -> None:
     world = FakeBenchWorld()
     stored = world.add("killed", URL_SPEC)

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         StartOutcome,
     )
     from servingops.api_models.contract import StartObject, WorkflowType
+    from servingops.api_models.errors import error_message, is_permanent
     from servingops.api_models.ome.benchmark_job import BenchmarkJobStatus
     from servingops.api_models.ome.enums import BenchmarkJobState
     from servingops.rendering.benchmark_results import IterationSummary
@@ -188,8 +189,16 @@ class BenchmarkJobWorkflow(EntityWorkflow[BenchState]):
         if not await self._write(run):
             return False
         while True:
-            started: BenchStartOutput = await workflow.execute_activity_method(
-                BenchmarkActivities.start, BenchStartInput(job=self.ref, generation=generation), **options.KUBE)
+            try:
+                started: BenchStartOutput = await workflow.execute_activity_method(
+                    BenchmarkActivities.start, BenchStartInput(job=self.ref, generation=generation), **options.KUBE)
+            except ActivityError as exc:
+                if not is_permanent(exc):
+                    raise
+                # A refusal no retry changes (the worker may not create Jobs there, the apiserver refused the
+                # Job): the run ends Failed saying so, instead of the workflow failing with the object Pending.
+                return await self._end(run, BenchmarkJobState.FAILED, None,
+                                       f"the benchmark Job could not be created: {error_message(exc)}")
             if started.outcome == StartOutcome.STALE:
                 return True  # a newer generation (its own run follows) or the object is gone (observe says)
             if started.outcome == StartOutcome.INVALID:
