@@ -43,7 +43,7 @@ from servingops.activities.capacity.quota_types import (
 from servingops.api_models.ome.accelerator_quota import AcceleratorQuotaStatus
 from servingops.clients.kube.calls import MERGE_PATCH, apply, call, delete_if_present, get_or_none, list_items
 from servingops.clients.kube.custom_objects import CustomObjects, update_optimistically
-from servingops.clients.kube.errors import absent, invalid
+from servingops.clients.kube.errors import absent, forbidden, invalid
 from servingops.clients.kube.events import record_event
 from servingops.rendering.accelerator_quota import (
     MANAGED_BY,
@@ -238,7 +238,10 @@ class AcceleratorQuotaActivities:
             try:
                 self._apply(kind, name, namespace, body)
             except ApiException as exc:
-                if invalid(exc):
+                if invalid(exc) or forbidden(exc):
+                    # An answer, not a retry: the node says it (Materialized False MaterializationFailed and a
+                    # Warning) and the next pass (the workflow's timer) tries again, so a role mended later, or
+                    # an apiserver whose RBAC was still syncing, heals by itself.
                     out.refused = f"{kind} {name}: {exc.reason}: {str(exc.body)[:400]}"
                     return out
                 raise
