@@ -33,8 +33,8 @@ from servingops.workflows.rollout.policy_pinning import portable_digest
 from servingops.workflows.rollout_policy import (
     ATTACH_RESYNC,
     MAX_REFRESHES_PER_RUN,
-    PolicyState,
     RolloutPolicyRun,
+    RolloutPolicyState,
     RolloutPolicyWorkflow,
     validate,
 )
@@ -174,7 +174,7 @@ async def test_digest_generation_ready_and_attached_groups(env: WorkflowEnvironm
         writes = len(cluster.patches)
         await env.sleep(ATTACH_RESYNC.total_seconds() * 3)
         assert len(cluster.patches) == writes
-        state = await handle.query("state", result_type=PolicyState)
+        state = await handle.query("state", result_type=RolloutPolicyState)
         assert state.phase == "Ready" and state.attached_groups == 2 and state.acted_generation == 3
 
         # What an InferenceService workflow sends when its references change: recounted at once.
@@ -190,7 +190,7 @@ async def test_digest_generation_ready_and_attached_groups(env: WorkflowEnvironm
 
         await handle.signal("delete", ObjectEvent(uid=cluster.uid, generation=4, resource_version="9",
                                                   deleting=True))
-        final = PolicyState.model_validate(await handle.result())
+        final = RolloutPolicyState.model_validate(await handle.result())
         assert final.phase == "Deleted"
 
 
@@ -207,7 +207,7 @@ async def test_recounts_continue_as_new(env: WorkflowEnvironment) -> None:
         await env.sleep((MAX_REFRESHES_PER_RUN + 20) * ATTACH_RESYNC.total_seconds())
         latest = env.client.get_workflow_handle(handle.id)
         assert (await latest.describe()).run_id != first_run
-        state = await latest.query("state", result_type=PolicyState)
+        state = await latest.query("state", result_type=RolloutPolicyState)
         assert state.phase == "Ready" and state.acted_generation == 1
         # The continued run neither re-reads the unchanged policy nor rewrites its status.
         reads = cluster.reads
@@ -217,7 +217,7 @@ async def test_recounts_continue_as_new(env: WorkflowEnvironment) -> None:
         assert len(history) < 20 * MAX_REFRESHES_PER_RUN
         await latest.signal("delete", ObjectEvent(uid=cluster.uid, generation=1, resource_version="9",
                                                   deleting=True))
-        assert PolicyState.model_validate(await latest.result()).phase == "Deleted"
+        assert RolloutPolicyState.model_validate(await latest.result()).phase == "Deleted"
 
 
 # -- end to end ----------------------------------------------------------------------------------
