@@ -195,6 +195,10 @@ def test_a_violation_already_in_the_tree_is_not_charged_to_an_unrelated_write() 
     admitted(request(quota("team-x", "ClusterQueue", "grp-b", 1)), tree)
     team_a = tree.items[3]
     admitted(request({**team_a, "metadata": {**team_a["metadata"], "labels": {"x": "y"}}}, team_a), tree)
+    # A spec change inside the violating family that leaves the violation as it was.
+    borrowing = copy.deepcopy(team_a)
+    borrowing["spec"]["budgets"][0]["borrowingLimit"] = "1"
+    admitted(request(borrowing, team_a), tree)
     # A write that mends it is admitted; one that makes it worse changes the verdict and is refused.
     team_c = tree.items[5]
     admitted(request(quota("team-c", "ClusterQueue", "grp-a", 0), team_c), tree)
