@@ -106,9 +106,7 @@ def tree_refusals(candidate: QuotaNode, old: QuotaNode | None, stored: Iterable[
     others = [n for n in stored if n.name != candidate.name]
     before = others + ([old] if old is not None else [])
     after = [*others, candidate]
-    names = _affected(candidate, old, after)
-    if old is not None:
-        names += [n for n in _affected(old, None, before) if n not in names]
+    names = _affected(candidate, old, after)  # its descendants name it, so they are the same before and after
     seen = {(r.reason, r.message) for r in _violations(names, before, max_depth)}
     # Sameness is the rule and its message, whichever node carries it: containment is reported on the grouping
     # and on each of its children, and a re-parented node carries its old family's verdict to no one.
