@@ -36,7 +36,7 @@ RELEASE = "servingops"
 NAMESPACE = "servingops-system"
 FIELD_MANAGER = "servingops-devstack"
 IDENTITY_KINDS = frozenset({"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
-PROCESSES = ("worker", "bridge", "uploads", "agent", "webhook")
+PROCESSES = ("worker", "bridge", "uploads", "agent", "webhook", "admission")
 TOKEN_SECONDS = 24 * 3600
 """Long enough for a test session; `./dev up` asks for more (a token is not renewed here)."""
 
@@ -70,6 +70,8 @@ def local_values(**blocks: Any) -> dict[str, Any]:
         # Likewise the model webhook is a process on loopback TLS (devstack/webhook.py registers it); the
         # chart's configuration would send annotated objects to a Service no real pod serves.
         "webhook": {"enabled": False},
+        # The validating admission webhook too (devstack/admission.py registers it where it runs).
+        "admission": {"enabled": False},
     }
     values.update(blocks)
     return values
@@ -216,6 +218,8 @@ class Identities:
     """The node agents' identity (one ServiceAccount for every node's agent, as in the DaemonSet)."""
     webhook: Path | None = None
     """The model admission webhook's identity."""
+    admission: Path | None = None
+    """The validating admission webhook's identity."""
 
     def worker_env(self) -> dict[str, str]:
         """What a worker process needs to run as the worker, its upload endpoint as the uploads identity."""
@@ -229,7 +233,7 @@ class Identities:
     def admin(cls, kubeconfig: Path, namespace: str = NAMESPACE) -> Identities:
         """Every process as the cluster admin: for benchmarks only, which measure, not check."""
         return cls(namespace, kubeconfig, kubeconfig, kubeconfig, operator_config_name(), f"{RELEASE}-bridge",
-                   agent=kubeconfig, webhook=kubeconfig)
+                   agent=kubeconfig, webhook=kubeconfig, admission=kubeconfig)
 
 
 def request_token(api: client.ApiClient, namespace: str, service_account: str,
@@ -272,4 +276,4 @@ def issue(cluster: LocalKubeCluster, directory: Path, *, release: str = RELEASE,
         api.close()  # type: ignore[no-untyped-call]
     return Identities(namespace, paths["worker"], paths["bridge"], paths["uploads"],
                       operator_config or operator_config_name(release), f"{release}-bridge", agent=paths["agent"],
-                      webhook=paths["webhook"])
+                      webhook=paths["webhook"], admission=paths["admission"])

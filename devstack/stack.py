@@ -24,6 +24,7 @@ import yaml
 from kubernetes import client, utils
 from kubernetes.client.exceptions import ApiException
 
+from devstack import admission as local_admission
 from devstack import identities
 from devstack.kube import CONTROLLER_BINARIES, REPO_ROOT, LocalKubeCluster, missing_binaries
 from devstack.members import MemberCluster
@@ -139,6 +140,10 @@ def up(state_dir: Path, members: int = 0) -> int:
     assert ids.webhook is not None
     webhook = WebhookProcess(ids.webhook, state_dir / "webhook", logs, registry=registry.address).start()
     register(api, webhook.configuration("servingops-webhook-local"))
+    # The validating admission webhook likewise (devstack/admission.py), registered only now that it runs.
+    assert ids.admission is not None
+    admission = local_admission.AdmissionProcess(ids.admission, state_dir / "admission", logs).start()
+    local_admission.register(api, admission.configuration(local_admission.LOCAL_NAME))
 
     # Member clusters for placement (devstack/members.py): each its own apiserver, kwok nodes, Kueue
     # (4 cpus of quota) and servingops, registered here as WorkloadCluster member-<i>, labelled
@@ -152,7 +157,7 @@ def up(state_dir: Path, members: int = 0) -> int:
 
     def processes() -> list[ManagedProcess | None]:
         return [temporal.process, registry.process, prometheus.process, runtime.process, *cluster._processes,
-                traefik.process, hub, worker, bridge, *agents, webhook.process,
+                traefik.process, hub, worker, bridge, *agents, webhook.process, admission.process,
                 *(p for m in fleet for p in m.processes())]
 
     state = {

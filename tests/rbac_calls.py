@@ -38,6 +38,7 @@ ENTRY_POINTS = {
     "bridge": ("servingops.crd_bridge.main", "run"),
     "agent": ("servingops.agents.main", "run"),
     "webhook": ("servingops.ingress.model_webhook", "run"),
+    "admission": ("servingops.admission.main", "run"),
     "catalog-endpoint": ("servingops.ingress.catalog_endpoint", "run"),
     # Not a process: the identity the control plane's placement activities talk as in a member
     # cluster (the chart's placementMember role), through a client built from the member's kubeconfig.

@@ -204,7 +204,7 @@ def test_values_reach_every_object() -> None:
         ("RoleBinding", "ops"), ("RoleBinding", "team-a"), ("RoleBinding", "team-b")]
     services = {d["metadata"]["name"]: d for d in _by_kind(docs, "Service")}
     assert set(services) == {"servingops-worker", "servingops-worker-metrics", "servingops-bridge-metrics",
-                             "servingops-webhook"}
+                             "servingops-webhook", "servingops-admission"}
     assert services["servingops-worker"]["spec"]["clusterIP"] == "None"
 
 

@@ -41,7 +41,7 @@ from tests import rbac_calls
 from tests.crd_helpers import create, manifest, new_namespace
 from tests.fixtures.kube import api_as
 
-PROCESSES = ("worker", "uploads", "bridge", "agent", "webhook", "placement-member", "catalog-endpoint")
+PROCESSES = ("worker", "uploads", "bridge", "agent", "webhook", "placement-member", "catalog-endpoint", "admission")
 MEMBER = {"placementMember": {"enabled": True},
           "catalogEndpoint": {"enabled": True, "tls": {"secretName": "catalog-tls"}}}
 """Rendered in both: the placement-member identity exists only where a cluster is a member, the catalog
@@ -66,7 +66,8 @@ def test_each_identity_is_granted_exactly_what_its_code_calls(process: str, rend
 @pytest.mark.unit
 def test_the_call_reader_tells_the_processes_apart() -> None:
     """A control for the test above: the reader attributes each call to the identity that makes it."""
-    worker, uploads, bridge, agent, webhook, member, catalog = (rbac_calls.used(p) for p in PROCESSES)
+    worker, uploads, bridge, agent, webhook, member, catalog, admission = (rbac_calls.used(p) for p in PROCESSES)
+    assert admission == {("ome.io", "acceleratorquotas", "list"), ("kueue.x-k8s.io", "clusterqueues", "get")}
     assert catalog == {("ai.deckhouse.io", "clustermodels", "list"), ("", "secrets", "get")}
     assert ("ome.io", "inferenceservices", "delete") in member, \
         "a member's derived service is deleted as the placement-member identity"

@@ -170,7 +170,7 @@ def test_the_rootfs_holds_no_compiler_package_cache_or_machine_state(pulled: Pul
 def test_help_runs_in_the_image(pulled: Pulled) -> None:
     result = subprocess.run(_in_image(pulled, "--help"), capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    for command in ("worker", "bridge", "agent", "webhook"):
+    for command in ("worker", "bridge", "agent", "webhook", "admission"):
         assert command in result.stdout
 
 

@@ -47,7 +47,7 @@ CONSOLE_SCRIPT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["proj
 NAMESPACE = CONSOLE_SCRIPT.split(":")[0].rpartition("cli")[0]
 """What the installed packages' names start with: "" for top-level packages, "servingops." under a namespace."""
 PRODUCT = ("api_models", "workflows", "activities", "runtime", "workers", "crd_bridge", "sdk", "cli", "ingress",
-           "agents", "clients", "rendering")
+           "agents", "clients", "rendering", "admission")
 """Every product package: each folder of servingops/ that the wheel must carry."""
 NOT_INSTALLED = ("devstack", "tests", "bench")
 """The local stack, the test helpers and the benchmarks live in the checkout only."""
@@ -188,7 +188,7 @@ def test_every_product_module_imports_from_the_fresh_venv(installed: Installed) 
 
 @pytest.mark.integration
 def test_console_commands_answer_help_from_elsewhere(installed: Installed) -> None:
-    for argv in ([], ["worker"], ["bridge"], ["rollout"], ["rollout", "status"], ["crds"]):
+    for argv in ([], ["worker"], ["bridge"], ["admission"], ["rollout"], ["rollout", "status"], ["crds"]):
         result = installed.run(installed.servingops, *argv, "--help")
         assert result.returncode == 0, f"servingops {' '.join(argv)} --help: {result.stderr}"
         assert "usage:" in result.stdout

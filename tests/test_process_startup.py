@@ -11,6 +11,7 @@ import textwrap
 
 import pytest
 
+from servingops.admission.main import PROCESS as ADMISSION
 from servingops.agents.main import PROCESS as AGENT
 from servingops.crd_bridge.main import PROCESS as BRIDGE
 from servingops.ingress.catalog_endpoint import PROCESS as CATALOG_ENDPOINT
@@ -60,7 +61,7 @@ def test_a_required_flag_is_satisfied_by_its_variable(monkeypatch: pytest.Monkey
     assert _parser(declare).parse_args([]).node == "gpu-1"
 
 
-@pytest.mark.parametrize("process", [WORKER, BRIDGE, AGENT, WEBHOOK, CATALOG_ENDPOINT], ids=lambda p: p.name)
+@pytest.mark.parametrize("process", [WORKER, BRIDGE, AGENT, WEBHOOK, CATALOG_ENDPOINT, ADMISSION], ids=lambda p: p.name)
 def test_every_process_names_the_variable_behind_each_flag(process: Process[object]) -> None:
     parser = process.parser()
     assert parser.prog == f"servingops {process.name}"

@@ -1,4 +1,5 @@
-"""`servingops`: crds, worker, bridge, agent, webhook, catalog-endpoint, rollout status / promote / rollback, migrate.
+"""`servingops`: crds, worker, bridge, agent, webhook, admission, catalog-endpoint, rollout status / promote /
+rollback, migrate.
 
 The local development stack is not part of the installed product: `./dev up | down | status` runs it from
 the checkout (`python -m devstack.cli`)."""
@@ -71,6 +72,13 @@ def cmd_webhook(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_admission(args: argparse.Namespace) -> int:
+    from servingops.admission.main import main as admission_main
+
+    admission_main(args.rest)
+    return 0
+
+
 def cmd_catalog_endpoint(args: argparse.Namespace) -> int:
     from servingops.ingress.catalog_endpoint import main as catalog_endpoint_main
 
@@ -92,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                              ("bridge", cmd_bridge, "run the CRD bridge process"),
                              ("agent", cmd_agent, "run the node agent (copies model weights onto one node)"),
                              ("webhook", cmd_webhook, "run the model admission webhook (HTTPS)"),
+                             ("admission", cmd_admission, "run the validating admission webhook (HTTPS)"),
                              ("catalog-endpoint", cmd_catalog_endpoint,
                               "run the catalog endpoint: publishes this cluster's Ready ClusterModels (HTTPS)")):
         proc = sub.add_parser(name, help=text, add_help=False)
@@ -109,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     processes = {"worker": cmd_worker, "bridge": cmd_bridge, "agent": cmd_agent, "webhook": cmd_webhook,
-                 "catalog-endpoint": cmd_catalog_endpoint}
+                 "admission": cmd_admission, "catalog-endpoint": cmd_catalog_endpoint}
     if argv and argv[0] in processes:
         # The processes parse their own flags, --help included: argparse's REMAINDER would refuse the first
         # argument that starts with a dash (`servingops bridge --metrics-address ...`, as the Deployment runs it).

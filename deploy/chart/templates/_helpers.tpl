@@ -5,6 +5,7 @@
 {{- define "servingops.uploads" -}}{{ include "servingops.name" . }}-uploads{{- end -}}
 {{- define "servingops.agent" -}}{{ include "servingops.name" . }}-agent{{- end -}}
 {{- define "servingops.webhook" -}}{{ include "servingops.name" . }}-webhook{{- end -}}
+{{- define "servingops.admission" -}}{{ include "servingops.name" . }}-admission{{- end -}}
 {{- define "servingops.config" -}}{{ include "servingops.name" . }}-config{{- end -}}
 
 {{- define "servingops.labels" -}}
