@@ -25,7 +25,8 @@ from devstack import identities
 from devstack.certs import write_serving_cert
 from devstack.kube import REPO_ROOT
 from devstack.process import ManagedProcess, free_port, http_ok
-from servingops.ingress.model_webhook import HEALTH_PATH, MUTATE_PATH
+from servingops.ingress.model_webhook import MUTATE_PATH
+from servingops.runtime.review_server import HEALTH_PATH
 
 
 def configuration(name: str, url: str, ca_bundle: str,

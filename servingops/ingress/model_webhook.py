@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import argparse
 import base64
-import http.server
 import json
 import logging
-import socket
-import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -48,14 +45,11 @@ from servingops.ingress.model_mount import (
 )
 from servingops.runtime.kube import load_api_client
 from servingops.runtime.process import Flags, Process, run_threaded
+from servingops.runtime.review_server import ReviewServer
 
 log = logging.getLogger("servingops.webhook")
 
 MUTATE_PATH = "/mutate"
-HEALTH_PATH = "/healthz"
-MAX_REVIEW_BYTES = 8 << 20
-"""An AdmissionReview carries the object twice (object and oldObject); the apiserver's own request limit is 3 MiB
-per object."""
 
 ModelLookup = Callable[[ModelRequest], Mapping[str, Any] | None]
 """The model as stored (a dict), or None when it does not exist."""
@@ -162,112 +156,25 @@ def _describe(kind: str, obj: Mapping[str, Any], namespace: str) -> str:
 # -- the server ----------------------------------------------------------------------------------------
 
 
-class _HTTPServer(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], app: ModelWebhookServer) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        self.app = app
-        super().__init__(address, _Handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("webhook connection from %s ended with an error", client_address[0], exc_info=True)
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _HTTPServer
-    server_version = "servingops-webhook"
-
-    def version_string(self) -> str:
-        return self.server_version
-
-    def setup(self) -> None:
-        super().setup()
-        # The TLS handshake happens here, on the request's own thread (the listening socket does not
-        # handshake on accept), bounded like every read.
-        self.connection.settimeout(10)
-        self.connection.do_handshake()
-
-    def do_GET(self) -> None:
-        if self.path.split("?")[0] == HEALTH_PATH:
-            self._send(200, {"status": "ok"})
-        else:
-            self._send(404, {"error": "not found"})
-
-    def do_POST(self) -> None:
-        if self.path.split("?")[0] != MUTATE_PATH:
-            self._send(404, {"error": "not found"})
-            return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length <= 0 or length > MAX_REVIEW_BYTES:
-            self._send(400, {"error": "an AdmissionReview body with Content-Length is expected"})
-            return
-        try:
-            body = json.loads(self.rfile.read(length))
-        except ValueError:
-            self._send(400, {"error": "the body is not JSON"})
-            return
-        if not isinstance(body, dict) or body.get("kind") != "AdmissionReview":
-            self._send(400, {"error": "the body is not an AdmissionReview"})
-            return
-        app = self.server.app
-        self._send(200, review(body, app.lookup, app.registry, app.repository))
-
-    def _send(self, status: int, payload: Mapping[str, Any]) -> None:
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
-
-
-class ModelWebhookServer:
-    """The webhook's HTTPS server; start() and stop() from main (or a test)."""
+class ModelWebhookServer(ReviewServer):
+    """The webhook's HTTPS server (runtime/review_server.py); start() and stop() from main (or a test)."""
 
     def __init__(self, host: str, port: int, cert_file: Path, key_file: Path, lookup: ModelLookup, *,
                  registry: str, repository: str) -> None:
-        self.host = host
-        self.requested_port = port
-        self.cert_file = cert_file
-        self.key_file = key_file
+        super().__init__(host, port, cert_file, key_file, path=MUTATE_PATH, answer=self._review,
+                         name="servingops-webhook", log=log)
         self.lookup = lookup
         self.registry = registry
         self.repository = repository
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def port(self) -> int:
-        return self.requested_port if self._httpd is None else int(self._httpd.server_address[1])
+    def _review(self, body: dict[str, Any]) -> Mapping[str, Any]:
+        return review(body, self.lookup, self.registry, self.repository)
 
-    def start(self) -> ModelWebhookServer:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.cert_file, self.key_file)
-        httpd = _HTTPServer((self.host, self.requested_port), self)
-        httpd.socket = context.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
-        self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, name="webhook-https", daemon=True)
-        self._thread.start()
+    def start(self) -> Self:
+        super().start()
         log.info("model webhook listening on https://%s:%d%s (registry %s/%s)", self.host, self.port, MUTATE_PATH,
                  self.registry, self.repository)
         return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
 
 
 # -- the process ---------------------------------------------------------------------------------------
