@@ -36,6 +36,7 @@ from servingops.api_models.ome.accelerator_quota import (
     AcceleratorQuota,
     AcceleratorQuotaStatus,
 )
+from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy
 from servingops.api_models.refs import ObjectRef
 from servingops.rendering.accelerator_quota import (
     NODE_LABEL,
@@ -95,6 +96,10 @@ class FakeQuotaWorld:
     observes: int = 0
     workload_clusters: list[str] = field(default_factory=list)
     """The WorkloadClusters registered on this plane (observe reports them to a node that is no copy)."""
+    operator_default: AcceleratorQuotaDistributionPolicy | None = None
+    """The operator ConfigMap's quota.defaultDistribution, as the real observe reads it."""
+    config_error: str = ""
+    """Set: the ConfigMap's quota block does not parse (observe reports why, and no default)."""
 
     # -- the world, as a test sets it ---------------------------------------------------------------
 
@@ -155,7 +160,9 @@ class FakeQuotaWorld:
         return QuotaObserveOutput(present=True, deleting=found.deleting, node=node, tree=tree, plane=self._plane(node),
                                   status=status, clusters=sorted(self.workload_clusters) if node.projected is None
                                   else [], root_capacity=[AcceleratorCapacityStatus.model_validate(c)
-                                                          for c in capacity])
+                                                          for c in capacity],
+                                  default_distribution=None if self.config_error else self.operator_default,
+                                  config_error=self.config_error)
 
     def _plane(self, node: QuotaNode) -> Plane:
         if not self.kueue_served:

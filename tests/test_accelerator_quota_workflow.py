@@ -21,6 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from servingops.api_models.contract import Query, Signal, accelerator_quota_workflow_id
+from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from testkit.accelerator_quota_fakes import FakeQuotaWorld, StoredQuota
@@ -214,3 +215,25 @@ async def test_deletion_reaps_the_kueue_objects_and_releases_the_finalizer(env: 
         assert state["phase"] == "Deleted" and sorted(state["reaped"]) == ["ClusterQueue//team",
                                                                            "LocalQueue/team-ns/team"]
         assert "team" not in world.quotas and world.cluster_queues == {} and world.local_queues == {}
+
+
+async def test_the_operator_configmaps_default_distribution_resolves_a_leaf_that_names_none(
+        env: WorkflowEnvironment) -> None:
+    """quota.defaultDistribution in the operator ConfigMap (observe reads it every pass): without it a leaf with
+    no policy is Degraded ShareUnresolved; set, the next pass materializes the leaf; a block that does not
+    parse says so in the Degraded message."""
+    world = _world()
+    world.add_quota("plain", {"role": "ClusterQueue", "parentRef": {"name": "other"}, "budgets": gpus(1)})
+    world.config_error = "ConfigMap servingops-system/servingops-config: quota.defaultDistribution: bad"
+    async for run in _run(env, world, "plain"):
+        leaf: Running = run
+        await until(env, lambda leaf=leaf: "not read" in leaf.condition("Degraded").get("message", ""), step=1,
+                    what="the unreadable block named")
+        assert leaf.condition("Degraded")["reason"] == "ShareUnresolved" and "plain" not in world.cluster_queues
+        assert "quota.defaultDistribution: bad" in leaf.condition("Degraded")["message"]
+        world.config_error = ""
+        world.operator_default = AcceleratorQuotaDistributionPolicy.PROPORTIONAL
+        await until(env, lambda leaf=leaf: leaf.condition("Degraded").get("status") == "False", step=1,
+                    what="resolved by the operator default")
+        assert "plain" in world.cluster_queues
+        assert [e.reason for e in world.events][-2:] == ["Unfrozen", "Materialized"]

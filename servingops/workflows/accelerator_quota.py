@@ -93,7 +93,9 @@ class QuotaSettings(BaseModel):
     interval_seconds: float = 10.0
     max_depth: int = DEFAULT_MAX_DEPTH
     default_distribution: AcceleratorQuotaDistributionPolicy | None = None
-    """The operator-level default distribution policy; None: a leaf that names none is Degraded."""
+    """The worker's fallback for the operator-level default distribution policy: the operator ConfigMap's
+    quota.defaultDistribution (read by observe on every pass) wins when set. Both None: a leaf that names
+    none is Degraded ShareUnresolved."""
     passes_per_run: int = 500
 
 
@@ -137,6 +139,23 @@ def decide(node: QuotaNode, tree: list[QuotaNode], plane: Plane, settings: Quota
     conflict = conflict_problem(node, plane) if plane.served else None
     write = plane.served and not problems and conflict is None and not in_sync(node, plane)
     return Decision(problems=problems, conflict=conflict, write=write)
+
+
+def effective_settings(settings: QuotaSettings, observed: QuotaObserveOutput) -> QuotaSettings:
+    """The settings one pass decides with: the operator ConfigMap's default distribution, when it sets one,
+    over the worker's."""
+    if observed.default_distribution is None:
+        return settings
+    return settings.model_copy(update={"default_distribution": observed.default_distribution})
+
+
+def with_config_error(decision: Decision, error: str) -> Decision:
+    """A ShareUnresolved that an unreadable quota block may be the cause of says so (operators read status)."""
+    if not error:
+        return decision
+    problems = [p.model_copy(update={"message": f"{p.message} (the operator default is not read: {error})"})
+                if p.reason == Reason.SHARE_UNRESOLVED else p for p in decision.problems]
+    return decision.model_copy(update={"problems": problems})
 
 
 def _messages(problems: list[Problem]) -> str:
@@ -349,7 +368,9 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
         node, plane = observed.node, observed.plane
         self.state.generation = max(self.state.generation, node.generation)
         self.state.acted_generation = max(self.state.acted_generation, node.generation)
-        decision = decide(node, observed.tree, plane, self.settings, observed.status)
+        settings = effective_settings(self.settings, observed)
+        decision = with_config_error(decide(node, observed.tree, plane, settings, observed.status),
+                                     observed.config_error)
         applied: QuotaApplyOutput | None = None
         if decision.write:
             applied = await workflow.execute_activity_method(
@@ -364,7 +385,7 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
         desired = desired_status(node, observed.tree, plane, decision, applied, written, now)
         if node.projected is None and (observed.clusters or self.state.projected_to) \
                 and workflow.patched(PROJECTION_PATCH):
-            split_, inputs = projection_inputs(node, observed, decision, self.settings)
+            split_, inputs = projection_inputs(node, observed, decision, settings)
             outcomes = list(await asyncio.gather(*(workflow.execute_activity_method(
                 PlacementActivities.project_quota, inp, **options.MEMBER) for inp in inputs)))
             self.state.projected_to = list(observed.clusters)
@@ -402,4 +423,4 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
 
 
 __all__ = ["PROJECTION_PATCH", "AcceleratorQuotaWorkflow", "Decision", "QuotaRun", "QuotaSettings", "QuotaState",
-           "decide", "desired_status", "events_for", "projection_inputs", "with_projection"]
+           "decide", "desired_status", "effective_settings", "events_for", "projection_inputs", "with_projection"]

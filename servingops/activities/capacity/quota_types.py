@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus, AcceleratorQuotaStatus
+from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy
 from servingops.api_models.refs import ObjectRef
 from servingops.rendering.accelerator_quota import Plane, QuotaNode, Removal
 
@@ -33,6 +34,10 @@ class QuotaObserveOutput(BaseModel):
     the kind is not served)."""
     root_capacity: list[AcceleratorCapacityStatus] = []
     """The root node's status.capacity (its perCluster rows weigh a Proportional split)."""
+    default_distribution: AcceleratorQuotaDistributionPolicy | None = None
+    """The operator ConfigMap's quota.defaultDistribution (None: unset, or no reader)."""
+    config_error: str = ""
+    """Why the ConfigMap's quota block does not parse (then no operator default applies)."""
 
 
 class QuotaApplyInput(BaseModel):
