@@ -100,6 +100,8 @@ class FakeQuotaWorld:
     """The operator ConfigMap's quota.defaultDistribution, as the real observe reads it."""
     config_error: str = ""
     """Set: the ConfigMap's quota block does not parse (observe reports why, and no default)."""
+    refuse_reap: str = ""
+    """Set: the apiserver refuses the reap's deletes (a 403), as the real reap answers it."""
 
     # -- the world, as a test sets it ---------------------------------------------------------------
 
@@ -242,6 +244,8 @@ class FakeQuotaWorld:
 
     def reap(self, request: QuotaReapInput) -> QuotaReapOutput:
         name = request.quota.name
+        if self.refuse_reap:
+            return QuotaReapOutput(refused=self.refuse_reap)
         out = QuotaReapOutput()
         for kind, store in (("ClusterQueue", self.cluster_queues), ("Cohort", self.cohorts)):
             if name in store and owned(store[name]["metadata"], name):

@@ -237,3 +237,24 @@ async def test_the_operator_configmaps_default_distribution_resolves_a_leaf_that
                     what="resolved by the operator default")
         assert "plain" in world.cluster_queues
         assert [e.reason for e in world.events][-2:] == ["Unfrozen", "Materialized"]
+
+
+async def test_a_refused_reap_is_reported_and_tried_again_not_a_failed_workflow(env: WorkflowEnvironment) -> None:
+    """A 403 on the reap's deletes (acceleratorquota.reap answers it as `refused`): the node stays on its
+    finalizer with Ready False ReapRefused and one Warning, the workflow keeps trying each interval, and once the
+    role is mended the deletion completes."""
+    world = _world()
+    async for run in _run(env, world, "team"):
+        world.refuse_reap = "Forbidden: clusterqueues.kueue.x-k8s.io \"team\" is forbidden"
+        world.delete_quota("team")
+        await run.handle.signal(Signal.DELETE, {"uid": run.stored.uid, "generation": 1, "resource_version": "5",
+                                                "deleting": True})
+        await until(env, lambda run=run: run.condition("Ready").get("reason") == "ReapRefused", step=1,
+                    what="the refusal on the node")
+        assert "is forbidden" in run.condition("Ready")["message"] and "team" in world.quotas
+        await env.sleep(35)  # three more tries
+        assert [(e.type, e.reason) for e in world.events if e.reason == "ReapRefused"] == [("Warning", "ReapRefused")]
+        assert "team" in world.cluster_queues and run.stored.finalizers
+        world.refuse_reap = ""
+        state = await run.handle.result()
+        assert state["phase"] == "Deleted" and "team" not in world.quotas and world.cluster_queues == {}

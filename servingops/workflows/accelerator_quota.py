@@ -81,6 +81,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 READY, DEGRADED, MATERIALIZED = "Ready", "Degraded", "Materialized"
+REAP_REFUSED = "ReapRefused"
+"""Ready False while a deletion's reap is refused (the finalizer holds the node; tried again each interval)."""
 PROJECTION_PATCH = "quota-projection"
 """The projection onto WorkloadClusters (placement.project_quota / .unproject_quota per registered cluster):
 histories recorded before it replay without those commands."""
@@ -411,9 +413,37 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
                 PlacementActivities.unproject_quota,
                 QuotaUnprojectInput(cluster=c, name=self.ref.name, origin=self.ref.uid or ""), **options.MEMBER)
                 for c in self.state.projected_to))
-        reaped: QuotaReapOutput = await workflow.execute_activity_method(
-            AcceleratorQuotaActivities.reap, QuotaReapInput(quota=self.ref), **options.KUBE)
-        self.state.reaped = reaped.removed
+        while True:
+            reaped: QuotaReapOutput = await workflow.execute_activity_method(
+                AcceleratorQuotaActivities.reap, QuotaReapInput(quota=self.ref), **options.KUBE)
+            self.state.reaped = reaped.removed
+            if not reaped.refused or not await self._report_reap_refused(reaped.refused):
+                return
+            # The finalizer holds the node: the next try after the pass interval (a role mended meanwhile
+            # completes the deletion). Only a refused reap takes this branch, and before it a refusal failed
+            # the workflow, so no recorded history has a command here.
+            await workflow.sleep(timedelta(seconds=self.settings.interval_seconds))
+
+    async def _report_reap_refused(self, refused: str) -> bool:
+        """Ready False ReapRefused and a Warning on the node (once per message); False when the node is gone."""
+        assert self.ref is not None
+        written = self.state.written or AcceleratorQuotaStatus()
+        update = ConditionUpdate(type=READY, status="False", reason=REAP_REFUSED,
+                                 message=f"deleting: the Kueue objects could not be deleted: {refused}"[:1000])
+        before = next((c for c in written.conditions or [] if c.type == READY), None)
+        if before is not None and before.reason == REAP_REFUSED and before.message == update.message:
+            return True
+        now = workflow.now().replace(microsecond=0)
+        conditions = merge_conditions([c.to_api() for c in written.conditions or []], [update],
+                                      generation=written.observed_generation or 0, now=now)
+        desired = written.model_copy(update={"conditions": AcceleratorQuotaStatus.model_validate(
+            {"conditions": conditions}).conditions})
+        result: QuotaWriteOutput = await workflow.execute_activity_method(
+            AcceleratorQuotaActivities.write_status,
+            QuotaWriteInput(quota=self.ref, status=desired, events=[QuotaEvent(
+                type="Warning", reason=REAP_REFUSED, message=update.message)]), **options.KUBE)
+        self.state.written = desired
+        return result.present
 
     def _publish(self, phase: str) -> None:
         assert self.visibility is not None

@@ -295,6 +295,17 @@ class AcceleratorQuotaActivities:
 
     @activity.defn(name="acceleratorquota.reap")
     def reap(self, request: QuotaReapInput) -> QuotaReapOutput:
+        try:
+            return self._reap(request)
+        except ApiException as exc:
+            if forbidden(exc):
+                # An answer, as in apply: the worker's interceptor would make a 403 a permanent failure of the
+                # node's workflow, leaving the node stuck on its finalizer with nobody saying why. The workflow
+                # reports it on the node and tries again, so a role mended later completes the deletion.
+                return QuotaReapOutput(refused=f"{exc.reason}: {str(exc.body)[:400]}")
+            raise
+
+    def _reap(self, request: QuotaReapInput) -> QuotaReapOutput:
         ref = request.quota
         out = QuotaReapOutput()
         for kind in ("ClusterQueue", "Cohort"):

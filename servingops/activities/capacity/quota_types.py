@@ -86,6 +86,9 @@ class QuotaReapOutput(BaseModel):
     removed: list[str] = []
     released: bool = False
     """The finalizer was removed (the apiserver then completes the deletion)."""
+    refused: str = ""
+    """Why the apiserver refused a delete (a 403: the worker's role lacks it): the finalizer is kept, the node
+    says so and the workflow tries again."""
 
 
 __all__ = ["QuotaApplyInput", "QuotaApplyOutput", "QuotaEvent", "QuotaObserveInput", "QuotaObserveOutput",

@@ -50,7 +50,11 @@ from servingops.activities.placement.types import (
     SourceInput,
 )
 from servingops.activities.routing.types import GatewayAddresses, GatewayAddressesInput
-from servingops.activities.workload_cluster.registration import RegistrationUnusable, versioned_member_access
+from servingops.activities.workload_cluster.registration import (
+    RegistrationUnusable,
+    VersionedAccess,
+    versioned_member_access,
+)
 from servingops.api_models.contract.placement import ADOPT_ANNOTATION, ADOPT_VALUE
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.accelerator import AcceleratorCapacityAttribution
@@ -67,7 +71,7 @@ from servingops.api_models.ome.placement_status import PlacementCapacityPool, Pl
 from servingops.api_models.ome.replica import InferenceReplicaStatus
 from servingops.clients.kube.calls import call
 from servingops.clients.kube.custom_objects import CustomObjects
-from servingops.clients.kube.errors import absent, conflict
+from servingops.clients.kube.errors import absent, conflict, forbidden
 from servingops.rendering import multinode, render
 from servingops.rendering.kueue import ADMISSION_GATE, QUEUE_LABEL
 from servingops.rendering.names import route_name
@@ -157,6 +161,22 @@ class PlacementActivities:
             if absent(exc):
                 self.clients.drop(cluster)
                 raise MemberUnavailable("RegistrationNotFound", f"WorkloadCluster {cluster} does not exist") from None
+            if forbidden(exc):
+                # This plane's own role lacks the read: an answer every caller reports (the quota projection's
+                # row, a placement's member condition) and retries at its next pass, not an exception the
+                # worker's interceptor would make a permanent failure of the calling workflow.
+                raise MemberUnavailable("AccessRefused", f"the worker may not read WorkloadCluster {cluster} "
+                                        f"({exc.status} {exc.reason})") from None
+            raise
+
+    def _access(self, cluster: str, spec: dict[str, Any]) -> VersionedAccess:
+        """The member's client from the kubeconfig Secret; a 403 on the Secret is an answer (as above)."""
+        try:
+            return versioned_member_access(self.core, spec, self.controller_namespace)
+        except ApiException as exc:
+            if forbidden(exc):
+                raise MemberUnavailable("AccessRefused", f"the worker may not read WorkloadCluster {cluster}'s "
+                                        f"kubeconfig Secret ({exc.status} {exc.reason})") from None
             raise
 
     @contextlib.contextmanager
@@ -169,7 +189,7 @@ class PlacementActivities:
         spec = registration.get("spec") or {}
         try:
             with self.clients.lease(cluster, str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""),
-                                    lambda: versioned_member_access(self.core, spec, self.controller_namespace),
+                                    lambda: self._access(cluster, spec),
                                     ) as api:
                 yield api
         except RegistrationUnusable as exc:
