@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         removals,
         render,
         role_change_problem,
+        roots_conflict,
         tree_problems,
     )
     from servingops.rendering.quota_projection import (
@@ -83,6 +84,8 @@ with workflow.unsafe.imports_passed_through():
 READY, DEGRADED, MATERIALIZED = "Ready", "Degraded", "Materialized"
 REAP_REFUSED = "ReapRefused"
 """Ready False while a deletion's reap is refused (the finalizer holds the node; tried again each interval)."""
+SINGLE_ROOT_PATCH = "quota-single-root"
+"""A member's own root wins over a projected root of another name; the projected tree there is RootConflict."""
 PROJECTION_PATCH = "quota-projection"
 """The projection onto WorkloadClusters (placement.project_quota / .unproject_quota per registered cluster):
 histories recorded before it replay without those commands."""
@@ -129,10 +132,12 @@ class Decision(BaseModel):
 
 
 def decide(node: QuotaNode, tree: list[QuotaNode], plane: Plane, settings: QuotaSettings,
-           status: AcceleratorQuotaStatus | None = None) -> Decision:
-    """`status`: the node's status as read (the root's status.capacity is what its budgets are held to)."""
+           status: AcceleratorQuotaStatus | None = None, *, single_root: bool = True) -> Decision:
+    """`status`: the node's status as read (the root's status.capacity is what its budgets are held to).
+    `single_root`: the member's own root wins over a projected one (False only for a run from before the
+    patch)."""
     problems = tree_problems(node.name, tree, max_depth=settings.max_depth,
-                             default_policy=settings.default_distribution)
+                             default_policy=settings.default_distribution, single_root=single_root)
     if node.parent is None and status is not None and status.capacity:
         problems.extend(capacity_problems(node, status.capacity))
     guard = role_change_problem(node, plane.cluster_queue)
@@ -371,8 +376,10 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
         self.state.generation = max(self.state.generation, node.generation)
         self.state.acted_generation = max(self.state.acted_generation, node.generation)
         settings = effective_settings(self.settings, observed)
-        decision = with_config_error(decide(node, observed.tree, plane, settings, observed.status),
-                                     observed.config_error)
+        # Asked only when a member holds its own root beside a projected one: no stored history meets it.
+        single_root = roots_conflict(observed.tree) and workflow.patched(SINGLE_ROOT_PATCH)
+        decision = with_config_error(decide(node, observed.tree, plane, settings, observed.status,
+                                            single_root=single_root), observed.config_error)
         applied: QuotaApplyOutput | None = None
         if decision.write:
             applied = await workflow.execute_activity_method(
