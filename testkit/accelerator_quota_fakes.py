@@ -30,7 +30,7 @@ from servingops.activities.capacity.quota_types import (
     QuotaWriteInput,
     QuotaWriteOutput,
 )
-from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaUnprojectInput
+from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaReleaseInput, QuotaUnprojectInput
 from servingops.api_models.ome.accelerator_quota import (
     AcceleratorCapacityStatus,
     AcceleratorQuota,
@@ -39,7 +39,9 @@ from servingops.api_models.ome.accelerator_quota import (
 from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy
 from servingops.api_models.refs import ObjectRef
 from servingops.rendering.accelerator_quota import (
+    MANAGED_BY,
     NODE_LABEL,
+    PROJECTED_LABEL,
     ClusterQueueView,
     CohortView,
     LocalQueueView,
@@ -96,6 +98,8 @@ class FakeQuotaWorld:
     observes: int = 0
     workload_clusters: list[str] = field(default_factory=list)
     """The WorkloadClusters registered on this plane (observe reports them to a node that is no copy)."""
+    deregistering: list[str] = field(default_factory=list)
+    """WorkloadClusters being deregistered, their deletion held by the projection's finalizer."""
     operator_default: AcceleratorQuotaDistributionPolicy | None = None
     """The operator ConfigMap's quota.defaultDistribution, as the real observe reads it."""
     config_error: str = ""
@@ -163,6 +167,7 @@ class FakeQuotaWorld:
                                   status=status, clusters=sorted(self.workload_clusters) if node.projected is None
                                   else [], root_capacity=[AcceleratorCapacityStatus.model_validate(c)
                                                           for c in capacity],
+                                  deregistering=sorted(self.deregistering) if node.projected is None else [],
                                   default_distribution=None if self.config_error else self.operator_default,
                                   config_error=self.config_error)
 
@@ -301,6 +306,10 @@ class FakeQuotaFleet:
     unreachable: dict[str, str] = field(default_factory=dict)
     writes: list[tuple[str, str]] = field(default_factory=list)
     """(cluster, name) of every copy written."""
+    holds: set[str] = field(default_factory=set)
+    """The WorkloadClusters carrying the projection's finalizer (a copy was written there)."""
+    deregistering: set[str] = field(default_factory=set)
+    """WorkloadClusters being deleted: no copy is written there, release_quota_hold reaps them."""
 
     def member(self, cluster: str) -> FakeQuotaWorld:
         return self.members.setdefault(cluster, FakeQuotaWorld())
@@ -310,6 +319,11 @@ class FakeQuotaFleet:
         if request.cluster in self.unreachable or request.cluster not in self.members:
             out.error = self.unreachable.get(request.cluster, f"WorkloadCluster {request.cluster} does not exist")
             return out
+        if request.body is not None and request.cluster in self.deregistering:
+            out.error = f"WorkloadCluster {request.cluster} is being deregistered"
+            return out
+        if request.body is not None:
+            self.holds.add(request.cluster)
         world = self.members[request.cluster]
         found = world.quotas.get(request.name)
         existing = CopyView.from_object(found.object()) if found is not None else None
@@ -341,6 +355,24 @@ class FakeQuotaFleet:
                 out.wrote = True
         return out
 
+    def release(self, request: QuotaReleaseInput) -> ClusterOutcome:
+        """As the real release_quota_hold: every projected copy in a deregistering member deleted, then its hold
+        released; an unreachable member keeps the hold and answers why."""
+        out = ClusterOutcome(cluster=request.cluster)
+        if request.cluster not in self.deregistering or request.cluster not in self.holds:
+            return out
+        if request.cluster in self.unreachable:
+            out.error = (f"{request.cluster} is being deregistered, but its projected copies could not be deleted: "
+                         f"{self.unreachable[request.cluster]}")
+            return out
+        world = self.members[request.cluster]
+        for name, stored in list(world.quotas.items()):
+            if stored.labels.get(PROJECTED_LABEL) == MANAGED_BY and not stored.deleting:
+                world.delete_quota(name)
+                out.wrote = True
+        self.holds.discard(request.cluster)
+        return out
+
     def activities(self) -> list[Callable[..., Any]]:
         @activity.defn(name="placement.project_quota")
         async def project_quota(request: QuotaProjectInput) -> ClusterOutcome:
@@ -350,7 +382,11 @@ class FakeQuotaFleet:
         async def unproject_quota(request: QuotaUnprojectInput) -> ClusterOutcome:
             return self.unproject(request)
 
-        return [project_quota, unproject_quota]
+        @activity.defn(name="placement.release_quota_hold")
+        async def release_quota_hold(request: QuotaReleaseInput) -> ClusterOutcome:
+            return self.release(request)
+
+        return [project_quota, unproject_quota, release_quota_hold]
 
 
 __all__ = ["FakeQuotaFleet", "FakeQuotaWorld", "StoredQuota"]

@@ -17,7 +17,8 @@ from servingops.activities.placement.quota_types import QuotaProjectInput, Quota
 
 pytestmark = pytest.mark.unit
 
-REGISTRATION = {"metadata": {"name": "east", "uid": "u1", "resourceVersion": "1"},
+REGISTRATION = {"metadata": {"name": "east", "uid": "u1", "resourceVersion": "1",
+                             "finalizers": ["ome.io/quota-projection"]},
                 "spec": {"clusterSource": {"kubeConfig": {"secretRef": {"name": "east-kubeconfig",
                                                                         "namespace": "servingops-system"}}}}}
 
@@ -34,6 +35,7 @@ def _acts(registration: int | None, secret: int) -> PlacementActivities:
         raise ApiException(status=secret, reason="Forbidden")
 
     acts.custom.get_cluster_custom_object = get_registration  # type: ignore[method-assign]
+    acts.custom.replace_cluster_custom_object = lambda *_, **__: None  # type: ignore[method-assign]
     acts.core.read_namespaced_secret = read_secret  # type: ignore[method-assign]
     return acts
 

@@ -250,3 +250,29 @@ async def test_a_member_with_its_own_root_keeps_it_and_the_projected_tree_says_r
             await until(env, lambda: "RootConflict" in (row(team, "east").get("message") or ""), step=1,
                         what="the management plane's row for east")
             assert "has its own root local" in row(team, "east")["message"]
+
+
+async def test_a_deregistered_clusters_copies_are_deleted_or_its_row_says_why(env: WorkflowEnvironment) -> None:
+    """WorkloadCluster west is deleted (the projection's finalizer holds it): the management plane deletes the
+    copies there (placement.release_quota_hold) and releases the hold; east keeps its copies. While west cannot
+    be reached, its hold stays and the node's row for west says why."""
+    world, members = management(), fleet()
+    team = world.quotas["team"]
+    async with running(env, world, members, "grp"), running(env, world, members, "team"):
+        await until(env, lambda: share(members, "west") == "1" and copy_spec(members, "west", "grp") is not None,
+                    step=1, what="the copies written")
+        assert members.holds == {"east", "west"}
+        members.unreachable["west"] = "west cannot be reached: connection refused"
+        world.workload_clusters.remove("west")
+        world.deregistering.append("west")
+        members.deregistering.add("west")
+        await until(env, lambda: "could not be deleted" in (row(team, "west").get("message") or ""), step=1,
+                    what="west's row says why")
+        assert "west" in members.holds and share(members, "west") == "1"
+        del members.unreachable["west"]
+        await until(env, lambda: "west" not in members.holds, step=1, what="west's hold released")
+        west = members.members["west"]
+        assert all(q.deleting for q in west.quotas.values()) or not west.quotas
+        assert share(members, "east") is not None and copy_spec(members, "east", "grp") is not None
+        world.deregistering.remove("west")  # the registration is gone
+        await until(env, lambda: not row(team, "west"), step=1, what="west's row gone")

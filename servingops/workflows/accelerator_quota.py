@@ -48,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
         QuotaWriteOutput,
     )
     from servingops.activities.placement.activities import PlacementActivities
-    from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaUnprojectInput
+    from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaReleaseInput, QuotaUnprojectInput
     from servingops.api_models.conditions import merge_conditions
     from servingops.api_models.contract import StartObject, WorkflowType
     from servingops.api_models.ome.accelerator_quota import AcceleratorQuotaMaterialization, AcceleratorQuotaStatus
@@ -87,6 +87,8 @@ REAP_REFUSED = "ReapRefused"
 SINGLE_ROOT_PATCH = "quota-single-root"
 """A member's own root wins over a projected root of another name; the projected tree there is RootConflict."""
 PROJECTION_PATCH = "quota-projection"
+DEREGISTRATION_PATCH = "quota-deregistration"
+"""A WorkloadCluster being deregistered: its projected copies deleted (placement.release_quota_hold)."""
 """The projection onto WorkloadClusters (placement.project_quota / .unproject_quota per registered cluster):
 histories recorded before it replay without those commands."""
 _PLACEMENT_REASONS = {Reason.PARENT_MISSING, Reason.PARENT_CYCLE, Reason.UNREACHABLE}
@@ -392,11 +394,18 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
         written = self.state.written if self.state.written is not None else observed.status
         now = workflow.now().replace(microsecond=0)
         desired = desired_status(node, observed.tree, plane, decision, applied, written, now)
-        if node.projected is None and (observed.clusters or self.state.projected_to) \
+        if node.projected is None and (observed.clusters or self.state.projected_to or observed.deregistering) \
                 and workflow.patched(PROJECTION_PATCH):
             split_, inputs = projection_inputs(node, observed, decision, settings)
             outcomes = list(await asyncio.gather(*(workflow.execute_activity_method(
                 PlacementActivities.project_quota, inp, **options.MEMBER) for inp in inputs)))
+            if observed.deregistering and workflow.patched(DEREGISTRATION_PATCH):
+                # A deregistered cluster's copies are deleted before its registration goes; one that cannot
+                # be reached keeps its row here, saying so, until it can (or the finalizer is removed by hand).
+                released = await asyncio.gather(*(workflow.execute_activity_method(
+                    PlacementActivities.release_quota_hold, QuotaReleaseInput(cluster=c), **options.MEMBER)
+                    for c in observed.deregistering))
+                outcomes.extend(r for r in released if r.error)
             self.state.projected_to = list(observed.clusters)
             desired = with_projection(desired, node, split_, outcomes, written, now)
         events = events_for(decision, written, desired, applied)

@@ -60,6 +60,7 @@ from servingops.rendering.accelerator_quota import (
     owned,
     root_of,
 )
+from servingops.rendering.quota_projection import PROJECTION_FINALIZER
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "acceleratorquotas"
 FINALIZER = "ome.io/accelerator-quota"
@@ -108,9 +109,10 @@ class AcceleratorQuotaActivities:
         root_status = next((_readable_status(q.get("status")) for q in listed
                             if (q.get("metadata") or {}).get("name") == root), None)
         default, error = self._operator_default()
+        clusters, leaving = self._workload_clusters() if node.projected is None else ([], [])
         return QuotaObserveOutput(present=True, deleting=node.deleting, node=node, tree=tree,
                                   plane=self._plane(node), status=_readable_status(obj.get("status")),
-                                  clusters=self._workload_clusters() if node.projected is None else [],
+                                  clusters=clusters, deregistering=leaving,
                                   root_capacity=list(root_status.capacity or []) if root_status else [],
                                   default_distribution=default, config_error=error)
 
@@ -123,15 +125,23 @@ class AcceleratorQuotaActivities:
         except OperatorConfigError as exc:
             return None, str(exc)
 
-    def _workload_clusters(self) -> list[str]:
-        """The registered WorkloadClusters (none where the kind is not served)."""
+    def _workload_clusters(self) -> tuple[list[str], list[str]]:
+        """The registered WorkloadClusters, and those being deregistered whose deletion the projection's
+        finalizer holds (none where the kind is not served)."""
         try:
             listed = list_items(self._custom.list_cluster_custom_object, GROUP, VERSION, "workloadclusters")
         except ApiException as exc:
             if absent(exc):
-                return []
+                return [], []
             raise
-        return sorted(str((w.get("metadata") or {}).get("name", "")) for w in listed)
+        registered, leaving = [], []
+        for item in listed:
+            meta = item.get("metadata") or {}
+            if not meta.get("deletionTimestamp"):
+                registered.append(str(meta.get("name", "")))
+            elif PROJECTION_FINALIZER in (meta.get("finalizers") or []):
+                leaving.append(str(meta.get("name", "")))
+        return sorted(registered), sorted(leaving)
 
     def _plane(self, node: QuotaNode) -> Plane:
         try:

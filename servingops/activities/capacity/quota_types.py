@@ -32,6 +32,9 @@ class QuotaObserveOutput(BaseModel):
     clusters: list[str] = []
     """The WorkloadClusters registered on this plane (the projection's targets; none on a member, or where
     the kind is not served)."""
+    deregistering: list[str] = []
+    """WorkloadClusters being deregistered whose deletion waits on the projection's finalizer: their copies are
+    to be deleted (`placement.release_quota_hold`)."""
     root_capacity: list[AcceleratorCapacityStatus] = []
     """The root node's status.capacity (its perCluster rows weigh a Proportional split)."""
     default_distribution: AcceleratorQuotaDistributionPolicy | None = None
