@@ -150,7 +150,10 @@ class PlacementActivities:
             components=[c.value for c in _COMPONENTS if spec.get(c.value)],
             min_replicas={c.value: int(spec[c.value]["minReplicas"]) for c in _COMPONENTS
                           if isinstance(spec.get(c.value), dict) and spec[c.value].get("minReplicas") is not None},
-            registrations=[_registration(item) for item in listed.get("items") or []],
+            # A registration being deleted (the quota projection's finalizer may hold it a while) is no target:
+            # placement sees it as gone at once, as before that finalizer existed.
+            registrations=[_registration(item) for item in listed.get("items") or []
+                           if not (item.get("metadata") or {}).get("deletionTimestamp")],
             status_placement=(obj.get("status") or {}).get("placement"),
             finalizers=list(meta.get("finalizers") or []),
             rollout_policies=any(isinstance(g, dict) and (g.get("policyRef") or {}).get("name")
