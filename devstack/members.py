@@ -284,6 +284,11 @@ class MemberCluster:
         with contextlib.suppress(ApiException):
             client.CustomObjectsApi(control_api).delete_cluster_custom_object(
                 "ome.io", "v1beta1", "workloadclusters", self.name)
+        # As an administrator tearing down: the quota projection's hold (a finalizer the management plane removes
+        # once it has deleted its copies there) is dropped, so a torn-down stack leaves no registration behind.
+        with contextlib.suppress(ApiException):
+            client.CustomObjectsApi(control_api).patch_cluster_custom_object(
+                "ome.io", "v1beta1", "workloadclusters", self.name, {"metadata": {"finalizers": None}})
         with contextlib.suppress(ApiException):
             client.CoreV1Api(control_api).delete_namespaced_secret(f"member-{self.name}", secret_namespace)
 

@@ -22,6 +22,7 @@ from servingops.activities.capacity.attribution import NodeView
 from servingops.activities.capacity.class_flavor import FlavorState
 from servingops.activities.capacity.class_inventory import PodView, inventory
 from servingops.activities.capacity.class_types import (
+    ClassEvent,
     ClassFlavorInput,
     ClassFlavorOutput,
     ClassObserveInput,
@@ -61,6 +62,9 @@ class FakeAcceleratorWorld:
     """Kueue ResourceFlavors by name: their nodeLabels."""
     flavors_served: bool = True
     flavors_created: list[str] = field(default_factory=list)
+    refuse_flavor: str = ""
+    """Set: the apiserver refuses the flavor's create (a 403), as the real ensure_flavor answers it."""
+    events: list[ClassEvent] = field(default_factory=list)
 
     # -- the world, as a test sets it ---------------------------------------------------------------
 
@@ -111,6 +115,8 @@ class FakeAcceleratorWorld:
             return ClassFlavorOutput(served=False)
         if request.flavor in self.flavors:
             return ClassFlavorOutput(served=True, created=False)
+        if self.refuse_flavor:
+            return ClassFlavorOutput(served=True, refused=self.refuse_flavor)
         self.flavors[request.flavor] = dict(request.node_labels)
         self.flavors_created.append(request.flavor)
         return ClassFlavorOutput(served=True, created=True)
@@ -121,6 +127,7 @@ class FakeAcceleratorWorld:
             return ClassWriteOutput(present=False)
         found.status = request.status.to_api()
         self.writes.append((self.clock(), found.status))
+        self.events.extend(request.events)
         return ClassWriteOutput(present=True, resource_version=str(len(self.writes)))
 
     def activities(self, now: Callable[[], Awaitable[datetime]] | None = None) -> list[Callable[..., Any]]:

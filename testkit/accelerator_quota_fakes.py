@@ -30,15 +30,18 @@ from servingops.activities.capacity.quota_types import (
     QuotaWriteInput,
     QuotaWriteOutput,
 )
-from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaUnprojectInput
+from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaReleaseInput, QuotaUnprojectInput
 from servingops.api_models.ome.accelerator_quota import (
     AcceleratorCapacityStatus,
     AcceleratorQuota,
     AcceleratorQuotaStatus,
 )
+from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy
 from servingops.api_models.refs import ObjectRef
 from servingops.rendering.accelerator_quota import (
+    MANAGED_BY,
     NODE_LABEL,
+    PROJECTED_LABEL,
     ClusterQueueView,
     CohortView,
     LocalQueueView,
@@ -95,6 +98,14 @@ class FakeQuotaWorld:
     observes: int = 0
     workload_clusters: list[str] = field(default_factory=list)
     """The WorkloadClusters registered on this plane (observe reports them to a node that is no copy)."""
+    deregistering: list[str] = field(default_factory=list)
+    """WorkloadClusters being deregistered, their deletion held by the projection's finalizer."""
+    operator_default: AcceleratorQuotaDistributionPolicy | None = None
+    """The operator ConfigMap's quota.defaultDistribution, as the real observe reads it."""
+    config_error: str = ""
+    """Set: the ConfigMap's quota block does not parse (observe reports why, and no default)."""
+    refuse_reap: str = ""
+    """Set: the apiserver refuses the reap's deletes (a 403), as the real reap answers it."""
 
     # -- the world, as a test sets it ---------------------------------------------------------------
 
@@ -155,7 +166,10 @@ class FakeQuotaWorld:
         return QuotaObserveOutput(present=True, deleting=found.deleting, node=node, tree=tree, plane=self._plane(node),
                                   status=status, clusters=sorted(self.workload_clusters) if node.projected is None
                                   else [], root_capacity=[AcceleratorCapacityStatus.model_validate(c)
-                                                          for c in capacity])
+                                                          for c in capacity],
+                                  deregistering=sorted(self.deregistering) if node.projected is None else [],
+                                  default_distribution=None if self.config_error else self.operator_default,
+                                  config_error=self.config_error)
 
     def _plane(self, node: QuotaNode) -> Plane:
         if not self.kueue_served:
@@ -235,6 +249,8 @@ class FakeQuotaWorld:
 
     def reap(self, request: QuotaReapInput) -> QuotaReapOutput:
         name = request.quota.name
+        if self.refuse_reap:
+            return QuotaReapOutput(refused=self.refuse_reap)
         out = QuotaReapOutput()
         for kind, store in (("ClusterQueue", self.cluster_queues), ("Cohort", self.cohorts)):
             if name in store and owned(store[name]["metadata"], name):
@@ -290,6 +306,10 @@ class FakeQuotaFleet:
     unreachable: dict[str, str] = field(default_factory=dict)
     writes: list[tuple[str, str]] = field(default_factory=list)
     """(cluster, name) of every copy written."""
+    holds: set[str] = field(default_factory=set)
+    """The WorkloadClusters carrying the projection's finalizer (a copy was written there)."""
+    deregistering: set[str] = field(default_factory=set)
+    """WorkloadClusters being deleted: no copy is written there, release_quota_hold reaps them."""
 
     def member(self, cluster: str) -> FakeQuotaWorld:
         return self.members.setdefault(cluster, FakeQuotaWorld())
@@ -299,6 +319,11 @@ class FakeQuotaFleet:
         if request.cluster in self.unreachable or request.cluster not in self.members:
             out.error = self.unreachable.get(request.cluster, f"WorkloadCluster {request.cluster} does not exist")
             return out
+        if request.body is not None and request.cluster in self.deregistering:
+            out.error = f"WorkloadCluster {request.cluster} is being deregistered"
+            return out
+        if request.body is not None:
+            self.holds.add(request.cluster)
         world = self.members[request.cluster]
         found = world.quotas.get(request.name)
         existing = CopyView.from_object(found.object()) if found is not None else None
@@ -330,6 +355,24 @@ class FakeQuotaFleet:
                 out.wrote = True
         return out
 
+    def release(self, request: QuotaReleaseInput) -> ClusterOutcome:
+        """As the real release_quota_hold: every projected copy in a deregistering member deleted, then its hold
+        released; an unreachable member keeps the hold and answers why."""
+        out = ClusterOutcome(cluster=request.cluster)
+        if request.cluster not in self.deregistering or request.cluster not in self.holds:
+            return out
+        if request.cluster in self.unreachable:
+            out.error = (f"{request.cluster} is being deregistered, but its projected copies could not be deleted: "
+                         f"{self.unreachable[request.cluster]}")
+            return out
+        world = self.members[request.cluster]
+        for name, stored in list(world.quotas.items()):
+            if stored.labels.get(PROJECTED_LABEL) == MANAGED_BY and not stored.deleting:
+                world.delete_quota(name)
+                out.wrote = True
+        self.holds.discard(request.cluster)
+        return out
+
     def activities(self) -> list[Callable[..., Any]]:
         @activity.defn(name="placement.project_quota")
         async def project_quota(request: QuotaProjectInput) -> ClusterOutcome:
@@ -339,7 +382,11 @@ class FakeQuotaFleet:
         async def unproject_quota(request: QuotaUnprojectInput) -> ClusterOutcome:
             return self.unproject(request)
 
-        return [project_quota, unproject_quota]
+        @activity.defn(name="placement.release_quota_hold")
+        async def release_quota_hold(request: QuotaReleaseInput) -> ClusterOutcome:
+            return self.release(request)
+
+        return [project_quota, unproject_quota, release_quota_hold]
 
 
 __all__ = ["FakeQuotaFleet", "FakeQuotaWorld", "StoredQuota"]

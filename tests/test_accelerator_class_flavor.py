@@ -30,3 +30,35 @@ def test_the_condition(state: FlavorState, status: str, reason: str) -> None:
     condition = flavor_condition(state)
     assert (condition.type, condition.status, condition.reason) == ("KueueResourceFlavorSynced", status, reason)
     assert condition.message
+
+
+@pytest.mark.parametrize("status", [403, 422])
+def test_a_refused_create_is_an_answer_not_an_exception(status: int) -> None:
+    """acceleratorclass.ensure_flavor with the apiserver's refusal stood in (a 403 needs an identity without the
+    rule): `refused`, not an ApiException the worker's interceptor would make permanent; other errors raise."""
+    from typing import Any
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from servingops.activities.capacity.accelerator_class import AcceleratorClassActivities
+    from servingops.activities.capacity.class_types import ClassFlavorInput
+    from servingops.api_models.ome.accelerator_class import AcceleratorClass
+    from servingops.api_models.refs import ObjectRef
+
+    answer = [status]
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise ApiException(status=answer[0], reason="Forbidden")
+
+    acts = AcceleratorClassActivities(client.ApiClient())
+    acts._custom.create_cluster_custom_object = refuse  # type: ignore[method-assign]
+    request = ClassFlavorInput(accelerator_class=ObjectRef.of(AcceleratorClass, "a100"), flavor="f",
+                               node_labels=SELECTOR)
+    out = acts.ensure_flavor(request)
+    assert out.served and not out.created and out.refused.startswith(f"{status} Forbidden")
+    assert flavor_condition(FlavorState(name="f", desired_labels=SELECTOR, refused=out.refused)).reason \
+        == "FlavorCreateRefused"
+    answer[0] = 500  # : the apiserver's failure, retried by the activity's policy
+    with pytest.raises(ApiException):
+        acts.ensure_flavor(request)

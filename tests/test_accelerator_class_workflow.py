@@ -193,3 +193,25 @@ async def test_the_named_flavor_is_created_once_and_an_existing_one_only_compare
         condition = next(c for c in run.status()["conditions"] if c["type"] == "KueueResourceFlavorSynced")
         assert (condition["status"], condition["reason"]) == ("False", "FlavorNodeLabelsDiffer")
         assert theirs.flavors["theirs"] == {"zone": "a"} and theirs.flavors_created == []
+
+
+async def test_a_refused_flavor_create_is_reported_and_tried_again(env: WorkflowEnvironment) -> None:
+    """ensure_flavor answers a 403 as `refused` (before, the worker's interceptor made it a permanent failure of
+    the class's workflow): KueueResourceFlavorSynced False FlavorCreateRefused with the apiserver's words, one
+    Warning, the inventory still sampled, and the create tried again until the role is mended."""
+    world, stored = _world()
+    stored.spec = {**SPEC, "integration": {"kueueResourceFlavor": "a100-flavor"}}
+    world.refuse_flavor = "403 Forbidden: resourceflavors.kueue.x-k8s.io is forbidden"
+    async for _ in _run(env, world, stored):
+        def synced() -> dict[str, Any]:
+            return next((c for c in world.writes[-1][1]["conditions"] if c["type"] == "KueueResourceFlavorSynced"),
+                        {})
+        await until(env, lambda: synced().get("reason") == "FlavorCreateRefused", step=1, what="the refusal")
+        assert synced()["status"] == "False" and "is forbidden" in synced()["message"]
+        due = world.observes + 3
+        await until(env, lambda due=due: world.observes >= due, step=5, what="more samples")
+        assert [(e.type, e.reason) for e in world.events] == [("Warning", "FlavorCreateRefused")]
+        assert world.flavors_created == []
+        world.refuse_flavor = ""
+        await until(env, lambda: synced().get("reason") == "FlavorMatches", step=5, what="created once allowed")
+        assert world.flavors_created == ["a100-flavor"]

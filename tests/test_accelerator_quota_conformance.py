@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio.testing import ActivityEnvironment
 
-from devstack.identities import Identities
+from devstack.identities import NAMESPACE, Identities
 from servingops.activities.capacity.accelerator_quota import AcceleratorQuotaActivities
 from servingops.activities.capacity.quota_types import (
     QuotaApplyInput,
@@ -28,7 +28,9 @@ from servingops.activities.capacity.quota_types import (
     QuotaWriteInput,
     QuotaWriteOutput,
 )
+from servingops.activities.operator_config import QuotaConfigReader
 from servingops.api_models.ome.accelerator_quota import AcceleratorQuota, AcceleratorQuotaStatus
+from servingops.api_models.operator_config import DEFAULT_CONFIGMAP, OperatorConfigError, parse_quota
 from servingops.api_models.refs import ObjectRef
 from servingops.rendering.accelerator_quota import NODE_LABEL, in_sync, removals, render
 from testkit.accelerator_quota_fakes import FakeQuotaWorld
@@ -53,6 +55,7 @@ class Backend(Protocol):
     def apply(self, request: QuotaApplyInput) -> QuotaApplyOutput: ...
     def write_status(self, request: QuotaWriteInput) -> QuotaWriteOutput: ...
     def reap(self, request: QuotaReapInput) -> QuotaReapOutput: ...
+    def operator_quota(self, block: str | None) -> None: ...
 
 
 class Fake:
@@ -86,6 +89,16 @@ class Fake:
     def observe(self, request: QuotaObserveInput) -> QuotaObserveOutput:
         return self.world.observe(wire(request, QuotaObserveInput))
 
+    def operator_quota(self, block: str | None) -> None:
+        """As the real observe reads the ConfigMap's quota block (parsed the same way)."""
+        try:
+            parsed = parse_quota(None if block is None else {"quota": block})
+        except OperatorConfigError as exc:
+            self.world.operator_default = None
+            self.world.config_error = f"ConfigMap {NAMESPACE}/{DEFAULT_CONFIGMAP}: {exc}"
+            return
+        self.world.operator_default, self.world.config_error = parsed.default_distribution, ""
+
     def apply(self, request: QuotaApplyInput) -> QuotaApplyOutput:
         return self.world.apply(wire(request, QuotaApplyInput))
 
@@ -102,7 +115,10 @@ _PLURALS = {"Cohort": "cohorts", "ClusterQueue": "clusterqueues", "LocalQueue": 
 class Real:
     def __init__(self, admin: client.ApiClient, worker: client.ApiClient) -> None:
         self.suffix = uuid.uuid4().hex[:6]
-        self.activities = AcceleratorQuotaActivities(worker)
+        self.activities = AcceleratorQuotaActivities(worker, QuotaConfigReader(worker, NAMESPACE, ttl=0))
+        self.original_block: str | None = None
+        self.config_touched = False
+        self.created_config = False
         self.core, self.custom = client.CoreV1Api(admin), client.CustomObjectsApi(admin)
         self.quotas: list[str] = []
         self.namespaces: list[str] = []
@@ -166,7 +182,30 @@ class Real:
         answer: QuotaReapOutput = ActivityEnvironment().run(self.activities.reap, wire(request, QuotaReapInput))
         return wire(answer, QuotaReapOutput)
 
+    def operator_quota(self, block: str | None) -> None:
+        """The operator ConfigMap's quota key set (or removed), the ConfigMap created when there is none; close()
+        puts back what was there."""
+        try:
+            found: client.V1ConfigMap | None = self.core.read_namespaced_config_map(DEFAULT_CONFIGMAP, NAMESPACE)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            found = None
+        if not self.config_touched:
+            self.config_touched = True
+            self.original_block = ((found.data or {}).get("quota") if found is not None else None)
+        if found is None:
+            self.created_config = True
+            self.core.create_namespaced_config_map(NAMESPACE, client.V1ConfigMap(
+                metadata=client.V1ObjectMeta(name=DEFAULT_CONFIGMAP), data={"quota": block} if block else {}))
+            return
+        self.core.patch_namespaced_config_map(DEFAULT_CONFIGMAP, NAMESPACE, {"data": {"quota": block}})
+
     def close(self) -> None:
+        if self.created_config:
+            ignore_404(lambda: self.core.delete_namespaced_config_map(DEFAULT_CONFIGMAP, NAMESPACE))
+        elif self.config_touched:
+            self.operator_quota(self.original_block)
         for name in self.quotas:
             if self.exists("AcceleratorQuota", name):
                 ref = ObjectRef.of(AcceleratorQuota, name)
@@ -285,3 +324,22 @@ def test_status_writes_the_owned_fields_and_reap_releases_the_node(backend: Back
     assert not backend.exists("ClusterQueue", leaf) and not backend.exists("LocalQueue", leaf, ns)
     assert not backend.exists("AcceleratorQuota", leaf)
     assert not backend.observe(QuotaObserveInput(quota=ref)).present
+
+
+def test_observe_reads_the_operator_default_distribution(backend: Backend) -> None:
+    """The operator ConfigMap's quota.defaultDistribution, read by observe as the worker identity (its role reads
+    only that ConfigMap): set, it is reported; a block that does not parse is reported as an error, not a
+    default; removed, nothing."""
+    s = backend.suffix
+    ref = backend.add_quota(f"od-{s}", {"role": "ClusterQueue", "parentRef": {"name": f"grp-{s}"},
+                                        "budgets": [{"resourceName": GPU, "resourceFlavor": f"gpu-{s}", "nominal": 1}]})
+    backend.operator_quota("defaultDistribution: Proportional\n")
+    seen = backend.observe(QuotaObserveInput(quota=ref))
+    assert (seen.default_distribution, seen.config_error) == ("Proportional", "")
+    backend.operator_quota("defaultDistribution: Evenly\n")
+    seen = backend.observe(QuotaObserveInput(quota=ref))
+    assert seen.default_distribution is None
+    assert seen.config_error.startswith(f"ConfigMap {NAMESPACE}/{DEFAULT_CONFIGMAP}: quota.defaultDistribution")
+    backend.operator_quota(None)
+    seen = backend.observe(QuotaObserveInput(quota=ref))
+    assert (seen.default_distribution, seen.config_error) == (None, "")

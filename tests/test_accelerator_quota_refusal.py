@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from servingops.activities.capacity.accelerator_quota import AcceleratorQuotaActivities
-from servingops.activities.capacity.quota_types import QuotaApplyInput
+from servingops.activities.capacity.quota_types import QuotaApplyInput, QuotaReapInput
 from servingops.api_models.ome.accelerator_quota import AcceleratorQuota
 from servingops.api_models.refs import ObjectRef
 
@@ -42,3 +42,16 @@ def test_a_forbidden_write_is_a_refusal_the_node_reports() -> None:
 def test_other_answers_still_raise_and_are_retried() -> None:
     with pytest.raises(ApiException):
         _acts(409).apply(QuotaApplyInput(quota=ObjectRef.of(AcceleratorQuota, "team-a"), objects=[QUEUE]))
+
+
+def test_a_forbidden_reap_is_a_refusal_the_workflow_reports() -> None:
+    acts = AcceleratorQuotaActivities(client.ApiClient())
+
+    def refuse(*_: Any) -> None:
+        raise ApiException(status=403, reason="Forbidden")
+
+    acts._get = lambda *_: {"metadata": {"labels": {"ome.io/quota-managed-by": "servingops",  # type: ignore[method-assign]
+                                                    "ome.io/accelerator-quota": "team-a"}}}
+    acts._delete = refuse  # type: ignore[method-assign]
+    out = acts.reap(QuotaReapInput(quota=ObjectRef.of(AcceleratorQuota, "team-a")))
+    assert out.refused.startswith("Forbidden") and not out.released

@@ -21,6 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from servingops.api_models.contract import Query, Signal, accelerator_quota_workflow_id
+from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy
 from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from testkit.accelerator_quota_fakes import FakeQuotaWorld, StoredQuota
@@ -214,3 +215,46 @@ async def test_deletion_reaps_the_kueue_objects_and_releases_the_finalizer(env: 
         assert state["phase"] == "Deleted" and sorted(state["reaped"]) == ["ClusterQueue//team",
                                                                            "LocalQueue/team-ns/team"]
         assert "team" not in world.quotas and world.cluster_queues == {} and world.local_queues == {}
+
+
+async def test_the_operator_configmaps_default_distribution_resolves_a_leaf_that_names_none(
+        env: WorkflowEnvironment) -> None:
+    """quota.defaultDistribution in the operator ConfigMap (observe reads it every pass): without it a leaf with
+    no policy is Degraded ShareUnresolved; set, the next pass materializes the leaf; a block that does not
+    parse says so in the Degraded message."""
+    world = _world()
+    world.add_quota("plain", {"role": "ClusterQueue", "parentRef": {"name": "other"}, "budgets": gpus(1)})
+    world.config_error = "ConfigMap servingops-system/servingops-config: quota.defaultDistribution: bad"
+    async for run in _run(env, world, "plain"):
+        leaf: Running = run
+        await until(env, lambda leaf=leaf: "not read" in leaf.condition("Degraded").get("message", ""), step=1,
+                    what="the unreadable block named")
+        assert leaf.condition("Degraded")["reason"] == "ShareUnresolved" and "plain" not in world.cluster_queues
+        assert "quota.defaultDistribution: bad" in leaf.condition("Degraded")["message"]
+        world.config_error = ""
+        world.operator_default = AcceleratorQuotaDistributionPolicy.PROPORTIONAL
+        await until(env, lambda leaf=leaf: leaf.condition("Degraded").get("status") == "False", step=1,
+                    what="resolved by the operator default")
+        assert "plain" in world.cluster_queues
+        assert [e.reason for e in world.events][-2:] == ["Unfrozen", "Materialized"]
+
+
+async def test_a_refused_reap_is_reported_and_tried_again_not_a_failed_workflow(env: WorkflowEnvironment) -> None:
+    """A 403 on the reap's deletes (acceleratorquota.reap answers it as `refused`): the node stays on its
+    finalizer with Ready False ReapRefused and one Warning, the workflow keeps trying each interval, and once the
+    role is mended the deletion completes."""
+    world = _world()
+    async for run in _run(env, world, "team"):
+        world.refuse_reap = "Forbidden: clusterqueues.kueue.x-k8s.io \"team\" is forbidden"
+        world.delete_quota("team")
+        await run.handle.signal(Signal.DELETE, {"uid": run.stored.uid, "generation": 1, "resource_version": "5",
+                                                "deleting": True})
+        await until(env, lambda run=run: run.condition("Ready").get("reason") == "ReapRefused", step=1,
+                    what="the refusal on the node")
+        assert "is forbidden" in run.condition("Ready")["message"] and "team" in world.quotas
+        await env.sleep(35)  # three more tries
+        assert [(e.type, e.reason) for e in world.events if e.reason == "ReapRefused"] == [("Warning", "ReapRefused")]
+        assert "team" in world.cluster_queues and run.stored.finalizers
+        world.refuse_reap = ""
+        state = await run.handle.result()
+        assert state["phase"] == "Deleted" and "team" not in world.quotas and world.cluster_queues == {}

@@ -166,3 +166,68 @@ def test_kueue_admits_a_gang_as_a_whole(kube_api: client.ApiClient, kueue_namesp
     set_quota(kube_api, queue, "2")
     g.settle(1, "the gang admitted whole", timeout=120)
     assert not any(gated(p) for p in g.pods()) and g.rows()[0]["admitted"] is True
+
+
+def test_a_leafs_priority_tier_is_stamped_on_its_workloads_unless_they_declare_one(
+        kube_api: client.ApiClient, kueue_namespace: tuple[str, ManagedProcess],
+        cluster_queue: tuple[str, str]) -> None:
+    """The namespace bound to an AcceleratorQuota leaf (label ome.io/accelerator-quota) whose LocalQueue the
+    pods name: Kueue's Workload of a plain Instance carries the leaf's priorityTier (its WorkloadPriorityClass
+    and that class's value); an Instance whose runner names its own class keeps it (seed 004: a default, not a
+    partition). The leaf is only read here (no quota workflow runs in this module): the LocalQueue the fixture
+    made is the one a leaf of that name materializes in a bound namespace."""
+    ns, worker = kueue_namespace
+    _, local = cluster_queue
+    custom, core = client.CustomObjectsApi(kube_api), client.CoreV1Api(kube_api)
+    sfx = uuid.uuid4().hex[:5]
+    tier, own = f"tier-high-{sfx}", f"tier-own-{sfx}"
+    for name, value in ((tier, 1000), (own, 10)):
+        custom.create_cluster_custom_object(*KUEUE, "workloadpriorityclasses", {
+            "apiVersion": "/".join(KUEUE), "kind": "WorkloadPriorityClass", "metadata": {"name": name},
+            "value": value})
+    custom.create_cluster_custom_object("ome.io", "v1beta1", "acceleratorquotas", {
+        "apiVersion": "ome.io/v1beta1", "kind": "AcceleratorQuota", "metadata": {"name": local},
+        "spec": {"role": "ClusterQueue", "parentRef": {"name": f"grp-{sfx}"}, "priorityTier": tier,
+                 "budgets": [{"resourceName": "nvidia.com/gpu", "resourceFlavor": f"gpu-{sfx}", "nominal": 1}]}})
+    core.patch_namespace(ns, {"metadata": {"labels": {"ome.io/accelerator-quota": local}}})
+    try:
+        plain = Replica(kube_api, ns, worker, f"kt-{sfx}")
+        plain.create(replicas=1, runners=[queued_runner(local)])
+        declared_runner = queued_runner(local)
+        declared_runner["template"]["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = own
+        declared = Replica(kube_api, ns, worker, f"ko-{sfx}")
+        declared.create(replicas=1, runners=[declared_runner])
+
+        def workload_of(r: Replica) -> dict[str, Any] | None:
+            pods = r.pods()
+            if not pods:
+                return None
+            uid = pods[0].metadata.uid
+            return next((w for w in custom.list_namespaced_custom_object(*KUEUE, ns, "workloads")["items"]
+                         if any(o.get("uid") == uid for o in w["metadata"].get("ownerReferences") or [])
+                         and w["spec"].get("priority") is not None), None)
+
+        stamped = plain.wait("the plain Instance's Workload", lambda: workload_of(plain), timeout=120)
+        kept = declared.wait("the declaring Instance's Workload", lambda: workload_of(declared), timeout=120)
+        print("stamped:", plain.pods()[0].metadata.labels.get("kueue.x-k8s.io/priority-class"),
+              stamped["spec"].get("priorityClassRef"), stamped["spec"].get("priority"))
+        print("kept:   ", declared.pods()[0].metadata.labels.get("kueue.x-k8s.io/priority-class"),
+              kept["spec"].get("priorityClassRef"), kept["spec"].get("priority"))
+        assert stamped["spec"]["priorityClassRef"]["name"] == tier and stamped["spec"]["priority"] == 1000
+        assert stamped["spec"]["priorityClassRef"]["kind"] == "WorkloadPriorityClass"
+        assert kept["spec"]["priorityClassRef"]["name"] == own and kept["spec"]["priority"] == 10
+        plain.settle(1, "the stamped Instance admitted and Ready", timeout=120)
+        for r in (plain, declared):  # their pods go with them (garbage collection), the queue's cpu with them
+            custom.delete_namespaced_custom_object("ome.io", "v1beta1", ns, "inferencereplicas", r.name)
+        for r in (plain, declared):
+            r.wait("its pods gone", lambda r=r: not r.pods(), timeout=120)
+    finally:
+        core.patch_namespace(ns, {"metadata": {"labels": {"ome.io/accelerator-quota": None}}})
+        for delete in (lambda: custom.delete_cluster_custom_object("ome.io", "v1beta1", "acceleratorquotas", local),
+                       lambda: custom.delete_cluster_custom_object(*KUEUE, "workloadpriorityclasses", tier),
+                       lambda: custom.delete_cluster_custom_object(*KUEUE, "workloadpriorityclasses", own)):
+            try:
+                delete()
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise

@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.testing import ActivityEnvironment
 
 from devstack import identities
-from servingops.activities.operator_config import IngressConfigReader, OperatorConfigActivities
+from servingops.activities.operator_config import IngressConfigReader, OperatorConfigActivities, QuotaConfigReader
 from servingops.api_models.operator_config import (
     DEFAULT_CONFIGMAP,
     HostError,
@@ -24,6 +24,7 @@ from servingops.api_models.operator_config import (
     PrometheusSource,
     parse_configmap_data,
     parse_ingress,
+    parse_quota,
     resolve,
 )
 from servingops.api_models.refs import ObjectRef
@@ -296,3 +297,23 @@ def test_bad_routing_and_endpoint_blocks_are_named(data: dict[str, str], expecte
     with pytest.raises(OperatorConfigError) as info:
         parse_configmap_data(data)
     assert expected in str(info.value)
+
+
+@pytest.mark.unit
+def test_the_quota_block_gives_the_default_distribution_and_the_reader_reports_a_bad_one() -> None:
+    assert parse_quota(None).default_distribution is None
+    assert parse_quota({"quota": "defaultDistribution: Proportional\n"}).default_distribution == "Proportional"
+    assert parse_configmap_data({"quota": "defaultDistribution: Explicit\n"}).quota.default_distribution == "Explicit"
+    with pytest.raises(OperatorConfigError, match=r"quota\.defaultDistribution"):
+        parse_quota({"quota": "defaultDistribution: Evenly\n"})
+    now = [0.0]
+    reader = QuotaConfigReader(client.ApiClient(), "servingops-system", ttl=10, clock=lambda: now[0])
+    maps = _ConfigMaps()
+    reader.core = maps  # type: ignore[assignment]
+    maps.status = 404
+    assert reader().default_distribution is None, "no ConfigMap: unset"
+    now[0], maps.status, maps.data = 10, 0, {"quota": "defaultDistribution: Proportional\n"}
+    assert reader().default_distribution == "Proportional" and maps.reads == 2
+    now[0], maps.data = 20, {"quota": "defaultDistribution: Evenly\n"}
+    with pytest.raises(OperatorConfigError, match="ConfigMap servingops-system/servingops-config: quota"):
+        reader()

@@ -33,7 +33,7 @@ from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster, apply_objects
 from devstack.members import MemberCluster
 from servingops.activities.placement.activities import PlacementActivities
-from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaUnprojectInput
+from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaReleaseInput, QuotaUnprojectInput
 from servingops.rendering.accelerator_quota import QuotaNode
 from servingops.rendering.quota_projection import ClusterOutcome, projected_copy
 from testkit.accelerator_quota_fakes import FakeQuotaFleet
@@ -51,6 +51,9 @@ class Backend(Protocol):
     def own_node(self, name: str) -> None: ...
     def stored(self, name: str) -> dict[str, Any] | None: ...
     def unreachable(self) -> str: ...
+    def second_registration(self) -> str: ...
+    def deregister(self, cluster: str) -> None: ...
+    def held(self, cluster: str) -> bool | None: ...
 
 
 class Fake:
@@ -60,7 +63,8 @@ class Fake:
         self.fleet.member(self.cluster)
 
     def call(self, name: str, arg: Any) -> ClusterOutcome:
-        fn = {"project_quota": self.fleet.project, "unproject_quota": self.fleet.unproject}[name]
+        fn = {"project_quota": self.fleet.project, "unproject_quota": self.fleet.unproject,
+              "release_quota_hold": self.fleet.release}[name]
         return cast(ClusterOutcome, wire(fn(wire(arg, type(arg))), ClusterOutcome))
 
     def own_node(self, name: str) -> None:
@@ -74,6 +78,19 @@ class Fake:
         self.fleet.unreachable["dead"] = "dead cannot be reached: connection refused"
         return "dead"
 
+    def second_registration(self) -> str:
+        self.fleet.members["leaving"] = self.fleet.members[self.cluster]
+        return "leaving"
+
+    def deregister(self, cluster: str) -> None:
+        self.fleet.deregistering.add(cluster)
+
+    def held(self, cluster: str) -> bool | None:
+        """True: the hold is on; False: off; None: the registration is gone."""
+        if cluster in self.fleet.deregistering and cluster not in self.fleet.holds:
+            return None
+        return cluster in self.fleet.holds
+
 
 class Real:
     def __init__(self, admin: client.ApiClient, worker: client.ApiClient, member: MemberCluster) -> None:
@@ -83,6 +100,7 @@ class Real:
         self.member_custom = client.CustomObjectsApi(member.api)
         self.names: list[str] = []
         self.registrations: list[str] = []
+        self.leaving = ""
 
     def call(self, name: str, arg: Any) -> ClusterOutcome:
         return cast(ClusterOutcome, wire(ActivityEnvironment().run(self.fns[name], wire(arg, type(arg))),
@@ -120,7 +138,35 @@ class Real:
         self.registrations.append(name)
         return name
 
+    def second_registration(self) -> str:
+        """Another WorkloadCluster for the same member (its kubeconfig Secret), to be deregistered."""
+        custom = client.CustomObjectsApi(self.admin)
+        spec = custom.get_cluster_custom_object(GROUP, VERSION, "workloadclusters", self.cluster)["spec"]
+        name = f"{self.cluster}-leaving"
+        custom.create_cluster_custom_object(GROUP, VERSION, "workloadclusters", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "WorkloadCluster", "metadata": {"name": name}, "spec": spec})
+        self.leaving = name
+        return name
+
+    def deregister(self, cluster: str) -> None:
+        client.CustomObjectsApi(self.admin).delete_cluster_custom_object(GROUP, VERSION, "workloadclusters", cluster)
+
+    def held(self, cluster: str) -> bool | None:
+        try:
+            found = client.CustomObjectsApi(self.admin).get_cluster_custom_object(GROUP, VERSION, "workloadclusters",
+                                                                                  cluster)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return "ome.io/quota-projection" in (found["metadata"].get("finalizers") or [])
+
     def cleanup(self) -> None:
+        custom = client.CustomObjectsApi(self.admin)
+        for name in [self.cluster, *self.registrations, *([self.leaving] if self.leaving else [])]:
+            with contextlib.suppress(ApiException):  # as an administrator leaving the copies: the hold goes
+                custom.patch_cluster_custom_object(GROUP, VERSION, "workloadclusters", name,
+                                                   {"metadata": {"finalizers": None}})
         for name in self.names:
             with contextlib.suppress(ApiException):
                 self.member_custom.delete_cluster_custom_object(GROUP, VERSION, "acceleratorquotas", name)
@@ -232,3 +278,21 @@ def test_an_unreachable_member_answers_with_why(backend: Backend) -> None:
     assert out.error and not out.wrote and out.copy_ is None
     gone = backend.call("unproject_quota", QuotaUnprojectInput(cluster=dead, name=name, origin=f"uid-{name}"))
     assert gone.error
+
+
+def test_a_deregistered_clusters_copies_are_deleted_and_its_hold_released(backend: Backend) -> None:
+    """A copy written holds the WorkloadCluster (the finalizer ome.io/quota-projection); deleting the registration
+    waits for release_quota_hold, which deletes every projected copy there and removes the finalizer. While it is
+    being deregistered no copy is written there."""
+    cluster = backend.second_registration()
+    name = _name()
+    body = projected_copy(_leaf(name), {f"{GPU}|a100": "1"})
+    written = backend.call("project_quota", QuotaProjectInput(cluster=cluster, name=name, body=body))
+    assert written.wrote and written.error == "" and backend.held(cluster) is True
+    backend.deregister(cluster)
+    assert backend.held(cluster) is True, "the finalizer holds the deregistration"
+    refused = backend.call("project_quota", QuotaProjectInput(cluster=cluster, name=f"{name}-x", body=body))
+    assert "being deregistered" in refused.error and backend.stored(f"{name}-x") is None
+    released = backend.call("release_quota_hold", QuotaReleaseInput(cluster=cluster))
+    assert released.error == "" and released.wrote
+    assert backend.stored(name) is None and backend.held(cluster) is None

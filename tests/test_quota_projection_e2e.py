@@ -14,7 +14,10 @@ east 2, west 1. What is shown:
   management plane's perCluster shows east admitted 2;
 - an edit of the split (east 3, west 0) reaches both members as generation 2: the third pod is admitted in east;
 - deleting team deletes its copies in both members; west's ClusterQueue goes at once, east's stays terminating
-  (Kueue's finalizer) while it holds admitted workloads and goes once they are deleted.
+  (Kueue's finalizer) while it holds admitted workloads and goes once they are deleted;
+- deregistering west (deleting its WorkloadCluster): the projection's finalizer holds it until the management
+  plane has deleted the copies still there (fleet's and grp's; west's own workflows then reap its Cohorts), then
+  it goes; east keeps its copies.
 """
 
 from __future__ import annotations
@@ -198,6 +201,21 @@ def test_the_tree_is_projected_into_each_member_and_enforced_there(kube_api: cli
         core.delete_collection_namespaced_pod(ns, grace_period_seconds=0)
         wait(f"{east.name}'s ClusterQueue gone once drained", lambda: queue_share(east) is None)
         wait("the source gone", lambda: _get(kube_api, GROUP, VERSION, PLURAL, team) is None)
+
+        # deregistering west: its registration is held (the projection's finalizer) until the management plane
+        # has deleted the copies still there (fleet's and grp's), then it goes; east keeps its copies
+        registration = _get(kube_api, GROUP, VERSION, "workloadclusters", west.name) or {}
+        assert "ome.io/quota-projection" in (registration.get("metadata") or {}).get("finalizers", [])
+        custom.delete_cluster_custom_object(GROUP, VERSION, "workloadclusters", west.name)
+        wait(f"{west.name}'s copies deleted", lambda: copy(west, grp) is None and copy(west, root) is None)
+        wait(f"{west.name}'s registration gone", lambda: _get(kube_api, GROUP, VERSION, "workloadclusters",
+                                                              west.name) is None)
+        assert copy(east, grp) is not None and copy(east, root) is not None
+        wait(f"{west.name}'s Cohorts reaped by its own workflows", lambda: _get(west.api, *KUEUE, "cohorts", grp)
+             is None and _get(west.api, *KUEUE, "cohorts", root) is None)
+        wait(f"grp's row for {west.name} gone", lambda: west.name not in {
+            r["cluster"] for r in status(grp).get("clusters") or []})
+        print("after deregistering west: grp clusters:", status(grp).get("clusters"))
     finally:
         for name in (team, grp, root):
             try:

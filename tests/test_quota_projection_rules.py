@@ -213,3 +213,24 @@ def test_an_unreadable_copy_status_reads_as_none() -> None:
     obj["status"] = {"sourceGeneration": "not a number"}
     view = CopyView.from_object(obj)
     assert view.projected and view.status is None
+
+
+def test_a_members_own_root_wins_over_a_projected_root_and_the_projected_tree_is_root_conflict() -> None:
+    """The single reserved root on a member: its own parent-less node stays the root whatever the ages (here the
+    projected `fleet` is older), and every projected node under the projected root is RootConflict; the member's
+    own nodes are not touched by the rule. Without the rule (a run from before the patch) the older projected
+    root wins and the member's own root is NodeKindInvalid."""
+    objs = [projected_copy(QuotaNode(name="fleet", uid="r", generation=1, role="Cohort")),
+            projected_copy(QuotaNode(name="grp", uid="g", generation=1, role="Cohort", parent="fleet")),
+            projected_copy(leaf(budget(4)), {KEY: "1"})]
+    member = [QuotaNode.from_object(o).model_copy(update={"created": "2026-01-01T00:00:00Z"}) for o in objs]
+    own = [QuotaNode(name="local", uid="l", generation=1, role="Cohort", created="2026-06-01T00:00:00Z"),
+           QuotaNode(name="mine", uid="m", generation=1, role="ClusterQueue", parent="local", budgets=[budget(1)],
+                     created="2026-06-01T00:00:00Z")]
+    tree = [*member, *own]
+    for name in ("fleet", "grp", "team-a"):
+        [problem] = tree_problems(name, tree, single_root=True)
+        assert problem.reason == Reason.ROOT_CONFLICT and "has its own root local" in problem.message
+    assert tree_problems("local", tree, single_root=True) == []
+    assert [p.reason for p in tree_problems("local", tree)] == [Reason.NODE_KIND_INVALID]
+    assert tree_problems("team-a", tree) == []

@@ -214,3 +214,65 @@ async def test_a_member_materializes_the_copies_into_its_own_kueue(env: Workflow
             east.set_usage("team", "a100", GPU, admitted="2")
             await until(env, lambda: (team.status["budgets"][0].get("perCluster") or [{}])[0].get("admitted") == "2",
                         step=1, what="the member's usage on the management plane")
+
+
+async def test_a_member_with_its_own_root_keeps_it_and_the_projected_tree_says_root_conflict(
+        env: WorkflowEnvironment) -> None:
+    """The single reserved root: east already has a root of its own (`local`, with its own leaf under it). The
+    projected tree (fleet -> grp -> team) is not materialized beside it: each copy is Degraded and Ready False
+    RootConflict with a Warning, nothing of east's own tree is touched, and the management plane's row for east
+    names the reason. (Before the rule the projected `fleet` won the tie on its name, `local` became
+    NodeKindInvalid, and the projected tree materialized as a second tree.)"""
+    world, members = management(), fleet()
+    east = members.member("east")
+    east.add_quota("local", {"role": "Cohort"})
+    east.add_quota("mine", {"role": "ClusterQueue", "parentRef": {"name": "local"}, "budgets": gpus(1),
+                            "distribution": {"policy": "Proportional"}})
+    team = world.quotas["team"]
+    async with running(env, world, members, "fleet"), running(env, world, members, "grp"), \
+            running(env, world, members, "team"):
+        await until(env, lambda: all(copy_spec(members, "east", n) is not None for n in ("fleet", "grp", "team")),
+                    step=1, what="the tree path projected")
+        async with running(env, east, None, "local"), running(env, east, None, "mine"), \
+                running(env, east, None, "fleet"), running(env, east, None, "grp"), running(env, east, None, "team"):
+            def ready(name: str) -> dict[str, Any]:
+                return next((c for c in east.quotas[name].status.get("conditions") or [] if c["type"] == "Ready"), {})
+
+            await until(env, lambda: all(ready(n).get("reason") == "RootConflict" for n in ("fleet", "grp", "team")),
+                        step=1, what="the projected tree refused on east")
+            assert "has its own root local" in ready("team")["message"]
+            await until(env, lambda: ready("local").get("status") == "True" and ready("mine").get("status") == "True",
+                        step=1, what="east's own tree Ready")
+            assert "local" in east.cohorts and "mine" in east.cluster_queues
+            assert "fleet" not in east.cohorts and "grp" not in east.cohorts and "team" not in east.cluster_queues
+            refusals = {(e.type, e.reason) for e in east.events if e.reason == "RootConflict"}
+            assert refusals == {("Warning", "RootConflict")}
+            await until(env, lambda: "RootConflict" in (row(team, "east").get("message") or ""), step=1,
+                        what="the management plane's row for east")
+            assert "has its own root local" in row(team, "east")["message"]
+
+
+async def test_a_deregistered_clusters_copies_are_deleted_or_its_row_says_why(env: WorkflowEnvironment) -> None:
+    """WorkloadCluster west is deleted (the projection's finalizer holds it): the management plane deletes the
+    copies there (placement.release_quota_hold) and releases the hold; east keeps its copies. While west cannot
+    be reached, its hold stays and the node's row for west says why."""
+    world, members = management(), fleet()
+    team = world.quotas["team"]
+    async with running(env, world, members, "grp"), running(env, world, members, "team"):
+        await until(env, lambda: share(members, "west") == "1" and copy_spec(members, "west", "grp") is not None,
+                    step=1, what="the copies written")
+        assert members.holds == {"east", "west"}
+        members.unreachable["west"] = "west cannot be reached: connection refused"
+        world.workload_clusters.remove("west")
+        world.deregistering.append("west")
+        members.deregistering.add("west")
+        await until(env, lambda: "could not be deleted" in (row(team, "west").get("message") or ""), step=1,
+                    what="west's row says why")
+        assert "west" in members.holds and share(members, "west") == "1"
+        del members.unreachable["west"]
+        await until(env, lambda: "west" not in members.holds, step=1, what="west's hold released")
+        west = members.members["west"]
+        assert all(q.deleting for q in west.quotas.values()) or not west.quotas
+        assert share(members, "east") is not None and copy_spec(members, "east", "grp") is not None
+        world.deregistering.remove("west")  # the registration is gone
+        await until(env, lambda: not row(team, "west"), step=1, what="west's row gone")

@@ -215,3 +215,14 @@ async def test_the_keda_verdict_history_needs_its_patches(patch_id: str, monkeyp
     history = load(HISTORIES / "InferenceServiceWorkflow" / "isvc-keda-verdict.json")
     with pytest.raises((NondeterminismError, AssertionError, RuntimeError)):
         await replay_comparing_activities(history)
+
+
+async def test_the_quota_deregistration_history_needs_its_patch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`accelerator-quota-deregistration` holds a node releasing a deregistered WorkloadCluster's copies
+    (`placement.release_quota_hold`, patch `quota-deregistration`): without the patch the replay issues other
+    commands than the history's."""
+    real = workflow.patched
+    monkeypatch.setattr(workflow, "patched", lambda asked: False if asked == "quota-deregistration" else real(asked))
+    history = load(HISTORIES / "AcceleratorQuotaWorkflow" / "accelerator-quota-deregistration.json")
+    with pytest.raises((NondeterminismError, AssertionError, RuntimeError)):
+        await replay_comparing_activities(history)

@@ -6,6 +6,8 @@ so the workflow can park its run with the message (retrying would read the same 
 `IngressConfigReader` reads the `ingress` block alone for the serving activities, which render
 and observe routes on every pass: no workflow input carries it, so no workflow's commands change
 when it does, and a new Gateway or domain reaches every route within `ttl` seconds.
+
+`QuotaConfigReader` reads the `quota` block the same way for the AcceleratorQuota observe.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from servingops.api_models.operator_config import (
     OperatorConfig,
     OperatorConfigError,
     OperatorDefaults,
+    QuotaDefaults,
     parse_configmap_data,
     parse_ingress,
+    parse_quota,
     resolve,
 )
 from servingops.clients.kube.calls import get_or_none
@@ -104,5 +108,41 @@ class IngressConfigReader:
             return IngressConfig()
         try:
             return parse_ingress(configmap.data)
+        except OperatorConfigError as error:
+            return OperatorConfigError(f"ConfigMap {self.namespace}/{self.name}: {error}")
+
+
+class QuotaConfigReader:
+    """The ConfigMap's `quota` block, read at most every `ttl` seconds (every AcceleratorQuota node's pass
+    observes it). Calling it returns the block (defaults when the ConfigMap or the key is absent) or raises
+    OperatorConfigError naming the ConfigMap when the block does not parse; an apiserver error is raised as
+    is and not remembered."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, name: str = DEFAULT_CONFIGMAP,
+                 ttl: float = INGRESS_TTL, clock: Callable[[], float] = time.monotonic) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.namespace, self.name, self.ttl = namespace, name, ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._read_at: float | None = None
+        self._result: QuotaDefaults | OperatorConfigError = QuotaDefaults()
+
+    def __call__(self) -> QuotaDefaults:
+        with self._lock:
+            now = self._clock()
+            if self._read_at is None or now - self._read_at >= self.ttl:
+                self._result = self._read()
+                self._read_at = now
+            result = self._result
+        if isinstance(result, OperatorConfigError):
+            raise result
+        return result
+
+    def _read(self) -> QuotaDefaults | OperatorConfigError:
+        configmap = get_or_none(self.core.read_namespaced_config_map, self.name, self.namespace)
+        if configmap is None:
+            return QuotaDefaults()
+        try:
+            return parse_quota(configmap.data)
         except OperatorConfigError as error:
             return OperatorConfigError(f"ConfigMap {self.namespace}/{self.name}: {error}")

@@ -42,6 +42,9 @@ told otherwise), one YAML document per block:
         probe: {...}             # the default RoutingProbeSpec (all nine fields, or disabled: true)
         capacity: {...}          # the default RoutingCapacitySpec (every field but options)
         publisher: {name: gatewayapi, resyncInterval: 1m}
+      quota: |                   # the AcceleratorQuota tree (docs/quota.md)
+        defaultDistribution: Proportional   # the split of a leaf budget that names no policy (Explicit or
+                                 # Proportional); unset (the default): such a leaf is Degraded ShareUnresolved
       endpoint: |                # upstream OME's multicluster.config.endpoint: the global route's publisher
         globalGateway: gateway-system/global   # <namespace>/<name>, or <name> in the route's namespace
         backendPort: 80          # the members' Gateway port; required with globalGateway
@@ -52,6 +55,9 @@ told otherwise), one YAML document per block:
 The worker reads it when a rollout run opens and the run keeps what it read (the workflow
 history records it), so a change applies to the next run, never halfway through one. Unknown
 keys are errors, not silently ignored: a typo in an operator default must not look like "unset".
+
+The `quota` block is read the same way by the AcceleratorQuota workflows' observe (every pass, cached a
+few seconds): a changed default reaches every leaf on its next pass.
 
 The `ingress` block is the exception to "read when a run opens": the serving activities read it
 themselves (activities/operator_config.py IngressConfigReader, cached for a few seconds), because
@@ -75,6 +81,7 @@ from pydantic.alias_generators import to_camel
 
 from servingops.api_models.credential_headers import address_has_userinfo, credential_headers
 from servingops.api_models.durations import parse_duration
+from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy
 from servingops.api_models.ome.routing import RoutingCapacitySpec, RoutingProbeSpec
 from servingops.api_models.refs import ObjectRef
 
@@ -82,7 +89,7 @@ DEFAULT_CONFIGMAP = "servingops-config"
 DEFAULT_CONTROLLER_NAMESPACE = "servingops-system"
 """Where the controller's own objects live (the operator ConfigMap, Secrets, upload sessions) unless told."""
 BLOCKS = ("rollout", "canaryAnalysis", "metricProviders", "lifecycle", "workloadClusters", "placement", "ingress",
-          "routing", "endpoint", "benchmark")
+          "routing", "endpoint", "benchmark", "quota")
 
 
 class PrometheusSource(BaseModel):
@@ -457,6 +464,13 @@ class BenchmarkDefaults(_Block):
     """Registries (host:port) the uploader pushes to over plain HTTP."""
 
 
+class QuotaDefaults(_Block):
+    """The AcceleratorQuota tree's operator-level defaults (seed 004: a leaf budget's split comes from the
+    budget's policy, else the node's distribution, else the operator default)."""
+
+    default_distribution: AcceleratorQuotaDistributionPolicy | None = None
+
+
 class OperatorConfig(_Block):
     rollout: RolloutDefaults = RolloutDefaults()
     canary_analysis: CanaryAnalysisDefaults = CanaryAnalysisDefaults()
@@ -468,6 +482,7 @@ class OperatorConfig(_Block):
     routing: RoutingDefaults = RoutingDefaults()
     endpoint: EndpointConfig = EndpointConfig()
     benchmark: BenchmarkDefaults = BenchmarkDefaults()
+    quota: QuotaDefaults = QuotaDefaults()
 
 
 class OperatorConfigError(ValueError):
@@ -507,6 +522,17 @@ def parse_ingress(data: dict[str, str] | None) -> IngressConfig:
         return IngressConfig.model_validate(_block("ingress", text))
     except ValidationError as error:
         raise OperatorConfigError(_problems(error, ("ingress",))) from None
+
+
+def parse_quota(data: dict[str, str] | None) -> QuotaDefaults:
+    """The `quota` block alone (the AcceleratorQuota observe's read), as parse_ingress reads `ingress`."""
+    text = (data or {}).get("quota")
+    if text is None:
+        return QuotaDefaults()
+    try:
+        return QuotaDefaults.model_validate(_block("quota", text))
+    except ValidationError as error:
+        raise OperatorConfigError(_problems(error, ("quota",))) from None
 
 
 class OperatorDefaults(BaseModel):

@@ -110,6 +110,7 @@ class Reason:
     QUEUE_INACTIVE = "ClusterQueueInactive"
     KUEUE_NOT_SERVED = "KueueNotServed"
     NO_VIOLATION = "NoViolation"
+    ROOT_CONFLICT = "RootConflict"
 
 
 class Problem(BaseModel):
@@ -167,10 +168,35 @@ def _text(value: Fraction) -> str:
 # -- the tree ------------------------------------------------------------------------------------
 
 
-def root_of(tree: Iterable[QuotaNode]) -> str | None:
-    """The reserved root: the parent-less node (the oldest, then the first by name, when several are)."""
-    roots = sorted((n for n in tree if n.parent is None), key=lambda n: (n.created, n.name))
+def root_of(tree: Iterable[QuotaNode], *, own_first: bool = False) -> str | None:
+    """The reserved root: the parent-less node (the oldest, then the first by name, when several are).
+    `own_first`: on a member, its own parent-less node wins over a projected one whatever their ages (the
+    single-root rule: a projection never displaces the member's own tree)."""
+    roots = sorted((n for n in tree if n.parent is None),
+                   key=lambda n: (own_first and n.projected is not None, n.created, n.name))
     return roots[0].name if roots else None
+
+
+def roots_conflict(tree: Iterable[QuotaNode]) -> bool:
+    """A member holding its own parent-less node beside a projected one of another name (two roots)."""
+    roots = [n for n in tree if n.parent is None]
+    return any(n.projected is None for n in roots) and any(n.projected is not None for n in roots)
+
+
+def _root_conflict(name: str, by_name: Mapping[str, QuotaNode], root: str | None) -> Problem | None:
+    """A projected node whose tree tops out at a projected root while the member has its own root: the
+    projected tree is not materialized beside the member's (seed 004: "the single reserved root")."""
+    node = by_name[name]
+    if node.projected is None or root is None or by_name[root].projected is not None:
+        return None
+    chain, stop = _chain(name, by_name)
+    top = chain[-1] if stop is None else None
+    if top is None or top == root:
+        return None
+    return Problem(reason=Reason.ROOT_CONFLICT, message=(
+        f"this cluster has its own root {root}; the projected tree under {top} is not materialized beside it "
+        f"(a single reserved root). Parent {top} under {root} in the management plane's tree, or remove "
+        f"{root} here"))
 
 
 def children_of(name: str, tree: Iterable[QuotaNode]) -> list[QuotaNode]:
@@ -244,11 +270,18 @@ def share_problems(node: QuotaNode, default: AcceleratorQuotaDistributionPolicy 
 
 
 def tree_problems(name: str, tree: list[QuotaNode], *, max_depth: int = DEFAULT_MAX_DEPTH,
-                  default_policy: AcceleratorQuotaDistributionPolicy | None = None) -> list[Problem]:
-    """Every tree-level invariant node `name` violates (empty: it may materialize)."""
+                  default_policy: AcceleratorQuotaDistributionPolicy | None = None,
+                  single_root: bool = False) -> list[Problem]:
+    """Every tree-level invariant node `name` violates (empty: it may materialize). `single_root`: the member's
+    own root wins over a projected one, and every projected node under a losing projected root is
+    RootConflict (the workflow asks it behind a patch)."""
     by_name = {n.name: n for n in tree}
     node = by_name[name]
     out: list[Problem] = []
+    root = root_of(tree, own_first=single_root)
+    conflict = _root_conflict(name, by_name, root) if single_root else None
+    if conflict is not None:
+        out.append(conflict)
     if len(node.name) > MAX_NAME_LENGTH:
         out.append(Problem(reason=Reason.NAME_TOO_LONG, message=(
             f"the name has {len(node.name)} characters; a node's name is copied into a label value "
@@ -261,9 +294,9 @@ def tree_problems(name: str, tree: list[QuotaNode], *, max_depth: int = DEFAULT_
         if node.role == AcceleratorQuotaRole.CLUSTER_QUEUE:
             out.append(Problem(reason=Reason.NODE_KIND_INVALID, message=(
                 "a ClusterQueue node must set parentRef; only the reserved root node is parent-less")))
-        elif root_of(tree) != node.name:
+        elif root != node.name and conflict is None:
             out.append(Problem(reason=Reason.NODE_KIND_INVALID, message=(
-                f"{root_of(tree)} is already the tree's root; every other node sets parentRef")))
+                f"{root} is already the tree's root; every other node sets parentRef")))
     else:
         chain, stop = _chain(name, by_name)
         if stop is not None:
@@ -689,6 +722,7 @@ __all__ = [
     "render_local_queue",
     "role_change_problem",
     "root_of",
+    "roots_conflict",
     "share_problems",
     "split",
     "tree_problems",

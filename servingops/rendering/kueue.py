@@ -24,6 +24,8 @@ GROUP_NAME_LABEL = "kueue.x-k8s.io/pod-group-name"
 GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 GROUP_SERVING_ANNOTATION = "kueue.x-k8s.io/pod-group-serving"
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+"""Names the WorkloadPriorityClass Kueue gives the pod's Workload (it wins over spec.priorityClassName)."""
 
 KUEUE_PENDING, ADMISSION_GATED = keys.KUEUE_PENDING, keys.ADMISSION_GATED
 
@@ -55,6 +57,25 @@ def group_metadata(queue: str, anchor_pod: str, incarnation: int, total: int) ->
     labels = {QUEUE_LABEL: queue, GROUP_NAME_LABEL: group_name(anchor_pod, incarnation)}
     annotations = {GROUP_TOTAL_ANNOTATION: str(total), GROUP_SERVING_ANNOTATION: "true"}
     return labels, annotations
+
+
+def declares_priority(pod: dict[str, Any]) -> bool:
+    """The pod names its own priority: Kueue's WorkloadPriorityClass label or a PriorityClass."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(PRIORITY_CLASS_LABEL) or (pod.get("spec") or {}).get("priorityClassName"))
+
+
+def stamp_priority(rendered: list[dict[str, Any]], tier: str | None) -> list[dict[str, Any]]:
+    """The leaf's priorityTier on an Instance's pods (seed 004: "PriorityTier names the WorkloadPriorityClass
+    stamped on this leaf's workloads. It is a default, not a partition: a workload declaring its own priority
+    keeps it"). `tier` is the tier of the leaf whose LocalQueue the pods name (None: no leaf, or no tier).
+    The Instance's pods are one Workload (a single pod, or a gang's pod group), so the priority is decided for
+    all of them at once: when any pod declares its own, none is stamped and the Workload keeps what it said."""
+    if not tier or not rendered or any(declares_priority(p) for p in rendered):
+        return rendered
+    for pod in rendered:
+        pod["metadata"].setdefault("labels", {})[PRIORITY_CLASS_LABEL] = tier
+    return rendered
 
 
 def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any] | None:

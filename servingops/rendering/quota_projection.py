@@ -224,6 +224,11 @@ def source_generation_of(projected: int | None, materialized_generation: int | N
 # -- the management plane's status ----------------------------------------------------------------
 
 
+PROJECTION_FINALIZER = "ome.io/quota-projection"
+"""On a WorkloadCluster once a copy is projected into it: its deregistration waits until the management plane has
+deleted the copies there (`placement.release_quota_hold`)."""
+
+
 class ClusterOutcome(BaseModel):
     """What one pass did and read in one member for one node."""
 
@@ -336,7 +341,8 @@ def with_per_cluster(budgets: list[AcceleratorBudgetStatus], per_cluster: Mappin
 
 
 __all__ = [
-    "ORIGIN_ANNOTATION", "PROJECTED_LABEL", "SOURCE_GENERATION_ANNOTATION", "ClusterOutcome", "CopyView", "Shares",
+    "ORIGIN_ANNOTATION", "PROJECTED_LABEL", "PROJECTION_FINALIZER", "SOURCE_GENERATION_ANNOTATION", "ClusterOutcome",
+    "CopyView", "Shares",
     "cluster_capacity", "cluster_rows", "copy_conflict", "copy_in_sync", "pair_key", "projected_copy",
     "projected_generation", "shares", "source_generation_of", "with_per_cluster",
 ]

@@ -29,7 +29,11 @@ from servingops.activities.oci.activities import (
     SecretRef,
     kubernetes_secret_credentials,
 )
-from servingops.activities.operator_config import IngressConfigReader, OperatorConfigActivities
+from servingops.activities.operator_config import (
+    IngressConfigReader,
+    OperatorConfigActivities,
+    QuotaConfigReader,
+)
 from servingops.activities.placement.activities import PlacementActivities
 from servingops.activities.prometheus import PrometheusActivities
 from servingops.activities.replica.activities import ReplicaActivities
@@ -109,7 +113,8 @@ def activities(settings: WorkerSettings, api_client: client.ApiClient,
         *PlacementActivities(api_client, settings.controller_namespace).all(),
         *CapacityActivities(api_client).all(),
         *AcceleratorClassActivities(api_client).all(),
-        *AcceleratorQuotaActivities(api_client).all(),
+        *AcceleratorQuotaActivities(api_client, QuotaConfigReader(
+            api_client, settings.controller_namespace, settings.operator_config)).all(),
         *BenchmarkActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
         *RoutingActivities(api_client, settings.controller_namespace, settings.operator_config).all(),
         *PublisherActivities(api_client).all(),

@@ -35,9 +35,15 @@ from servingops.workflows.entity import EntityWorkflow, ReconcileState
 
 with workflow.unsafe.imports_passed_through():
     from servingops.activities.capacity.accelerator_class import AcceleratorClassActivities
-    from servingops.activities.capacity.class_flavor import flavor_condition, should_create
+    from servingops.activities.capacity.class_flavor import (
+        FLAVOR_CONDITION,
+        FlavorReason,
+        flavor_condition,
+        should_create,
+    )
     from servingops.activities.capacity.class_inventory import Inventory
     from servingops.activities.capacity.class_types import (
+        ClassEvent,
         ClassFlavorInput,
         ClassFlavorOutput,
         ClassObserveInput,
@@ -124,6 +130,18 @@ def _values(status: AcceleratorClassStatus | None) -> dict[str, object] | None:
     return None if status is None else status.model_copy(update={"last_updated": None}).to_api()
 
 
+def flavor_events(written: AcceleratorClassStatus | None, desired: AcceleratorClassStatus) -> list[ClassEvent]:
+    """A Warning when the flavor's create is refused (once, as the condition turns to that reason)."""
+    def reason(status: AcceleratorClassStatus | None) -> tuple[str, str]:
+        found = next((c for c in (status.conditions or []) if c.type == FLAVOR_CONDITION), None) if status else None
+        return (found.reason or "", found.message or "") if found else ("", "")
+
+    now, message = reason(desired)
+    if now == FlavorReason.REFUSED and reason(written)[0] != now:
+        return [ClassEvent(type="Warning", reason=now, message=message)]
+    return []
+
+
 def needs_write(written: AcceleratorClassStatus | None, desired: AcceleratorClassStatus, refresh: timedelta) -> bool:
     """Something but lastUpdated moved, or what was written is `refresh` old (or was never written)."""
     if written is None or written.last_updated is None or desired.last_updated is None:
@@ -172,7 +190,9 @@ class AcceleratorClassWorkflow(EntityWorkflow[ClassState]):
                                  node_labels=observed.flavor.desired_labels), **options.KUBE)
             # Whether created now or by someone a moment before, what the class names exists; its labels are
             # compared at the next sample (made here: the class's own).
-            flavor = observed.flavor.model_copy(update={"served": made.served, "exists": made.served,
+            flavor = observed.flavor.model_copy(update={"served": made.served,
+                                                        "exists": made.served and not made.refused,
+                                                        "refused": made.refused,
                                                         "node_labels": observed.flavor.desired_labels
                                                         if made.created else observed.flavor.node_labels})
             observed = observed.model_copy(update={"flavor": flavor})
@@ -181,10 +201,11 @@ class AcceleratorClassWorkflow(EntityWorkflow[ClassState]):
         # A new run starts from what is already on the object (a restarted worker writes nothing new).
         written = self.state.written if self.state.written is not None else observed.status
         desired = desired_status(observed, written, workflow.now().replace(microsecond=0))
-        if needs_write(written, desired, timedelta(seconds=self.settings.refresh_seconds)):
+        events = flavor_events(written, desired)
+        if needs_write(written, desired, timedelta(seconds=self.settings.refresh_seconds)) or events:
             result: ClassWriteOutput = await workflow.execute_activity_method(
                 AcceleratorClassActivities.write_status,
-                ClassWriteInput(accelerator_class=self.ref, status=desired), **options.KUBE)
+                ClassWriteInput(accelerator_class=self.ref, status=desired, events=events), **options.KUBE)
             if not result.present:
                 return False
             self.state.writes += 1

@@ -48,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
         QuotaWriteOutput,
     )
     from servingops.activities.placement.activities import PlacementActivities
-    from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaUnprojectInput
+    from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaReleaseInput, QuotaUnprojectInput
     from servingops.api_models.conditions import merge_conditions
     from servingops.api_models.contract import StartObject, WorkflowType
     from servingops.api_models.ome.accelerator_quota import AcceleratorQuotaMaterialization, AcceleratorQuotaStatus
@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         removals,
         render,
         role_change_problem,
+        roots_conflict,
         tree_problems,
     )
     from servingops.rendering.quota_projection import (
@@ -81,7 +82,13 @@ with workflow.unsafe.imports_passed_through():
     )
 
 READY, DEGRADED, MATERIALIZED = "Ready", "Degraded", "Materialized"
+REAP_REFUSED = "ReapRefused"
+"""Ready False while a deletion's reap is refused (the finalizer holds the node; tried again each interval)."""
+SINGLE_ROOT_PATCH = "quota-single-root"
+"""A member's own root wins over a projected root of another name; the projected tree there is RootConflict."""
 PROJECTION_PATCH = "quota-projection"
+DEREGISTRATION_PATCH = "quota-deregistration"
+"""A WorkloadCluster being deregistered: its projected copies deleted (placement.release_quota_hold)."""
 """The projection onto WorkloadClusters (placement.project_quota / .unproject_quota per registered cluster):
 histories recorded before it replay without those commands."""
 _PLACEMENT_REASONS = {Reason.PARENT_MISSING, Reason.PARENT_CYCLE, Reason.UNREACHABLE}
@@ -93,7 +100,9 @@ class QuotaSettings(BaseModel):
     interval_seconds: float = 10.0
     max_depth: int = DEFAULT_MAX_DEPTH
     default_distribution: AcceleratorQuotaDistributionPolicy | None = None
-    """The operator-level default distribution policy; None: a leaf that names none is Degraded."""
+    """The worker's fallback for the operator-level default distribution policy: the operator ConfigMap's
+    quota.defaultDistribution (read by observe on every pass) wins when set. Both None: a leaf that names
+    none is Degraded ShareUnresolved."""
     passes_per_run: int = 500
 
 
@@ -125,10 +134,12 @@ class Decision(BaseModel):
 
 
 def decide(node: QuotaNode, tree: list[QuotaNode], plane: Plane, settings: QuotaSettings,
-           status: AcceleratorQuotaStatus | None = None) -> Decision:
-    """`status`: the node's status as read (the root's status.capacity is what its budgets are held to)."""
+           status: AcceleratorQuotaStatus | None = None, *, single_root: bool = True) -> Decision:
+    """`status`: the node's status as read (the root's status.capacity is what its budgets are held to).
+    `single_root`: the member's own root wins over a projected one (False only for a run from before the
+    patch)."""
     problems = tree_problems(node.name, tree, max_depth=settings.max_depth,
-                             default_policy=settings.default_distribution)
+                             default_policy=settings.default_distribution, single_root=single_root)
     if node.parent is None and status is not None and status.capacity:
         problems.extend(capacity_problems(node, status.capacity))
     guard = role_change_problem(node, plane.cluster_queue)
@@ -137,6 +148,23 @@ def decide(node: QuotaNode, tree: list[QuotaNode], plane: Plane, settings: Quota
     conflict = conflict_problem(node, plane) if plane.served else None
     write = plane.served and not problems and conflict is None and not in_sync(node, plane)
     return Decision(problems=problems, conflict=conflict, write=write)
+
+
+def effective_settings(settings: QuotaSettings, observed: QuotaObserveOutput) -> QuotaSettings:
+    """The settings one pass decides with: the operator ConfigMap's default distribution, when it sets one,
+    over the worker's."""
+    if observed.default_distribution is None:
+        return settings
+    return settings.model_copy(update={"default_distribution": observed.default_distribution})
+
+
+def with_config_error(decision: Decision, error: str) -> Decision:
+    """A ShareUnresolved that an unreadable quota block may be the cause of says so (operators read status)."""
+    if not error:
+        return decision
+    problems = [p.model_copy(update={"message": f"{p.message} (the operator default is not read: {error})"})
+                if p.reason == Reason.SHARE_UNRESOLVED else p for p in decision.problems]
+    return decision.model_copy(update={"problems": problems})
 
 
 def _messages(problems: list[Problem]) -> str:
@@ -349,7 +377,11 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
         node, plane = observed.node, observed.plane
         self.state.generation = max(self.state.generation, node.generation)
         self.state.acted_generation = max(self.state.acted_generation, node.generation)
-        decision = decide(node, observed.tree, plane, self.settings, observed.status)
+        settings = effective_settings(self.settings, observed)
+        # Asked only when a member holds its own root beside a projected one: no stored history meets it.
+        single_root = roots_conflict(observed.tree) and workflow.patched(SINGLE_ROOT_PATCH)
+        decision = with_config_error(decide(node, observed.tree, plane, settings, observed.status,
+                                            single_root=single_root), observed.config_error)
         applied: QuotaApplyOutput | None = None
         if decision.write:
             applied = await workflow.execute_activity_method(
@@ -362,11 +394,18 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
         written = self.state.written if self.state.written is not None else observed.status
         now = workflow.now().replace(microsecond=0)
         desired = desired_status(node, observed.tree, plane, decision, applied, written, now)
-        if node.projected is None and (observed.clusters or self.state.projected_to) \
+        if node.projected is None and (observed.clusters or self.state.projected_to or observed.deregistering) \
                 and workflow.patched(PROJECTION_PATCH):
-            split_, inputs = projection_inputs(node, observed, decision, self.settings)
+            split_, inputs = projection_inputs(node, observed, decision, settings)
             outcomes = list(await asyncio.gather(*(workflow.execute_activity_method(
                 PlacementActivities.project_quota, inp, **options.MEMBER) for inp in inputs)))
+            if observed.deregistering and workflow.patched(DEREGISTRATION_PATCH):
+                # A deregistered cluster's copies are deleted before its registration goes; one that cannot
+                # be reached keeps its row here, saying so, until it can (or the finalizer is removed by hand).
+                released = await asyncio.gather(*(workflow.execute_activity_method(
+                    PlacementActivities.release_quota_hold, QuotaReleaseInput(cluster=c), **options.MEMBER)
+                    for c in observed.deregistering))
+                outcomes.extend(r for r in released if r.error)
             self.state.projected_to = list(observed.clusters)
             desired = with_projection(desired, node, split_, outcomes, written, now)
         events = events_for(decision, written, desired, applied)
@@ -390,9 +429,37 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
                 PlacementActivities.unproject_quota,
                 QuotaUnprojectInput(cluster=c, name=self.ref.name, origin=self.ref.uid or ""), **options.MEMBER)
                 for c in self.state.projected_to))
-        reaped: QuotaReapOutput = await workflow.execute_activity_method(
-            AcceleratorQuotaActivities.reap, QuotaReapInput(quota=self.ref), **options.KUBE)
-        self.state.reaped = reaped.removed
+        while True:
+            reaped: QuotaReapOutput = await workflow.execute_activity_method(
+                AcceleratorQuotaActivities.reap, QuotaReapInput(quota=self.ref), **options.KUBE)
+            self.state.reaped = reaped.removed
+            if not reaped.refused or not await self._report_reap_refused(reaped.refused):
+                return
+            # The finalizer holds the node: the next try after the pass interval (a role mended meanwhile
+            # completes the deletion). Only a refused reap takes this branch, and before it a refusal failed
+            # the workflow, so no recorded history has a command here.
+            await workflow.sleep(timedelta(seconds=self.settings.interval_seconds))
+
+    async def _report_reap_refused(self, refused: str) -> bool:
+        """Ready False ReapRefused and a Warning on the node (once per message); False when the node is gone."""
+        assert self.ref is not None
+        written = self.state.written or AcceleratorQuotaStatus()
+        update = ConditionUpdate(type=READY, status="False", reason=REAP_REFUSED,
+                                 message=f"deleting: the Kueue objects could not be deleted: {refused}"[:1000])
+        before = next((c for c in written.conditions or [] if c.type == READY), None)
+        if before is not None and before.reason == REAP_REFUSED and before.message == update.message:
+            return True
+        now = workflow.now().replace(microsecond=0)
+        conditions = merge_conditions([c.to_api() for c in written.conditions or []], [update],
+                                      generation=written.observed_generation or 0, now=now)
+        desired = written.model_copy(update={"conditions": AcceleratorQuotaStatus.model_validate(
+            {"conditions": conditions}).conditions})
+        result: QuotaWriteOutput = await workflow.execute_activity_method(
+            AcceleratorQuotaActivities.write_status,
+            QuotaWriteInput(quota=self.ref, status=desired, events=[QuotaEvent(
+                type="Warning", reason=REAP_REFUSED, message=update.message)]), **options.KUBE)
+        self.state.written = desired
+        return result.present
 
     def _publish(self, phase: str) -> None:
         assert self.visibility is not None
@@ -402,4 +469,4 @@ class AcceleratorQuotaWorkflow(EntityWorkflow[QuotaState]):
 
 
 __all__ = ["PROJECTION_PATCH", "AcceleratorQuotaWorkflow", "Decision", "QuotaRun", "QuotaSettings", "QuotaState",
-           "decide", "desired_status", "events_for", "projection_inputs", "with_projection"]
+           "decide", "desired_status", "effective_settings", "events_for", "projection_inputs", "with_projection"]

@@ -112,4 +112,43 @@ async def accelerator_quota_projection(rec: Recording) -> None:
         await rec.save()
 
 
-SCENARIOS = {"accelerator-quota": accelerator_quota, "accelerator-quota-projection": accelerator_quota_projection}
+async def accelerator_quota_deregistration(rec: Recording) -> None:
+    """A leaf projected into two WorkloadClusters; west is deregistered (patch quota-deregistration): while west
+    cannot be reached its row says so, then its copies are deleted and its hold released; the node is deleted."""
+    env = rec.env
+    world = FakeQuotaWorld(flavors={"a100"}, workload_clusters=["east", "west"])
+    world.add_quota("root", {"role": "Cohort", "budgets": _gpus(8)})
+    spec = {"role": "ClusterQueue", "parentRef": {"name": "root"}, "distribution": {"policy": "Explicit"},
+            "budgets": [{**_gpus(4)[0], "perCluster": [{"cluster": "east", "nominal": 2},
+                                                       {"cluster": "west", "nominal": 2}]}]}
+    stored = world.add_quota("team", spec)
+    fleet = FakeQuotaFleet()
+    for cluster in ("east", "west"):
+        fleet.member(cluster).flavors.add("a100")
+    queue = f"aq-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=[*world.activities(env.get_current_time), *fleet.activities()],
+                      workflow_runner=workflow_runner()):
+        handle = await env.client.start_workflow(
+            "AcceleratorQuotaWorkflow", {"ref": stored.ref().model_dump()},
+            id=f"acceleratorquota/{stored.name}/{stored.uid}", task_queue=queue)
+        await rec.root(handle)
+        await until(env, lambda: len(fleet.writes) >= 2, step=1, what="both copies written")
+        fleet.unreachable["west"] = "west cannot be reached"
+        world.workload_clusters.remove("west")
+        world.deregistering.append("west")
+        fleet.deregistering.add("west")
+        await until(env, lambda: any("could not be deleted" in (r.get("message") or "")
+                                     for r in world.writes[-1][1].get("clusters") or []), step=1, what="west's row")
+        del fleet.unreachable["west"]
+        await until(env, lambda: "west" not in fleet.holds, step=1, what="west released")
+        world.deregistering.remove("west")
+        world.delete_quota("team")
+        await handle.signal("delete", {"uid": stored.uid, "generation": stored.generation, "resource_version": "9",
+                                       "deleting": True})
+        await handle.result()
+        await rec.save()
+
+
+SCENARIOS = {"accelerator-quota": accelerator_quota, "accelerator-quota-projection": accelerator_quota_projection,
+             "accelerator-quota-deregistration": accelerator_quota_deregistration}

@@ -40,7 +40,8 @@ from servingops.activities.capacity.class_types import (
 from servingops.api_models.ome.accelerator_class import AcceleratorClassSpec, AcceleratorClassStatus
 from servingops.clients.kube.calls import MERGE_PATCH, call, create_unless_exists, get_or_none
 from servingops.clients.kube.custom_objects import CustomObjects, update_optimistically
-from servingops.clients.kube.errors import absent
+from servingops.clients.kube.errors import absent, forbidden, invalid
+from servingops.clients.kube.events import record_event
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "acceleratorclasses"
 KUEUE_GROUP, KUEUE_VERSION, FLAVORS = "kueue.x-k8s.io", "v1beta2", "resourceflavors"
@@ -127,6 +128,11 @@ class AcceleratorClassActivities:
         except ApiException as exc:
             if absent(exc):
                 return ClassFlavorOutput(served=False)
+            if forbidden(exc) or invalid(exc):
+                # An answer: the worker's interceptor would make a 403 or 422 a permanent failure of the class's
+                # workflow (its inventory would stop). The class reports it (KueueResourceFlavorSynced False
+                # FlavorCreateRefused and a Warning) and the next sample tries again, so a mended role heals.
+                return ClassFlavorOutput(served=True, refused=f"{exc.status} {exc.reason}: {str(exc.body)[:400]}")
             raise
         return ClassFlavorOutput(served=True, created=created is not None)
 
@@ -148,6 +154,10 @@ class AcceleratorClassActivities:
         written = update_optimistically(ref, lambda: self._objects.get(ref), patch, lambda _: True)
         if written is None:
             return ClassWriteOutput(present=False)
+        for event in request.events:
+            record_event(self._core, api_version=f"{GROUP}/{VERSION}", kind="AcceleratorClass", name=ref.name,
+                         namespace=None, uid=ref.uid, event_type=event.type, reason=event.reason,
+                         message=event.message)
         return ClassWriteOutput(present=True, resource_version=str(written["metadata"].get("resourceVersion", "")))
 
     def all(self) -> list[object]:

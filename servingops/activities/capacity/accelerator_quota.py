@@ -22,6 +22,7 @@ Retries: an apiserver failure raises (KUBE policy); a 422 from Kueue's schema or
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from kubernetes import client
@@ -41,6 +42,8 @@ from servingops.activities.capacity.quota_types import (
     QuotaWriteOutput,
 )
 from servingops.api_models.ome.accelerator_quota import AcceleratorQuotaStatus
+from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy
+from servingops.api_models.operator_config import OperatorConfigError, QuotaDefaults
 from servingops.clients.kube.calls import MERGE_PATCH, apply, call, delete_if_present, get_or_none, list_items
 from servingops.clients.kube.custom_objects import CustomObjects, update_optimistically
 from servingops.clients.kube.errors import absent, forbidden, invalid
@@ -57,6 +60,7 @@ from servingops.rendering.accelerator_quota import (
     owned,
     root_of,
 )
+from servingops.rendering.quota_projection import PROJECTION_FINALIZER
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "acceleratorquotas"
 FINALIZER = "ome.io/accelerator-quota"
@@ -81,10 +85,12 @@ def _readable_status(raw: Any) -> AcceleratorQuotaStatus | None:
 class AcceleratorQuotaActivities:
     """Bound to the worker's ApiClient (the plane whose Kueue the tree materializes into)."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, config: Callable[[], QuotaDefaults] | None = None) -> None:
         self._custom = client.CustomObjectsApi(api_client)
         self._objects = CustomObjects(self._custom)
         self._core = client.CoreV1Api(api_client)
+        self._config = config
+        """The operator ConfigMap's quota block (activities/operator_config.py QuotaConfigReader); None: none."""
 
     # -- observe ---------------------------------------------------------------------------------
 
@@ -102,20 +108,40 @@ class AcceleratorQuotaActivities:
         root = root_of(tree)
         root_status = next((_readable_status(q.get("status")) for q in listed
                             if (q.get("metadata") or {}).get("name") == root), None)
+        default, error = self._operator_default()
+        clusters, leaving = self._workload_clusters() if node.projected is None else ([], [])
         return QuotaObserveOutput(present=True, deleting=node.deleting, node=node, tree=tree,
                                   plane=self._plane(node), status=_readable_status(obj.get("status")),
-                                  clusters=self._workload_clusters() if node.projected is None else [],
-                                  root_capacity=list(root_status.capacity or []) if root_status else [])
+                                  clusters=clusters, deregistering=leaving,
+                                  root_capacity=list(root_status.capacity or []) if root_status else [],
+                                  default_distribution=default, config_error=error)
 
-    def _workload_clusters(self) -> list[str]:
-        """The registered WorkloadClusters (none where the kind is not served)."""
+    def _operator_default(self) -> tuple[AcceleratorQuotaDistributionPolicy | None, str]:
+        """quota.defaultDistribution as the ConfigMap says now, or why the block does not parse."""
+        if self._config is None:
+            return None, ""
+        try:
+            return self._config().default_distribution, ""
+        except OperatorConfigError as exc:
+            return None, str(exc)
+
+    def _workload_clusters(self) -> tuple[list[str], list[str]]:
+        """The registered WorkloadClusters, and those being deregistered whose deletion the projection's
+        finalizer holds (none where the kind is not served)."""
         try:
             listed = list_items(self._custom.list_cluster_custom_object, GROUP, VERSION, "workloadclusters")
         except ApiException as exc:
             if absent(exc):
-                return []
+                return [], []
             raise
-        return sorted(str((w.get("metadata") or {}).get("name", "")) for w in listed)
+        registered, leaving = [], []
+        for item in listed:
+            meta = item.get("metadata") or {}
+            if not meta.get("deletionTimestamp"):
+                registered.append(str(meta.get("name", "")))
+            elif PROJECTION_FINALIZER in (meta.get("finalizers") or []):
+                leaving.append(str(meta.get("name", "")))
+        return sorted(registered), sorted(leaving)
 
     def _plane(self, node: QuotaNode) -> Plane:
         try:
@@ -279,6 +305,17 @@ class AcceleratorQuotaActivities:
 
     @activity.defn(name="acceleratorquota.reap")
     def reap(self, request: QuotaReapInput) -> QuotaReapOutput:
+        try:
+            return self._reap(request)
+        except ApiException as exc:
+            if forbidden(exc):
+                # An answer, as in apply: the worker's interceptor would make a 403 a permanent failure of the
+                # node's workflow, leaving the node stuck on its finalizer with nobody saying why. The workflow
+                # reports it on the node and tries again, so a role mended later completes the deletion.
+                return QuotaReapOutput(refused=f"{exc.reason}: {str(exc.body)[:400]}")
+            raise
+
+    def _reap(self, request: QuotaReapInput) -> QuotaReapOutput:
         ref = request.quota
         out = QuotaReapOutput()
         for kind in ("ClusterQueue", "Cohort"):

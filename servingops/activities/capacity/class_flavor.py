@@ -10,7 +10,9 @@ administrator's, or the quota tree's), only compared. The KueueResourceFlavorSyn
 - False `FlavorNodeLabelsDiffer`: it exists with other nodeLabels (named in the message);
 - False `FlavorNeedsNodeSelector`: it does not exist and the class has no nodeSelector to give it (an
   affinity or PCI ids cannot be written as nodeLabels);
-- False `KueueNotServed`: the cluster serves no ResourceFlavor kind.
+- False `KueueNotServed`: the cluster serves no ResourceFlavor kind;
+- False `FlavorCreateRefused`: the apiserver refused the create (a 403: the worker's role lacks it, or a 422),
+  in its words; tried again at the next sample.
 A class that names no flavor has no such condition.
 """
 
@@ -28,6 +30,7 @@ class FlavorReason:
     DIFFER = "FlavorNodeLabelsDiffer"
     NEEDS_SELECTOR = "FlavorNeedsNodeSelector"
     NOT_SERVED = "KueueNotServed"
+    REFUSED = "FlavorCreateRefused"
 
 
 class FlavorState(BaseModel):
@@ -41,6 +44,8 @@ class FlavorState(BaseModel):
     """The flavor's spec.nodeLabels, when it exists."""
     served: bool = True
     """False when the cluster serves no Kueue ResourceFlavor kind."""
+    refused: str = ""
+    """The apiserver's refusal of this sample's create."""
 
 
 def should_create(flavor: FlavorState) -> bool:
@@ -54,6 +59,9 @@ def flavor_condition(flavor: FlavorState) -> ConditionUpdate:
 
     if not flavor.served:
         return condition(False, FlavorReason.NOT_SERVED, "the cluster serves no kueue.x-k8s.io ResourceFlavor")
+    if flavor.refused and not flavor.exists:
+        return condition(False, FlavorReason.REFUSED,
+                         f"ResourceFlavor {flavor.name} could not be created: {flavor.refused}"[:1000])
     if not flavor.exists:
         return condition(False, FlavorReason.NEEDS_SELECTOR,
                          f"ResourceFlavor {flavor.name} does not exist and spec.discovery has no nodeSelector "

@@ -34,10 +34,19 @@ class ClassObserveOutput(BaseModel):
     """The Kueue ResourceFlavor spec.integration.kueueResourceFlavor names, as read; None when it names none."""
 
 
+class ClassEvent(BaseModel):
+    type: str
+    """Normal or Warning."""
+    reason: str
+    message: str
+
+
 class ClassWriteInput(BaseModel):
     accelerator_class: ObjectRef
     status: AcceleratorClassStatus
     """The whole status (every field is replaced)."""
+    events: list[ClassEvent] = []
+    """Recorded on the class after the write."""
 
 
 class ClassWriteOutput(BaseModel):
@@ -58,7 +67,10 @@ class ClassFlavorOutput(BaseModel):
     """False when the cluster serves no ResourceFlavor kind: nothing was created."""
     created: bool = False
     """False when a flavor of that name was there already (it is left as it is)."""
+    refused: str = ""
+    """Why the apiserver refused the create (a 403 or a 422): nothing was created; the class says so and the
+    next sample tries again."""
 
 
-__all__ = ["ClassFlavorInput", "ClassFlavorOutput", "ClassObserveInput", "ClassObserveOutput", "ClassWriteInput",
-           "ClassWriteOutput"]
+__all__ = ["ClassEvent", "ClassFlavorInput", "ClassFlavorOutput", "ClassObserveInput", "ClassObserveOutput",
+           "ClassWriteInput", "ClassWriteOutput"]

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus, AcceleratorQuotaStatus
+from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy
 from servingops.api_models.refs import ObjectRef
 from servingops.rendering.accelerator_quota import Plane, QuotaNode, Removal
 
@@ -31,8 +32,15 @@ class QuotaObserveOutput(BaseModel):
     clusters: list[str] = []
     """The WorkloadClusters registered on this plane (the projection's targets; none on a member, or where
     the kind is not served)."""
+    deregistering: list[str] = []
+    """WorkloadClusters being deregistered whose deletion waits on the projection's finalizer: their copies are
+    to be deleted (`placement.release_quota_hold`)."""
     root_capacity: list[AcceleratorCapacityStatus] = []
     """The root node's status.capacity (its perCluster rows weigh a Proportional split)."""
+    default_distribution: AcceleratorQuotaDistributionPolicy | None = None
+    """The operator ConfigMap's quota.defaultDistribution (None: unset, or no reader)."""
+    config_error: str = ""
+    """Why the ConfigMap's quota block does not parse (then no operator default applies)."""
 
 
 class QuotaApplyInput(BaseModel):
@@ -81,6 +89,9 @@ class QuotaReapOutput(BaseModel):
     removed: list[str] = []
     released: bool = False
     """The finalizer was removed (the apiserver then completes the deletion)."""
+    refused: str = ""
+    """Why the apiserver refused a delete (a 403: the worker's role lacks it): the finalizer is kept, the node
+    says so and the workflow tries again."""
 
 
 __all__ = ["QuotaApplyInput", "QuotaApplyOutput", "QuotaEvent", "QuotaObserveInput", "QuotaObserveOutput",

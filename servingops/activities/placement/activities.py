@@ -35,7 +35,7 @@ from servingops.activities.component_shape import component_shape
 from servingops.activities.placement import capacity, mirrors
 from servingops.activities.placement.clients import MemberClients
 from servingops.activities.placement.member import MemberClient
-from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaUnprojectInput
+from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaReleaseInput, QuotaUnprojectInput
 from servingops.activities.placement.types import (
     ApplyMemberInput,
     CapacityInput,
@@ -50,7 +50,11 @@ from servingops.activities.placement.types import (
     SourceInput,
 )
 from servingops.activities.routing.types import GatewayAddresses, GatewayAddressesInput
-from servingops.activities.workload_cluster.registration import RegistrationUnusable, versioned_member_access
+from servingops.activities.workload_cluster.registration import (
+    RegistrationUnusable,
+    VersionedAccess,
+    versioned_member_access,
+)
 from servingops.api_models.contract.placement import ADOPT_ANNOTATION, ADOPT_VALUE
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.accelerator import AcceleratorCapacityAttribution
@@ -67,11 +71,17 @@ from servingops.api_models.ome.placement_status import PlacementCapacityPool, Pl
 from servingops.api_models.ome.replica import InferenceReplicaStatus
 from servingops.clients.kube.calls import call
 from servingops.clients.kube.custom_objects import CustomObjects
-from servingops.clients.kube.errors import absent, conflict
+from servingops.clients.kube.errors import absent, conflict, forbidden
 from servingops.rendering import multinode, render
 from servingops.rendering.kueue import ADMISSION_GATE, QUEUE_LABEL
 from servingops.rendering.names import route_name
-from servingops.rendering.quota_projection import ClusterOutcome, CopyView, copy_conflict, copy_in_sync
+from servingops.rendering.quota_projection import (
+    PROJECTION_FINALIZER,
+    ClusterOutcome,
+    CopyView,
+    copy_conflict,
+    copy_in_sync,
+)
 from servingops.rendering.resolution import Unresolvable, resolve_service
 
 GROUP, VERSION = "ome.io", "v1beta1"
@@ -117,7 +127,8 @@ class PlacementActivities:
 
     def all(self) -> list[Any]:
         return [self.read_source, self.apply_member, self.observe_member, self.delete_member, self.read_capacity,
-                self.inventory_member, self.member_gateway_addresses, self.project_quota, self.unproject_quota]
+                self.inventory_member, self.member_gateway_addresses, self.project_quota, self.unproject_quota,
+                self.release_quota_hold]
 
     # -- the control plane ------------------------------------------------------------------
 
@@ -139,7 +150,10 @@ class PlacementActivities:
             components=[c.value for c in _COMPONENTS if spec.get(c.value)],
             min_replicas={c.value: int(spec[c.value]["minReplicas"]) for c in _COMPONENTS
                           if isinstance(spec.get(c.value), dict) and spec[c.value].get("minReplicas") is not None},
-            registrations=[_registration(item) for item in listed.get("items") or []],
+            # A registration being deleted (the quota projection's finalizer may hold it a while) is no target:
+            # placement sees it as gone at once, as before that finalizer existed.
+            registrations=[_registration(item) for item in listed.get("items") or []
+                           if not (item.get("metadata") or {}).get("deletionTimestamp")],
             status_placement=(obj.get("status") or {}).get("placement"),
             finalizers=list(meta.get("finalizers") or []),
             rollout_policies=any(isinstance(g, dict) and (g.get("policyRef") or {}).get("name")
@@ -157,6 +171,22 @@ class PlacementActivities:
             if absent(exc):
                 self.clients.drop(cluster)
                 raise MemberUnavailable("RegistrationNotFound", f"WorkloadCluster {cluster} does not exist") from None
+            if forbidden(exc):
+                # This plane's own role lacks the read: an answer every caller reports (the quota projection's
+                # row, a placement's member condition) and retries at its next pass, not an exception the
+                # worker's interceptor would make a permanent failure of the calling workflow.
+                raise MemberUnavailable("AccessRefused", f"the worker may not read WorkloadCluster {cluster} "
+                                        f"({exc.status} {exc.reason})") from None
+            raise
+
+    def _access(self, cluster: str, spec: dict[str, Any]) -> VersionedAccess:
+        """The member's client from the kubeconfig Secret; a 403 on the Secret is an answer (as above)."""
+        try:
+            return versioned_member_access(self.core, spec, self.controller_namespace)
+        except ApiException as exc:
+            if forbidden(exc):
+                raise MemberUnavailable("AccessRefused", f"the worker may not read WorkloadCluster {cluster}'s "
+                                        f"kubeconfig Secret ({exc.status} {exc.reason})") from None
             raise
 
     @contextlib.contextmanager
@@ -169,7 +199,7 @@ class PlacementActivities:
         spec = registration.get("spec") or {}
         try:
             with self.clients.lease(cluster, str(meta.get("uid") or ""), str(meta.get("resourceVersion") or ""),
-                                    lambda: versioned_member_access(self.core, spec, self.controller_namespace),
+                                    lambda: self._access(cluster, spec),
                                     ) as api:
                 yield api
         except RegistrationUnusable as exc:
@@ -313,6 +343,79 @@ class PlacementActivities:
 
     # -- the AcceleratorQuota projection (rendering/quota_projection.py) -------------------------------
 
+    def _hold_for_copies(self, cluster: str) -> None:
+        """PROJECTION_FINALIZER on the WorkloadCluster before a copy is written there: its deregistration then
+        waits for `release_quota_hold` to delete the copies. MemberUnavailable when it is being deregistered
+        (no copy is written into a cluster on its way out)."""
+        registration = self._registration(cluster)
+        meta = registration.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            raise MemberUnavailable("Deregistering", f"WorkloadCluster {cluster} is being deregistered")
+        finalizers = list(meta.get("finalizers") or [])
+        if PROJECTION_FINALIZER in finalizers:
+            return
+        meta["finalizers"] = [*finalizers, PROJECTION_FINALIZER]
+        try:  # under the resourceVersion read: a 409 raises and the activity's retry reads again
+            call(self.custom.replace_cluster_custom_object, GROUP, VERSION, "workloadclusters", cluster,
+                 registration)
+        except ApiException as exc:
+            if forbidden(exc):
+                raise MemberUnavailable("AccessRefused", f"the worker may not update WorkloadCluster {cluster} "
+                                        f"({exc.status} {exc.reason})") from None
+            raise
+
+    @activity.defn(name="placement.release_quota_hold")
+    def release_quota_hold(self, inp: QuotaReleaseInput) -> ClusterOutcome:
+        """A WorkloadCluster being deregistered: delete every projected AcceleratorQuota copy in it (label
+        ome.io/quota-projected; the member's own nodes are never touched), then remove PROJECTION_FINALIZER so
+        the deregistration completes. An unreachable or refusing member keeps the finalizer, and the answer
+        (`error`) says so on the nodes' rows; an administrator may remove the finalizer by hand to leave the
+        copies behind."""
+        out = ClusterOutcome(cluster=inp.cluster)
+        try:
+            registration = self._registration(inp.cluster)
+        except MemberUnavailable as exc:
+            if exc.reason == "RegistrationNotFound":
+                return out  # already gone: nothing holds it
+            out.error = exc.message
+            return out
+        meta = registration.get("metadata") or {}
+        if not meta.get("deletionTimestamp") or PROJECTION_FINALIZER not in (meta.get("finalizers") or []):
+            return out
+        try:
+            with self._session(inp.cluster) as member:
+                for copy in member.projected_copies():
+                    copy_meta = copy.get("metadata") or {}
+                    if copy_meta.get("deletionTimestamp"):
+                        continue
+                    try:
+                        member.delete_quota_copy(str(copy_meta["name"]), str(copy_meta.get("uid", "")))
+                    except ApiException as exc:
+                        if not absent(exc) and not conflict(exc):
+                            raise
+                    out.wrote = True
+        except MemberUnavailable as exc:
+            out.error = (f"{inp.cluster} is being deregistered, but its projected copies could not be deleted: "
+                         f"{exc.message}; its WorkloadCluster keeps the finalizer {PROJECTION_FINALIZER} until they "
+                         "are (remove it by hand to leave them there)")
+            return out
+
+        def drop(obj: dict[str, Any]) -> bool:
+            finalizers = list(obj["metadata"].get("finalizers") or [])
+            if PROJECTION_FINALIZER not in finalizers:
+                return False
+            obj["metadata"]["finalizers"] = [f for f in finalizers if f != PROJECTION_FINALIZER]
+            return True
+
+        if drop(registration):
+            try:
+                call(self.custom.replace_cluster_custom_object, GROUP, VERSION, "workloadclusters", inp.cluster,
+                     registration)
+            except ApiException as exc:
+                if not absent(exc):
+                    raise  # a 409: the activity's retry reads it again
+        return out
+
     @activity.defn(name="placement.project_quota")
     def project_quota(self, inp: QuotaProjectInput) -> ClusterOutcome:
         """Write a node's projected copy into one member unless it already holds it (an AcceleratorQuota of
@@ -321,6 +424,8 @@ class PlacementActivities:
         an answer (`error`), never an exception: the other members go on."""
         out = ClusterOutcome(cluster=inp.cluster, unresolved=inp.unresolved)
         try:
+            if inp.body is not None:
+                self._hold_for_copies(inp.cluster)  # this plane's object: outside the member's session
             with self._session(inp.cluster) as member:
                 found = member.quota_copy(inp.name)
                 existing = CopyView.from_object(found) if found is not None else None

@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from servingops.clients.kube.calls import apply, call, get_or_none, list_items
 from servingops.clients.kube.errors import absent
 from servingops.clients.kube.timeouts import MEMBER_REQUEST_TIMEOUT
+from servingops.rendering.accelerator_quota import MANAGED_BY, PROJECTED_LABEL
 
 GROUP, VERSION = "ome.io", "v1beta1"
 DECKHOUSE_GROUP, DECKHOUSE_VERSION = "ai.deckhouse.io", "v1alpha1"
@@ -87,6 +88,18 @@ class MemberClient:
         return cast(dict[str, Any] | None, get_or_none(
             self.custom.get_cluster_custom_object, GROUP, VERSION, "acceleratorquotas", name,
             timeout=MEMBER_REQUEST_TIMEOUT))
+
+    def projected_copies(self) -> list[dict[str, Any]]:
+        """Every AcceleratorQuota projected into the member (the projection label); none where the kind is not
+        served."""
+        try:
+            listed = list_items(self.custom.list_cluster_custom_object, GROUP, VERSION, "acceleratorquotas",
+                                label_selector=f"{PROJECTED_LABEL}={MANAGED_BY}", timeout=MEMBER_REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if absent(exc):
+                return []
+            raise
+        return [dict(item) for item in listed]
 
     def apply_quota_copy(self, body: dict[str, Any]) -> None:
         """Server-side apply of a projected AcceleratorQuota (creates it when missing)."""

@@ -28,4 +28,9 @@ class QuotaUnprojectInput(BaseModel):
     """The source node's uid: only a copy carrying it is deleted."""
 
 
-__all__ = ["QuotaProjectInput", "QuotaUnprojectInput"]
+class QuotaReleaseInput(BaseModel):
+    cluster: str
+    """A WorkloadCluster being deregistered (its deletion held by PROJECTION_FINALIZER)."""
+
+
+__all__ = ["QuotaProjectInput", "QuotaReleaseInput", "QuotaUnprojectInput"]

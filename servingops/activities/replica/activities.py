@@ -71,6 +71,7 @@ from servingops.clients.kube.calls import (
 )
 from servingops.clients.kube.errors import UNPROCESSABLE, absent, conflict, forbidden
 from servingops.rendering import kueue
+from servingops.rendering.accelerator_quota import NODE_LABEL as QUOTA_NODE_LABEL
 from servingops.rendering.resolution import Unresolvable
 
 _GROUP, _VERSION, _PLURAL = "ome.io", "v1beta1", "inferencereplicas"
@@ -370,6 +371,7 @@ class ReplicaActivities:
                                             placement)
         except pods.RenderError as exc:
             raise application_error(ErrorType.INVALID_SPEC, f"{request.replica.ref.describe()}: {exc}") from exc
+        kueue.stamp_priority(rendered, self._leaf_tier(replica.owner.namespace, rendered))
         result = CreatePodsResult()
         for body in rendered:
             name = body["metadata"]["name"]
@@ -393,6 +395,23 @@ class ReplicaActivities:
                 continue
             result.created.append(name)
         return result
+
+    def _leaf_tier(self, namespace: str, rendered: list[dict[str, Any]]) -> str | None:
+        """The priorityTier of the AcceleratorQuota leaf whose LocalQueue the pods name, when the namespace is
+        bound to that leaf (label ome.io/accelerator-quota: <leaf>; the leaf's LocalQueue there is named after
+        it: docs/quota.md). None for pods in no queue, a queue that is not a leaf's, or a leaf without a tier."""
+        queue = kueue.queue_of(rendered)
+        if queue is None:
+            return None
+        bound = get_or_none(self.core.read_namespace, namespace)
+        labels = (bound.metadata.labels or {}) if bound is not None and bound.metadata else {}
+        if labels.get(QUOTA_NODE_LABEL) != queue:
+            return None
+        leaf = get_or_none(self.custom.get_cluster_custom_object, _GROUP, _VERSION, "acceleratorquotas", queue)
+        spec = (leaf or {}).get("spec") or {}
+        if spec.get("role") != "ClusterQueue":
+            return None
+        return str(spec.get("priorityTier") or "") or None
 
     @activity.defn(name="replica.delete_pods")
     def delete_pods(self, request: DeletePodsInput) -> list[str]:
