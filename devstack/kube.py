@@ -105,6 +105,11 @@ InferenceService's) are devstack/pod_runtime.py's: kwok starts them (address, Ru
 they are Ready; the runtime does, from their server's /health, as a kubelet would from a probe."""
 _ANSWERED = {"key": f'.metadata.labels["{ANSWERED_POD_LABEL}"]', "operator": "Exists"}
 _NOT_ANSWERED = {"key": f'.metadata.labels["{ANSWERED_POD_LABEL}"]', "operator": "DoesNotExist"}
+BENCHMARK_POD_LABEL = "ome.io/benchmarkjob-uid"
+"""In an answering cluster, a BenchmarkJob's pods (this label) are run by devstack/bench_runner.py: kwok starts
+them (address, Running) but never completes them (its pod-complete stage would say Succeeded at once); the
+runner reports how their containers ended, as a kubelet would."""
+_NOT_BENCHMARK = {"key": f'.metadata.labels["{BENCHMARK_POD_LABEL}"]', "operator": "DoesNotExist"}
 
 UNREADY_NODE_SUFFIX = "-unready"
 """A node whose name ends with this runs the pods bound to it but none ever turns Ready, as a node
@@ -295,6 +300,9 @@ def kwok_stages(module_root: Path, answering: bool = False) -> list[dict[str, An
                 stage["spec"]["selector"]["matchExpressions"].append(_NOT_ANSWERED)
             stage["spec"]["next"]["statusTemplate"] = _unready_behind_gates(template)
     if answering:
+        for stage in stages:
+            if stage["metadata"]["name"] == "pod-complete":
+                stage["spec"]["selector"]["matchExpressions"].append(_NOT_BENCHMARK)
         # The runtime decides these pods' readiness, holds included (it honours POD_UNREADY_ANNOTATION).
         for stage in own:
             if stage["metadata"]["name"] in ("pod-ready-again", "pod-held-unready"):
