@@ -9,10 +9,11 @@ inside devstack/pod_runtime.py's process, does what a kubelet would for such a p
   own venv (deploy/local/bench/genai-bench-venv.sh, never the product's), `oras` from the stack's cache;
   any other command exits 127, as a missing binary would.
 - The env is the pod spec's: literal values, and `valueFrom.secretKeyRef` / `configMapKeyRef` read from the
-  real Secrets and ConfigMaps (a missing one fails the pod, CreateContainerConfigError); `envFrom` likewise.
+  real Secrets and ConfigMaps; `envFrom` likewise. A missing one holds the container waiting
+  (CreateContainerConfigError, tried again), as a kubelet does; so does a claim not bound (FailedMount).
 - Volumes are host directories under the pod's work directory (emptyDir; a Secret volume's items written
   out), or, for a persistentVolumeClaim, the directory of the PersistentVolume it is bound to (hostPath or
-  local: the path on this "node"; an unbound claim or another volume kind fails the pod). A container sees
+  local: the path on this "node"; another volume kind holds the pod waiting). A container sees
   a volume at its mountPath by a rewrite: every argument, env value and workingDir at or under a mountPath
   is turned into the host path (there is no mount namespace here). subPath is honoured; readOnly is not.
 - Network: the process resolves host names to the cluster's Gateway (loopback; devstack/bench_shim) and may
@@ -20,7 +21,7 @@ inside devstack/pod_runtime.py's process, does what a kubelet would for such a p
 - Status: each container's running and terminated state (exit code, reason, and with FallbackToLogsOnError
   the end of its log as the message), then phase Succeeded or Failed, so the real Job controller marks the
   Job Complete or Failed. A pod deleted mid-run has its process group stopped (SIGTERM, SIGKILL after the
-  grace period), as a kubelet stops a container.
+  grace period), as a kubelet stops a container, and reports Failed with the container's exit (143/137).
 - Bounded: a container runs at most RUN_LIMIT_SECONDS (the Job's activeDeadlineSeconds usually ends it first).
 """
 
@@ -49,6 +50,7 @@ BENCH_POD_LABEL = "ome.io/benchmarkjob-uid"
 """On a BenchmarkJob's pods (servingops/rendering/benchmark_job.py LABEL_UID): the pods this runner runs."""
 GENAI_BENCH_VERSION = "0.0.5"
 RUN_LIMIT_SECONDS = 3600.0
+SETUP_RETRY_SECONDS = 5.0
 LOG_TAIL_BYTES = 2048
 """How much of a failed container's log becomes its termination message (a kubelet keeps 2048 bytes or 80
 lines for FallbackToLogsOnError)."""
@@ -180,49 +182,73 @@ class BenchRunner:
         key = f"{meta['namespace']}/{meta['name']}"
         run = self.running[meta["uid"]]
         pod_dir = self.workdir / f"{meta['namespace']}_{meta['name']}_{meta['uid'][:8]}"
+        pod_dir.mkdir(parents=True, exist_ok=True)
         spec = pod["spec"]
         inits, mains = spec.get("initContainers") or [], spec.get("containers") or []
         init_states: list[dict[str, Any]] = []
         main_states: list[dict[str, Any]] = []
         failed = False
         try:
-            volumes = self._volumes(pod, pod_dir)
             for i, container in enumerate([*inits, *mains]):
                 states = init_states if i < len(inits) else main_states
-                if failed:
-                    break
-                env = self._env(meta["namespace"], container)
-                state = self._run_container(key, run, container, env, volumes, pod_dir, pod,
+                prepared = self._prepare(pod, container, pod_dir, run, init_states, main_states, states)
+                if prepared is None:
+                    break  # deleted while it waited
+                env, mounts = prepared
+                state = self._run_container(key, run, container, env, mounts, pod_dir, pod,
                                             init_states, main_states, states)
                 states.append(state)
                 failed = state["state"]["terminated"]["exitCode"] != 0
-        except PodSetupError as exc:
-            log.info("%s cannot start: %s", key, exc)
-            failed = True
-            main_states = [self._terminated(c, 128, exc.reason, str(exc)) for c in mains]
+                if failed or run.deleted.is_set():
+                    break
         except Exception as exc:  # a bug of the runner is the pod's failure, said, never a hang
             log.exception("running %s", key)
             failed = True
             main_states = [self._terminated(c, 128, "RunnerError", repr(exc)) for c in mains]
-        if run.deleted.is_set():
-            log.info("%s was deleted while running", key)
-            with self._lock:
+        with self._lock:
+            if run.deleted.is_set():
                 self.running.pop(meta["uid"], None)
-            return
-        # A container not run (an earlier one failed) reports as never started, as a kubelet does.
+        # A container not run (an earlier one failed, or the pod was deleted) reports as never started, as a
+        # kubelet does; a deleted pod's containers were stopped, so it ends Failed too (its status may not land
+        # if the pod is already gone).
+        failed = failed or run.deleted.is_set()
         main_states += [self._waiting(c) for c in mains[len(main_states):]]
         init_states += [self._waiting(c) for c in inits[len(init_states):]]
         phase = "Failed" if failed else "Succeeded"
         self._patch_status(pod, {"phase": phase, "conditions": self._conditions(False, "PodCompleted"),
                                  "initContainerStatuses": init_states, "containerStatuses": main_states})
-        log.info("%s ended %s", key, phase)
+        log.info("%s ended %s%s", key, phase, " (deleted)" if run.deleted.is_set() else "")
+
+    def _prepare(self, pod: dict[str, Any], container: dict[str, Any], pod_dir: Path, run: Running,
+                 init_states: list[dict[str, Any]], main_states: list[dict[str, Any]],
+                 states: list[dict[str, Any]]) -> tuple[dict[str, str], list[tuple[str, Path]]] | None:
+        """The container's env and mounts. What cannot be had yet (a Secret or claim missing, a claim unbound)
+        holds the container waiting with the reason, tried again every SETUP_RETRY_SECONDS, as a kubelet holds
+        it; None when the pod is deleted meanwhile."""
+        said = ""
+        while not run.deleted.is_set():
+            try:
+                volumes = self._volumes(pod, pod_dir)
+                return self._env(pod["metadata"]["namespace"], container), self._mounts(container, volumes)
+            except PodSetupError as exc:
+                if str(exc) != said:
+                    said = str(exc)
+                    log.info("%s/%s waits: %s", pod["metadata"]["namespace"], pod["metadata"]["name"], exc)
+                    waiting = {"name": container["name"], "image": container.get("image", ""), "ready": False,
+                               "restartCount": 0, "started": False,
+                               "state": {"waiting": {"reason": exc.reason, "message": str(exc)}}}
+                    is_init = states is init_states
+                    self._patch_status(pod, {
+                        "initContainerStatuses": [*states, waiting] if is_init else init_states,
+                        "containerStatuses": main_states if is_init else [*states, waiting]})
+            run.deleted.wait(SETUP_RETRY_SECONDS)
+        return None
 
     def _run_container(self, key: str, run: Running, container: dict[str, Any], env: dict[str, str],
-                       volumes: dict[str, Path], pod_dir: Path, pod: dict[str, Any],
+                       mounts: list[tuple[str, Path]], pod_dir: Path, pod: dict[str, Any],
                        init_states: list[dict[str, Any]], main_states: list[dict[str, Any]],
                        states: list[dict[str, Any]]) -> dict[str, Any]:
         name = container["name"]
-        mounts = self._mounts(container, volumes)
         words = [*(container.get("command") or []), *(container.get("args") or [])]
         started = _now()
         states_now = [*states, {"name": name, "image": container.get("image", ""), "ready": False,

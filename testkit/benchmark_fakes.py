@@ -37,8 +37,8 @@ from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.benchmark_job import BenchmarkJob, BenchmarkJobSpec, BenchmarkJobStatus
 from servingops.api_models.operator_config import BenchmarkDefaults
 from servingops.api_models.refs import ObjectRef
-from servingops.rendering.benchmark_job import BenchmarkRenderError, ResolvedEndpoint, job_name, render_job
 from servingops.rendering.benchmark_events import BenchEvent, transition_event
+from servingops.rendering.benchmark_job import BenchmarkRenderError, ResolvedEndpoint, job_name, render_job
 from servingops.rendering.benchmark_results import ResultsError, summarize_archive
 
 

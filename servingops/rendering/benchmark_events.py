@@ -40,8 +40,9 @@ def transition_event(before: BenchmarkJobState | None, status: BenchmarkJobStatu
     body = _details(status)
     job, endpoint = body.get("job"), body.get("endpoint")
     if after == BenchmarkJobState.RUNNING:
+        generation = body.get("generation")
         return BenchEvent(type=NORMAL, reason=STARTED,
-                          message=f"Job {job} runs genai-bench against {endpoint} (generation {body.get('generation')})")
+                          message=f"Job {job} runs genai-bench against {endpoint} (generation {generation})")
     if after == BenchmarkJobState.COMPLETED:
         where = f"; results at {body['results']}" if body.get("results") else ""
         return BenchEvent(type=NORMAL, reason=COMPLETED, message=f"Job {job} completed{where}")

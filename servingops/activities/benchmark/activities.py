@@ -48,6 +48,7 @@ from servingops.clients.kube.calls import MERGE_PATCH, call, create_unless_exist
 from servingops.clients.kube.custom_objects import CustomObjects, update_optimistically
 from servingops.clients.kube.events import record_event
 from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
+from servingops.rendering.benchmark_events import transition_event
 from servingops.rendering.benchmark_job import (
     LAYER_MEDIA_TYPE,
     BenchmarkRenderError,
@@ -56,7 +57,6 @@ from servingops.rendering.benchmark_job import (
     render_job,
     tokenizer_from_source,
 )
-from servingops.rendering.benchmark_events import transition_event
 from servingops.rendering.benchmark_results import ResultsError, summarize_archive
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "benchmarkjobs"
