@@ -1,8 +1,9 @@
 """The container runtime for BenchmarkJob pods in the local stack (devstack only, never shipped).
 
-kwok starts a benchmark Job's pod (address, phase Running) and, in an answering cluster, leaves its end to
-this runner (devstack/kube.py keeps kwok's pod-complete stage off pods labelled BENCH_POD_LABEL). The runner,
-inside devstack/pod_runtime.py's process, does what a kubelet would for such a pod:
+In an answering cluster kwok leaves a benchmark Job's pod alone once scheduled (devstack/kube.py keeps its
+pod-ready and pod-complete stages off pods labelled BENCH_POD_LABEL). This runner, inside
+devstack/pod_runtime.py's process, does what a kubelet would for such a pod (no pod address: the benchmark
+runs on the host, as a pod with hostNetwork would):
 
 - Runs its init containers, then its containers, one after the other, each `command` + `args` as a host
   process. Only the commands of the images the product renders are known (COMMANDS): `genai-bench` from its
@@ -18,7 +19,8 @@ inside devstack/pod_runtime.py's process, does what a kubelet would for such a p
   is turned into the host path (there is no mount namespace here). subPath is honoured; readOnly is not.
 - Network: the process resolves host names to the cluster's Gateway (loopback; devstack/bench_shim) and may
   reach loopback and the stack's pod range only.
-- Status: each container's running and terminated state (exit code, reason, and with FallbackToLogsOnError
+- Status: phase Pending while init containers run (Initialized False), Running once the containers do; each
+  container's running and terminated state (exit code, reason, and with FallbackToLogsOnError
   the end of its log as the message), then phase Succeeded or Failed, so the real Job controller marks the
   Job Complete or Failed. A pod deleted mid-run has its process group stopped (SIGTERM, SIGKILL after the
   grace period), as a kubelet stops a container, and reports Failed with the container's exit (143/137).
@@ -168,8 +170,8 @@ class BenchRunner:
                     run.deleted.set()
                 return
             phase = (pod.get("status") or {}).get("phase")
-            if run is not None or phase != "Running":
-                return
+            if run is not None or phase not in (None, "Pending") or not pod["spec"].get("nodeName"):
+                return  # started already, ended, or not scheduled yet
             thread = threading.Thread(target=self._run_pod, args=(pod,), name=f"bench-{pod['metadata']['name']}",
                                       daemon=True)
             self.running[uid] = Running(uid, thread)
@@ -254,8 +256,16 @@ class BenchRunner:
         states_now = [*states, {"name": name, "image": container.get("image", ""), "ready": False,
                                 "restartCount": 0, "started": True, "state": {"running": {"startedAt": started}}}]
         is_init = states is init_states
-        self._patch_status(pod, {"initContainerStatuses": states_now if is_init else init_states,
-                                 "containerStatuses": main_states if is_init else states_now})
+        # A kubelet's phases: Pending while init containers run (Initialized False), Running once the
+        # containers do.
+        self._patch_status(pod, {"phase": "Pending" if is_init else "Running",
+                                 "startTime": (pod.get("status") or {}).get("startTime") or started,
+                                 "conditions": [{"type": "Initialized", "status": str(not is_init),
+                                                 "lastTransitionTime": started,
+                                                 **({"reason": "ContainersNotInitialized"} if is_init else {})}],
+                                 "initContainerStatuses": states_now if is_init else init_states,
+                                 "containerStatuses": ([self._waiting(c) for c in pod["spec"]["containers"]]
+                                                       if is_init else states_now)})
         executable = self.commands.get(words[0]) if words else None
         logfile = pod_dir / f"{name}.log"
         if executable is None or not executable.exists():
@@ -325,6 +335,17 @@ class BenchRunner:
                         raise PodSetupError("FailedMount", f"Secret {volume['secret']['secretName']} has no key "
                                                            f"{item['key']}")
                     (path / item["path"]).write_bytes(data[item["key"]])
+            elif "configMap" in volume:
+                path = pod_dir / "volumes" / name
+                path.mkdir(parents=True, exist_ok=True)
+                values = self._configmap_data(namespace, volume["configMap"]["name"])
+                for item in volume["configMap"].get("items") or [{"key": k, "path": k} for k in values]:
+                    (path / item["path"]).write_text(values.get(item["key"], ""))
+            elif "projected" in volume or "downwardAPI" in volume:
+                # The ServiceAccount token volume every pod gets: the benchmark never calls the apiserver, so
+                # an empty directory stands for it (no token is handed to a host process).
+                path = pod_dir / "volumes" / name
+                path.mkdir(parents=True, exist_ok=True)
             elif "persistentVolumeClaim" in volume:
                 path = self._claim_dir(namespace, volume["persistentVolumeClaim"]["claimName"])
             else:

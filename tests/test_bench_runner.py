@@ -32,16 +32,19 @@ def test_the_runner_takes_the_pods_the_renderer_labels() -> None:
     assert BENCH_POD_LABEL == LABEL_UID
 
 
-def _complete_stage(answering: bool) -> dict[str, object]:
+def _stage(name: str, answering: bool) -> dict[str, object]:
     root = go_module_dir("sigs.k8s.io/kwok", pinned_versions()["KWOK_VERSION"])
-    if not root.exists():
-        pytest.skip("kwok's module is not in the Go module cache (./dev setup puts it there)")
     stages = kwok_stages(root, answering=answering)
-    return next(s for s in stages if s["metadata"]["name"] == "pod-complete")  # type: ignore[index]
+    return next(s for s in stages if s["metadata"]["name"] == name)
 
 
-def test_kwok_completes_job_pods_except_benchmark_pods_in_an_answering_cluster() -> None:
+def _complete_stage(answering: bool) -> dict[str, object]:
+    return _stage("pod-complete", answering)
+
+
+def test_kwok_starts_and_completes_pods_except_benchmark_pods_in_an_answering_cluster() -> None:
     answering = json.dumps(_complete_stage(True))
+    assert BENCH_POD_LABEL in json.dumps(_stage("pod-ready", True))
     assert BENCH_POD_LABEL in answering and "DoesNotExist" in answering
     assert BENCH_POD_LABEL not in json.dumps(_complete_stage(False))
 

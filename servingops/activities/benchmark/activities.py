@@ -100,8 +100,12 @@ def job_phase(job: client.V1Job, pods: list[client.V1Pod]) -> BenchJobOutput:
         if cond.type == "Complete" and cond.status == "True":
             return BenchJobOutput(phase=JobPhase.SUCCEEDED, start_time=_time(status.start_time),
                                   completion_time=_time(status.completion_time or cond.last_transition_time))
-    running = any(p.status and p.status.phase == "Running" for p in pods) or bool(status.active and any(
-        p.status and p.status.phase in ("Running", "Succeeded") for p in pods))
+    # A pod whose init container runs is Pending (PodInitializing) to Kubernetes, but for an oci:// output that
+    # init container is genai-bench itself: the benchmark runs.
+    running = any(p.status and (p.status.phase == "Running" or any(
+        cs.state is not None and cs.state.running is not None for cs in p.status.init_container_statuses or []))
+        for p in pods) or bool(status.active and any(p.status and p.status.phase in ("Running", "Succeeded")
+                                                     for p in pods))
     return BenchJobOutput(phase=JobPhase.RUNNING if running else JobPhase.PENDING,
                           start_time=_time(status.start_time) if running else None)
 
