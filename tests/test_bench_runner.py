@@ -11,9 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from kubernetes import client
 
 from devstack.bench_runner import BENCH_POD_LABEL, SHIM_DIR, host_path
 from devstack.kube import go_module_dir, kwok_stages, pinned_versions
+from servingops.activities.benchmark.activities import job_phase
+from servingops.activities.benchmark.types import JobPhase
 from servingops.rendering.benchmark_job import LABEL_UID
 
 pytestmark = pytest.mark.unit
@@ -65,3 +68,19 @@ def test_the_shim_resolves_host_names_to_the_gateway_and_nothing_off_the_stack()
     assert done.returncode != 0 and "not on the local stack" in done.stderr
     done = _resolve("import socket; socket.getaddrinfo('huggingface.co', 443)", {})
     assert done.returncode != 0 and "no Gateway" in done.stderr
+
+
+def test_a_pod_whose_init_container_runs_genai_bench_is_a_running_benchmark() -> None:
+    """oci:// runs genai-bench as the init container: Kubernetes calls that pod Pending (PodInitializing), the
+    BenchmarkJob calls it Running; a pod still waiting to start is Pending for both."""
+    job = client.V1Job(metadata=client.V1ObjectMeta(name="b-g1"), status=client.V1JobStatus(active=1))
+
+    def pod(state: client.V1ContainerState) -> client.V1Pod:
+        return client.V1Pod(status=client.V1PodStatus(phase="Pending", init_container_statuses=[
+            client.V1ContainerStatus(name="genai-bench", image="i", image_id="", ready=False, restart_count=0,
+                                     state=state)]))
+
+    running = client.V1ContainerState(running=client.V1ContainerStateRunning())
+    waiting = client.V1ContainerState(waiting=client.V1ContainerStateWaiting(reason="PodInitializing"))
+    assert job_phase(job, [pod(running)]).phase == JobPhase.RUNNING
+    assert job_phase(job, [pod(waiting)]).phase == JobPhase.PENDING
