@@ -260,3 +260,38 @@ def test_a_worker_killed_mid_run_and_restarted_completes_with_one_job(bench_worl
     assert status["state"] == "Completed", status
     assert len(_jobs(world, name)) == 1
     assert json.loads(status["details"])["summary"]
+
+
+def test_a_pvc_output_lands_in_the_claims_volume(bench_world: BenchWorld, tmp_path: Path, started: float) -> None:
+    """pvc://<claim>/<sub-path>: genai-bench writes into the claim (here bound to a hostPath PersistentVolume,
+    whose directory the devstack runner mounts). The run Completes; its summary is not read (said in details)."""
+    world, ns, name = bench_world, bench_world.namespace, "pvc-bench"
+    core = client.CoreV1Api(world.api)
+    volume_dir = tmp_path / "volume"
+    volume_dir.mkdir()
+    pv_name = f"bench-results-{uuid.uuid4().hex[:6]}"
+    core.create_persistent_volume(client.V1PersistentVolume(
+        metadata=client.V1ObjectMeta(name=pv_name),
+        spec=client.V1PersistentVolumeSpec(capacity={"storage": "1Gi"}, access_modes=["ReadWriteOnce"],
+                                           storage_class_name="", host_path=client.V1HostPathVolumeSource(
+                                               path=str(volume_dir)))))
+    try:
+        core.create_namespaced_persistent_volume_claim(ns, client.V1PersistentVolumeClaim(
+            metadata=client.V1ObjectMeta(name="bench-results"),
+            spec=client.V1PersistentVolumeClaimSpec(access_modes=["ReadWriteOnce"], storage_class_name="",
+                                                    volume_name=pv_name,
+                                                    resources=client.V1VolumeResourceRequirements(
+                                                        requests={"storage": "1Gi"}))))
+        _bench(world, name, {"inferenceService": {"name": world.isvc, "namespace": ns}},
+               outputLocation={"storageUri": "pvc://bench-results/runs"})
+        status = wait_until("terminal", lambda: _terminal(world, name), timeout=DEADLINE,
+                            detail=lambda: [p.status for p in _pods(world, name)])
+        assert status["state"] == "Completed", status
+        details = json.loads(status["details"])
+        assert details["results"] == f"pvc://bench-results/runs/{name}-g1"
+        assert "summaryProblem" in details and "summary" not in details
+        written = sorted(p.name for p in (volume_dir / "runs" / f"{name}-g1").iterdir())
+        assert "experiment_metadata.json" in written, written
+        assert any(n.startswith("D100_100_text-to-text_num_concurrency_1_") for n in written), written
+    finally:
+        core.delete_persistent_volume(pv_name)
