@@ -83,6 +83,10 @@ def bench_world(traffic_stack: TrafficStack, hub_server: HubServer, oci_registry
     model["spec"]["source"]["url"] = f"https://huggingface.co/{repo.repo_id}"
     runtime = _example("clusterservingruntime-vllm-tiny.yaml", ns)
     isvc = _example("inferenceservice-tiny-llama.yaml", ns)
+    # The pods answer like a small model (20 ms to the first token, 2 ms per token) rather than at once: the
+    # figures mean something, and a bounded run sends fewer requests.
+    isvc["spec"]["engine"]["annotations"] = {"devstack.servingops.io/ttft-ms": "20",
+                                             "devstack.servingops.io/tpot-ms": "2"}
     custom.create_namespaced_custom_object("ai.deckhouse.io", "v1alpha1", ns, "models", model)
     custom.create_cluster_custom_object(GROUP, VERSION, "clusterservingruntimes", runtime)
     custom.create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", isvc)
@@ -207,8 +211,10 @@ def test_an_inference_service_and_a_url_complete_with_summaries_and_results_in_t
         summary = details["summary"]
         assert [(s["scenario"], s["concurrency"]) for s in summary] == [("D(100,100)", 1), ("D(100,100)", 2)]
         for row in summary:
-            assert row["requests"] >= MAX_REQUESTS and row["errors"] == 0
-            assert 0 < row["ttftP50Ms"] <= row["ttftP99Ms"] and row["outputTokensPerSecond"] > 0
+            # genai-bench stops its users mid-stream when an iteration ends: a request cut there counts as an
+            # error ("Response ended prematurely"); a few, never most.
+            assert row["requests"] >= MAX_REQUESTS and row["errors"] <= row["requests"] // 4, row
+            assert 20 <= row["ttftP50Ms"] <= row["ttftP99Ms"] and row["outputTokensPerSecond"] > 0, row
         files = _oras_pull(details["results"], tmp_path / name)
         folder = f"{name}-g1"
         assert f"{folder}/experiment_metadata.json" in files, files
