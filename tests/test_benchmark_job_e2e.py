@@ -154,11 +154,12 @@ def _events(world: BenchWorld, name: str) -> list[tuple[str, str, str]]:
 
 def _table(world: BenchWorld) -> list[list[str]]:
     """`kubectl get benchmarkjob` as the apiserver serves it: the CRD's printer columns, as a Table."""
-    response = world.api.call_api(  # type: ignore[no-untyped-call]
-        f"/apis/{GROUP}/{VERSION}/namespaces/{world.namespace}/{PLURAL}", "GET",
-        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}, auth_settings=["BearerToken"],
-        _preload_content=False)
-    table = json.loads(response[0].data)
+    method, url, headers, _, _ = world.api.param_serialize(
+        "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{world.namespace}/{PLURAL}",
+        header_params={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}, auth_settings=["BearerToken"])
+    response = world.api.call_api(method, url, headers)
+    response.read()
+    table = json.loads(response.data)
     return [[c["name"] for c in table["columnDefinitions"]], *([str(v) for v in row["cells"]] for row in table["rows"])]
 
 
@@ -235,8 +236,12 @@ def test_an_inference_service_and_a_url_complete_with_summaries_and_results_in_t
     words = " ".join(" ".join([*(c.command or []), *(c.args or [])]) for c in pod_spec.init_containers or [])
     assert "sk-devstack-bench" not in words and HUB_USER_TOKEN not in words
     assert "sk-devstack-bench" not in json.dumps(_status(world, url_name))
-    for row in _table(world):
-        print("  ".join(f"{cell:<24}" for cell in row))
+    table = _table(world)
+    print("kubectl get benchmarkjob:\n" + "\n".join("  ".join(f"{cell:<22}" for cell in row) for row in table))
+    assert table[0][:6] == ["Name", "State", "Service", "URL", "Started", "Completed"], table[0]
+    rows = {row[0]: row for row in table[1:]}
+    assert rows[isvc_name][1:3] == ["Completed", world.isvc] and rows[url_name][1] == "Completed", rows
+    assert rows[url_name][3] == world.pod_url and rows[isvc_name][4] and rows[isvc_name][5], rows
 
 
 def test_a_pod_killed_mid_run_ends_failed_honestly_with_no_second_job(bench_world: BenchWorld,
