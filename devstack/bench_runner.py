@@ -6,8 +6,9 @@ devstack/pod_runtime.py's process, does what a kubelet would for such a pod (no 
 runs on the host, as a pod with hostNetwork would):
 
 - Runs its init containers, then its containers, one after the other, each `command` + `args` as a host
-  process. Only the commands of the images the product renders are known (COMMANDS): `genai-bench` from its
-  own venv (deploy/local/bench/genai-bench-venv.sh, never the product's), `oras` from the stack's cache;
+  process. Only the commands of the images the product renders are known (default_commands): `genai-bench`
+  and `python` from genai-bench's own venv (deploy/local/bench/genai-bench-venv.sh, never the product's),
+  `oras` from the stack's cache;
   any other command exits 127, as a missing binary would.
 - The env is the pod spec's: literal values, and `valueFrom.secretKeyRef` / `configMapKeyRef` read from the
   real Secrets and ConfigMaps; `envFrom` likewise. A missing one holds the container waiting
@@ -66,8 +67,9 @@ def cache_dir() -> Path:
 def default_commands() -> dict[str, Path]:
     """The commands a benchmark pod's images provide, as host executables."""
     cache = cache_dir()
-    return {"genai-bench": cache / f"genai-bench-{GENAI_BENCH_VERSION}" / "bin" / "genai-bench",
-            "oras": cache / "bin" / "oras"}
+    venv = cache / f"genai-bench-{GENAI_BENCH_VERSION}" / "bin"
+    # `python` is the benchmark image's own (the redact step runs there).
+    return {"genai-bench": venv / "genai-bench", "python": venv / "python", "oras": cache / "bin" / "oras"}
 
 
 class PodSetupError(Exception):
