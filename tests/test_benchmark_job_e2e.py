@@ -245,7 +245,7 @@ def test_an_inference_service_and_a_url_complete_with_summaries_and_results_in_t
                 assert not any(b"sk-devstack-bench" in book.read(i) for i in book.namelist()), path
         elif path.is_file():
             assert b"sk-devstack-bench" not in path.read_bytes(), path
-    assert "--model-api-key <redacted>" in (tmp_path / url_name / f"{url_name}-g1" / "experiment_metadata.json"
+    assert "--model-api-key REDACTED" in (tmp_path / url_name / f"{url_name}-g1" / "experiment_metadata.json"
                                              ).read_text()
     table = _table(world)
     print("kubectl get benchmarkjob:\n" + "\n".join("  ".join(f"{cell:<22}" for cell in row) for row in table))

@@ -76,7 +76,7 @@ import os, pathlib, sys, zipfile
 # MODEL_API_KEY), into experiment_metadata.json and the summary workbook: every credential of this container's
 # env is replaced there before the results leave the pod.
 secrets = [v.encode() for k, v in os.environ.items() if k in sys.argv[2].split(",") and len(v) >= 4]
-mark = b"<redacted>"
+mark = b"REDACTED"  # no markup characters: the workbook is XML inside
 for path in pathlib.Path(sys.argv[1]).rglob("*"):
     if not path.is_file() or not secrets:
         continue
