@@ -105,6 +105,12 @@ InferenceService's) are devstack/pod_runtime.py's: kwok starts them (address, Ru
 they are Ready; the runtime does, from their server's /health, as a kubelet would from a probe."""
 _ANSWERED = {"key": f'.metadata.labels["{ANSWERED_POD_LABEL}"]', "operator": "Exists"}
 _NOT_ANSWERED = {"key": f'.metadata.labels["{ANSWERED_POD_LABEL}"]', "operator": "DoesNotExist"}
+BENCHMARK_POD_LABEL = "ome.io/benchmarkjob-uid"
+"""In an answering cluster, a BenchmarkJob's pods (this label) are run by devstack/bench_runner.py: kwok neither
+starts nor completes them (its pod-ready stage would say every init container terminated with 0 at once, a
+state the apiserver allows no way back from, and pod-complete Succeeded); the runner reports their phases
+and containers' states, as a kubelet would."""
+_NOT_BENCHMARK = {"key": f'.metadata.labels["{BENCHMARK_POD_LABEL}"]', "operator": "DoesNotExist"}
 
 UNREADY_NODE_SUFFIX = "-unready"
 """A node whose name ends with this runs the pods bound to it but none ever turns Ready, as a node
@@ -295,6 +301,9 @@ def kwok_stages(module_root: Path, answering: bool = False) -> list[dict[str, An
                 stage["spec"]["selector"]["matchExpressions"].append(_NOT_ANSWERED)
             stage["spec"]["next"]["statusTemplate"] = _unready_behind_gates(template)
     if answering:
+        for stage in stages:
+            if stage["metadata"]["name"] in ("pod-ready", "pod-complete"):
+                stage["spec"]["selector"]["matchExpressions"].append(_NOT_BENCHMARK)
         # The runtime decides these pods' readiness, holds included (it honours POD_UNREADY_ANNOTATION).
         for stage in own:
             if stage["metadata"]["name"] in ("pod-ready-again", "pod-held-unready"):

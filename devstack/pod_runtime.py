@@ -22,6 +22,8 @@ container runtime would:
   flight) and the kill at terminationGracePeriodSeconds.
 - Each pod's /metrics is listed for the stack's Prometheus (a file_sd file) with namespace, pod, revision
   and InferenceService labels.
+- A BenchmarkJob's pod (labelled devstack.bench_runner.BENCH_POD_LABEL) is run by devstack/bench_runner.py:
+  its command (genai-bench from its own venv, oras) as host processes, its end reported as a kubelet would.
 
 Not shipped with the product: it stands in for a node's runtime, which kwok has none of.
 """
@@ -49,6 +51,7 @@ from typing import Any
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from devstack.bench_runner import BenchRunner
 from devstack.kube import POD_UNREADY_ANNOTATION
 from devstack.netns import NetworkNamespace
 from devstack.pod_server import PodServerClient
@@ -435,7 +438,12 @@ def main(argv: list[str] | None = None) -> int:
         api = config.new_client_from_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
         runtime = PodRuntime(api, netns, PodServerClient(control),
                              Path(args.prometheus_targets) if args.prometheus_targets else None)
+        # The benchmark Jobs' pods (BenchmarkJob): run as host processes, their end reported (bench_runner.py).
+        bench = BenchRunner(api, workdir / "bench", [netns.pod_cidr])
+        threading.Thread(target=bench.run, name="bench-runner", daemon=True).start()
+
         def terminate(*_: object) -> None:
+            bench.stop()
             runtime.stop()
             sys.exit(0)
 

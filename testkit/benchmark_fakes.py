@@ -37,6 +37,7 @@ from servingops.api_models.errors import ErrorType, application_error
 from servingops.api_models.ome.benchmark_job import BenchmarkJob, BenchmarkJobSpec, BenchmarkJobStatus
 from servingops.api_models.operator_config import BenchmarkDefaults
 from servingops.api_models.refs import ObjectRef
+from servingops.rendering.benchmark_events import BenchEvent, transition_event
 from servingops.rendering.benchmark_job import BenchmarkRenderError, ResolvedEndpoint, job_name, render_job
 from servingops.rendering.benchmark_results import ResultsError, summarize_archive
 
@@ -80,6 +81,8 @@ class FakeBenchWorld:
     """Every Job created, by name, in order (a second create of one name would show twice)."""
     stopped: list[str] = field(default_factory=list)
     writes: list[dict[str, Any]] = field(default_factory=list)
+    events: list[BenchEvent] = field(default_factory=list)
+    """The Events write_status recorded, in order (the real activity's rule: rendering/benchmark_events.py)."""
     artifacts: dict[str, bytes] = field(default_factory=dict)
     """OCI reference -> the results layer's bytes (what the Job's push would have left in the registry)."""
     fail_after_create: int = 0
@@ -207,8 +210,12 @@ class FakeBenchWorld:
         found = self._live(request.job)
         if found is None:
             return BenchWriteOutput(present=False)
+        before = BenchmarkJobStatus.model_validate(found.status).state if found.status else None
         found.status = request.status.to_api()
         self.writes.append(found.status)
+        event = transition_event(before, request.status)
+        if event is not None:
+            self.events.append(event)
         return BenchWriteOutput(present=True)
 
     def activities(self, now: Callable[[], Awaitable[datetime]] | None = None) -> list[Callable[..., Any]]:

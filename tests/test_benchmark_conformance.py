@@ -66,6 +66,8 @@ class Backend(Protocol):
     def push_results(self, repository: str, tag: str, layer: bytes) -> str: ...
     def call(self, fn: Any, request: Any, answer: type) -> Any: ...
 
+    def events(self, name: str) -> list[tuple[str, str]]: ...
+
 
 class Fake:
     def __init__(self) -> None:
@@ -95,6 +97,10 @@ class Fake:
     def call(self, fn: Any, request: Any, answer: type) -> Any:
         method = getattr(self.world, fn.__name__)
         return wire(method(wire(request, type(request))), answer)
+
+    def events(self, name: str) -> list[tuple[str, str]]:
+        del name  # the fake's world holds one object's Events per case
+        return sorted((e.type, e.reason) for e in self.world.events)
 
 
 class Real:
@@ -155,6 +161,11 @@ class Real:
     def call(self, fn: Any, request: Any, answer: type) -> Any:
         bound = getattr(self.activities, fn.__name__)
         return wire(ActivityEnvironment().run(bound, wire(request, type(request))), answer)
+
+    def events(self, name: str) -> list[tuple[str, str]]:
+        listed = self.core.list_namespaced_event(
+            self.namespace, field_selector=f"involvedObject.kind=BenchmarkJob,involvedObject.name={name}")
+        return sorted((e.type, e.reason) for e in listed.items)
 
     def close(self) -> None:
         try:
@@ -277,3 +288,20 @@ def test_summarize_reads_the_pushed_results_and_says_what_is_missing(backend: Ba
     junk = backend.push_results(repository, "junk", b"not an archive")
     bad: BenchSummarizeOutput = backend.call(A.summarize, BenchSummarizeInput(results=junk), BenchSummarizeOutput)
     assert bad.summary is None and "not a tar archive" in bad.problem
+
+
+def test_status_writes_tell_each_transition_once_as_an_event(backend: Backend) -> None:
+    ref = backend.add("ev", SPEC)
+
+    def write(state: str, **extra: str) -> None:
+        status = BenchmarkJobStatus.model_validate({"state": state, "lastReconcileTime": "2026-12-07T12:00:00Z",
+                                                    "details": '{"generation": 1, "job": "ev-g1"}', **extra})
+        assert backend.call(A.write_status, BenchWriteInput(job=ref, status=status), BenchWriteOutput).present
+
+    write("Pending")
+    write("Pending", failureMessage="InferenceService ns/x is not Ready with a URL")
+    assert backend.events("ev") == []
+    write("Running", startTime="2026-12-07T12:00:00Z")
+    write("Running", startTime="2026-12-07T12:00:00Z")  # a retried write tells nothing again
+    write("Failed", failureMessage="Job ev-g1 failed: BackoffLimitExceeded")
+    assert backend.events("ev") == [("Normal", "BenchmarkStarted"), ("Warning", "BenchmarkFailed")]

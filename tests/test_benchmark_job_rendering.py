@@ -152,7 +152,7 @@ def test_pvc_output_mounts_the_claim_and_oci_output_pushes_after_the_benchmark()
                           spec=spec(outputLocation={"storageUri": "oci://127.0.0.1:5000/bench/results",
                                                     "key": "push-creds"}), endpoint=ENDPOINT)
     pod = rendered.job["spec"]["template"]["spec"]
-    assert [c["name"] for c in pod["initContainers"]] == ["genai-bench"]
+    assert [c["name"] for c in pod["initContainers"]] == ["genai-bench", "redact"]
     upload = pod["containers"][0]
     assert upload["command"] == ["oras"]
     assert upload["args"] == ["push", "--artifact-type", ARTIFACT_TYPE, "--plain-http",

@@ -241,3 +241,35 @@ async def test_a_completed_run_carries_the_summary_of_its_results(env: WorkflowE
         assert [(s["scenario"], s["concurrency"]) for s in summary] == [("D(10,10)", 1), ("D(10,10)", 2)]
         assert summary[1]["requests"] == 38 and summary[1]["errors"] == 0
         assert summary[1]["ttftP50Ms"] <= summary[1]["ttftP99Ms"] and summary[1]["outputTokensPerSecond"] > 0
+
+
+async def test_a_run_tells_its_start_and_end_as_events(env: WorkflowEnvironment) -> None:
+    """Normal BenchmarkStarted when the pod runs, Normal BenchmarkCompleted at the end; a failed run's Warning
+    BenchmarkFailed carries the failureMessage; a Pending status rewritten (the wait's message) tells nothing."""
+    world = FakeBenchWorld()
+    world.services[("ns", "tiny")] = (False, "")
+    stored = world.add("told", ISVC_SPEC)
+    queue = f"bj-{uuid.uuid4().hex[:8]}"
+    async with worker(env, world, queue):
+        handle = await start(env, stored, queue)
+        await until(env, lambda: "not Ready" in (stored.status or {}).get("failureMessage", ""), what="waiting")
+        world.services[("ns", "tiny")] = (True, "http://tiny.ns.example.com")
+        await until(env, lambda: world.created == ["told-g1"], step=5, what="created")
+        assert world.events == []
+        world.run("told-g1")
+        await until(env, lambda: state(stored) == "Running", step=2, what="Running")
+        world.succeed("told-g1")
+        await until(env, lambda: state(stored) == "Completed", step=2, what="Completed")
+        assert [(e.type, e.reason) for e in world.events] == [("Normal", "BenchmarkStarted"),
+                                                              ("Normal", "BenchmarkCompleted")]
+        assert "told-g1" in world.events[0].message and "http://tiny.ns.example.com" in world.events[0].message
+        stored.generation = 2
+        await changed(handle, stored)
+        await until(env, lambda: world.created == ["told-g1", "told-g2"], what="the next generation's Job")
+        world.run("told-g2")
+        await until(env, lambda: state(stored) == "Running", step=2, what="Running again")
+        world.fail("told-g2", "Job told-g2 failed: BackoffLimitExceeded; container genai-bench exited 1 (Error)")
+        await until(env, lambda: state(stored) == "Failed", step=2, what="Failed")
+        assert [(e.type, e.reason) for e in world.events[2:]] == [("Normal", "BenchmarkStarted"),
+                                                                 ("Warning", "BenchmarkFailed")]
+        assert world.events[-1].message == (stored.status or {})["failureMessage"]

@@ -52,6 +52,7 @@ CREDENTIAL_ENV = frozenset({"HF_TOKEN", "HUGGINGFACE_API_KEY", "HUGGING_FACE_HUB
 """Env names that carry a credential: only as a Secret reference."""
 
 CONTAINER = "genai-bench"
+REDACTOR = "redact"
 UPLOADER = "upload"
 RESULTS_DIR = "/results"
 DATASET_DIR = "/dataset"
@@ -68,6 +69,34 @@ DEFAULT_CONCURRENCIES = 9
 """How many iterations genai-bench runs for an unset list (its defaults, 0.0.5), for the deadline."""
 START_SLACK_SECONDS = 600
 """Added to the iterations' bound: image pull, tokenizer download, the push."""
+
+REDACT_SCRIPT = """\
+import os, pathlib, sys, zipfile
+# genai-bench 0.0.5 writes its command line, rebuilt from its options (--model-api-key among them, from
+# MODEL_API_KEY), into experiment_metadata.json and the summary workbook: every credential of this container's
+# env is replaced there before the results leave the pod.
+secrets = [v.encode() for k, v in os.environ.items() if k in sys.argv[2].split(",") and len(v) >= 4]
+mark = b"REDACTED"  # no markup characters: the workbook is XML inside
+for path in pathlib.Path(sys.argv[1]).rglob("*"):
+    if not path.is_file() or not secrets:
+        continue
+    if path.suffix == ".xlsx":
+        with zipfile.ZipFile(path) as old:
+            entries = [(i, old.read(i)) for i in old.infolist()]
+        if any(s in data for _, data in entries for s in secrets):
+            with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as new:
+                for info, data in entries:
+                    for s in secrets:
+                        data = data.replace(s, mark)
+                    new.writestr(info, data)
+    elif path.suffix in (".json", ".txt", ".csv", ".log"):
+        data = path.read_bytes()
+        for s in secrets:
+            data = data.replace(s, mark)
+        path.write_bytes(data)
+"""
+"""The redact step (python of the benchmark image): the credentials of its env, wherever genai-bench wrote them
+into the result folder (argv: the folder, the credential env names)."""
 
 TASK_FLAG = {BenchmarkTask.TEXT_TO_TEXT: "text-to-text", BenchmarkTask.IMAGE_TO_TEXT: "image-text-to-text",
              BenchmarkTask.TEXT_TO_EMBEDDINGS: "text-to-embeddings",
@@ -349,7 +378,16 @@ def render_job(*, name: str, namespace: str, uid: str, generation: int, spec: Be
     if override.affinity:
         pod["affinity"] = dict(override.affinity)
     if output.scheme == "oci":
-        pod["initContainers"] = [bench]
+        # Before the push: the credentials genai-bench wrote into its results go (REDACT_SCRIPT), with the same
+        # env (so the same Secret references) as the benchmark.
+        redact: dict[str, Any] = {
+            "name": REDACTOR, "image": bench["image"], "command": ["python"],
+            "args": ["-c", REDACT_SCRIPT, f"{RESULTS_DIR}/{folder}", ",".join(sorted(CREDENTIAL_ENV))],
+            "env": bench["env"], "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
+            "terminationMessagePolicy": "FallbackToLogsOnError"}
+        if "envFrom" in bench:
+            redact["envFrom"] = bench["envFrom"]
+        pod["initContainers"] = [bench, redact]
         push = ["push", "--artifact-type", ARTIFACT_TYPE]
         if output.registry in defaults.insecure_registries:
             push.append("--plain-http")

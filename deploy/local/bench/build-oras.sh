@@ -2,7 +2,8 @@
 # Build the `oras` CLI, the peer bench/agent_pull.py measures the node agent against, from its
 # upstream Go module at the pinned version below.
 #
-# Not part of `./dev test`: only the benchmark needs it, and it builds it on demand.
+# Built by `./dev setup` and `./dev test` (the BenchmarkJob pod pushes its results with it, devstack/bench_runner.py);
+# bench/agent_pull.py builds it on demand too.
 # A binary already in $SERVINGOPS_KUBE_BIN_DIR or on PATH is used as is; one in the cache
 # counts only when its stamp names the pinned version, so bumping the pin rebuilds.
 set -euo pipefail

@@ -37,6 +37,7 @@ from servingops.activities.benchmark.types import (
     StartOutcome,
 )
 from servingops.api_models.ome.benchmark_job import BenchmarkJobSpec, BenchmarkJobStatus
+from servingops.api_models.ome.enums import BenchmarkJobState
 from servingops.api_models.operator_config import (
     DEFAULT_CONFIGMAP,
     BenchmarkDefaults,
@@ -45,7 +46,9 @@ from servingops.api_models.operator_config import (
 )
 from servingops.clients.kube.calls import MERGE_PATCH, call, create_unless_exists, delete_if_present, get_or_none
 from servingops.clients.kube.custom_objects import CustomObjects, update_optimistically
+from servingops.clients.kube.events import record_event
 from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
+from servingops.rendering.benchmark_events import transition_event
 from servingops.rendering.benchmark_job import (
     LAYER_MEDIA_TYPE,
     BenchmarkRenderError,
@@ -65,6 +68,13 @@ STATUS_FIELDS = ("state", "startTime", "completionTime", "lastReconcileTime", "f
 def _problem(exc: ValidationError) -> str:
     first = exc.errors()[0]
     return f"spec.{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+
+
+def _state(value: Any) -> BenchmarkJobState | None:
+    try:
+        return BenchmarkJobState(value) if value else None
+    except ValueError:
+        return None
 
 
 def _time(value: Any) -> datetime | None:
@@ -90,8 +100,12 @@ def job_phase(job: client.V1Job, pods: list[client.V1Pod]) -> BenchJobOutput:
         if cond.type == "Complete" and cond.status == "True":
             return BenchJobOutput(phase=JobPhase.SUCCEEDED, start_time=_time(status.start_time),
                                   completion_time=_time(status.completion_time or cond.last_transition_time))
-    running = any(p.status and p.status.phase == "Running" for p in pods) or bool(status.active and any(
-        p.status and p.status.phase in ("Running", "Succeeded") for p in pods))
+    # A pod whose init container runs is Pending (PodInitializing) to Kubernetes, but for an oci:// output that
+    # init container is genai-bench itself: the benchmark runs.
+    running = any(p.status and (p.status.phase == "Running" or any(
+        cs.state is not None and cs.state.running is not None for cs in p.status.init_container_statuses or []))
+        for p in pods) or bool(status.active and any(p.status and p.status.phase in ("Running", "Succeeded")
+                                                     for p in pods))
     return BenchJobOutput(phase=JobPhase.RUNNING if running else JobPhase.PENDING,
                           start_time=_time(status.start_time) if running else None)
 
@@ -278,12 +292,23 @@ class BenchmarkActivities:
         body_status: dict[str, Any] = dict.fromkeys(STATUS_FIELDS)
         body_status.update(request.status.to_api())
 
+        before: list[BenchmarkJobState | None] = []
+
         def patch(obj: dict[str, Any]) -> dict[str, Any]:
+            before[:] = [_state((obj.get("status") or {}).get("state"))]
             body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": body_status}
             return cast(dict[str, Any], call(self._custom.patch_namespaced_custom_object_status, GROUP, VERSION,
                                              ref.namespace, PLURAL, ref.name, body, _content_type=MERGE_PATCH))
 
         written = update_optimistically(ref, lambda: self._objects.get(ref), patch, lambda _: True)
+        if written is not None and before:
+            # After the write, from the state it replaced: a retried write (the state already there) tells
+            # nothing twice.
+            event = transition_event(before[0], request.status)
+            if event is not None:
+                record_event(self._core, api_version=f"{GROUP}/{VERSION}", kind="BenchmarkJob", name=ref.name,
+                             namespace=ref.namespace, uid=ref.uid, event_type=event.type, reason=event.reason,
+                             message=event.message)
         return BenchWriteOutput(present=written is not None)
 
     def all(self) -> list[object]:
