@@ -51,6 +51,10 @@ class FakeCluster:
     samples: list[float] = field(default_factory=list)
     writes: list[tuple[float, list[dict[str, Any]] | None]] = field(default_factory=list)
     env: WorkflowEnvironment | None = None
+    members: list[dict[str, Any]] | None = None
+    """A management plane's registered members' reports (`placement.read_member_capacity`); None: no
+    WorkloadCluster is registered (a workload cluster)."""
+    member_reads: int = 0
 
     def activities(self) -> list[Any]:
         @activity.defn(name="capacity.observe")
@@ -71,7 +75,14 @@ class FakeCluster:
                               "attribution": {"flavorUID": "uid-a100", "nodeLabels": {"gpu": "a100"},
                                               "flavorSetHash": "h" * 64, "complete": self.complete}}],
                 "reported": self.reported,
+                "workload_clusters": len(self.members or []),
             }
+
+        @activity.defn(name="placement.read_member_capacity")
+        async def read_member_capacity(request: dict[str, Any]) -> dict[str, Any]:
+            self.member_reads += 1
+            assert request["root"] == "root"
+            return {"members": self.members or []}
 
         @activity.defn(name="capacity.write_status")
         async def write_status(request: dict[str, Any]) -> dict[str, Any]:
@@ -79,7 +90,7 @@ class FakeCluster:
             self.writes.append(((await self.env.get_current_time()).timestamp(), request["capacity"]))
             return {"present": self.present, "resource_version": str(len(self.writes) + 5)}
 
-        return [observe, write_status]
+        return [observe, read_member_capacity, write_status]
 
     def last(self) -> dict[str, Any]:
         capacity = self.writes[-1][1]
@@ -164,6 +175,54 @@ async def test_first_sample_is_written_then_refreshed_every_120_seconds_only(run
     assert observed[1] > observed[0]
     state = await running.handle.query(Query.STATE)
     assert state["phase"] == "Reporting" and state["resource_version"]
+
+
+def _member(cluster: str, flavor: str, allocatable: int, mark: int, *, available: bool = True) -> dict[str, Any]:
+    if not available:
+        return {"cluster": cluster, "cluster_uid": f"uid-{cluster}", "available": False, "reason": "Unreachable",
+                "message": f"{cluster} cannot be reached"}
+    return {"cluster": cluster, "cluster_uid": f"uid-{cluster}", "available": True, "report_uid": f"root-{cluster}",
+            "report_resource_version": "11",
+            "capacity": [{"resourceName": GPU, "resourceFlavor": flavor, "allocatable": allocatable,
+                          "highWaterMark": mark, "observedAt": "2026-12-07T10:00:00Z",
+                          "attribution": {"flavorUID": f"uid-{flavor}-{cluster}", "complete": True}}]}
+
+
+async def test_a_management_plane_writes_each_members_report_per_cluster(env: WorkflowEnvironment) -> None:
+    """WorkloadClusters registered: each sample also reads every member's root report and writes it in
+    perCluster, per (resource, flavor); a pair only members have gets an entry with their summed
+    allocatable and no mark of its own; a member unreadable this time keeps its last row, marked
+    reportAvailable false; a cluster with none registered never reads members."""
+    cluster = FakeCluster(env=env, members=[_member("east", "a100", 8, 8), _member("west", "h100", 4, 6)])
+    queue = f"cap-{uuid.uuid4().hex[:8]}"
+    async with _worker(env, cluster, queue):
+        handle, uid = await _start(env, cluster, queue)
+        await until(env, lambda: len(cluster.writes) == 1, what="the first sample written")
+        first = cluster.writes[0][1]
+        assert first is not None
+        by_pair = {(e["resourceName"], e["resourceFlavor"]): e for e in first}
+        own = by_pair[(GPU, "a100")]
+        assert (own["allocatable"], own["highWaterMark"]) == (16, 16)  # this plane's own nodes
+        assert [(r["cluster"], r["allocatable"], r["highWaterMark"], r["reportAvailable"], r["clusterUID"],
+                 r["reportUID"]) for r in own["perCluster"]] == [("east", 8, 8, True, "uid-east", "root-east")]
+        only_members = by_pair[(GPU, "h100")]
+        assert only_members["allocatable"] == "4" and only_members.get("highWaterMark") is None
+        assert [r["cluster"] for r in only_members["perCluster"]] == ["west"]
+        cluster.members = [_member("east", "a100", 8, 8), _member("west", "h100", 0, 0, available=False)]
+        await until(env, lambda: len(cluster.writes) >= 2, step=1, what="the unreadable member written")
+        second = cluster.writes[-1][1]
+        assert second is not None
+        [west] = next(e for e in second if e["resourceFlavor"] == "h100")["perCluster"]
+        assert west["reportAvailable"] is False and west["allocatable"] == 4 and west["highWaterMark"] == 6
+        await handle.signal(Signal.DELETE, {"uid": uid, "generation": 1, "resource_version": "99", "deleting": True})
+        await handle.result()
+    assert cluster.member_reads >= 2
+
+
+async def test_a_workload_cluster_reads_no_members(running: Running) -> None:
+    await running.sampled(3, "three samples")
+    assert running.cluster.member_reads == 0
+    assert not running.cluster.last().get("perCluster")
 
 
 async def test_a_change_is_written_at_the_next_sample_and_the_mark_follows_the_hysteresis(running: Running) -> None:

@@ -15,6 +15,9 @@ east 2, west 1. What is shown:
 - an edit of the split (east 3, west 0) reaches both members as generation 2: the third pod is admitted in east;
 - deleting team deletes its copies in both members; west's ClusterQueue goes at once, east's stays terminating
   (Kueue's finalizer) while it holds admitted workloads and goes once they are deleted;
+- a Proportional leaf follows the members' real capacity: east's node advertises 6 GPUs, west's 2; each member's
+  own capacity report (its root copy's status.capacity) reaches the management root's status.capacity[].perCluster
+  (placement.read_member_capacity), and a leaf of 4 GPUs splits east 3, west 1 in the members' ClusterQueues;
 - deregistering west (deleting its WorkloadCluster): the projection's finalizer holds it until the management
   plane has deleted the copies still there (fleet's and grp's; west's own workflows then reap its Cohorts), then
   it goes; east keeps its copies.
@@ -127,13 +130,17 @@ def test_the_tree_is_projected_into_each_member_and_enforced_there(kube_api: cli
     def copy(member: MemberCluster, name: str) -> dict[str, Any] | None:
         return _get(member.api, GROUP, VERSION, PLURAL, name)
 
-    def queue_share(member: MemberCluster) -> str | None:
-        queue = _get(member.api, *KUEUE, "clusterqueues", team)
+    def queue_share(member: MemberCluster, leaf: str = team) -> str | None:
+        queue = _get(member.api, *KUEUE, "clusterqueues", leaf)
         if queue is None:
             return None
         return next((str(r["nominalQuota"]) for g in queue["spec"]["resourceGroups"] for f in g["flavors"]
                      for r in f["resources"] if r["name"] == GPU), None)
 
+    # Accelerators for the Proportional step, added first: each member samples its capacity every 30 s.
+    gpu_nodes = [(east, east.cluster.add_accelerator_node(f"gpu-{sfx}", {GPU: "6"}, {})),
+                 (west, west.cluster.add_accelerator_node(f"gpu-{sfx}", {GPU: "2"}, {}))]
+    spread = f"spread-{sfx}"
     try:
         for body in (_quota(root, "Cohort", None, []), _quota(grp, "Cohort", root, [{**gpus, "nominal": 4}]),
                      _quota(team, "ClusterQueue", grp, [{**gpus, "nominal": 3, "perCluster": shares}],
@@ -202,6 +209,25 @@ def test_the_tree_is_projected_into_each_member_and_enforced_there(kube_api: cli
         wait(f"{east.name}'s ClusterQueue gone once drained", lambda: queue_share(east) is None)
         wait("the source gone", lambda: _get(kube_api, GROUP, VERSION, PLURAL, team) is None)
 
+        # a Proportional leaf follows each member's own capacity report, read into the root's perCluster
+        def capacity_rows() -> dict[str, Any]:
+            entry = next((e for e in status(root).get("capacity") or []
+                          if (e.get("resourceName"), e.get("resourceFlavor")) == (GPU, FLAVOR)), {})
+            return {r["cluster"]: r for r in entry.get("perCluster") or []}
+
+        wait("the members' capacity on the management root", lambda: {
+            c: str(r.get("highWaterMark")) for c, r in capacity_rows().items()} == {east.name: "6", west.name: "2"},
+             timeout=240)
+        print("root capacity perCluster:", capacity_rows())
+        assert all(r["reportAvailable"] and r["reportUID"] and r["clusterUID"] for r in capacity_rows().values())
+        custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, _quota(
+            spread, "ClusterQueue", grp, [{**gpus, "nominal": 4}], distribution={"policy": "Proportional"}))
+        wait("east at 3, west at 1 by capacity", lambda: queue_share(east, spread) == "3"
+             and queue_share(west, spread) == "1")
+        custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, spread)
+        for member in (east, west):
+            wait(f"{member.name}'s copy of {spread} gone", lambda m=member: copy(m, spread) is None)
+
         # deregistering west: its registration is held (the projection's finalizer) until the management plane
         # has deleted the copies still there (fleet's and grp's), then it goes; east keeps its copies
         registration = _get(kube_api, GROUP, VERSION, "workloadclusters", west.name) or {}
@@ -217,7 +243,9 @@ def test_the_tree_is_projected_into_each_member_and_enforced_there(kube_api: cli
             r["cluster"] for r in status(grp).get("clusters") or []})
         print("after deregistering west: grp clusters:", status(grp).get("clusters"))
     finally:
-        for name in (team, grp, root):
+        for member, node in gpu_nodes:
+            member.cluster.remove_node(node)
+        for name in (spread, team, grp, root):
             try:
                 custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
             except ApiException as exc:

@@ -33,4 +33,11 @@ def quantity(value: int | str) -> Fraction:
     return base * _SUFFIXES[suffix or ""]
 
 
-__all__ = ["quantity"]
+def quantity_text(value: Fraction) -> str:
+    """A quantity's wire form: an integer when whole, else a plain decimal."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    return format(Decimal(value.numerator) / Decimal(value.denominator), "f")
+
+
+__all__ = ["quantity", "quantity_text"]

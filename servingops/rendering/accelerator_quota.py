@@ -42,7 +42,6 @@ class does not exist is PriorityTierMissing; the AcceleratorClass workflow creat
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -55,7 +54,7 @@ from servingops.api_models.ome.accelerator_quota import (
     AcceleratorCapacityStatus,
 )
 from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy, AcceleratorQuotaRole
-from servingops.api_models.quantity import quantity
+from servingops.api_models.quantity import quantity, quantity_text
 
 KUEUE_GROUP, KUEUE_VERSION = "kueue.x-k8s.io", "v1beta2"
 MANAGED_BY_LABEL = "ome.io/quota-managed-by"
@@ -158,13 +157,6 @@ def _pair(budget: AcceleratorBudget) -> Pair:
     return budget.resource_name, budget.resource_flavor
 
 
-def _text(value: Fraction) -> str:
-    """A quantity's wire form: an integer when whole, else a plain decimal."""
-    if value.denominator == 1:
-        return str(value.numerator)
-    return format(Decimal(value.numerator) / Decimal(value.denominator), "f")
-
-
 # -- the tree ------------------------------------------------------------------------------------
 
 
@@ -241,7 +233,7 @@ def containment_problems(parent: QuotaNode, tree: list[QuotaNode]) -> list[Probl
         if total > quantity(budget.nominal):
             out.append(Problem(reason=Reason.CONTAINMENT_VIOLATED, message=(
                 f"{parent.name}'s budget for {pair[0]} on {pair[1]} is {budget.nominal}, below its children's "
-                f"sum {_text(total)} ({', '.join(c.name for c in children)})")))
+                f"sum {quantity_text(total)} ({', '.join(c.name for c in children)})")))
     return out
 
 
@@ -265,7 +257,7 @@ def share_problems(node: QuotaNode, default: AcceleratorQuotaDistributionPolicy 
             total = sum((quantity(s.nominal) for s in budget.per_cluster or []), Fraction(0))
             if total != quantity(budget.nominal):
                 out.append(Problem(reason=Reason.SHARE_UNRESOLVED, message=(
-                    f"perCluster of {where} sums to {_text(total)}, not its nominal {budget.nominal}")))
+                    f"perCluster of {where} sums to {quantity_text(total)}, not its nominal {budget.nominal}")))
     return out
 
 
@@ -505,10 +497,10 @@ def render_cluster_queue(node: QuotaNode) -> dict[str, Any]:
             budget = by_pair.get((name, flavor))
             entry: dict[str, Any] = {"name": name}
             if budget is not None:
-                entry["nominalQuota"] = _text(quantity(budget.nominal))
-                entry["borrowingLimit"] = _text(quantity(budget.borrowing_limit or 0))
+                entry["nominalQuota"] = quantity_text(quantity(budget.nominal))
+                entry["borrowingLimit"] = quantity_text(quantity(budget.borrowing_limit or 0))
                 if budget.lending_limit is not None:
-                    entry["lendingLimit"] = _text(quantity(budget.lending_limit))
+                    entry["lendingLimit"] = quantity_text(quantity(budget.lending_limit))
             elif name in ("cpu", "memory"):
                 entry["nominalQuota"] = UNBOUNDED_CPU if name == "cpu" else UNBOUNDED_MEMORY
                 entry["borrowingLimit"] = "0"
@@ -645,8 +637,9 @@ def budget_status(node: QuotaNode, tree: list[QuotaNode], queues: Mapping[str, C
             if hold is not None:
                 reserved += quantity(hold.total)
         out.append(AcceleratorBudgetStatus.model_validate({
-            "resourceName": resource, "resourceFlavor": flavor, "nominal": _text(nominal),
-            "admitted": _text(admitted), "reserved": _text(max(reserved, admitted)), "borrowed": _text(borrowed)}))
+            "resourceName": resource, "resourceFlavor": flavor, "nominal": quantity_text(nominal),
+            "admitted": quantity_text(admitted), "reserved": quantity_text(max(reserved, admitted)),
+            "borrowed": quantity_text(borrowed)}))
     return out
 
 
@@ -665,8 +658,9 @@ def split(budget: AcceleratorBudget, policy: AcceleratorQuotaDistributionPolicy,
             raise ValueError("an Explicit budget must set perCluster")
         shares = {s.cluster: quantity(s.nominal) for s in budget.per_cluster}
         if sum(shares.values(), Fraction(0)) != nominal:
-            raise ValueError(f"perCluster sums to {_text(sum(shares.values(), Fraction(0)))}, not {budget.nominal}")
-        return {k: _text(v) for k, v in sorted(shares.items())}
+            summed = quantity_text(sum(shares.values(), Fraction(0)))
+            raise ValueError(f"perCluster sums to {summed}, not {budget.nominal}")
+        return {k: quantity_text(v) for k, v in sorted(shares.items())}
     if budget.per_cluster is not None:
         raise ValueError("a Proportional budget must not set perCluster; the split is computed")
     weights = {k: quantity(v) for k, v in sorted(capacity.items()) if quantity(v) > 0}
@@ -674,7 +668,7 @@ def split(budget: AcceleratorBudget, policy: AcceleratorQuotaDistributionPolicy,
     if total == 0:
         raise ValueError("no cluster reports capacity of the flavor; a Proportional split has nothing to follow")
     if nominal.denominator != 1:
-        return {k: _text(nominal * w / total) for k, w in weights.items()}
+        return {k: quantity_text(nominal * w / total) for k, w in weights.items()}
     exact = {k: nominal * w / total for k, w in weights.items()}
     floors = {k: v.numerator // v.denominator for k, v in exact.items()}
     left = int(nominal) - sum(floors.values())

@@ -42,7 +42,7 @@ from servingops.api_models.ome.accelerator_quota import (
     AcceleratorQuotaStatus,
 )
 from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy, AcceleratorQuotaRole
-from servingops.api_models.quantity import quantity
+from servingops.api_models.quantity import quantity, quantity_text
 from servingops.rendering.accelerator_quota import (
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -52,7 +52,6 @@ from servingops.rendering.accelerator_quota import (
     Pair,
     QuotaNode,
     _pair,
-    _text,
     effective_policy,
     projected_generation,
     split,
@@ -139,11 +138,11 @@ def projected_copy(node: QuotaNode, share: Mapping[str, str] | None = None) -> d
         for budget in node.budgets:
             nominal = quantity((share or {}).get(pair_key(_pair(budget)), "0"))
             entry: dict[str, Any] = {"resourceName": budget.resource_name,
-                                     "resourceFlavor": budget.resource_flavor, "nominal": _text(nominal)}
+                                     "resourceFlavor": budget.resource_flavor, "nominal": quantity_text(nominal)}
             if budget.borrowing_limit is not None:
                 entry["borrowingLimit"] = str(budget.borrowing_limit)
             if budget.lending_limit is not None:
-                entry["lendingLimit"] = _text(min(quantity(budget.lending_limit), nominal))
+                entry["lendingLimit"] = quantity_text(min(quantity(budget.lending_limit), nominal))
             budgets.append(entry)
         spec["budgets"] = budgets
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
@@ -333,8 +332,8 @@ def with_per_cluster(budgets: list[AcceleratorBudgetStatus], per_cluster: Mappin
         if not rows:
             out.append(entry)
             continue
-        update = {k: _text(v) for k, v in totals.items()}
-        update["reserved"] = _text(max(totals["reserved"], totals["admitted"]))
+        update = {k: quantity_text(v) for k, v in totals.items()}
+        update["reserved"] = quantity_text(max(totals["reserved"], totals["admitted"]))
         out.append(AcceleratorBudgetStatus.model_validate({
             **entry.to_api(), **update, "perCluster": rows}))
     return out

@@ -26,7 +26,6 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from enum import StrEnum
 from fractions import Fraction
 
@@ -39,6 +38,7 @@ from servingops.api_models.ome.traffic_map import (
     TrafficMapProbe,
     TrafficMapSpec,
 )
+from servingops.api_models.quantity import quantity_text
 
 MAX_DRAINS = 64
 """Bounded state: more drains than this in one annotation is refused, not truncated."""
@@ -214,17 +214,11 @@ def _capacity(home: Home, inputs: RoutingInputs) -> TrafficMapCapacity:
     return TrafficMapCapacity(
         # The map leaves out counts of 0 (upstream's convention: "no capacity.ready" reads as none ready).
         allocated=allocated or None, ready=home.ready or None,
-        factor=_quantity_text(factor) if factor is not None else None,
+        factor=quantity_text(factor) if factor is not None else None,
         source=CapacitySource.ENDPOINT if lowered else CapacitySource.CONTROL_PLANE,
         reported=home.reported if inputs.capacity_polling else None,
         fallback_reason=home.fallback_reason if inputs.capacity_polling else None,
     )
-
-
-def _quantity_text(value: Fraction) -> str:
-    if value.denominator == 1:
-        return str(value.numerator)
-    return format(Decimal(value.numerator) / Decimal(value.denominator), "f")
 
 
 def reduce_weights(raw: Mapping[str, Fraction]) -> dict[str, int]:

@@ -118,7 +118,21 @@ class CapacityActivities:
         observed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
         return known.model_copy(update={
             "root": True, "observed_at": observed_at, "resource_names": names,
-            "capacity": observe_capacity(nodes, flavors, names), "flavors_served": served})
+            "capacity": observe_capacity(nodes, flavors, names), "flavors_served": served,
+            "workload_clusters": self._workload_clusters()})
+
+    def _workload_clusters(self) -> int:
+        """How many WorkloadClusters are registered here (this is a management plane when any are); 0 where
+        the kind is not served."""
+        try:
+            listed = cast(dict[str, Any], call(self._custom.list_cluster_custom_object, GROUP, VERSION,
+                                               "workloadclusters", limit=PAGE))
+        except ApiException as exc:
+            if absent(exc):
+                return 0
+            raise
+        items = listed.get("items") or []
+        return len(items) + (1 if (listed.get("metadata") or {}).get("continue") else 0)
 
     @activity.defn(name="capacity.write_status")
     def write_status(self, request: WriteInput) -> WriteOutput:

@@ -36,6 +36,9 @@ class ObserveOutput(BaseModel):
     something to remove."""
     flavors_served: bool = True
     """False when the cluster serves no Kueue ResourceFlavor API (Kueue not installed)."""
+    workload_clusters: int = 0
+    """WorkloadClusters registered here (at least this many): a management plane, whose report then carries
+    each member's row (perCluster). A history recorded before the field decodes it as 0: no member read."""
 
 
 class WriteInput(BaseModel):

@@ -35,7 +35,13 @@ from servingops.activities.component_shape import component_shape
 from servingops.activities.placement import capacity, mirrors
 from servingops.activities.placement.clients import MemberClients
 from servingops.activities.placement.member import MemberClient
-from servingops.activities.placement.quota_types import QuotaProjectInput, QuotaReleaseInput, QuotaUnprojectInput
+from servingops.activities.placement.quota_types import (
+    MemberCapacityInput,
+    MemberCapacityReading,
+    QuotaProjectInput,
+    QuotaReleaseInput,
+    QuotaUnprojectInput,
+)
 from servingops.activities.placement.types import (
     ApplyMemberInput,
     CapacityInput,
@@ -58,6 +64,7 @@ from servingops.activities.workload_cluster.registration import (
 from servingops.api_models.contract.placement import ADOPT_ANNOTATION, ADOPT_VALUE
 from servingops.api_models.ome import instance_keys as keys
 from servingops.api_models.ome.accelerator import AcceleratorCapacityAttribution
+from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
 from servingops.api_models.ome.instance_columns import status_rows
@@ -73,6 +80,7 @@ from servingops.clients.kube.calls import call
 from servingops.clients.kube.custom_objects import CustomObjects
 from servingops.clients.kube.errors import absent, conflict, forbidden
 from servingops.rendering import multinode, render
+from servingops.rendering.capacity_per_cluster import MemberCapacityReport
 from servingops.rendering.kueue import ADMISSION_GATE, QUEUE_LABEL
 from servingops.rendering.names import route_name
 from servingops.rendering.quota_projection import (
@@ -128,7 +136,7 @@ class PlacementActivities:
     def all(self) -> list[Any]:
         return [self.read_source, self.apply_member, self.observe_member, self.delete_member, self.read_capacity,
                 self.inventory_member, self.member_gateway_addresses, self.project_quota, self.unproject_quota,
-                self.release_quota_hold]
+                self.release_quota_hold, self.read_member_capacity]
 
     # -- the control plane ------------------------------------------------------------------
 
@@ -414,6 +422,41 @@ class PlacementActivities:
             except ApiException as exc:
                 if not absent(exc):
                     raise  # a 409: the activity's retry reads it again
+        return out
+
+    @activity.defn(name="placement.read_member_capacity")
+    def read_member_capacity(self, inp: MemberCapacityInput) -> MemberCapacityReading:
+        """Each registered WorkloadCluster's own root report (its root AcceleratorQuota's status.capacity),
+        read through the registration, for the management plane's perCluster rows. A member that cannot be
+        read, or has no single root, is a row saying why, never an exception: the others are still read."""
+        listed = cast(dict[str, Any], call(self.custom.list_cluster_custom_object, GROUP, VERSION, "workloadclusters"))
+        out = MemberCapacityReading()
+        for item in sorted(listed.get("items") or [], key=lambda i: str((i.get("metadata") or {}).get("name"))):
+            meta = item.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                continue
+            report = MemberCapacityReport(cluster=str(meta.get("name", "")), cluster_uid=str(meta.get("uid", "")))
+            try:
+                with self._session(report.cluster) as member:
+                    root = capacity.root_quota(member.accelerator_quotas())
+            except MemberUnavailable as exc:
+                report.reason, report.message = exc.reason, exc.message
+            except capacity.CapacityUnknown as exc:
+                report.reason, report.message = exc.reason, exc.message
+            else:
+                root_meta = root.get("metadata") or {}
+                entries = ((root.get("status") or {}).get("capacity")) or []
+                try:
+                    report.capacity = [AcceleratorCapacityStatus.model_validate(e).model_copy(
+                        update={"per_cluster": None}) for e in entries]
+                except ValidationError as exc:
+                    report.reason, report.message = "ReportInvalid", f"{report.cluster}'s root report: {_cause(exc)}"
+                else:
+                    report.available = True
+                    report.report_uid = str(root_meta.get("uid", ""))
+                    report.report_resource_version = str(root_meta.get("resourceVersion", ""))
+            out.members.append(report)
+        activity.logger.debug("capacity of %d member(s) read for %s", len(out.members), inp.root)
         return out
 
     @activity.defn(name="placement.project_quota")

@@ -1,12 +1,15 @@
 """Inputs of the AcceleratorQuota projection's member activities (activities/placement/activities.py:
-`placement.project_quota`, `placement.unproject_quota`); both answer a ClusterOutcome
-(rendering/quota_projection.py)."""
+`placement.project_quota`, `placement.unproject_quota`; both answer a ClusterOutcome,
+rendering/quota_projection.py) and of `placement.read_member_capacity` (the management plane's
+per-cluster capacity, rendering/capacity_per_cluster.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from pydantic import BaseModel
+
+from servingops.rendering.capacity_per_cluster import MemberCapacityReport
 
 
 class QuotaProjectInput(BaseModel):
@@ -34,3 +37,13 @@ class QuotaReleaseInput(BaseModel):
 
 
 __all__ = ["QuotaProjectInput", "QuotaReleaseInput", "QuotaUnprojectInput"]
+
+
+class MemberCapacityInput(BaseModel):
+    root: str
+    """The management plane's root AcceleratorQuota the reports are for (named in the activity's log)."""
+
+
+class MemberCapacityReading(BaseModel):
+    members: list[MemberCapacityReport] = []
+    """One per registered WorkloadCluster (none being deregistered), by name."""

@@ -1,13 +1,14 @@
 """AcceleratorCapacityWorkflow: one per root AcceleratorQuota (id capacity/<name>/<uid>), the sole
 writer of that root's status.capacity on a workload cluster.
 
-What is implemented: only the workload-cluster side of seed 004's capacity report, "that cluster's
-own derived capacity" on its root (the AcceleratorQuota without spec.parentRef), which placement's
-SplitByCapacity reads from each member (activities/placement/capacity.py). Not implemented: the
-fleet tree's materialization into Kueue Cohorts and ClusterQueues, budgets and their per-cluster
-split (status.budgets), projections to workload clusters (status.clusters, sourceGeneration),
-freezes (status.materialization), the Ready / Degraded / Materialized conditions, and the management
-plane's per-cluster capacity (perCluster). Nothing here reads or writes spec.
+It writes seed 004's capacity report: on every cluster, "that cluster's own derived capacity" on its
+root (the AcceleratorQuota without spec.parentRef), which placement's SplitByCapacity reads from each
+member (activities/placement/capacity.py); on a management plane (WorkloadClusters registered), also
+each member's own root report per (resource, flavor) in perCluster (`placement.read_member_capacity`,
+rules in rendering/capacity_per_cluster.py), which a Proportional split of the quota tree follows
+(rendering/quota_projection.py). The tree's materialization, budgets, projections, freezes and
+conditions are AcceleratorQuotaWorkflow's (workflows/accelerator_quota.py). Nothing here reads or
+writes spec.
 
 Every sample interval (30 s by default, `CapacitySettings.interval_seconds`; a durable timer:
 `wait_condition` with a timeout, so a newer generation or deletion wakes it at once) it runs
@@ -49,8 +50,11 @@ with workflow.unsafe.imports_passed_through():
         flavor_identity,
     )
     from servingops.activities.capacity.types import ObserveInput, ObserveOutput, WriteInput, WriteOutput
+    from servingops.activities.placement.activities import PlacementActivities
+    from servingops.activities.placement.quota_types import MemberCapacityInput, MemberCapacityReading
     from servingops.api_models.contract import StartObject, WorkflowType
     from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus
+    from servingops.rendering.capacity_per_cluster import with_per_cluster
 
 
 class CapacitySettings(BaseModel):
@@ -202,6 +206,13 @@ class AcceleratorCapacityWorkflow(EntityWorkflow[CapacityState]):
         marks = self.state.marks if self.state.marks else adopted_marks(observed.reported)
         entries, marks = report(observed.capacity, observed.observed_at, marks, self.settings)
         self.state.marks = marks
+        if observed.workload_clusters:
+            # A management plane: each member's own root report, per (resource, flavor), in perCluster. No
+            # patch guards the new step: it is taken only when the recorded observation counts WorkloadClusters,
+            # which no history recorded before the field does.
+            members: MemberCapacityReading = await workflow.execute_activity_method(
+                PlacementActivities.read_member_capacity, MemberCapacityInput(root=self.ref.name), **options.MEMBER)
+            entries = with_per_cluster(entries, members.members, self.state.written, observed.observed_at)
         if needs_write(self.state, entries, observed.observed_at, timedelta(seconds=self.settings.refresh_seconds)):
             if not await self._write(entries):
                 return None
