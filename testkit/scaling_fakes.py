@@ -40,8 +40,9 @@ class ScalingWorld(ScalerWorld):
         super().__init__(cluster)
         self.policy: dict[str, Any] | None = None
         """spec.scalingPolicy as written (API form); None: unset."""
-        self.native: dict[ComponentType, int] = {}
-        """OMENative components -> their projected replica's spec.replicas."""
+        self.native: dict[ComponentType, int | None] = {}
+        """OMENative components -> their projected replica's spec.replicas (None: not projected yet, as the
+        real observe reads no replica before the first ensure_revision)."""
         self.max_replicas: dict[ComponentType, int] = {}
         self.own_scalers: set[ComponentType] = set()
         """Components whose spec has an autoscaler that owns the count (the rule refuses them as followers)."""
@@ -63,7 +64,7 @@ class ScalingWorld(ScalerWorld):
 
     def count(self, component: ComponentType) -> int:
         if component in self.native:
-            return self.native[component]
+            return self.native[component] or 0
         return self.cluster.revisions[component]["a"].replicas
 
     def activities(self) -> list[Callable[..., Any]]:
@@ -96,10 +97,14 @@ class ScalingWorld(ScalerWorld):
             world.ensured.append(request)
             answer: RevisionObservation = await ensure_fake(request)
             if request.key.component in world.native:
-                # The projection: the replica's count is the given whole count, else minReplicas.
-                desired = world.cluster.desired[request.key.component][1]
-                world.native[request.key.component] = (request.component_replicas
-                                                       if request.component_replicas is not None else desired)
+                # The projection: the replica's count is the given whole count; else, while the component's own
+                # scaler owns the count of a replica already projected, the scaler's count stays; else minReplicas.
+                component = request.key.component
+                desired = world.cluster.desired[component][1]
+                if request.component_replicas is not None:
+                    world.native[component] = request.component_replicas
+                elif component not in world.own_scalers or world.native.get(component) is None:
+                    world.native[component] = desired
             return answer
 
         replaced = {"serving.observe": observe, "serving.ensure_revision": ensure_revision}
