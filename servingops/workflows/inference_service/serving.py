@@ -91,6 +91,8 @@ class Serving:
         self.by_reference = False
         """The last observation was rendered from a model and runtime (observed again every
         pacing.RESYNC_BY_REFERENCE)."""
+        self.selects_accelerators = False
+        """The inline spec selects an AcceleratorClass: a class edit re-renders it at the by-reference timer."""
         self.pin: tuple[str | None, str | None] = (None, None)
         """(status.pinnedRevisionName, status.lastRuntimeSyncToken) as last observed: autoSync false."""
         self.pin_dropped = False
@@ -141,6 +143,7 @@ class Serving:
             self.ctx.refusal = None
             self.ctx.dirty = True
         self.by_reference = observation.by_reference
+        self.selects_accelerators = observation.selects_accelerators
         if observation.held is None and (observation.mounted_overlays, observation.skipped_overlays) != self.overlays:
             self.overlays = (observation.mounted_overlays, observation.skipped_overlays)
             self.ctx.dirty = True
