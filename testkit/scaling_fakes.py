@@ -65,7 +65,8 @@ class ScalingWorld(ScalerWorld):
     def count(self, component: ComponentType) -> int:
         if component in self.native:
             return self.native[component] or 0
-        return self.cluster.revisions[component]["a"].replicas
+        revision = self.cluster.revisions.get(component, {}).get("a")
+        return revision.replicas if revision is not None else 0
 
     def activities(self) -> list[Callable[..., Any]]:
         world = self
@@ -111,4 +112,20 @@ class ScalingWorld(ScalerWorld):
         return [replaced.get(getattr(a, "__temporal_activity_definition").name, a) for a in base]
 
 
-__all__ = ["ScalingWorld", "hpa_answer"]
+
+
+
+def rolling_world(env: Any) -> ScalingWorld:
+    """A RawDeployment engine of 4 without a scaler (the anchor: only the service and rollout runs set its
+    count) rolling by rollingUpdate (maxSurge 1, maxUnavailable 0), and a decoder following it by 0.5:
+    tests/test_scaling_policy_rollout.py and the history recorder (tests/histories/autoscaler_scenarios.py)."""
+    cluster = FakeCluster(env)
+    world = ScalingWorld(cluster)
+    cluster.set_desired(ComponentType.ENGINE, "a", 4)
+    cluster.set_desired(ComponentType.DECODER, "a", 1)
+    world.digests.update({ComponentType.ENGINE: None, ComponentType.DECODER: None})
+    cluster.spec_rollout = {"groups": [{"components": ["engine"], "rollingUpdate": {"maxSurge": 1,
+                                                                                     "maxUnavailable": 0}}]}
+    world.policy = {"mode": "Proportional", "proportional": {"anchor": "engine", "ratios": {"decoder": "0.5"}}}
+    return world
+__all__ = ["ScalingWorld", "hpa_answer", "rolling_world"]
