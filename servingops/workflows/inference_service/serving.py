@@ -254,7 +254,7 @@ class Serving:
         if view is not None and moving and workflow.patched(SCALING_DURING_RUN):
             # A run moves the anchor's pods between revisions (rolling, canary, blue-green): its serving
             # capacity is every revision carrying its traffic, not the stable one the run scales down.
-            carrying = {w.revision for w in view.traffic if w.weight > 0} or {view.stable}
+            carrying = {w.revision for w in view.traffic if w.weight > 0} or {view.stable or ""}
             total = sum(r.replicas for r in seen.revisions if r.revision in carrying)
             return total if total > 0 else seen.desired_replicas
         stable = next((r for r in seen.revisions if view is not None and r.revision == view.stable), None)
