@@ -6,9 +6,14 @@ recorder (tests/histories/autoscaler_scenarios.py).
   digest the test sets, and `serving.ensure_autoscaler` answers what the test scripts per component
   (a policy-rendered status, or a problem that leaves the last good scaler), records every ask, and, as
   the real one, deletes the scaler of a component that left the spec.
+  A component may instead be given its spec block (`specs`: autoscaler / autoscalerPolicyRef) and the
+  namespace its policies (`policies`): the answer is then derived as the real activity derives it (the
+  inline block outranks the ref; an absent policy is PolicyNotFound, a broken one PolicyInvalid, both
+  leaving the last good scaler).
 - PolicyWorld is one AutoscalerPolicy for AutoscalerPolicyWorkflow: what `autoscaler_policy.observe`
-  finds (digest, problem, consumers) and what `kube.patch_status` wrote.
-The real activities are held to the same answers on the apiserver by tests/test_autoscaler_activities.py.
+  finds (digest, problem, consumers) and what `kube.patch_status` wrote. Scripted (`digest`, `problem`,
+  `attached`, `consumers`), or derived from a body (`set_spec`) and the services naming it (`services`).
+Both are held to the real activities on the apiserver, case for case, by tests/test_autoscaler_conformance.py.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 
 from temporalio import activity
 
-from servingops.activities.autoscaler_policy import PolicyConsumer, PolicyObservation
+from servingops.activities.autoscaler_policy import PolicyConsumer, PolicyObservation, references
 from servingops.activities.kubernetes import EventNote, StatusPatch
 from servingops.activities.serving.autoscaler import (
     AutoscalerObservation,
@@ -29,30 +34,34 @@ from servingops.activities.serving.autoscaler import (
     autoscaler_status,
 )
 from servingops.activities.serving.types import ObserveInput, ServiceObservation
+from servingops.api_models.ome.autoscaler_policy import AutoscalerPolicySpec
 from servingops.api_models.ome.autoscaling import AutoscalerPolicyProvenance, ComponentAutoscaler
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.refs import ObjectRef
+from servingops.rendering import autoscaler_policy
 from testkit.rollout_fakes import NAMESPACE, FakeCluster
 
 POLICY = "gpu-scaler"
 
 
 def policy_answer(policy_uid: str, generation: int = 1, block: dict[str, Any] | None = None,
-                  live: dict[str, Any] | None = None) -> AutoscalerObservation:
+                  live: dict[str, Any] | None = None, *, name: str = POLICY,
+                  digest: str | None = None) -> AutoscalerObservation:
     """What the real activity answers for a component whose scaler the policy rendered."""
     rendered = ComponentAutoscaler.model_validate(block or {"class": "HPA"})
-    provenance = AutoscalerPolicyProvenance(name=POLICY, observed_generation=generation,
-                                            portable_digest=f"ap1:{generation:064d}", resolved_digest=f"r{generation}")
+    provenance = AutoscalerPolicyProvenance(name=name, observed_generation=generation,
+                                            portable_digest=digest or f"ap1:{generation:064d}",
+                                            resolved_digest=f"r{generation}")
     return AutoscalerObservation(status=autoscaler_status(rendered, {"status": live or {}}, "policy", provenance),
-                                 policy_name=POLICY, policy_uid=policy_uid)
+                                 policy_name=name, policy_uid=policy_uid)
 
 
 def problem_answer(policy_uid: str | None, reason: str = "PolicyInvalid",
                    message: str = "engine: AutoscalerPolicy 'gpu-scaler': keda.triggers[0]: a prometheus trigger "
-                                  "must set ignoreNullValues explicitly; the last good scaler stays"
-                   ) -> AutoscalerObservation:
+                                  "must set ignoreNullValues explicitly; the last good scaler stays",
+                   *, name: str = POLICY) -> AutoscalerObservation:
     return AutoscalerObservation(problem=ScalerProblem(reason=reason, message=message),
-                                 policy_name=POLICY if policy_uid else None, policy_uid=policy_uid)
+                                 policy_name=name if policy_uid else None, policy_uid=policy_uid)
 
 
 class ScalerWorld:
@@ -64,6 +73,36 @@ class ScalerWorld:
         self.asked: list[EnsureAutoscalerInput] = []
         self.deleted: list[ComponentType] = []
         """Components whose scaler went because they left the spec."""
+        self.specs: dict[ComponentType, dict[str, Any]] = {}
+        """A component's spec block (API form) when its answer is derived rather than scripted."""
+        self.policies: dict[str, PolicyWorld] = {}
+        """The namespace's AutoscalerPolicies by name, for derived answers."""
+        self.scalers: dict[ComponentType, str] = {}
+        """The scaler of ours each component has: its class (HPA or KEDA)."""
+
+    def derived(self, component: ComponentType) -> AutoscalerObservation:
+        """What the real serving.ensure_autoscaler answers for the component's spec block."""
+        block = self.specs[component]
+        inline, ref = block.get("autoscaler"), (block.get("autoscalerPolicyRef") or {}).get("name")
+        if inline is None and ref is not None:
+            policy = self.policies.get(ref)
+            if policy is None or not policy.exists:
+                return problem_answer(None, "PolicyNotFound", f"{component.value}: AutoscalerPolicy {ref!r}: "
+                                      f"AutoscalerPolicy {ref!r} not found; the last good scaler stays", name=ref)
+            if policy.problem is not None:
+                return problem_answer(policy.uid, "PolicyInvalid", f"{component.value}: AutoscalerPolicy {ref!r}: "
+                                      f"{policy.problem}; the last good scaler stays", name=ref)
+            cls = str((policy.spec or {}).get("class", "HPA"))
+            self.scalers[component] = cls
+            return policy_answer(policy.uid, policy.generation, {"class": cls}, name=ref,
+                                 digest=policy.digest)
+        rendered = ComponentAutoscaler.model_validate(inline) if inline is not None else None
+        cls = rendered.class_.value if rendered is not None else None
+        if cls in ("HPA", "KEDA"):
+            self.scalers[component] = str(cls)
+        else:
+            self.scalers.pop(component, None)
+        return AutoscalerObservation(status=autoscaler_status(rendered, {"status": {}} if cls else None))
 
     def activities(self) -> list[Callable[..., Any]]:
         world = self
@@ -83,7 +122,10 @@ class ScalerWorld:
             world.asked.append(request)
             if request.component not in world.cluster.desired:
                 world.deleted.append(request.component)
+                world.scalers.pop(request.component, None)
                 return AutoscalerObservation()
+            if request.component not in world.answers and request.component in world.specs:
+                return world.derived(request.component)
             return world.answers.get(request.component) or AutoscalerObservation(
                 status=autoscaler_status(None, None))
 
@@ -107,6 +149,26 @@ class PolicyWorld:
     events: list[EventNote] = field(default_factory=list)
     observes: int = 0
     patches: int = 0
+    spec: dict[str, Any] | None = None
+    """The body as written (set_spec), for derived answers; None when digest and problem are scripted."""
+    services: list[tuple[str, str, dict[str, Any], bool]] | None = None
+    """(name, uid, spec, deleting) of the namespace's InferenceServices: when set, attached and consumers
+    are counted from them as the real activity counts, else the scripted `attached` / `consumers`."""
+
+    def set_spec(self, spec: dict[str, Any], *, edit: bool = False) -> None:
+        """The body the policy holds (an edit is a new generation); digest and problem as the real
+        activity derives them from it."""
+        if edit:
+            self.generation += 1
+        self.spec = spec
+        try:
+            self.digest, self.problem = autoscaler_policy.portable_digest(autoscaler_policy.parse(spec)), None
+        except autoscaler_policy.PolicyProblem as problem:
+            self.problem = problem.message
+            try:
+                self.digest = autoscaler_policy.portable_digest(AutoscalerPolicySpec.model_validate(spec))
+            except ValueError:
+                self.digest = None
 
     @property
     def ref(self) -> ObjectRef:
@@ -128,10 +190,18 @@ class PolicyWorld:
         @activity.defn(name="autoscaler_policy.observe")
         async def observe(ref: ObjectRef) -> PolicyObservation | None:
             world.observes += 1
-            if not world.exists:
+            if not world.exists or (ref.uid and ref.uid != world.uid):
                 return None
+            attached, consumers = world.attached, list(world.consumers)
+            if world.services is not None:
+                attached, consumers = 0, []
+                for name, uid, spec, deleting in world.services:
+                    count = 0 if deleting else references(spec, world.name)
+                    if count:
+                        attached += count
+                        consumers.append(PolicyConsumer(name=name, uid=uid))
             return PolicyObservation(generation=world.generation, portable_digest=world.digest, problem=world.problem,
-                                     attached_components=world.attached, consumers=list(world.consumers))
+                                     attached_components=attached, consumers=consumers)
 
         @activity.defn(name="kube.patch_status")
         async def patch_status(patch: StatusPatch) -> bool:

@@ -130,6 +130,8 @@ class FakeCluster:
         self.created_at: datetime | None = None
         """The object's creationTimestamp: the test clock when the first observe read it (its ttl counts from it)."""
         self.ttl_seconds: int | None = None
+        self.selects_accelerators = False
+        """An inline spec selecting an AcceleratorClass (serving.observe's selects_accelerators)."""
         """spec.ttlSecondsAfterCreation."""
         self.expired: list[datetime] = []
         """When serving.delete_expired deleted the object (test clock)."""
@@ -299,7 +301,8 @@ class FakeCluster:
                                       spec_rollout=cluster.spec_rollout, components=components,
                                       ingress=routing.observation(), expires_at=cluster.expires_at(),
                                       traffic_declared=cluster.backend_policies.declared(),
-                                      traffic_reported="traffic" in cluster.status)
+                                      traffic_reported="traffic" in cluster.status,
+                                      selects_accelerators=cluster.selects_accelerators)
 
         @activity.defn(name="serving.ensure_revision")
         async def ensure_revision(request: EnsureRevisionInput) -> RevisionObservation:

@@ -40,8 +40,9 @@ class ScalingWorld(ScalerWorld):
         super().__init__(cluster)
         self.policy: dict[str, Any] | None = None
         """spec.scalingPolicy as written (API form); None: unset."""
-        self.native: dict[ComponentType, int] = {}
-        """OMENative components -> their projected replica's spec.replicas."""
+        self.native: dict[ComponentType, int | None] = {}
+        """OMENative components -> their projected replica's spec.replicas (None: not projected yet, as the
+        real observe reads no replica before the first ensure_revision)."""
         self.max_replicas: dict[ComponentType, int] = {}
         self.own_scalers: set[ComponentType] = set()
         """Components whose spec has an autoscaler that owns the count (the rule refuses them as followers)."""
@@ -63,8 +64,9 @@ class ScalingWorld(ScalerWorld):
 
     def count(self, component: ComponentType) -> int:
         if component in self.native:
-            return self.native[component]
-        return self.cluster.revisions[component]["a"].replicas
+            return self.native[component] or 0
+        revision = self.cluster.revisions.get(component, {}).get("a")
+        return revision.replicas if revision is not None else 0
 
     def activities(self) -> list[Callable[..., Any]]:
         world = self
@@ -96,14 +98,34 @@ class ScalingWorld(ScalerWorld):
             world.ensured.append(request)
             answer: RevisionObservation = await ensure_fake(request)
             if request.key.component in world.native:
-                # The projection: the replica's count is the given whole count, else minReplicas.
-                desired = world.cluster.desired[request.key.component][1]
-                world.native[request.key.component] = (request.component_replicas
-                                                       if request.component_replicas is not None else desired)
+                # The projection: the replica's count is the given whole count; else, while the component's own
+                # scaler owns the count of a replica already projected, the scaler's count stays; else minReplicas.
+                component = request.key.component
+                desired = world.cluster.desired[component][1]
+                if request.component_replicas is not None:
+                    world.native[component] = request.component_replicas
+                elif component not in world.own_scalers or world.native.get(component) is None:
+                    world.native[component] = desired
             return answer
 
         replaced = {"serving.observe": observe, "serving.ensure_revision": ensure_revision}
         return [replaced.get(getattr(a, "__temporal_activity_definition").name, a) for a in base]
 
 
-__all__ = ["ScalingWorld", "hpa_answer"]
+
+
+
+def rolling_world(env: Any) -> ScalingWorld:
+    """A RawDeployment engine of 4 without a scaler (the anchor: only the service and rollout runs set its
+    count) rolling by rollingUpdate (maxSurge 1, maxUnavailable 0), and a decoder following it by 0.5:
+    tests/test_scaling_policy_rollout.py and the history recorder (tests/histories/autoscaler_scenarios.py)."""
+    cluster = FakeCluster(env)
+    world = ScalingWorld(cluster)
+    cluster.set_desired(ComponentType.ENGINE, "a", 4)
+    cluster.set_desired(ComponentType.DECODER, "a", 1)
+    world.digests.update({ComponentType.ENGINE: None, ComponentType.DECODER: None})
+    cluster.spec_rollout = {"groups": [{"components": ["engine"], "rollingUpdate": {"maxSurge": 1,
+                                                                                     "maxUnavailable": 0}}]}
+    world.policy = {"mode": "Proportional", "proportional": {"anchor": "engine", "ratios": {"decoder": "0.5"}}}
+    return world
+__all__ = ["ScalingWorld", "hpa_answer", "rolling_world"]

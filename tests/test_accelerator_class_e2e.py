@@ -17,6 +17,7 @@ label is this run's own, so the class matches no other node (the session's kwok 
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,6 +147,22 @@ def test_a_class_counts_its_gpu_nodes_and_serves_the_services_that_select_it(
         assert selected() == {"acceleratorClass": klass, "reason": "named by spec.acceleratorSelector",
                               "nodeSelector": {PRODUCT: product}, "resourceRequests": {GPU: "1"}}
         print(f"selectedAccelerator: {selected()}; pod {pod.metadata.name} on {pod.spec.node_name}")
+
+        # The class is edited (its nodeSelector gains the PCI label both nodes carry): no event of the inline
+        # service, which finds it at its by-reference timer (30 s) and rolls to a revision rendered from it.
+        edited_at = time.monotonic()
+        custom.patch_cluster_custom_object(GROUP, VERSION, "acceleratorclasses", klass, {
+            "spec": {"discovery": {"nodeSelector": {PRODUCT: product, PCI: "true"}}}})
+
+        def rerendered() -> bool:
+            return any(p.spec.node_selector == {PRODUCT: product, PCI: "true"} and p.metadata.deletion_timestamp
+                       is None and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+                       for p in served_pods())
+
+        wait_until("the service's pod re-rendered from the edited class", rerendered, worker, DEADLINE)
+        wait_until("selectedAccelerator shows the edited nodeSelector", lambda: selected().get("nodeSelector")
+                   == {PRODUCT: product, PCI: "true"}, worker, DEADLINE)
+        print(f"class edit -> re-rendered pod Ready: {time.monotonic() - edited_at:.1f} s")
 
         custom.create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", _isvc(
             held, ns, {"policy": "BestFit", "constraints": {"minMemory": 100000}}))

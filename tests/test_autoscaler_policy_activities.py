@@ -6,14 +6,19 @@ its consumers. What testkit/autoscaler_fakes.py answers is held to these."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any, cast
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from devstack import keda
+from devstack.identities import Identities
+from devstack.kube import LocalKubeCluster
 from servingops.activities.autoscaler_policy import AutoscalerPolicyActivities, PolicyObservation
 from servingops.activities.serving.activities import ServingActivities
 from servingops.activities.serving.autoscaler import (
@@ -26,9 +31,11 @@ from servingops.activities.serving.types import EnsureRevisionInput, ObserveInpu
 from servingops.api_models.ome import AutoscalerPolicy, InferenceService
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.refs import ObjectRef
-from servingops.rendering.autoscaler_policy import ProviderBinding
+from servingops.rendering.autoscaler_policy import ProviderBinding, trigger_authentication_name
 from tests.crd_helpers import create, manifest, new_namespace
+from tests.fixtures.kube import api_as
 from tests.support.autoscaler_policies import keda_policy
+from tests.support.cleanup import ignore_404
 
 pytestmark = pytest.mark.integration
 
@@ -39,6 +46,13 @@ PROM = "http://prometheus.monitoring:9090"
 @pytest.fixture(scope="module")
 def ns(kube_api: client.ApiClient) -> str:
     return new_namespace(kube_api, "asp-acts")
+
+
+@pytest.fixture(scope="module")
+def trigger_auth_crd(kube_cluster: LocalKubeCluster) -> None:
+    """KEDA's ClusterTriggerAuthentication CRD from its pinned module (the session's cluster carries only the
+    ScaledObject's; devstack/keda.py applies all of them where KEDA runs): rendered objects meet KEDA's schema."""
+    kube_cluster.apply_crds([keda.crd_dir() / "keda.sh_clustertriggerauthentications.yaml"])
 
 
 def _run(fn: Any, *args: Any) -> Any:
@@ -204,3 +218,75 @@ def test_the_projection_keeps_a_policy_rendered_block_and_the_scalers_count(kube
     project(2)  # a later capacity write by the projection
     assert replica()["spec"]["autoscaler"] == {"class": "HPA"}, "kept, not cleared"
     assert replica()["spec"]["replicas"] == 4, "the scaler's count stays"
+
+
+def test_a_credentialed_provider_gets_a_cluster_trigger_authentication_and_no_secret_travels(
+        kube_api: client.ApiClient, chart_identities: Identities, ns: str, trigger_auth_crd: None) -> None:
+    """The provider's Secret is named, never read: the token is in none of the ScaledObject, the
+    ClusterTriggerAuthentication or the activity's answer (what the workflow's history and status carry).
+    As the chart's worker identity, so its RBAC for clustertriggerauthentications is proven too."""
+    token = f"tok-{uuid.uuid4().hex}"
+    secret = f"reader-{uuid.uuid4().hex[:5]}"
+    client.CoreV1Api(kube_api).create_namespaced_secret(ns, client.V1Secret(
+        metadata=client.V1ObjectMeta(name=secret), string_data={"token": token}))
+    provider = f"prom-{uuid.uuid4().hex[:5]}"
+    policy = f"p-{uuid.uuid4().hex[:5]}"
+    create(kube_api, AutoscalerPolicy, manifest(AutoscalerPolicy, keda_policy(providerRef={"name": provider}),
+                                                name=policy), ns)
+    isvc = create(kube_api, InferenceService, manifest(InferenceService, {
+        "deploymentMode": "RawDeployment", "engine": _component(policy)}, name=f"as-{uuid.uuid4().hex[:5]}"), ns)
+    ref = ObjectRef.of(InferenceService, isvc["metadata"]["name"], ns, isvc["metadata"]["uid"])
+    bindings = {provider: ProviderBinding(server_address=PROM, has_credentials=True, auth_secret=secret,
+                                          auth_key="token")}
+    auth_name = trigger_authentication_name(provider)
+    try:
+        with api_as(chart_identities.worker) as worker:
+            seen: AutoscalerObservation = _run(AutoscalerActivities(worker, lambda: bindings).ensure,
+                                               EnsureAutoscalerInput(isvc=ref, component=ENGINE, revision="abc"))
+            assert seen.problem is None and seen.status is not None and seen.status["specSource"] == "policy"
+            again: AutoscalerObservation = _run(AutoscalerActivities(worker, lambda: bindings).ensure,
+                                                EnsureAutoscalerInput(isvc=ref, component=ENGINE, revision="abc"))
+            assert again.problem is None, "a second pass applies the same authentication again"
+        scaled = _get(kube_api, ns, "keda.sh", "v1alpha1", "scaledobjects", scaled_object_name(f"{ref.name}-engine"))
+        assert scaled is not None
+        [trigger] = scaled["spec"]["triggers"]
+        assert trigger["authenticationRef"] == {"name": auth_name, "kind": "ClusterTriggerAuthentication"}
+        assert trigger["metadata"]["authModes"] == "bearer" and trigger["metadata"]["serverAddress"] == PROM
+        auth = client.CustomObjectsApi(kube_api).get_cluster_custom_object(
+            "keda.sh", "v1alpha1", "clustertriggerauthentications", auth_name)
+        assert auth["spec"]["secretTargetRef"] == [{"parameter": "bearerToken", "name": secret, "key": "token"}]
+        assert auth["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "servingops"
+        for carried in (json.dumps(scaled), json.dumps(auth), seen.model_dump_json(), again.model_dump_json()):
+            assert token not in carried
+    finally:
+        ignore_404(lambda: client.CustomObjectsApi(kube_api).delete_cluster_custom_object(
+            "keda.sh", "v1alpha1", "clustertriggerauthentications", auth_name))
+
+
+def test_a_cluster_trigger_authentication_not_ours_is_never_written_over(
+        kube_api: client.ApiClient, ns: str, trigger_auth_crd: None) -> None:
+    provider = f"prom-{uuid.uuid4().hex[:5]}"
+    auth_name = trigger_authentication_name(provider)
+    custom = client.CustomObjectsApi(kube_api)
+    custom.create_cluster_custom_object("keda.sh", "v1alpha1", "clustertriggerauthentications", {
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ClusterTriggerAuthentication", "metadata": {"name": auth_name},
+        "spec": {"secretTargetRef": [{"parameter": "bearerToken", "name": "admins", "key": "k"}]}})
+    try:
+        policy = f"p-{uuid.uuid4().hex[:5]}"
+        create(kube_api, AutoscalerPolicy, manifest(AutoscalerPolicy, keda_policy(providerRef={"name": provider}),
+                                                    name=policy), ns)
+        isvc = create(kube_api, InferenceService, manifest(InferenceService, {
+            "deploymentMode": "RawDeployment", "engine": _component(policy)}, name=f"as-{uuid.uuid4().hex[:5]}"), ns)
+        ref = ObjectRef.of(InferenceService, isvc["metadata"]["name"], ns, isvc["metadata"]["uid"])
+        bindings = {provider: ProviderBinding(server_address=PROM, has_credentials=True, auth_secret="mine")}
+        with pytest.raises(ApplicationError) as refused:
+            _run(AutoscalerActivities(kube_api, lambda: bindings).ensure,
+                 EnsureAutoscalerInput(isvc=ref, component=ENGINE, revision="abc"))
+        assert refused.value.type == "NameInUse"
+        live = custom.get_cluster_custom_object("keda.sh", "v1alpha1", "clustertriggerauthentications", auth_name)
+        assert live["spec"]["secretTargetRef"][0]["name"] == "admins"
+        assert _get(kube_api, ns, "keda.sh", "v1alpha1", "scaledobjects",
+                    scaled_object_name(f"{ref.name}-engine")) is None, "no ScaledObject without its authentication"
+    finally:
+        ignore_404(lambda: custom.delete_cluster_custom_object("keda.sh", "v1alpha1", "clustertriggerauthentications",
+                                                               auth_name))

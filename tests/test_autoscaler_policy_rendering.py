@@ -158,3 +158,29 @@ def test_a_shadowed_ref_previews_what_the_policy_would_render() -> None:
     assert unbound.would_render_digest is None
     broken = {"spec": with_trigger(providerRef=None)}  # a prometheus trigger without providerRef: invalid
     assert ap.shadow(inline, ref, broken, VARS, PROVIDERS) == ShadowedAutoscalerPolicy(name="queue-keda")
+
+
+def test_a_credentialed_provider_renders_bearer_auth_by_reference_only() -> None:
+    providers = {"prom": ap.ProviderBinding(server_address="http://p:9090", has_credentials=True,
+                                            auth_secret="mimir-reader", auth_key="token")}
+    rendered = ap.render(ap.parse(keda_policy()), VARS, providers)
+    trigger = rendered.to_api()["keda"]["triggers"][0]
+    name = ap.trigger_authentication_name("prom")
+    assert trigger["metadata"]["authModes"] == "bearer" and trigger["metadata"]["serverAddress"] == "http://p:9090"
+    assert trigger["authenticationRef"] == {"name": name, "kind": "ClusterTriggerAuthentication"}
+    [auth] = ap.trigger_authentications(rendered, providers)
+    assert auth["kind"] == "ClusterTriggerAuthentication" and auth["metadata"]["name"] == name
+    assert auth["spec"] == {"secretTargetRef": [{"parameter": "bearerToken", "name": "mimir-reader", "key": "token"}]}
+    # A provider without credentials needs none; names differ per provider and are DNS names.
+    assert ap.trigger_authentications(ap.render(ap.parse(keda_policy()), VARS, {
+        "prom": ap.ProviderBinding(server_address="http://p")}), providers) == []
+    assert ap.trigger_authentication_name("Prom_A") != ap.trigger_authentication_name("prom-a")
+    assert all(len(ap.trigger_authentication_name(p)) <= 63 and ap.trigger_authentication_name(p).islower()
+               for p in ("Prom_A", "x" * 200))
+
+
+def test_a_credentialed_provider_on_a_trigger_without_bearer_support_is_unsupported() -> None:
+    providers = {"prom": ap.ProviderBinding(server_address="http://p", has_credentials=True, auth_secret="s")}
+    with pytest.raises(ap.PolicyProblem) as caught:
+        ap.render(ap.parse(keda_policy(type="metrics-api")), VARS, providers)
+    assert caught.value.reason == ap.PROVIDER_UNSUPPORTED and "metrics-api" in caught.value.message

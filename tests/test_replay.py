@@ -36,7 +36,9 @@ pytestmark = pytest.mark.timeskip
 STORED = sorted(HISTORIES.glob("*/*.json"))
 # Histories recorded at commit 1482aaa, before the InferenceService workflow read operator.config
 # at run open and nudged RolloutPolicies: they replay only through the patches in that workflow.
-BEFORE_PATCHES = {"before-operator-config", "before-refresh-now", "canary-promote"}
+BEFORE_PATCHES = {"before-operator-config", "before-refresh-now", "canary-promote", "scaling-during-run-before"}
+# scaling-during-run-before: tests/histories/autoscaler_scenarios.py isvc-scaling-during-run recorded with the
+# patch's branch off (the decoder followed the stable revision down to 1 mid-run).
 # canary-promote was recorded before `remove-consumed-annotations`: its promote is consumed while the
 # annotation stays, so it replays only through that patch (annotation-cleanup holds the new branch).
 

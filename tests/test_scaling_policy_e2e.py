@@ -149,3 +149,63 @@ def test_the_decoder_follows_the_engine_the_real_hpa_scales(
           f"all Ready {ready_up:.1f} s")
     print(f"down: engine 4->1 {engine_down:.1f} s after the feed, decoder 2->1 {decoder_down:.1f} s")
     print(f"FollowerScaled Events: {messages}")
+
+
+def _deployment_replicas(api: client.ApiClient, ns: str, prefix: str) -> int:
+    """spec.replicas summed over the component's revision Deployments (`<isvc>-<component>-rev-<hash>`)."""
+    items = client.AppsV1Api(api).list_namespaced_deployment(ns).items
+    return sum(d.spec.replicas or 0 for d in items if d.metadata.name.startswith(prefix)
+               and d.metadata.deletion_timestamp is None)
+
+
+def test_a_raw_deployment_decoder_follows_the_engine_the_real_hpa_scales(
+        kube_api: client.ApiClient, native_stack: tuple[str, ManagedProcess],
+        metrics_adapter: MetricsAdapter, exporter: Exporter) -> None:
+    """The RawDeployment path: the HPA scales the engine's revision Deployment (no event of the service), the
+    service's coordination poll (10 s) finds it and writes the decoder's Deployment."""
+    ns, worker = native_stack
+    name = f"pdr-{uuid.uuid4().hex[:5]}"
+    spec = {**_spec(name), "deploymentMode": "RawDeployment"}
+    engine, decoder = f"{name}-engine-rev-", f"{name}-decoder-rev-"
+    seen: list[tuple[float, int, int]] = []
+    start = time.monotonic()
+
+    def counts() -> tuple[int, int]:
+        e, d = _deployment_replicas(kube_api, ns, engine), _deployment_replicas(kube_api, ns, decoder)
+        if not seen or seen[-1][1:] != (e, d):
+            seen.append((round(time.monotonic() - start, 1), e, d))
+        return e, d
+
+    def feed(value: float) -> None:
+        exporter.set({f'{METRIC}{{namespace="{ns}",queue="{name}"}}': value})
+
+    feed(1)
+    create(kube_api, InferenceService, manifest(InferenceService, spec, name=name), ns)
+    hpa = f"{name}-engine"
+    wait_until("the engine's HPA on its revision Deployment", lambda: (
+        (_get(kube_api, ns, "horizontalpodautoscalers", hpa, "autoscaling", "v2").get("spec") or {})
+        .get("scaleTargetRef", {}).get("kind") == "Deployment"), worker, TIMEOUT)
+    wait_until("the HPA reads the fed metric", lambda: any(
+        c.get("type") == "ScalingActive" and c.get("status") == "True"
+        for c in (_get(kube_api, ns, "horizontalpodautoscalers", hpa, "autoscaling", "v2").get("status") or {})
+        .get("conditions") or []), worker, TIMEOUT)
+    wait_until("engine 1, decoder 1", lambda: counts() == (1, 1), worker, TIMEOUT)
+
+    fed = time.monotonic()
+    feed(4)
+    wait_until("the HPA scales the engine's Deployment to 4", lambda: counts()[0] == 4, worker, TIMEOUT)
+    engine_up = time.monotonic() - fed
+    wait_until("the decoder's Deployment follows to 2", lambda: counts() == (4, 2), worker, TIMEOUT)
+    decoder_up = time.monotonic() - fed
+    fed = time.monotonic()
+    feed(1)
+    wait_until("the HPA scales the engine back to 1", lambda: counts()[0] == 1, worker, TIMEOUT)
+    engine_down = time.monotonic() - fed
+    wait_until("the decoder follows back to 1", lambda: counts() == (1, 1), worker, TIMEOUT)
+    decoder_down = time.monotonic() - fed
+    coordinated = _condition(kube_api, ns, name, "ScalingCoordinated")
+    assert (coordinated.get("status"), coordinated.get("reason")) == ("True", "Proportional")
+    assert not _get(kube_api, ns, "horizontalpodautoscalers", f"{name}-decoder", "autoscaling", "v2")
+    print(f"\nRawDeployment scalingPolicy e2e (engine, decoder) Deployment replicas over time [s]: {seen}")
+    print(f"up: engine {engine_up:.1f} s, decoder {decoder_up:.1f} s; "
+          f"down: engine {engine_down:.1f} s, decoder {decoder_down:.1f} s")

@@ -69,6 +69,10 @@ class ProviderBinding:
     server_address: str
     headers: tuple[tuple[str, str], ...] = ()
     has_credentials: bool = False
+    auth_secret: str | None = None
+    """The Secret (in the controller namespace) holding the provider's bearer token: its name only. The
+    value is never read here; KEDA reads it through a ClusterTriggerAuthentication (trigger_authentication)."""
+    auth_key: str = "token"
 
 
 @dataclass(frozen=True)
@@ -186,16 +190,59 @@ def _render_trigger(trigger: KedaTriggerTemplate, variables: TemplateVariables,
         if binding is None:
             raise PolicyProblem(PROVIDER_UNBOUND, (
                 f"metric provider {name!r} is not bound in the operator's metricProviders configuration"))
-        if binding.has_credentials:
+        authenticated = binding.has_credentials or binding.auth_secret is not None
+        if authenticated and (binding.auth_secret is None or trigger.type not in AUTHENTICATED_TRIGGER_TYPES):
             raise PolicyProblem(PROVIDER_UNSUPPORTED, (
-                f"metric provider {name!r} carries credentials; this release renders no KEDA "
-                "TriggerAuthentication, so a scaler cannot use it"))
+                f"metric provider {name!r} carries credentials; a {trigger.type} trigger cannot use them "
+                f"(bearer authentication is rendered for {', '.join(AUTHENTICATED_TRIGGER_TYPES)} triggers only)"))
         metadata["serverAddress"] = binding.server_address
         if binding.headers and trigger.type == "prometheus":
             metadata["customHeaders"] = ",".join(f"{k}={v}" for k, v in sorted(binding.headers))
+        if authenticated:
+            metadata["authModes"] = "bearer"
     out: dict[str, Any] = {"type": trigger.type, "metadata": metadata}
     if trigger.metric_type is not None:
         out["metricType"] = trigger.metric_type
+    if trigger.provider_ref is not None and "authModes" in metadata:
+        out["authenticationRef"] = {"name": trigger_authentication_name(trigger.provider_ref.name),
+                                    "kind": CLUSTER_TRIGGER_AUTHENTICATION}
+    return out
+
+
+AUTHENTICATED_TRIGGER_TYPES = ("prometheus",)
+"""Trigger types whose KEDA scaler takes a bearer token from a TriggerAuthentication (parameter bearerToken,
+metadata authModes: bearer) as this release renders it."""
+CLUSTER_TRIGGER_AUTHENTICATION = "ClusterTriggerAuthentication"
+_AUTH_PREFIX = "servingops-metric-provider-"
+
+
+def trigger_authentication_name(provider: str) -> str:
+    """One ClusterTriggerAuthentication per credentialed provider, shared by every ScaledObject using it: a
+    DNS name from the provider's (lowercased, other characters as '-') with a short digest of the exact
+    name so two providers never share one."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", provider.lower()).strip("-")[:24].strip("-") or "p"
+    return f"{_AUTH_PREFIX}{slug}-{hashlib.sha256(provider.encode()).hexdigest()[:8]}"
+
+
+def trigger_authentications(autoscaler: ComponentAutoscaler | None,
+                            providers: Mapping[str, ProviderBinding]) -> list[dict[str, Any]]:
+    """The ClusterTriggerAuthentications a rendered KEDA block's triggers name (each a provider's bearer token
+    by Secret name and key: KEDA reads the Secret in its cluster-object namespace, which is to be the
+    controller namespace holding the providers' Secrets). Names only: no credential is ever in a manifest."""
+    if autoscaler is None or autoscaler.keda is None:
+        return []
+    wanted = {(t.get("authenticationRef") or {}).get("name") for t in autoscaler.keda.triggers
+              if isinstance(t, Mapping) and (t.get("authenticationRef") or {}).get("kind")
+              == CLUSTER_TRIGGER_AUTHENTICATION}
+    out = []
+    for provider, binding in sorted(providers.items()):
+        name = trigger_authentication_name(provider)
+        if name in wanted and binding.auth_secret is not None:
+            out.append({"apiVersion": "keda.sh/v1alpha1", "kind": CLUSTER_TRIGGER_AUTHENTICATION,
+                        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "servingops"},
+                                     "annotations": {"ome.io/metric-provider": provider}},
+                        "spec": {"secretTargetRef": [{"parameter": "bearerToken", "name": binding.auth_secret,
+                                                      "key": binding.auth_key}]}})
     return out
 
 
@@ -285,4 +332,6 @@ __all__ = [
     "resolved_digest",
     "shadow",
     "substitute",
+    "trigger_authentication_name",
+    "trigger_authentications",
 ]

@@ -15,7 +15,7 @@ from servingops.workers.registry import workflows as registry_workflows
 from servingops.workers.sandbox import workflow_runner
 from testkit.autoscaler_fakes import PolicyWorld, ScalerWorld, policy_answer, problem_answer
 from testkit.rollout_fakes import NAME, NAMESPACE, FakeCluster, until
-from testkit.scaling_fakes import ScalingWorld, hpa_answer
+from testkit.scaling_fakes import ScalingWorld, hpa_answer, rolling_world
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -173,7 +173,33 @@ async def isvc_keda_verdict(rec: Recording) -> None:
         await rec.save()
 
 
+async def isvc_scaling_during_run(rec: Recording) -> None:
+    """A RawDeployment engine of 4 (the anchor) rolled a -> b by rollingUpdate (maxSurge 1) while a decoder
+    follows it by 0.5 (patch scaling-during-run: the anchor's count is every revision carrying its traffic, so
+    the decoder stays 2, 3 at the surge, instead of following the stable revision down to 1)."""
+    env = rec.env
+    world = rolling_world(env)
+    cluster = world.cluster
+    queue = f"isvc-spr-{uuid.uuid4().hex[:8]}"
+    async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=world.activities(), workflow_runner=workflow_runner()):
+        handle = await env.client.start_workflow(
+            "InferenceServiceWorkflow", {"ref": cluster.ref.model_dump(), "settings": {}},
+            id=f"isvc/{NAMESPACE}/{NAME}/{cluster.uid}", task_queue=queue)
+        await rec.root(handle)
+        await until(env, lambda: world.count(DECODER) == 2 and cluster.conditions.get("Ready", {})
+                    .get("status") == "True", what="decoder 2, Ready")
+        cluster.set_desired(ENGINE, "b", 4)
+        await handle.signal("object-changed", {"uid": cluster.uid, "generation": cluster.generation,
+                                               "resource_version": str(cluster.generation)})
+        await until(env, lambda: cluster.weights(ENGINE) == {"b": 100} and "a" not in cluster.revisions[ENGINE],
+                    what="engine rolled to b")
+        await env.sleep(30)
+        await rec.save()
+
+
 SCENARIOS: dict[str, Callable[[Recording], Awaitable[None]]] = {
+    "isvc-scaling-during-run": isvc_scaling_during_run,
     "isvc-keda-verdict": isvc_keda_verdict,
     "isvc-scaling-policy": isvc_scaling_policy,
     "autoscaler-policy-lifecycle": autoscaler_policy_lifecycle,

@@ -334,6 +334,7 @@ class ServingActivities:
             spec_rollout=scrubbed(dict(rollout)) if rollout is not None else None,
             components=components,
             by_reference=bool((obj.get("spec") or {}).get("model")),
+            selects_accelerators=not (obj.get("spec") or {}).get("model") and bool(asks_for_accelerators(obj)),
             mounted_overlays=list(resolved.overlays) if resolved is not None else [],
             skipped_overlays=list(resolved.skipped_overlays) if resolved is not None else [],
             pinned_revision=resolved.pinned_revision if resolved is not None else None,

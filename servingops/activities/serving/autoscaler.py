@@ -66,6 +66,7 @@ HPA, KEDA = "HorizontalPodAutoscaler", "ScaledObject"
 # exactly which kinds and verbs the worker asks for.
 HPA_GROUP, HPA_VERSION, HPA_PLURAL = "autoscaling", "v2", "horizontalpodautoscalers"
 KEDA_GROUP, KEDA_VERSION, KEDA_PLURAL = "keda.sh", "v1alpha1", "scaledobjects"
+AUTH_GROUP, AUTH_VERSION, AUTH_PLURAL = "keda.sh", "v1alpha1", "clustertriggerauthentications"
 REPLICA_GROUP, REPLICA_VERSION, REPLICA_PLURAL = "ome.io", "v1beta1", "inferencereplicas"
 POLICY_GROUP, POLICY_VERSION, POLICY_PLURAL = "ome.io", "v1beta1", "autoscalerpolicies"
 DEFAULT_CPU_UTILIZATION = 80
@@ -106,7 +107,9 @@ def provider_bindings(read: Callable[[], OperatorDefaults]) -> Callable[[], dict
     operator ConfigMap that does not parse binds none: a policy naming a provider then fails closed)."""
     def current() -> dict[str, ProviderBinding]:
         return {name: ProviderBinding(server_address=source.address, headers=tuple(sorted(source.headers.items())),
-                                      has_credentials=source.auth_secret is not None)
+                                      has_credentials=source.auth_secret is not None,
+                                      auth_secret=source.auth_secret.name if source.auth_secret else None,
+                                      auth_key=source.auth_key)
                 for name, source in read().metric_providers.items()}
     return current
 
@@ -287,6 +290,27 @@ class AutoscalerActivities:
             raise
         return cast(dict[str, Any], applied)
 
+    def _apply_authentication(self, manifest: dict[str, Any]) -> None:
+        """A credentialed provider's ClusterTriggerAuthentication (rendering/autoscaler_policy.py): the Secret's
+        name and key only, shared by every ScaledObject using the provider, so no service owns it and none
+        deletes it. One of that name not labelled ours (an administrator's) is never written over."""
+        name = manifest["metadata"]["name"]
+        live = cast(dict[str, Any] | None, get_or_none(self.custom.get_cluster_custom_object,
+                                                       AUTH_GROUP, AUTH_VERSION, AUTH_PLURAL, name))
+        labels = ((live or {}).get("metadata") or {}).get("labels") or {}
+        if live is not None and labels.get(render.LABEL_MANAGED_BY) != render.MANAGED_BY:
+            raise application_error(ErrorType.NAME_IN_USE,
+                                    f"ClusterTriggerAuthentication {name} exists and is not servingops'")
+        try:
+            apply(self.custom.patch_cluster_custom_object, AUTH_GROUP, AUTH_VERSION, AUTH_PLURAL, name, manifest,
+                  field_manager=FIELD_MANAGER)
+        except ApiException as exc:
+            if absent(exc):
+                raise application_error(ErrorType.INVALID_SPEC, (
+                    "autoscaler class KEDA: this cluster serves no keda.sh/v1alpha1 ClusterTriggerAuthentication "
+                    "(install KEDA)")) from exc
+            raise
+
     def _delete_ours(self, kind: str, owner: render.Owner, name: str) -> None:
         namespace = owner.namespace
         live = self._get(kind, namespace, name)
@@ -364,6 +388,8 @@ class AutoscalerActivities:
             live = self._apply(owner, hpa_manifest(owner, inp.component, effective, autoscaler, target))
         elif cls is AutoscalerClass.KEDA and autoscaler is not None:
             self._delete_ours(HPA, owner, name)
+            for authentication in autoscaler_policy.trigger_authentications(autoscaler, providers):
+                self._apply_authentication(authentication)
             live = self._apply(owner, scaled_object_manifest(owner, inp.component, effective, autoscaler, target))
         else:
             self._delete_ours(HPA, owner, name)

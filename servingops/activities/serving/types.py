@@ -133,6 +133,10 @@ class ServiceObservation(BaseModel):
     traffic_reported: bool = False
     """status.traffic is on the object: a policy of ours may be live and is to be cleaned up once the
     intent goes. A new field, decoded as False by older histories."""
+    selects_accelerators: bool = False
+    """An inline spec (no model) that asks for an AcceleratorClass (by name or by policy): what it renders
+    also depends on the classes, whose edits are no event of this object, so the workflow re-observes it
+    on the by-reference timer. A new field: older histories decode it as False and keep no such timer."""
 
 
 

@@ -84,7 +84,8 @@ class Pacing:
             self.unready_since = None
         if self.ctx.state.parked:
             waits.append(RESYNC_PARKED)
-        if self.serving.by_reference:
+        if self.serving.by_reference or self.serving.selects_accelerators:
+            # A class edit is no event of this object either (an inline service that selects a class).
             waits.append(RESYNC_BY_REFERENCE)
         if self.serving.held is not None:
             # A model turns Ready, a runtime appears: no event of this object says so.

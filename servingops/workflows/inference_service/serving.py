@@ -65,6 +65,9 @@ SCALING_POLICY = "scaling-policy"
 anchor's current count (rendering/scaling_policy.py), written by the service, with its Events and the
 ScalingCoordinated condition. Asked only of an observation carrying a coordinating policy, so services
 without one (Independent, the default) issue the commands they always did."""
+SCALING_DURING_RUN = "scaling-during-run"
+"""The patch that reads a RawDeployment anchor's count, while a rollout run moves it, as the replicas of every
+revision of it carrying traffic (before: its stable revision's alone, which the run scales down)."""
 SCALING_CONDITION = "ScalingCoordinated"
 AUTOSCALER_WHEN_NEEDED = "autoscaler-when-needed"
 """The patch that calls serving.ensure_autoscaler only when the scaler's inputs moved or a scaler of
@@ -91,6 +94,8 @@ class Serving:
         self.by_reference = False
         """The last observation was rendered from a model and runtime (observed again every
         pacing.RESYNC_BY_REFERENCE)."""
+        self.selects_accelerators = False
+        """The inline spec selects an AcceleratorClass: a class edit re-renders it at the by-reference timer."""
         self.pin: tuple[str | None, str | None] = (None, None)
         """(status.pinnedRevisionName, status.lastRuntimeSyncToken) as last observed: autoSync false."""
         self.pin_dropped = False
@@ -141,6 +146,7 @@ class Serving:
             self.ctx.refusal = None
             self.ctx.dirty = True
         self.by_reference = observation.by_reference
+        self.selects_accelerators = observation.selects_accelerators
         if observation.held is None and (observation.mounted_overlays, observation.skipped_overlays) != self.overlays:
             self.overlays = (observation.mounted_overlays, observation.skipped_overlays)
             self.ctx.dirty = True
@@ -244,6 +250,13 @@ class Serving:
         if seen.replica is not None:
             return seen.scale_replicas if seen.scale_replicas is not None else seen.desired_replicas
         view = self.ctx.state.components.get(seen.component)
+        moving = any(seen.component in (t.component for t in run.targets) for run in self.ctx.state.active.values())
+        if view is not None and moving and workflow.patched(SCALING_DURING_RUN):
+            # A run moves the anchor's pods between revisions (rolling, canary, blue-green): its serving
+            # capacity is every revision carrying its traffic, not the stable one the run scales down.
+            carrying = {w.revision for w in view.traffic if w.weight > 0} or {view.stable or ""}
+            total = sum(r.replicas for r in seen.revisions if r.revision in carrying)
+            return total if total > 0 else seen.desired_replicas
         stable = next((r for r in seen.revisions if view is not None and r.revision == view.stable), None)
         return stable.replicas if stable is not None else seen.desired_replicas
 
