@@ -109,3 +109,12 @@ def test_claim_namespace_rules() -> None:
     assert claim_namespace(None, {"namespace": "other"}, "ctl") == "other"
     assert claim_namespace(None, None, "ctl") == "ctl"
     assert claim_namespace(None, None, None) is None
+
+
+def test_the_namespace_refusal_comes_before_readiness() -> None:
+    """A claim elsewhere is refused while the model is not Ready yet: its becoming Ready would change nothing."""
+    model = claim_model("pvc://weights/llama", parameters={"namespace": "models"})
+    model["status"] = {"state": "Failed"}
+    with pytest.raises(Unresolvable) as held:
+        resolve_service(Cluster(model, sglang_runtime()), sample_service())
+    assert held.value.reason is UnresolvableReason.MODEL_CLAIM_ELSEWHERE

@@ -155,6 +155,15 @@ def _model(reader: Reader, namespace: str, ref: dict[str, Any], artifacts: str |
         raise Unresolvable(UnresolvableReason.MODEL_NOT_FOUND, f"{where} has an unreadable spec: {exc}") from exc
     if spec.disabled:
         raise Unresolvable(UnresolvableReason.MODEL_DISABLED, f"{where} is disabled")
+    claim = model_claim(spec.storage.storage_uri)
+    if claim is not None:
+        # pvc://: the pods mount the claim itself (no node copy, no node label), so it must be in their
+        # namespace; said before readiness, since the model becoming Ready would not change it. Only a
+        # Reader over the controller's own apiserver (KubeReader) knows the controller namespace.
+        claim_ns = claim_namespace(scoped, spec.storage.parameters, getattr(reader, "controller_namespace", None))
+        refusal = claim_refusal(where, claim, claim_ns, namespace)
+        if refusal is not None:
+            raise Unresolvable(UnresolvableReason.MODEL_CLAIM_ELSEWHERE, refusal)
     status = obj.get("status") or {}
     ready_nodes = status.get("nodesReady") or []
     if status.get("state") != LifeCycleState.READY.value and not ready_nodes:
@@ -164,14 +173,7 @@ def _model(reader: Reader, namespace: str, ref: dict[str, Any], artifacts: str |
                            "waits for it")
     key = ModelKey(ModelKind(kind), scoped or "", name)
     path = key.copy_path(spec.storage.path)
-    claim = model_claim(spec.storage.storage_uri)
     if claim is not None:
-        # pvc://: the pods mount the claim itself (no node copy, no node label), so it must be theirs.
-        # Only a Reader over the controller's own apiserver (KubeReader) knows the controller namespace.
-        claim_ns = claim_namespace(scoped, spec.storage.parameters, getattr(reader, "controller_namespace", None))
-        refusal = claim_refusal(where, claim, claim_ns, namespace)
-        if refusal is not None:
-            raise Unresolvable(UnresolvableReason.MODEL_CLAIM_ELSEWHERE, refusal)
         return ServedModel(description=str(key), spec=spec,
                            mount=ModelMount(volume_name=_volume_name(name), path=path, node_label=None,
                                             claim=claim.claim, sub_path=claim.sub_path))
