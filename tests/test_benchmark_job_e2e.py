@@ -12,8 +12,11 @@ per iteration at most.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
+import urllib.error
+import urllib.request
 import uuid
 import zipfile
 from collections.abc import Iterator
@@ -38,7 +41,7 @@ from tests.support.traffic_stack import DEFAULT_BRIDGE_KINDS, TrafficStack, traf
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 __all__ = ["traffic_stack"]
 
-BRIDGE_KINDS = DEFAULT_BRIDGE_KINDS + ",Model,ClusterServingRuntime,BenchmarkJob"
+BRIDGE_KINDS = DEFAULT_BRIDGE_KINDS + ",Model,ClusterServingRuntime,BenchmarkJob,BaseModel,ClusterBaseModel"
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "benchmarkjobs"
 MAX_REQUESTS = 8
 DEADLINE = 420.0
@@ -56,6 +59,8 @@ class BenchWorld:
     repo_id: str
     """The model's Hub repository: a URL endpoint's modelName (genai-bench loads its tokenizer by that name, as
     from a server started with `--model <repo>`; the pods answer any model name)."""
+    repo_files: Path
+    """The model repository's files as the Hub keeps them (config, tokenizer, weights): what a claim holds."""
 
     @property
     def namespace(self) -> str:
@@ -105,7 +110,8 @@ def bench_world(traffic_stack: TrafficStack, hub_server: HubServer, oci_registry
     wait_until("the example InferenceService Ready with a URL", ready, stack.live.worker, timeout=DEADLINE)
     pods = core.list_namespaced_pod(ns, label_selector=f"ome.io/inferenceservice={name}").items
     ip = next(p.status.pod_ip for p in pods if p.status and p.status.pod_ip and p.status.phase == "Running")
-    return BenchWorld(stack, oci_registry, name, model["metadata"]["name"], f"http://{ip}:8080", repo.repo_id)
+    return BenchWorld(stack, oci_registry, name, model["metadata"]["name"], f"http://{ip}:8080", repo.repo_id,
+                      repo.snapshot)
 
 
 def _bench(world: BenchWorld, name: str, endpoint: dict[str, Any], *, requests: int = MAX_REQUESTS,
@@ -319,4 +325,133 @@ def test_a_pvc_output_lands_in_the_claims_volume(bench_world: BenchWorld, tmp_pa
         assert "experiment_metadata.json" in written, written
         assert any(n.startswith("D100_100_text-to-text_num_concurrency_1_") for n in written), written
     finally:
+        core.delete_persistent_volume(pv_name)
+
+
+def _hostpath_claim(world: BenchWorld, claim: str, directory: Path) -> str:
+    """A claim `claim` in the world's namespace bound to a new hostPath PersistentVolume on `directory` (the
+    devstack runners read it there); the PersistentVolume's name."""
+    core = client.CoreV1Api(world.api)
+    pv_name = f"{claim}-{uuid.uuid4().hex[:6]}"
+    core.create_persistent_volume(client.V1PersistentVolume(
+        metadata=client.V1ObjectMeta(name=pv_name),
+        spec=client.V1PersistentVolumeSpec(capacity={"storage": "1Gi"}, access_modes=["ReadOnlyMany"],
+                                           storage_class_name="", host_path=client.V1HostPathVolumeSource(
+                                               path=str(directory)))))
+    core.create_namespaced_persistent_volume_claim(world.namespace, client.V1PersistentVolumeClaim(
+        metadata=client.V1ObjectMeta(name=claim),
+        spec=client.V1PersistentVolumeClaimSpec(access_modes=["ReadOnlyMany"], storage_class_name="",
+                                                volume_name=pv_name,
+                                                resources=client.V1VolumeResourceRequirements(
+                                                    requests={"storage": "1Gi"}))))
+    return pv_name
+
+
+def _isvc_condition(world: BenchWorld, name: str, kind: str = "Ready") -> dict[str, Any]:
+    got = client.CustomObjectsApi(world.api).get_namespaced_custom_object(GROUP, VERSION, world.namespace,
+                                                                          "inferenceservices", name)
+    return next((c for c in (got.get("status") or {}).get("conditions") or [] if c["type"] == kind), {})
+
+
+def _isvc_url(world: BenchWorld, name: str) -> str | None:
+    got = client.CustomObjectsApi(world.api).get_namespaced_custom_object(GROUP, VERSION, world.namespace,
+                                                                          "inferenceservices", name)
+    ready = _isvc_condition(world, name).get("status") == "True"
+    return (got.get("status") or {}).get("url") if ready else None
+
+
+def _chat_through_gateway(world: BenchWorld, isvc: str) -> tuple[int, dict[str, Any]]:
+    body = json.dumps({"model": isvc, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
+    request = urllib.request.Request(f"{world.stack.traefik.url}/v1/chat/completions", data=body, method="POST",
+                                     headers={"Host": world.stack.host(isvc), "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, {}
+
+
+def test_a_model_served_from_a_claim_answers_and_is_benchmarked_with_its_tokenizer_from_the_claim(
+        bench_world: BenchWorld, tmp_path: Path, started: float) -> None:
+    """A BaseModel at pvc://model-weights/tiny/llama (the claim bound to a hostPath PersistentVolume holding the
+    Hub repository's files): its InferenceService's pods mount the claim read-only with that subPath at the
+    model path, it becomes Ready and answers through the Gateway, and a BenchmarkJob against it Completes with
+    genai-bench's tokenizer read from the claim. A ClusterBaseModel whose claim is in another namespace holds its
+    service with a named reason and a Warning Event, and no pod is made for it."""
+    world, ns = bench_world, bench_world.namespace
+    core, custom = client.CoreV1Api(world.api), client.CustomObjectsApi(world.api)
+    volume_dir = tmp_path / "model-volume"
+    shutil.copytree(world.repo_files, volume_dir / "tiny" / "llama")
+    assert (volume_dir / "tiny" / "llama" / "tokenizer.json").exists()
+    pv_name = _hostpath_claim(world, "model-weights", volume_dir)
+    model_path, elsewhere_model = "/mnt/models/tiny-pvc", f"tiny-elsewhere-{uuid.uuid4().hex[:6]}"
+    selection = {"modelFormat": {"name": "safetensors", "version": "1.0.0"},
+                 "modelFramework": {"name": "transformers", "version": "4.45.0"},
+                 "modelArchitecture": "LlamaForCausalLM"}
+    pacing = {"devstack.servingops.io/ttft-ms": "20", "devstack.servingops.io/tpot-ms": "2"}
+    try:
+        custom.create_namespaced_custom_object(GROUP, VERSION, ns, "basemodels", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "BaseModel", "metadata": {"name": "tiny-pvc"},
+            "spec": {**selection, "storage": {"storageUri": "pvc://model-weights/tiny/llama", "path": model_path}}})
+        custom.create_cluster_custom_object(GROUP, VERSION, "clusterbasemodels", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterBaseModel", "metadata": {"name": elsewhere_model},
+            "spec": {**selection, "storage": {"storageUri": "pvc://model-weights/tiny/llama",
+                                              "parameters": {"namespace": "models-elsewhere"}}}})
+        for isvc, model in (("tiny-pvc", {"name": "tiny-pvc", "kind": "BaseModel"}),
+                            ("tiny-elsewhere", {"name": elsewhere_model, "kind": "ClusterBaseModel"})):
+            custom.create_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", {
+                "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceService", "metadata": {"name": isvc},
+                "spec": {"model": model, "engine": {"minReplicas": 1, "maxReplicas": 1, "annotations": pacing}}})
+
+        url = wait_until("tiny-pvc Ready with a URL", lambda: _isvc_url(world, "tiny-pvc"), world.stack.live.worker,
+                         timeout=DEADLINE, detail=lambda: _isvc_condition(world, "tiny-pvc"))
+        assert url == f"http://tiny-pvc.{ns}.example.com"
+        pods = [p for p in core.list_namespaced_pod(ns, label_selector="ome.io/inferenceservice=tiny-pvc").items
+                if p.status and p.status.phase == "Running"]
+        assert pods
+        for pod in pods:
+            spec = world.api.sanitize_for_serialization(pod.spec)
+            claims = [v for v in spec["volumes"] if "persistentVolumeClaim" in v]
+            assert [v["persistentVolumeClaim"] for v in claims] == [{"claimName": "model-weights", "readOnly": True}]
+            main = next(c for c in spec["containers"] if c["name"] == "ome-container")
+            assert {"name": claims[0]["name"], "mountPath": model_path, "readOnly": True,
+                    "subPath": "tiny/llama"} in main["volumeMounts"], main["volumeMounts"]
+            assert {"name": "MODEL_PATH", "value": model_path} in main["env"]
+            assert not any("hostPath" in v for v in spec["volumes"])
+        answered = wait_until("tiny-pvc answers through the Gateway",
+                              lambda: (got := _chat_through_gateway(world, "tiny-pvc"))[0] == 200 and got[1],
+                              timeout=60)
+        assert answered["choices"], answered
+
+        # The claim in another namespace: held with the reason, a Warning Event, no pod.
+        held = wait_until("tiny-elsewhere held", lambda: (c := _isvc_condition(world, "tiny-elsewhere")).get(
+            "reason") == "ModelClaimInOtherNamespace" and c, world.stack.live.worker, timeout=DEADLINE)
+        assert held["status"] == "False" and "namespace models-elsewhere" in held["message"], held
+        events = core.list_namespaced_event(ns, field_selector="involvedObject.name=tiny-elsewhere,"
+                                                               "reason=ModelClaimInOtherNamespace").items
+        assert any(e.type == "Warning" for e in events), events
+        assert core.list_namespaced_pod(ns, label_selector="ome.io/inferenceservice=tiny-elsewhere").items == []
+
+        name = "claim-bench"
+        _bench(world, name, {"inferenceService": {"name": "tiny-pvc", "namespace": ns}})
+        status = wait_until(f"{name} terminal", lambda: _terminal(world, name), timeout=DEADLINE,
+                            detail=lambda: [p.status for p in _pods(world, name)])
+        assert status["state"] == "Completed", status
+        bench_pod = world.api.sanitize_for_serialization(_pods(world, name)[0].spec)
+        bench = next(c for c in [*bench_pod.get("initContainers", []), *bench_pod["containers"]]
+                     if c["name"] == "genai-bench")
+        assert "--model-tokenizer /model" in " ".join([*bench.get("command", []), *bench.get("args", [])])
+        model_volume = next(v for v in bench_pod["volumes"] if v["name"] == "model")
+        assert model_volume["persistentVolumeClaim"]["claimName"] == "model-weights"
+        assert {"name": "model", "mountPath": "/model", "readOnly": True,
+                "subPath": "tiny/llama"} in bench["volumeMounts"], bench["volumeMounts"]
+        details = json.loads(status["details"])
+        print(name, json.dumps(details, indent=1))
+        assert details["endpoint"] == url
+        assert [(s["scenario"], s["concurrency"]) for s in details["summary"]] == [("D(100,100)", 1),
+                                                                                    ("D(100,100)", 2)]
+        assert all(row["requests"] >= MAX_REQUESTS and row["outputTokensPerSecond"] > 0 for row in details["summary"])
+    finally:
+        for isvc in ("tiny-pvc", "tiny-elsewhere"):
+            custom.delete_namespaced_custom_object(GROUP, VERSION, ns, "inferenceservices", isvc)
         core.delete_persistent_volume(pv_name)

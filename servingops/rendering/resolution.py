@@ -33,6 +33,7 @@ from servingops.api_models.ome.model_keys import ModelKey, ModelKind
 from servingops.api_models.ome.models import BaseModelSpec
 from servingops.api_models.ome.runtimes import AcceleratorModelConfig, AcceleratorRequirements, ServingRuntimeSpec
 from servingops.rendering import accelerator_overrides, accelerator_selection
+from servingops.rendering.model_claim import claim_namespace, claim_refusal, model_claim
 from servingops.rendering.render import MAIN_CONTAINER
 from servingops.rendering.runtime_inheritance import RuntimeObject, resolve
 from servingops.rendering.runtime_merge import (
@@ -75,6 +76,7 @@ class UnresolvableReason(StrEnum):
     RUNTIME_REVISION_NOT_FOUND = "RuntimeRevisionNotFound"
     ACCELERATOR_CLASS_NOT_FOUND = accelerator_selection.SelectionReason.NOT_FOUND.value
     NO_ACCELERATOR_CLASS = accelerator_selection.SelectionReason.NO_MATCH.value
+    MODEL_CLAIM_ELSEWHERE = "ModelClaimInOtherNamespace"
 
 
 class Unresolvable(Exception):
@@ -153,6 +155,15 @@ def _model(reader: Reader, namespace: str, ref: dict[str, Any], artifacts: str |
         raise Unresolvable(UnresolvableReason.MODEL_NOT_FOUND, f"{where} has an unreadable spec: {exc}") from exc
     if spec.disabled:
         raise Unresolvable(UnresolvableReason.MODEL_DISABLED, f"{where} is disabled")
+    claim = model_claim(spec.storage.storage_uri)
+    if claim is not None:
+        # pvc://: the pods mount the claim itself (no node copy, no node label), so it must be in their
+        # namespace; said before readiness, since the model becoming Ready would not change it. Only a
+        # Reader over the controller's own apiserver (KubeReader) knows the controller namespace.
+        claim_ns = claim_namespace(scoped, spec.storage.parameters, getattr(reader, "controller_namespace", None))
+        refusal = claim_refusal(where, claim, claim_ns, namespace)
+        if refusal is not None:
+            raise Unresolvable(UnresolvableReason.MODEL_CLAIM_ELSEWHERE, refusal)
     status = obj.get("status") or {}
     ready_nodes = status.get("nodesReady") or []
     if status.get("state") != LifeCycleState.READY.value and not ready_nodes:
@@ -162,6 +173,10 @@ def _model(reader: Reader, namespace: str, ref: dict[str, Any], artifacts: str |
                            "waits for it")
     key = ModelKey(ModelKind(kind), scoped or "", name)
     path = key.copy_path(spec.storage.path)
+    if claim is not None:
+        return ServedModel(description=str(key), spec=spec,
+                           mount=ModelMount(volume_name=_volume_name(name), path=path, node_label=None,
+                                            claim=claim.claim, sub_path=claim.sub_path))
     return ServedModel(description=str(key), spec=spec, mount=ModelMount(volume_name=_volume_name(name), path=path,
                                                                          node_label=key.label_key))
 

@@ -14,7 +14,9 @@ A component the service does not name is not rendered, whatever the runtime conf
 The model (upstream's wiring, kept so OME images find their weights where they expect): a hostPath
 volume named after the model at `storage.path`, mounted read-only at the same path in the main
 container, `MODEL_PATH` set to it unless the container already sets it, and a nodeSelector on the
-node label the agent writes when that node's copy is Ready.
+node label the agent writes when that node's copy is Ready. A model stored on a claim (pvc://) is the
+claim itself, mounted read-only with the URI's sub-path as subPath at the same path (no node copy, no
+nodeSelector: the scheduler places the pod where the claim can be mounted).
 """
 
 from __future__ import annotations
@@ -99,6 +101,10 @@ class ModelMount:
     """The node label the agent sets to Ready once the node's copy is complete (None: image volume)."""
     image: str | None = None
     """`<registry>/<repository>@sha256:...` of the model's artifact, mounted as an image volume."""
+    claim: str | None = None
+    """A PersistentVolumeClaim of the pod's namespace holding the model (pvc://): mounted read-only."""
+    sub_path: str = ""
+    """With `claim`: the model's directory inside it, the mount's subPath ("" for the claim's root)."""
 
 
 def main_container(pod: dict[str, Any], preferred: str | None = None) -> dict[str, Any] | None:
@@ -115,7 +121,10 @@ def wire_container(container: dict[str, Any], mount: ModelMount) -> dict[str, An
     result = copy.deepcopy(container)
     mounts = result.setdefault("volumeMounts", [])
     if not any(m.get("mountPath") == mount.path for m in mounts):
-        mounts.append({"name": mount.volume_name, "mountPath": mount.path, "readOnly": True})
+        volume_mount: dict[str, Any] = {"name": mount.volume_name, "mountPath": mount.path, "readOnly": True}
+        if mount.claim is not None and mount.sub_path:
+            volume_mount["subPath"] = mount.sub_path
+        mounts.append(volume_mount)
     env = result.setdefault("env", [])
     if not any(e.get("name") == MODEL_PATH_ENV for e in env):
         env.append({"name": MODEL_PATH_ENV, "value": mount.path})
@@ -124,11 +133,14 @@ def wire_container(container: dict[str, Any], mount: ModelMount) -> dict[str, An
 
 def wire_pod(pod: dict[str, Any], mount: ModelMount) -> dict[str, Any]:
     """A copy of `pod` with the model's volume (hostPath of the node copy and a nodeSelector on a Ready
-    copy, or the artifact's image volume: any node can pull it); no container touched."""
+    copy, the model's claim, or the artifact's image volume: any node can pull it); no container touched."""
     result = copy.deepcopy(pod)
     volumes = result.setdefault("volumes", [])
     if not any(v.get("name") == mount.volume_name for v in volumes):
-        if mount.image is not None:
+        if mount.claim is not None:
+            volumes.append({"name": mount.volume_name,
+                            "persistentVolumeClaim": {"claimName": mount.claim, "readOnly": True}})
+        elif mount.image is not None:
             volumes.append({"name": mount.volume_name, "image": {"reference": mount.image,
                                                                   "pullPolicy": IMAGE_PULL_POLICY}})
         else:
