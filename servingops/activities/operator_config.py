@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from kubernetes import client
 from temporalio import activity
@@ -32,6 +33,8 @@ from servingops.api_models.operator_config import (
     resolve,
 )
 from servingops.clients.kube.calls import get_or_none
+
+B = TypeVar("B")
 
 INGRESS_TTL = 10.0
 """Seconds one read of the ingress block serves: observe runs on every pass of every service, and
@@ -74,60 +77,24 @@ def current_ingress(source: IngressSource) -> IngressConfig | OperatorConfigErro
         return exc
 
 
-class IngressConfigReader:
-    """The ConfigMap's `ingress` block, read at most every `ttl` seconds and shared by the serving
-    activities' threads. Calling it returns the block (defaults when the ConfigMap or the key is
-    absent) or raises OperatorConfigError naming the ConfigMap when the block does not parse; an
-    apiserver error is raised as is (the activity retries) and is not remembered."""
-
-    def __init__(self, api_client: client.ApiClient, namespace: str, name: str = DEFAULT_CONFIGMAP,
-                 ttl: float = INGRESS_TTL, clock: Callable[[], float] = time.monotonic) -> None:
-        self.core = client.CoreV1Api(api_client)
-        self.namespace = namespace
-        self.name = name
-        self.ttl = ttl
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._read_at: float | None = None
-        self._result: IngressConfig | OperatorConfigError = IngressConfig()
-
-    def __call__(self) -> IngressConfig:
-        with self._lock:
-            now = self._clock()
-            if self._read_at is None or now - self._read_at >= self.ttl:
-                self._result = self._read()
-                self._read_at = now
-            result = self._result
-        if isinstance(result, OperatorConfigError):
-            raise result
-        return result
-
-    def _read(self) -> IngressConfig | OperatorConfigError:
-        configmap = get_or_none(self.core.read_namespaced_config_map, self.name, self.namespace)
-        if configmap is None:
-            return IngressConfig()
-        try:
-            return parse_ingress(configmap.data)
-        except OperatorConfigError as error:
-            return OperatorConfigError(f"ConfigMap {self.namespace}/{self.name}: {error}")
-
-
-class QuotaConfigReader:
-    """The ConfigMap's `quota` block, read at most every `ttl` seconds (every AcceleratorQuota node's pass
-    observes it). Calling it returns the block (defaults when the ConfigMap or the key is absent) or raises
+class _BlockReader(Generic[B]):
+    """One block of the ConfigMap, read at most every `ttl` seconds and shared by the activities' threads.
+    Calling it returns the block (`default()` when the ConfigMap or the key is absent) or raises
     OperatorConfigError naming the ConfigMap when the block does not parse; an apiserver error is raised as
-    is and not remembered."""
+    is (the activity retries) and is not remembered."""
 
-    def __init__(self, api_client: client.ApiClient, namespace: str, name: str = DEFAULT_CONFIGMAP,
-                 ttl: float = INGRESS_TTL, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, api_client: client.ApiClient, namespace: str, name: str, ttl: float,
+                 clock: Callable[[], float], parse: Callable[[dict[str, str] | None], B], default: Callable[[], B],
+                 ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.namespace, self.name, self.ttl = namespace, name, ttl
         self._clock = clock
+        self._parse, self._default = parse, default
         self._lock = threading.Lock()
         self._read_at: float | None = None
-        self._result: QuotaDefaults | OperatorConfigError = QuotaDefaults()
+        self._result: B | OperatorConfigError = default()
 
-    def __call__(self) -> QuotaDefaults:
+    def __call__(self) -> B:
         with self._lock:
             now = self._clock()
             if self._read_at is None or now - self._read_at >= self.ttl:
@@ -138,11 +105,28 @@ class QuotaConfigReader:
             raise result
         return result
 
-    def _read(self) -> QuotaDefaults | OperatorConfigError:
+    def _read(self) -> B | OperatorConfigError:
         configmap = get_or_none(self.core.read_namespaced_config_map, self.name, self.namespace)
         if configmap is None:
-            return QuotaDefaults()
+            return self._default()
         try:
-            return parse_quota(configmap.data)
+            return self._parse(configmap.data)
         except OperatorConfigError as error:
             return OperatorConfigError(f"ConfigMap {self.namespace}/{self.name}: {error}")
+
+
+class IngressConfigReader(_BlockReader[IngressConfig]):
+    """The `ingress` block, for the serving activities, which render and observe routes on every pass."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, name: str = DEFAULT_CONFIGMAP,
+                 ttl: float = INGRESS_TTL, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(api_client, namespace, name, ttl, clock, parse_ingress, IngressConfig)
+
+
+class QuotaConfigReader(_BlockReader[QuotaDefaults]):
+    """The `quota` block: every AcceleratorQuota node's pass observes it."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, name: str = DEFAULT_CONFIGMAP,
+                 ttl: float = INGRESS_TTL, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(api_client, namespace, name, ttl, clock, parse_quota, QuotaDefaults)
+
