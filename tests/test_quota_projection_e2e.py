@@ -15,9 +15,10 @@ east 2, west 1. What is shown:
 - an edit of the split (east 3, west 0) reaches both members as generation 2: the third pod is admitted in east;
 - deleting team deletes its copies in both members; west's ClusterQueue goes at once, east's stays terminating
   (Kueue's finalizer) while it holds admitted workloads and goes once they are deleted;
-- a Proportional leaf follows the members' real capacity: east's node advertises 6 GPUs, west's 2; each member's
-  own capacity report (its root copy's status.capacity) reaches the management root's status.capacity[].perCluster
-  (placement.read_member_capacity), and a leaf of 4 GPUs splits east 3, west 1 in the members' ClusterQueues;
+- a Proportional leaf follows the members' real capacity: east gets a node of 30 GPUs, west one of 2; each member's
+  own capacity report (its root copy's status.capacity: every node's GPUs) reaches the management root's
+  status.capacity[].perCluster (placement.read_member_capacity), and a leaf of 4 GPUs splits by those capacities
+  (largest remainder) in the members' ClusterQueues;
 - deregistering west (deleting its WorkloadCluster): the projection's finalizer holds it until the management
   plane has deleted the copies still there (fleet's and grp's; west's own workflows then reap its Cohorts), then
   it goes; east keeps its copies.
@@ -29,6 +30,7 @@ import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +116,8 @@ def test_the_tree_is_projected_into_each_member_and_enforced_there(kube_api: cli
     gpus = {"resourceName": GPU, "resourceFlavor": FLAVOR}
     shares = [{"cluster": east.name, "nominal": 2}, {"cluster": west.name, "nominal": 1}]
 
-    def wait(what: str, probe: Any, timeout: float = DEADLINE) -> None:
-        wait_until(what, probe, fleet.worker, timeout)
+    def wait(what: str, probe: Any, timeout: float = DEADLINE, detail: Any = None) -> None:
+        wait_until(what, probe, fleet.worker, timeout, detail=detail)
 
     def status(name: str) -> dict[str, Any]:
         return dict((_get(kube_api, GROUP, VERSION, PLURAL, name) or {}).get("status") or {})
@@ -138,7 +140,7 @@ def test_the_tree_is_projected_into_each_member_and_enforced_there(kube_api: cli
                      for r in f["resources"] if r["name"] == GPU), None)
 
     # Accelerators for the Proportional step, added first: each member samples its capacity every 30 s.
-    gpu_nodes = [(east, east.cluster.add_accelerator_node(f"gpu-{sfx}", {GPU: "6"}, {})),
+    gpu_nodes = [(east, east.cluster.add_accelerator_node(f"gpu-{sfx}", {GPU: "30"}, {})),
                  (west, west.cluster.add_accelerator_node(f"gpu-{sfx}", {GPU: "2"}, {}))]
     spread = f"spread-{sfx}"
     try:
@@ -215,15 +217,31 @@ def test_the_tree_is_projected_into_each_member_and_enforced_there(kube_api: cli
                           if (e.get("resourceName"), e.get("resourceFlavor")) == (GPU, FLAVOR)), {})
             return {r["cluster"]: r for r in entry.get("perCluster") or []}
 
-        wait("the members' capacity on the management root", lambda: {
-            c: str(r.get("highWaterMark")) for c, r in capacity_rows().items()} == {east.name: "6", west.name: "2"},
-             timeout=240)
+        def member_gpus(member: MemberCluster) -> int:
+            """What the member's own report must reach: every node's nvidia.com/gpu (the flavor selects all)."""
+            return sum(int((n.status.allocatable or {}).get(GPU, "0"))
+                       for n in client.CoreV1Api(member.api).list_node().items)
+
+        wanted = {east.name: member_gpus(east), west.name: member_gpus(west)}
+        wait("each member's report on the management root", lambda: {
+            c: int(r.get("highWaterMark") or 0) for c, r in capacity_rows().items()} == wanted,
+             timeout=240, detail=lambda: {"management root": status(root).get("capacity"), **{
+                 f"{m.name}'s root": ((copy(m, root) or {}).get("status") or {}).get("capacity")
+                 for m in (east, west)}})
         print("root capacity perCluster:", capacity_rows())
         assert all(r["reportAvailable"] and r["reportUID"] and r["clusterUID"] for r in capacity_rows().values())
+        # 4 GPUs by largest remainder over the two capacities (east's added node makes it the larger share)
+        total = sum(wanted.values())
+        exact = {c: Fraction(4 * v, total) for c, v in wanted.items()}
+        shares = {c: int(x) for c, x in exact.items()}
+        for c in sorted(exact, key=lambda c: (-(exact[c] - shares[c]), c))[:4 - sum(shares.values())]:
+            shares[c] += 1
+        print("capacities", wanted, "-> shares", shares)
+        assert shares[east.name] > shares[west.name]
         custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, _quota(
             spread, "ClusterQueue", grp, [{**gpus, "nominal": 4}], distribution={"policy": "Proportional"}))
-        wait("east at 3, west at 1 by capacity", lambda: queue_share(east, spread) == "3"
-             and queue_share(west, spread) == "1")
+        wait("the split by capacity in both members", lambda: queue_share(east, spread) == str(shares[east.name])
+             and queue_share(west, spread) == str(shares[west.name]))
         custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, spread)
         for member in (east, west):
             wait(f"{member.name}'s copy of {spread} gone", lambda m=member: copy(m, spread) is None)
