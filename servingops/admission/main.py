@@ -1,4 +1,4 @@
-"""`servingops admission` (also `servingops-admission`): the validating admission webhook.
+"""`servingops admission`: the validating admission webhook.
 
 Serves `POST /validate` and `GET /healthz` over HTTPS and answers the AcceleratorQuota tree rules at apply time
 (docs/admission.md). It reads the tree as its own ServiceAccount: list on acceleratorquotas, get on Kueue
