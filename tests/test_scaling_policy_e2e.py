@@ -209,3 +209,47 @@ def test_a_raw_deployment_decoder_follows_the_engine_the_real_hpa_scales(
     print(f"\nRawDeployment scalingPolicy e2e (engine, decoder) Deployment replicas over time [s]: {seen}")
     print(f"up: engine {engine_up:.1f} s, decoder {decoder_up:.1f} s; "
           f"down: engine {engine_down:.1f} s, decoder {decoder_down:.1f} s")
+
+
+def test_pinned_holds_the_decoder_at_the_engines_count_the_real_hpa_scales(
+        kube_api: client.ApiClient, native_stack: tuple[str, ManagedProcess],
+        metrics_adapter: MetricsAdapter, exporter: Exporter) -> None:
+    """Pinned: the decoder runs exactly the engine's count (no ratio, no rounding); engine 1 -> 3 -> 1 under the
+    real HPA, the decoder 1 -> 3 -> 1 with it."""
+    ns, worker = native_stack
+    name = f"pp-{uuid.uuid4().hex[:5]}"
+    spec = {**_spec(name), "scalingPolicy": {"mode": "Pinned"}}
+    engine, decoder = f"{name}-engine", f"{name}-decoder"
+    seen: list[tuple[float, int, int]] = []
+    start = time.monotonic()
+
+    def counts() -> tuple[int, int]:
+        e = (_get(kube_api, ns, "inferencereplicas", engine).get("spec") or {}).get("replicas") or 0
+        d = (_get(kube_api, ns, "inferencereplicas", decoder).get("spec") or {}).get("replicas") or 0
+        if not seen or seen[-1][1:] != (e, d):
+            seen.append((round(time.monotonic() - start, 1), e, d))
+        return e, d
+
+    def feed(value: float) -> None:
+        exporter.set({f'{METRIC}{{namespace="{ns}",queue="{name}"}}': value})
+
+    feed(1)
+    create(kube_api, InferenceService, manifest(InferenceService, spec, name=name), ns)
+    wait_until("the HPA reads the fed metric", lambda: any(
+        c.get("type") == "ScalingActive" and c.get("status") == "True"
+        for c in (_get(kube_api, ns, "horizontalpodautoscalers", engine, "autoscaling", "v2").get("status") or {})
+        .get("conditions") or []), worker, TIMEOUT)
+    wait_until("engine 1, decoder 1", lambda: counts() == (1, 1), worker, TIMEOUT)
+
+    feed(3)
+    wait_until("the decoder pinned to the engine's 3", lambda: counts() == (3, 3), worker, TIMEOUT)
+    wait_until("3 Ready engines and 3 Ready decoders", lambda: (
+        _ready(kube_api, ns, engine), _ready(kube_api, ns, decoder)) == (3, 3), worker, TIMEOUT)
+    coordinated = wait_until("ScalingCoordinated says so", lambda: (
+        c := _condition(kube_api, ns, name, "ScalingCoordinated")).get("message", "").startswith("engine 3") and c,
+        worker, TIMEOUT)
+    assert (coordinated["status"], coordinated["reason"]) == ("True", "Pinned")
+    feed(1)
+    wait_until("both back to 1", lambda: counts() == (1, 1), worker, TIMEOUT)
+    assert not _get(kube_api, ns, "horizontalpodautoscalers", decoder, "autoscaling", "v2")
+    print(f"\nPinned e2e (engine, decoder) spec.replicas over time [s]: {seen}; condition: {coordinated['message']}")
