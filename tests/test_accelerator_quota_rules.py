@@ -233,3 +233,17 @@ def test_the_roots_budget_is_held_to_the_capacity_high_water_mark() -> None:
     assert problem.reason == Reason.CAPACITY_EXCEEDED and "above the 6 ever observed" in problem.message
     assert capacity_problems(root, [seen(None, 0)]) == []
     assert capacity_problems(cohort("root", None, budget(8, "h100")), [seen(6, 6)]) == []
+
+
+def test_an_incomplete_capacity_report_judges_no_budget() -> None:
+    """Nodes matching two flavors' labels: the report's zero is not a sample of the flavor (seen in the suite when
+    another test's ResourceFlavor with the same empty labels was still there)."""
+    def seen(complete: bool) -> AcceleratorCapacityStatus:
+        return AcceleratorCapacityStatus.model_validate({
+            "resourceName": GPU, "resourceFlavor": "a100", "allocatable": 0, "highWaterMark": 0,
+            "attribution": {"complete": complete, "nodeLabels": {}}})
+
+    root = cohort("root", None, budget(8))
+    assert capacity_problems(root, [seen(False)]) == []
+    [problem] = capacity_problems(root, [seen(True)])
+    assert problem.reason == Reason.CAPACITY_EXCEEDED

@@ -5,14 +5,13 @@ ValidatingWebhookConfiguration (rules, matchConditions, objectSelector, timeout,
 test's tree reaches it (the controller's own e2e tests build violating trees on purpose).
 
 Shown on the real apiserver, writes made as the admin (a user): a valid tree is admitted node by node; a child
-over its parent's budget, a cycle, a second root, an unknown parent, a leaf as parent and a leaf holding
-admitted work turned grouping are refused at write time with the rule in the message, and nothing of a refused
-write is stored; a pinned runtimeRef on an InferenceReplica is refused too, by the CRD's own rule (the
-webhook is not asked: docs/admission.md); with the webhook process stopped, a write is admitted (failurePolicy
-Ignore), so a webhook that is down wedges nothing.
+over its parent's budget, a cycle, a second root, an unknown parent and a leaf as parent are refused at write
+time with the rule in the message, and nothing of a refused write is stored; a pinned runtimeRef on an
+InferenceReplica is refused too, by the CRD's own rule (the webhook is not asked: docs/admission.md); with the
+webhook process stopped, a write is admitted (failurePolicy Ignore), so a webhook that is down wedges nothing.
 
-No worker, no bridge, no Kueue controller: admission happens before any of them sees the object. The
-ClusterQueue the drained-leaf guard reads is written by the test, status included, as Kueue would have it.
+No worker, no bridge: admission happens before any of them sees the object. The drained-leaf guard is not shown
+here (see the comment where it was): the session cluster may run Kueue, which rewrites a ClusterQueue's counts.
 Cost: about 5 s (the process's start, ~15 writes, the chart rendered once).
 """
 
@@ -159,22 +158,11 @@ def test_the_webhook_refuses_what_breaks_the_tree_at_write_time_and_a_down_webho
             assert after is not None and after["metadata"]["resourceVersion"] == grp["metadata"]["resourceVersion"]
             assert after["spec"]["parentRef"] == {"name": tree.name("root")}
 
-            # The drained-leaf guard: team-a's ClusterQueue (as Kueue would hold it) has admitted work.
-            labels = {"ome.io/quota-managed-by": "servingops", "ome.io/accelerator-quota": queue_name}
-            custom.create_cluster_custom_object(*KUEUE, "clusterqueues", {
-                "apiVersion": "/".join(KUEUE), "kind": "ClusterQueue",
-                "metadata": {"name": queue_name, "labels": labels}, "spec": {"cohortName": tree.name("grp")}})
-            custom.patch_cluster_custom_object_status(*KUEUE, "clusterqueues", queue_name, {
-                "status": {"admittedWorkloads": 1, "reservingWorkloads": 1}})
-            team_a = tree.get("team-a")
-            assert team_a is not None
-            grouping = {**team_a, "spec": {"role": "Cohort", "parentRef": {"name": tree.name("grp")},
-                                           "budgets": team_a["spec"]["budgets"]}}
-            message = tree.denied(lambda: custom.replace_cluster_custom_object(GROUP, VERSION, PLURAL, queue_name,
-                                                                                grouping))
-            assert f"RoleChangeBlocked: role ClusterQueue -> Cohort deletes ClusterQueue {queue_name}, which " \
-                   "still holds 1 reserving and 1 admitted workload(s); drain it first" in message
-            assert (tree.get("team-a") or {}).get("spec", {}).get("role") == "ClusterQueue"
+            # The drained-leaf guard (a leaf whose ClusterQueue holds work turned grouping) is not shown here: it
+            # reads the ClusterQueue's admitted counts, which the session cluster's Kueue (started by other modules
+            # of the same xdist worker) rewrites from the real workloads, so a status the test writes does not stay
+            # (it failed in the full suite that way). tests/test_admission_rules.py holds the rule;
+            # tests/test_accelerator_quota_e2e.py shows the controller's RoleChangeBlocked on the real Kueue.
 
             # Checked where the CRD can: a pinned runtimeRef is the schema's refusal (422), not the webhook's.
             pinned = manifest(InferenceReplica, {"component": "engine", "runtimeRef": {"name": "r", "autoSync": False}})

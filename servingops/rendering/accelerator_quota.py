@@ -334,9 +334,11 @@ def tree_problems(name: str, tree: list[QuotaNode], *, max_depth: int = DEFAULT_
 def capacity_problems(node: QuotaNode, capacity: Iterable[AcceleratorCapacityStatus]) -> list[Problem]:
     """The root's budget for a pair above the observed capacity's high-water mark (status.capacity, written by
     the capacity report): CapacityExceeded. The high-water mark, never the instantaneous allocatable, so a
-    drain or a cordon never raises it; a pair the report does not cover is not judged."""
+    drain or a cordon never raises it; a pair the report does not cover is not judged, nor one whose
+    attribution is not complete (nodes matching two flavors' labels: its zero proves nothing, seed 004's
+    "Complete means every observed node advertising this resource was unambiguously attributed")."""
     marks = {(c.resource_name, c.resource_flavor): c.high_water_mark for c in capacity
-             if c.high_water_mark is not None}
+             if c.high_water_mark is not None and (c.attribution is None or c.attribution.complete is not False)}
     out = []
     for budget in node.budgets:
         mark = marks.get(_pair(budget))
