@@ -17,7 +17,7 @@ from servingops.admission.reader import KubeTreeReader
 from servingops.admission.server import AdmissionServer
 from servingops.rendering.accelerator_quota import DEFAULT_MAX_DEPTH
 from servingops.runtime.kube import load_api_client
-from servingops.runtime.process import Flags, Process, run_threaded
+from servingops.runtime.process import Flags, Process, listen_address, run_threaded
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,7 @@ class AdmissionSettings:
 
     @property
     def host_port(self) -> tuple[str, int]:
-        host, _, port = self.listen.rpartition(":")
-        return host.strip("[]") or "0.0.0.0", int(port)
+        return listen_address(self.listen)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

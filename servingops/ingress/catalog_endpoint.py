@@ -98,7 +98,7 @@ from servingops.clients.kube.calls import call, get_or_none
 from servingops.clients.kube.timeouts import CATALOG_LIST_TIMEOUT, CATALOG_SECRET_TIMEOUT
 from servingops.clients.oci import media_types as mt
 from servingops.runtime.kube import load_api_client
-from servingops.runtime.process import DEFAULT_REPOSITORY, Flags, Process, run_threaded
+from servingops.runtime.process import DEFAULT_REPOSITORY, Flags, Process, listen_address, run_threaded
 
 log = logging.getLogger("servingops.catalog.endpoint")
 
@@ -849,8 +849,7 @@ class EndpointSettings:
 
     @property
     def host_port(self) -> tuple[str, int]:
-        host, _, port = self.listen.rpartition(":")
-        return host.strip("[]") or "0.0.0.0", int(port)
+        return listen_address(self.listen)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

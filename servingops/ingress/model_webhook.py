@@ -44,7 +44,7 @@ from servingops.ingress.model_mount import (
     spec_patch,
 )
 from servingops.runtime.kube import load_api_client
-from servingops.runtime.process import Flags, Process, run_threaded
+from servingops.runtime.process import Flags, Process, listen_address, run_threaded
 from servingops.runtime.review_server import ReviewServer
 
 log = logging.getLogger("servingops.webhook")
@@ -191,8 +191,7 @@ class WebhookSettings:
 
     @property
     def host_port(self) -> tuple[str, int]:
-        host, _, port = self.listen.rpartition(":")
-        return host.strip("[]") or "0.0.0.0", int(port)
+        return listen_address(self.listen)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

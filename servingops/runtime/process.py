@@ -100,6 +100,12 @@ class Flags:
         self.value(flag, "SERVINGOPS_NAMESPACE", DEFAULT_CONTROLLER_NAMESPACE, help=help)
 
 
+def listen_address(listen: str) -> tuple[str, int]:
+    """A --listen value (`host:port`, `[v6]:port`, or `:port` for every address) as (host, port)."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
 def _with_env(text: str, env: str) -> str:
     return f"{text} (env {env})" if text else f"env {env}"
 
