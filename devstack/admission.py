@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from devstack import identities
 from devstack.certs import write_serving_cert
 from devstack.kube import REPO_ROOT
 from devstack.process import ManagedProcess, free_port, http_ok
+from devstack.webhook import apply_configuration, delete_configuration
 from servingops.admission.server import HEALTH_PATH, VALIDATE_PATH
 
 LOCAL_NAME = "servingops-admission-local"
@@ -49,21 +49,11 @@ def configuration(name: str, url: str, ca_bundle: str,
 
 def register(api: client.ApiClient, config: Mapping[str, Any]) -> None:
     """Create the configuration, or replace one of the same name."""
-    admission = client.AdmissionregistrationV1Api(api)
-    name = config["metadata"]["name"]
-    try:
-        admission.create_validating_webhook_configuration(dict(config))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        current = admission.read_validating_webhook_configuration(name)
-        body = {**config, "metadata": {**config["metadata"], "resourceVersion": current.metadata.resource_version}}
-        admission.replace_validating_webhook_configuration(name, body)
+    apply_configuration(api, config, "validating")
 
 
 def unregister(api: client.ApiClient, name: str) -> None:
-    with contextlib.suppress(ApiException):
-        client.AdmissionregistrationV1Api(api).delete_validating_webhook_configuration(name)
+    delete_configuration(api, name, "validating")
 
 
 class AdmissionProcess:

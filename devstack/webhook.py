@@ -43,23 +43,32 @@ def configuration(name: str, url: str, ca_bundle: str,
     return config
 
 
-def register(api: client.ApiClient, config: Mapping[str, Any]) -> None:
-    """Create the configuration, or replace one of the same name."""
+def apply_configuration(api: client.ApiClient, config: Mapping[str, Any], kind: str) -> None:
+    """Create a `kind` ("mutating" or "validating") webhook configuration, or replace one of the same name."""
     admission = client.AdmissionregistrationV1Api(api)
     name = config["metadata"]["name"]
     try:
-        admission.create_mutating_webhook_configuration(dict(config))
+        getattr(admission, f"create_{kind}_webhook_configuration")(dict(config))
     except ApiException as exc:
         if exc.status != 409:
             raise
-        current = admission.read_mutating_webhook_configuration(name)
+        current = getattr(admission, f"read_{kind}_webhook_configuration")(name)
         body = {**config, "metadata": {**config["metadata"], "resourceVersion": current.metadata.resource_version}}
-        admission.replace_mutating_webhook_configuration(name, body)
+        getattr(admission, f"replace_{kind}_webhook_configuration")(name, body)
+
+
+def delete_configuration(api: client.ApiClient, name: str, kind: str) -> None:
+    with contextlib.suppress(ApiException):
+        getattr(client.AdmissionregistrationV1Api(api), f"delete_{kind}_webhook_configuration")(name)
+
+
+def register(api: client.ApiClient, config: Mapping[str, Any]) -> None:
+    """Create the configuration, or replace one of the same name."""
+    apply_configuration(api, config, "mutating")
 
 
 def unregister(api: client.ApiClient, name: str) -> None:
-    with contextlib.suppress(ApiException):
-        client.AdmissionregistrationV1Api(api).delete_mutating_webhook_configuration(name)
+    delete_configuration(api, name, "mutating")
 
 
 class WebhookProcess:
