@@ -56,6 +56,7 @@ from devstack.kube import REPO_ROOT, LocalKubeCluster, apply_objects, upstream_c
 from devstack.kueue import DEFAULT_FRAMEWORKS, KueueProcess, label_namespace
 from devstack.pod_runtime import PodRuntimeProcess
 from devstack.process import ManagedProcess
+from devstack.product import WORKER_READY_SECONDS
 from devstack.relay import start_relay
 from devstack.traefik import Traefik
 
@@ -201,7 +202,7 @@ class MemberCluster:
         worker = ManagedProcess(f"worker-{self.name}", [sys.executable, "-m", "servingops.workers.main"],
                                 self.log_dir, env=env, cwd=REPO_ROOT).start()
         self.worker = worker
-        worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=90)
+        worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=WORKER_READY_SECONDS)
         self.bridge = ManagedProcess(f"bridge-{self.name}", [
             sys.executable, "-m", "servingops.crd_bridge.main", "--temporal-address", temporal_address,
             "--kubeconfig", str(ids.bridge), "--task-queue", self.task_queue,

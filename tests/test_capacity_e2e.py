@@ -24,7 +24,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 
 from devstack.kube import KWOK_NODE_ANNOTATION, REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
-from devstack.product import BridgeLauncher
+from devstack.product import WORKER_READY_SECONDS, BridgeLauncher
 from devstack.services import TemporalDevServer
 from servingops.api_models.contract import capacity_workflow_id
 from testkit.waiting import wait_until
@@ -94,7 +94,7 @@ def stack(kube_cluster: LocalKubeCluster, temporal_server: TemporalDevServer, st
             for name in nodes:
                 core.create_node(_kwok_node(name, labels, resource))
             flavor = custom.create_cluster_custom_object(*KUEUE, "resourceflavors", flavor_body)
-            worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
+            worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=WORKER_READY_SECONDS)
             launcher.start(task_queue=task_queue, kinds="AcceleratorQuota")
             wait_until("kwok makes the nodes Ready", lambda: all(
                 any(c.type == "Ready" and c.status == "True" for c in (core.read_node(n).status.conditions or []))

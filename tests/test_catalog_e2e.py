@@ -30,7 +30,7 @@ from devstack import model_repos
 from devstack.hub_server import HubServer
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
-from devstack.product import BridgeLauncher
+from devstack.product import WORKER_READY_SECONDS, BridgeLauncher
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.catalog.index_document import INDEX_MEDIA_TYPE, parse_index
 from servingops.activities.catalog.names import public_name
@@ -125,7 +125,7 @@ def catalogs(kube_cluster: LocalKubeCluster, temporal_server: TemporalDevServer,
                                 env=env, cwd=REPO_ROOT).start()
         launcher = BridgeLauncher(ids, temporal_server.address, stack_logs)
         try:
-            worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
+            worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=WORKER_READY_SECONDS)
             launcher.start(task_queue=task_queue, kinds="ModelCatalogSource,ClusterModel")
             temporal = loop.run_until_complete(connect(TemporalSettings(address=temporal_server.address)))
             state = Catalogs(api, namespace, worker, oci_registry, hub_server, temporal, loop)

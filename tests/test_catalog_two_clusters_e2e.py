@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.members import PROJECT_CRDS
 from devstack.process import ManagedProcess
-from devstack.product import BridgeLauncher
+from devstack.product import WORKER_READY_SECONDS, BridgeLauncher
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.activities.catalog.store import REMOTE_INDEX_MEDIA_TYPE, catalog_repository
 from servingops.api_models.deckhouse.model import ClusterModel
@@ -156,7 +156,7 @@ def cluster_b(kube_cluster: LocalKubeCluster, temporal_server: TemporalDevServer
         launcher = BridgeLauncher(ids, temporal_server.address, stack_logs)
         side = ClusterSideB(api=api, namespace=namespace, registry=oci_registry, worker=worker)
         try:
-            worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
+            worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=WORKER_READY_SECONDS)
             launcher.start(task_queue=task_queue, kinds="ModelCatalogSource,ClusterModel")
             yield side
         finally:

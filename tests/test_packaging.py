@@ -37,6 +37,7 @@ from kubernetes import client
 from devstack.identities import Identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess, free_port
+from devstack.product import WORKER_READY_SECONDS
 from devstack.services import TemporalDevServer
 from servingops.api_models.ome import InferenceService
 from servingops.api_models.registry import served_kinds
@@ -235,7 +236,7 @@ def installed_processes(installed: Installed, kube_cluster: LocalKubeCluster, te
         "--metrics-address", f"127.0.0.1:{metrics}", "--lease-name", f"bridge-{task_queue}",
         "--lease-seconds", "5"], stack_logs, env=installed.env, cwd=installed.cwd)
     try:
-        worker.start().wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
+        worker.start().wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=WORKER_READY_SECONDS)
         bridge.start().wait_ready(lambda: "servingops_bridge_leader 1" in _metrics(metrics), timeout=60)
         yield task_queue, kubeconfig, worker, bridge
     finally:

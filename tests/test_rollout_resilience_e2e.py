@@ -33,7 +33,7 @@ from devstack.hub_server import HubServer
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
-from devstack.product import BridgeLauncher, start_worker
+from devstack.product import BridgeLauncher, restart_worker, start_worker
 from devstack.services import OciRegistry, Prometheus, TemporalDevServer
 from servingops.api_models.ome import InferenceService
 from testkit.waiting import wait_until
@@ -78,11 +78,7 @@ class RestartableStack:
     def crash_and_restart(self) -> None:
         """SIGKILL the worker, then start a new one with the same host id, queue and env. The log
         file is appended to, so readiness is judged on what the new process wrote."""
-        self.worker.kill()
-        offset = self.worker.log_path.stat().st_size if self.worker.log_path.exists() else 0
-        worker = self.start()
-        worker.wait_ready(lambda: "ready on" in worker.log_path.read_bytes()[offset:].decode(errors="replace"),
-                          timeout=60)
+        restart_worker(self.worker)
         self.restarts += 1
 
 

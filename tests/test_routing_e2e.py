@@ -47,6 +47,7 @@ from kubernetes.client.exceptions import ApiException
 
 from devstack.hub_server import HubServer
 from devstack.members import registration_ready
+from devstack.product import start_worker_process
 from devstack.relay import start_relay
 from devstack.services import OciRegistry
 from testkit.load import BackgroundLoad, LoadReport, LoadSpec, run_load
@@ -445,18 +446,22 @@ def _withdrawn_under_load(svc: Service, change: Callable[[], None]) -> tuple[Loa
             time.sleep(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
-    with BackgroundLoad(svc.load(30000)) as load:  # stopped once the copy is gone
-        sampler.start()
-        time.sleep(2)
-        load.mark("changed")
-        change()
-        wait_until("the home's copy withdrawn", lambda: not svc.copy_in(svc.b), svc.stack.live.worker, 240)
-        load.mark("withdrawn")
-        time.sleep(2)
+    try:
+        with BackgroundLoad(svc.load(30000)) as load:  # stopped once the copy is gone
+            sampler.start()
+            time.sleep(2)
+            load.mark("changed")
+            change()
+            wait_until("the home's copy withdrawn", lambda: not svc.copy_in(svc.b), svc.stack.live.worker, 240)
+            load.mark("withdrawn")
+            time.sleep(2)
+            stop.set()
+            load.stop()
+            report = load.report
+    finally:
+        # Also when `change` failed: a sampler left running outlives the module's clusters and fails later tests.
         stop.set()
-        load.stop()
-        report = load.report
-    sampler.join(timeout=5)
+        sampler.join(timeout=5)
     assert report is not None
     gone_at = next(t for t, present, _ in seen if not present)
     before = [w for t, present, w in seen if t < gone_at]
@@ -494,12 +499,9 @@ def test_placement_withdraws_a_home_only_after_the_route_stopped_sending_there(s
     def drop_b_and_kill_the_worker() -> None:
         svc.place({svc.a.name: 1})
         time.sleep(0.5)
-        offset = worker.log_path.stat().st_size if worker.log_path.exists() else 0
         worker.kill()  # between the new plan and its publication
         time.sleep(2)
-        worker.start()
-        worker.wait_ready(lambda: "ready on" in worker.log_path.read_bytes()[offset:].decode(errors="replace"),
-                          timeout=60)
+        start_worker_process(worker)
 
     report, last_weight = _withdrawn_under_load(svc, drop_b_and_kill_the_worker)
     print(f"\nplacement dropped a home under load with the worker SIGKILLed: {report.succeeded} answered, "

@@ -31,7 +31,7 @@ from temporalio.testing import ActivityEnvironment
 from devstack import identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess
-from devstack.product import BridgeLauncher
+from devstack.product import WORKER_READY_SECONDS, BridgeLauncher
 from devstack.services import TemporalDevServer
 from servingops.activities.workload_cluster.activities import (
     REFUSAL_IS_VERDICT_FROM,
@@ -179,7 +179,7 @@ def health(kube_cluster: LocalKubeCluster, member: LocalKubeCluster, temporal_se
                                 env=env, cwd=REPO_ROOT).start()
         launcher = BridgeLauncher(ids, temporal_server.address, stack_logs)
         try:
-            worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=60)
+            worker.wait_ready(lambda: "ready on" in worker.log_tail(20), timeout=WORKER_READY_SECONDS)
             launcher.start(task_queue=task_queue, kinds="WorkloadCluster")
             state = Health(api, namespace, ids.operator_config, worker,
                            least_privilege_kubeconfig(member, tmp_path_factory.mktemp("member-identity")))

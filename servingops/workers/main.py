@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -62,6 +63,9 @@ async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
                            worker_task_queue=settings.host_task_queue).start()
     try:
         with ThreadPoolExecutor(max_workers=settings.max_activity_threads) as executor:
+            # Building the workers validates every workflow in the sandbox (a few seconds); logged so a slow
+            # start says where its time went.
+            building = time.monotonic()
             activities = registry.activities(settings, api_client, public_url)
             workers = [
                 Worker(temporal, task_queue=queue, workflows=registry.workflows(), activities=activities,
@@ -71,6 +75,7 @@ async def run(settings: WorkerSettings, stop: asyncio.Event) -> None:
                        interceptors=[MetricsInterceptor(metrics), KubernetesErrors()])
                 for queue in (settings.temporal.task_queue, settings.host_task_queue)
             ]
+            log.info("workers built in %.1f s", time.monotonic() - building)
             async with workers[0], workers[1]:
                 log.info("worker %s ready on %s, queues %s and %s; uploads at %s", settings.host_id,
                          settings.temporal.address, settings.temporal.task_queue, settings.host_task_queue,

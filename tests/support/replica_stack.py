@@ -14,6 +14,7 @@ from devstack.hub_server import HubServer
 from devstack.identities import Identities
 from devstack.kube import LocalKubeCluster
 from devstack.process import ManagedProcess
+from devstack.product import restart_worker
 from devstack.services import OciRegistry, TemporalDevServer
 from servingops.api_models.ome.instance_keys import INSTANCE_LABEL, REPLICA_LABEL, SERVING_GATE
 from testkit.waiting import wait_until
@@ -88,18 +89,8 @@ def serving_instances(pods: list[client.V1Pod], per_instance: int = 1) -> int:
 
 
 def restart(worker: ManagedProcess) -> None:
-    """Kill the worker (a crash) and start it again; ready once its log says so again (the log is
-    appended to, and other workflows' retries may fill its tail meanwhile)."""
-    def readies() -> int:
-        try:
-            return worker.log_path.read_text(errors="replace").count("ready on")
-        except OSError:
-            return 0
-
-    before = readies()
-    worker.kill()
-    worker.start()
-    worker.wait_ready(lambda: readies() > before, timeout=90)
+    """Kill the worker (a crash) and start it again, ready."""
+    restart_worker(worker)
 
 
 @pytest.fixture(scope="module")
