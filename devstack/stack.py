@@ -72,8 +72,9 @@ def up(state_dir: Path, members: int = 0) -> int:
     # On a new machine the controllers (kube-controller-manager, kube-scheduler, kwok: about half of the
     # Go build) are not built yet. Nothing the examples need waits for them (a model import runs in
     # the worker, not in a pod), so the cluster starts without them, the examples become Ready, and
-    # they are built and joined after: examples Ready minutes sooner, the same stack in the end.
-    staged = members == 0 and bool(missing_binaries(CONTROLLER_BINARIES))
+    # they are built and joined after: examples Ready minutes sooner, the same stack in the end. Member
+    # clusters run their own controllers, so they start once those are built.
+    staged = bool(missing_binaries(CONTROLLER_BINARIES))
     # The InferenceServices' pods answer (devstack/pod_runtime.py): the runtime's network namespace gives
     # the range kwok hands their addresses out of, so it starts first.
     cluster = LocalKubeCluster(state_dir / "kube", logs, controllers=not staged, answering=True)
@@ -148,19 +149,27 @@ def up(state_dir: Path, members: int = 0) -> int:
     # Member clusters for placement (devstack/members.py): each its own apiserver, kwok nodes, Kueue
     # (4 cpus of quota) and servingops, registered here as WorkloadCluster member-<i>, labelled
     # servingops.dev/member=member-<i>; the `default` namespace is prepared in each.
-    fleet = [MemberCluster(f"member-{i}", state_dir / "members" / f"member-{i}", logs,
-                           labels={"servingops.dev/member": f"member-{i}"}).start(temporal.address, env)
-             for i in range(1, members + 1)]
-    for member in fleet:
-        member.prepare_namespace("default")
-        member.register(api, ids.namespace)
+    def start_fleet() -> list[MemberCluster]:
+        started = [MemberCluster(f"member-{i}", state_dir / "members" / f"member-{i}", logs,
+                                 labels={"servingops.dev/member": f"member-{i}"}).start(temporal.address, env)
+                   for i in range(1, members + 1)]
+        for member in started:
+            member.prepare_namespace("default")
+            member.register(api, ids.namespace)
+        return started
+
+    fleet = [] if staged else start_fleet()
 
     def processes() -> list[ManagedProcess | None]:
         return [temporal.process, registry.process, prometheus.process, runtime.process, *cluster._processes,
                 traefik.process, hub, worker, bridge, *agents, webhook.process, admission.process,
                 *(p for m in fleet for p in m.processes())]
 
-    state = {
+    def print_fleet() -> None:
+        for member in fleet:
+            print(f"member cluster:  {member.name} (WorkloadCluster), KUBECONFIG={member.cluster.kubeconfig_path}")
+
+    state: dict[str, Any] = {
         "pids": [p.pid for p in processes() if p and p.pid],
         "temporal": temporal.address,
         "temporal_ui": temporal.ui_url,
@@ -184,8 +193,7 @@ def up(state_dir: Path, members: int = 0) -> int:
     print(f"gateway:         {traefik.url} (Traefik; an InferenceService answers for Host "
           f"<name>.<namespace>.{INGRESS_DOMAIN})")
     print(f"logs:            {logs}")
-    for member in fleet:
-        print(f"member cluster:  {member.name} (WorkloadCluster), KUBECONFIG={member.cluster.kubeconfig_path}")
+    print_fleet()
     print(f"node disks:      {state_dir / 'nodes'} (one agent per kwok node)")
     # Served examples need pods, so on a new machine they are reported once the controllers have joined.
     served = [doc for doc in applied if doc["kind"] in SERVED_KINDS]
@@ -201,6 +209,12 @@ def up(state_dir: Path, members: int = 0) -> int:
         (state_dir / "stack.json").write_text(json.dumps(state, indent=2))
         print(f"controllers, {len(cluster.node_names)} kwok nodes and their agents joined in "
               f"{time.monotonic() - began:.0f}s")
+        if members:
+            fleet.extend(start_fleet())
+            state["pids"] = [p.pid for p in processes() if p and p.pid]
+            state["members"] = {m.name: str(m.cluster.kubeconfig_path) for m in fleet}
+            (state_dir / "stack.json").write_text(json.dumps(state, indent=2))
+            print_fleet()
         report(api, served, wait_seconds=READY_WAIT_SECONDS)
     for doc in served:
         print(answer_line(traefik, doc))

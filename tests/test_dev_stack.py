@@ -62,41 +62,6 @@ def _member_ready(kubeconfig: Path, name: str) -> bool:
                for c in (obj.get("status") or {}).get("conditions") or [])
 
 
-def test_dev_up_makes_the_examples_ready_and_down_stops_everything(tmp_path: Path) -> None:
-    state = tmp_path / "stack"
-    up = _cli("up", "--members", "1", state=state)
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        assert "Temporal UI:" in up.stdout
-        kinds = _example_kinds()
-        ready = len([k for k in kinds if k not in STATUSLESS_KINDS])
-        assert f"{ready} of {ready} became Ready" in up.stdout, up.stdout
-        # The example InferenceService answers through the stack's Gateway (the README's curl line).
-        assert "tiny-llama.default.example.com answered through the gateway: 200" in up.stdout, up.stdout
-        assert _cli("status", state=state).returncode == 0
-        stack = json.loads((state / "stack.json").read_text())
-        pids = stack["pids"]
-        # --members 1: a member cluster, registered as a WorkloadCluster that the health workflow
-        # finds connected (its own apiserver, Kueue, worker and bridge are among the pids `down` stops).
-        assert "member cluster:  member-1" in up.stdout and set(stack["members"]) == {"member-1"}
-        assert _eventually(lambda: _member_ready(Path(stack["kubeconfig"]), "member-1"), 90), "member-1 not Ready"
-        # One node agent per kwok node was started (a log each); `down` must stop them with the rest.
-        agent_logs = sorted(p.name for p in Path(stack["logs"]).glob("agent-*"))
-        assert agent_logs and all(name.startswith("agent-kwok-node-") for name in agent_logs), agent_logs
-        # The local Prometheus scrapes the worker (the SDK's metrics and its own) and the bridge.
-        for promql in ('up{component="worker"}', 'up{component="bridge"}', 'servingops_bridge_leader',
-                       'clamp_max(sum(servingops_worker_pushed_bytes_total), 1)',
-                       'clamp_max(count(temporal_worker_task_slots_available{component="worker"}), 1)'):
-            assert _eventually_one(stack["prometheus"], promql), promql
-    finally:
-        down = _cli("down", state=state)
-    assert down.returncode == 0, down.stdout + down.stderr
-    alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()
-             and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
-    assert alive == [], f"left running: {alive}"
-    assert not os.path.exists(state / "stack.json")
-
-
 def _example_kinds() -> list[str]:
     return [doc["kind"] for path in sorted((REPO_ROOT / "deploy" / "examples").glob("*.yaml"))
             for doc in yaml.safe_load_all(path.read_text()) if doc]
@@ -107,13 +72,16 @@ def _stopped(pids: list[int]) -> list[int]:
             and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
 
 
-def test_dev_up_on_a_new_machine_makes_the_examples_ready_before_building_the_controllers(tmp_path: Path) -> None:
+def test_dev_up_on_a_new_machine_makes_the_examples_ready_then_joins_controllers_and_a_member(
+        tmp_path: Path) -> None:
+    # One `./dev up --members 1` proves both what a new machine sees and the whole stack `down` stops: each
+    # `up` costs minutes of a CI worker, so the README's command is run once.
     # A new machine as `./dev up` leaves it before the stack starts: etcd, kube-apiserver and helm
-    # built, the controllers not. A cache of its own holds links to the first three; the controllers
-    # are really built into it (a relink here: the Go build cache is warm).
+    # built, the controllers not (Kueue too, which only the member runs). A cache of its own holds links to
+    # those; the controllers are really built into it (a relink here: the Go build cache is warm).
     cache = tmp_path / "cache"
     (cache / "bin" / ".versions").mkdir(parents=True)
-    for name in (*STORAGE_BINARIES, "helm"):
+    for name in (*STORAGE_BINARIES, "helm", "kueue"):
         found = find_binary(name)
         assert found is not None, f"{name} is built by ./dev test's setup"
         (cache / "bin" / name).symlink_to(found)
@@ -121,21 +89,23 @@ def test_dev_up_on_a_new_machine_makes_the_examples_ready_before_building_the_co
         if stamp.exists():
             (cache / "bin" / ".versions" / name).write_text(stamp.read_text())
     state = tmp_path / "stack"
-    up = _cli("up", state=state, env={"SERVINGOPS_CACHE": str(cache)})
+    up = _cli("up", "--members", "1", state=state, env={"SERVINGOPS_CACHE": str(cache)})
     pids: list[int] = []
     try:
         assert up.returncode == 0, up.stdout + up.stderr
+        assert "Temporal UI:" in up.stdout
         stack = json.loads((state / "stack.json").read_text())
         pids = stack["pids"]
         kinds = _example_kinds()
         imports = len([k for k in kinds if k not in STATUSLESS_KINDS and k not in SERVED_KINDS])
         served = len([k for k in kinds if k in SERVED_KINDS])
         ready = up.stdout.index(f"{imports} of {imports} became Ready")
-        # The model imports were Ready before the controllers were built; the served examples, which
-        # need pods, once they had joined, and then answered through the Gateway.
+        # The model imports were Ready before the controllers were built; the member joined once they
+        # had; the served examples, which need pods, then became Ready and answered through the Gateway
+        # (the README's curl line).
         order = [up.stdout.index(line) for line in (
-            "building and joining", "joined in", f"{served} of {served} became Ready",
-            "answered through the gateway: 200")]
+            "building and joining", "joined in", "member cluster:  member-1", f"{served} of {served} became Ready",
+            "tiny-llama.default.example.com answered through the gateway: 200")]
         assert ready < order[0] and order == sorted(order), up.stdout
         for name in CONTROLLER_BINARIES:
             assert (cache / "bin" / name).is_file(), f"{name} not built into the new machine's cache"
@@ -150,11 +120,21 @@ def test_dev_up_on_a_new_machine_makes_the_examples_ready_before_building_the_co
             assert deployments and all((d.status.ready_replicas or 0) == d.spec.replicas for d in deployments)
         finally:
             api.close()  # type: ignore[no-untyped-call]
+        # --members 1: a member cluster, registered as a WorkloadCluster that the health workflow finds
+        # connected (its own apiserver, Kueue, worker and bridge are among the pids `down` stops).
+        assert set(stack["members"]) == {"member-1"}
+        assert _eventually(lambda: _member_ready(Path(stack["kubeconfig"]), "member-1"), 90), "member-1 not Ready"
         # The node agents started with their nodes; stack.json names every process for `down`.
         agent_logs = sorted(p.name for p in Path(stack["logs"]).glob("agent-*"))
-        assert len(agent_logs) == 3, agent_logs
+        assert len(agent_logs) == 3 and all(name.startswith("agent-kwok-node-") for name in agent_logs), agent_logs
+        # The local Prometheus scrapes the worker (the SDK's metrics and its own) and the bridge.
+        for promql in ('up{component="worker"}', 'up{component="bridge"}', 'servingops_bridge_leader',
+                       'clamp_max(sum(servingops_worker_pushed_bytes_total), 1)',
+                       'clamp_max(count(temporal_worker_task_slots_available{component="worker"}), 1)'):
+            assert _eventually_one(stack["prometheus"], promql), promql
         assert _cli("status", state=state).returncode == 0
     finally:
         down = _cli("down", state=state)
     assert down.returncode == 0, down.stdout + down.stderr
     assert _stopped(pids) == [], "left running"
+    assert not os.path.exists(state / "stack.json")
