@@ -276,6 +276,9 @@ def test_an_unreachable_member_answers_with_why(backend: Backend) -> None:
     out = backend.call("project_quota", QuotaProjectInput(
         cluster=dead, name=name, body=projected_copy(_leaf(name), {f"{GPU}|a100": "1"})))
     assert out.error and not out.wrote and out.copy_ is None
+    # Never reached, nothing written: its registration is not held (deleting it would otherwise wait for a
+    # release that can never reach it, until the finalizer was removed by hand).
+    assert backend.held(dead) is False
     gone = backend.call("unproject_quota", QuotaUnprojectInput(cluster=dead, name=name, origin=f"uid-{name}"))
     assert gone.error
 

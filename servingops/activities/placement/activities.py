@@ -467,10 +467,14 @@ class PlacementActivities:
         an answer (`error`), never an exception: the other members go on."""
         out = ClusterOutcome(cluster=inp.cluster, unresolved=inp.unresolved)
         try:
-            if inp.body is not None:
-                self._hold_for_copies(inp.cluster)  # this plane's object: outside the member's session
             with self._session(inp.cluster) as member:
                 found = member.quota_copy(inp.name)
+            # Held only once the member answered: a member never reached holds no copy, so its deregistration
+            # is not kept waiting for one. This plane's object: outside the member's session, whose errors
+            # are the member's.
+            if inp.body is not None:
+                self._hold_for_copies(inp.cluster)
+            with self._session(inp.cluster) as member:
                 existing = CopyView.from_object(found) if found is not None else None
                 out.conflict = copy_conflict(inp.cluster, existing)
                 if not out.conflict and inp.body is not None and not copy_in_sync(inp.body, existing):
