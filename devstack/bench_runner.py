@@ -21,10 +21,13 @@ runs on the host, as a pod with hostNetwork would):
 - Network: the process resolves host names to the cluster's Gateway (loopback; devstack/bench_shim) and may
   reach loopback and the stack's pod range only.
 - Status: phase Pending while init containers run (Initialized False), Running once the containers do; each
-  container's running and terminated state (exit code, reason, and with FallbackToLogsOnError
-  the end of its log as the message), then phase Succeeded or Failed, so the real Job controller marks the
-  Job Complete or Failed. A pod deleted mid-run has its process group stopped (SIGTERM, SIGKILL after the
-  grace period), as a kubelet stops a container, and reports Failed with the container's exit (143/137).
+  container's running and terminated state (exit code, reason, and as the message what the container wrote to
+  its terminationMessagePath, a file of its own the path is rewritten to, first 4096 bytes; when it wrote
+  nothing, with FallbackToLogsOnError and a non-zero exit, the end of its log), then phase Succeeded or
+  Failed, so the real Job controller marks the Job Complete or Failed. A pod deleted mid-run has its process
+  group stopped (SIGTERM, SIGKILL after the grace period), as a kubelet stops a container, and reports Failed
+  with the container's exit (143/137): the Job's podFailurePolicy holds the pod (its tracking finalizer) until
+  that status is in, so the Job's Failed condition names the exit.
 - Bounded: a container runs at most RUN_LIMIT_SECONDS (the Job's activeDeadlineSeconds usually ends it first).
 """
 
@@ -58,6 +61,10 @@ LOG_TAIL_BYTES = 2048
 """How much of a failed container's log becomes its termination message (a kubelet keeps 2048 bytes or 80
 lines for FallbackToLogsOnError)."""
 SHIM_DIR = Path(__file__).resolve().parent / "bench_shim"
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+"""A container's terminationMessagePath when its spec has none (the apiserver's default)."""
+MESSAGE_BYTES = 4096
+"""How much of the termination message file a kubelet keeps."""
 
 
 def cache_dir() -> Path:
@@ -70,6 +77,22 @@ def default_commands() -> dict[str, Path]:
     venv = cache / f"genai-bench-{GENAI_BENCH_VERSION}" / "bin"
     # `python` is the benchmark image's own (the redact step runs there).
     return {"genai-bench": venv / "genai-bench", "python": venv / "python", "oras": cache / "bin" / "oras"}
+
+
+def termination_message(container: dict[str, Any], exit_code: int, message_file: Path, logfile: Path) -> str:
+    """What a kubelet reports as a terminated container's message: the first MESSAGE_BYTES of the file at its
+    terminationMessagePath; when that is empty, with FallbackToLogsOnError and a non-zero exit, the end of its
+    log (LOG_TAIL_BYTES)."""
+    with contextlib.suppress(FileNotFoundError):
+        with message_file.open("rb") as fh:
+            written = fh.read(MESSAGE_BYTES)
+        if written:
+            return written.decode(errors="replace")
+    if exit_code == 0 or container.get("terminationMessagePolicy") != "FallbackToLogsOnError":
+        return ""
+    with logfile.open("rb") as fh:
+        fh.seek(max(0, logfile.stat().st_size - LOG_TAIL_BYTES))
+        return fh.read().decode(errors="replace")
 
 
 class PodSetupError(Exception):
@@ -208,7 +231,7 @@ class BenchRunner:
         except Exception as exc:  # a bug of the runner is the pod's failure, said, never a hang
             log.exception("running %s", key)
             failed = True
-            main_states = [self._terminated(c, 128, "RunnerError", repr(exc)) for c in mains]
+            main_states = [self._terminated(c, 128, "RunnerError", repr(exc)[-LOG_TAIL_BYTES:]) for c in mains]
         with self._lock:
             if run.deleted.is_set():
                 self.running.pop(meta["uid"], None)
@@ -272,7 +295,12 @@ class BenchRunner:
         logfile = pod_dir / f"{name}.log"
         if executable is None or not executable.exists():
             logfile.write_text(f"{words[0] if words else '(no command)'}: command not found in the devstack runtime\n")
-            return self._terminated(container, 127, "Error", logfile.read_text(), started)
+            return self._terminated(container, 127, "Error", logfile.read_text()[-LOG_TAIL_BYTES:], started)
+        # The termination message file, as a kubelet mounts it: an empty file of the container's own at its
+        # terminationMessagePath, read back when the container ends.
+        message_file = pod_dir / f"{name}.termination-log"
+        message_file.write_bytes(b"")
+        mounts = [(str(container.get("terminationMessagePath") or TERMINATION_MESSAGE_PATH), message_file), *mounts]
         argv = [str(executable), *(host_path(w, mounts) for w in words[1:])]
         scratch = pod_dir / "home"
         scratch.mkdir(parents=True, exist_ok=True)
@@ -298,13 +326,8 @@ class BenchRunner:
                 break
         code = process.wait()
         exit_code = code if code >= 0 else 128 - code  # killed by signal n: 128 + n, as a runtime reports
-        tail = ""
-        if exit_code != 0 and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-            with logfile.open("rb") as fh:
-                fh.seek(max(0, logfile.stat().st_size - LOG_TAIL_BYTES))
-                tail = fh.read().decode(errors="replace")
-        return self._terminated(container, exit_code, reason or ("Completed" if exit_code == 0 else "Error"), tail,
-                                started)
+        return self._terminated(container, exit_code, reason or ("Completed" if exit_code == 0 else "Error"),
+                                termination_message(container, exit_code, message_file, logfile), started)
 
     @staticmethod
     def _kill(process: subprocess.Popen[bytes], grace: float) -> str:
@@ -463,7 +486,7 @@ class BenchRunner:
         terminated: dict[str, Any] = {"exitCode": code, "reason": reason, "startedAt": started or _now(),
                                       "finishedAt": _now()}
         if message:
-            terminated["message"] = message[-LOG_TAIL_BYTES:]
+            terminated["message"] = message
         return {"name": container["name"], "image": container.get("image", ""), "ready": False, "restartCount": 0,
                 "started": False, "state": {"terminated": terminated}}
 
@@ -494,4 +517,4 @@ class BenchRunner:
             time.sleep(1.0)
 
 
-__all__ = ["BENCH_POD_LABEL", "BenchRunner", "PodSetupError", "default_commands", "host_path"]
+__all__ = ["BENCH_POD_LABEL", "BenchRunner", "PodSetupError", "default_commands", "host_path", "termination_message"]

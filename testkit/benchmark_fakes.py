@@ -5,7 +5,8 @@ manager does to a Job (its pod running, succeeding, failing) a test does by hand
 
 What the fake does not model: models and their sources (an InferenceService's tokenizer is its model name),
 the operator ConfigMap (BenchmarkDefaults() unless set), owner garbage collection (stop removes the Job at once),
-pods (a Job's failure message is what `fail` says)."""
+pods (a Job's failure message is what `fail` says; a pvc:// Job's summarize step's termination message is what
+`succeed` says, read by the real activity's pure reader)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,15 @@ from servingops.api_models.ome.benchmark_job import BenchmarkJob, BenchmarkJobSp
 from servingops.api_models.operator_config import BenchmarkDefaults
 from servingops.api_models.refs import ObjectRef
 from servingops.rendering.benchmark_events import BenchEvent, transition_event
-from servingops.rendering.benchmark_job import BenchmarkRenderError, ResolvedEndpoint, job_name, render_job
+from servingops.rendering.benchmark_job import (
+    SUMMARIZER,
+    BenchmarkRenderError,
+    ResolvedEndpoint,
+    job_name,
+    render_job,
+)
 from servingops.rendering.benchmark_results import ResultsError, summarize_archive
+from servingops.rendering.benchmark_summary_step import read_summary_message
 
 
 @dataclass
@@ -67,6 +75,8 @@ class FakeJob:
     start_time: datetime | None = None
     completion_time: datetime | None = None
     message: str = ""
+    termination_message: str | None = None
+    """What its pod's summarize container (a pvc:// Job's) left as its termination message."""
 
 
 @dataclass
@@ -103,9 +113,12 @@ class FakeBenchWorld:
         job = self.job(name, namespace)
         job.phase, job.start_time = JobPhase.RUNNING, self.clock()
 
-    def succeed(self, name: str, namespace: str = "ns") -> None:
+    def succeed(self, name: str, namespace: str = "ns", termination_message: str | None = None) -> None:
+        """The Job Complete; `termination_message`: what a pvc:// Job's summarize container reported (None: its
+        pod said nothing)."""
         job = self.job(name, namespace)
         job.phase, job.completion_time = JobPhase.SUCCEEDED, self.clock()
+        job.termination_message = termination_message
 
     def fail(self, name: str, message: str, namespace: str = "ns") -> None:
         job = self.job(name, namespace)
@@ -188,8 +201,16 @@ class FakeBenchWorld:
         job = self.jobs.get((request.namespace, request.job_name))
         if job is None:
             return BenchJobOutput(phase=JobPhase.MISSING, message=f"the Job {request.job_name} is gone")
+        summary, problem = None, ""
+        pod = job.manifest["spec"]["template"]["spec"]
+        if job.phase == JobPhase.SUCCEEDED and any(c["name"] == SUMMARIZER for c in pod["containers"]):
+            if job.termination_message is None:
+                problem = "the Job's pod is gone or did not report its summarize step"
+            else:
+                reading = read_summary_message(job.termination_message)
+                summary, problem = reading.summary, reading.problem
         return BenchJobOutput(phase=job.phase, start_time=job.start_time, completion_time=job.completion_time,
-                              message=job.message)
+                              message=job.message, summary=summary, summary_problem=problem)
 
     def stop(self, request: BenchJobInput) -> BenchStopOutput:
         gone = self.jobs.pop((request.namespace, request.job_name), None)

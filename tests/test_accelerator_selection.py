@@ -143,6 +143,8 @@ def test_the_choice_renders_node_selector_affinity_and_resources() -> None:
 class Classes:
     """A Reader holding AcceleratorClasses only (an inline spec reads nothing else)."""
 
+    controller_namespace = None
+
     def __init__(self, classes: dict[str, AcceleratorClassSpec]) -> None:
         self.objects = {name: {"metadata": {"name": name}, "spec": spec.to_api()} for name, spec in classes.items()}
         self.lists = 0

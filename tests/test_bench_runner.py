@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
-from devstack.bench_runner import BENCH_POD_LABEL, SHIM_DIR, host_path
+from devstack.bench_runner import BENCH_POD_LABEL, MESSAGE_BYTES, SHIM_DIR, BenchRunner, Running, host_path
 from devstack.kube import go_module_dir, kwok_stages, pinned_versions
 from servingops.activities.benchmark.activities import job_phase
 from servingops.activities.benchmark.types import JobPhase
@@ -84,3 +85,41 @@ def test_a_pod_whose_init_container_runs_genai_bench_is_a_running_benchmark() ->
     waiting = client.V1ContainerState(waiting=client.V1ContainerStateWaiting(reason="PodInitializing"))
     assert job_phase(job, [pod(running)]).phase == JobPhase.RUNNING
     assert job_phase(job, [pod(waiting)]).phase == JobPhase.PENDING
+
+
+def _runner(tmp_path: Path) -> BenchRunner:
+    runner = BenchRunner(client.ApiClient(), tmp_path, [], commands={"python": Path(sys.executable)})
+    runner._gateway = lambda: ""  # type: ignore[method-assign]  # no cluster here
+    runner._patch_status = lambda pod, status: None  # type: ignore[method-assign]
+    return runner
+
+
+def _run(runner: BenchRunner, tmp_path: Path, container: dict[str, object]) -> dict[str, object]:
+    pod = {"metadata": {"namespace": "ns", "name": "p", "uid": "u"}, "spec": {"containers": [container]}}
+    run = Running("u", threading.Thread(target=lambda: None))
+    state = runner._run_container("ns/p", run, container, {}, [], tmp_path, pod, [], [], [])
+    return dict(state["state"]["terminated"])
+
+
+def test_a_container_s_termination_message_is_what_it_wrote_at_its_path_as_a_kubelet_reports_it(
+        tmp_path: Path) -> None:
+    """The summarize step writes its summary to /dev/termination-log: the runner gives the container a file of
+    its own there and reports its first 4096 bytes in the terminated state; with nothing written, a failed
+    FallbackToLogsOnError container's message is its log's end; a succeeded one's is empty."""
+    runner = _runner(tmp_path)
+    write = "import sys; open(sys.argv[1], 'w').write(sys.argv[2] * 5000)"
+    done = _run(runner, tmp_path, {"name": "summarize", "command": ["python"],
+                                   "args": ["-c", write, "/dev/termination-log", "x"],
+                                   "terminationMessagePath": "/dev/termination-log"})
+    assert done["exitCode"] == 0 and done["message"] == "x" * MESSAGE_BYTES
+    custom = _run(runner, tmp_path, {"name": "custom", "command": ["python"],
+                                     "args": ["-c", "import sys; open(sys.argv[1], 'w').write('hi')", "/tmp/said"],
+                                     "terminationMessagePath": "/tmp/said"})
+    assert custom["message"] == "hi"
+    failed = _run(runner, tmp_path, {"name": "failing", "command": ["python"],
+                                     "args": ["-c", "print('the last words'); raise SystemExit(3)"],
+                                     "terminationMessagePolicy": "FallbackToLogsOnError"})
+    assert failed["exitCode"] == 3 and "the last words" in str(failed["message"])
+    quiet = _run(runner, tmp_path, {"name": "quiet", "command": ["python"], "args": ["-c", "print('ok')"],
+                                    "terminationMessagePolicy": "FallbackToLogsOnError"})
+    assert quiet["exitCode"] == 0 and "message" not in quiet

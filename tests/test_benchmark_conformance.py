@@ -41,6 +41,7 @@ from servingops.activities.benchmark.types import (
 from servingops.api_models.ome.benchmark_job import BenchmarkJob, BenchmarkJobStatus
 from servingops.api_models.refs import ObjectRef
 from testkit.benchmark_fakes import FakeBenchWorld, FakeJob
+from testkit.waiting import wait_until
 from tests.fixtures.kube import api_as
 from tests.support.conformance import FAKE_UNIT_AND_REAL, activity_name, chosen_backend, wire
 
@@ -64,6 +65,7 @@ class Backend(Protocol):
     def add_foreign_job(self, name: str) -> None: ...
     def job_names(self) -> list[str]: ...
     def push_results(self, repository: str, tag: str, layer: bytes) -> str: ...
+    def complete(self, job: str, summarize_message: str) -> None: ...
     def call(self, fn: Any, request: Any, answer: type) -> Any: ...
 
     def events(self, name: str) -> list[tuple[str, str]]: ...
@@ -82,6 +84,9 @@ class Fake:
 
     def add(self, name: str, spec: dict[str, Any]) -> ObjectRef:
         return self.world.add(name, copy.deepcopy(spec), self.namespace).ref()
+
+    def complete(self, job: str, summarize_message: str) -> None:
+        self.world.succeed(job, self.namespace, termination_message=summarize_message)
 
     def edit(self, ref: ObjectRef, spec: dict[str, Any]) -> None:
         stored = self.world.benches[(self.namespace, ref.name)]
@@ -138,6 +143,28 @@ class Real:
                         "layers": [{"mediaType": LAYER_MEDIA_TYPE, "digest": layer_digest, "size": len(layer)}]}
             reg.put_manifest(repository, tag, json.dumps(manifest).encode())
         return f"{self.registry}/{repository}:{tag}"
+
+    def complete(self, job: str, summarize_message: str) -> None:
+        """What the kubelet and the Job controller do for a pod whose containers all succeeded: its status
+        (the summarize container's termination message in it) is written as a kubelet writes it, and the real
+        Job controller marks the Job Complete."""
+        pod = wait_until(f"the pod of {job}", lambda: next(iter(self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"job-name={job}").items), None), timeout=60)
+
+        def ended(name: str, message: str | None = None) -> dict[str, Any]:
+            return {"name": name, "image": "i", "imageID": "", "ready": False, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 0, "reason": "Completed", "message": message,
+                                             "startedAt": "2026-12-07T12:00:00Z",
+                                             "finishedAt": "2026-12-07T12:01:00Z"}}}
+
+        spec = pod.spec
+        self.core.patch_namespaced_pod_status(pod.metadata.name, self.namespace, {"status": {
+            "phase": "Succeeded",
+            "initContainerStatuses": [ended(c.name) for c in spec.init_containers or []],
+            "containerStatuses": [ended(c.name, summarize_message) for c in spec.containers]}})
+        wait_until(f"{job} Complete", lambda: any(
+            c.type == "Complete" and c.status == "True"
+            for c in self.batch.read_namespaced_job(job, self.namespace).status.conditions or []), timeout=60)
 
     def add(self, name: str, spec: dict[str, Any]) -> ObjectRef:
         body = {"apiVersion": "ome.io/v1beta1", "kind": "BenchmarkJob", "metadata": {"name": name}, "spec": spec}
@@ -288,6 +315,18 @@ def test_summarize_reads_the_pushed_results_and_says_what_is_missing(backend: Ba
     junk = backend.push_results(repository, "junk", b"not an archive")
     bad: BenchSummarizeOutput = backend.call(A.summarize, BenchSummarizeInput(results=junk), BenchSummarizeOutput)
     assert bad.summary is None and "not a tar archive" in bad.problem
+
+
+def test_a_completed_pvc_job_reports_the_summary_its_pod_left(backend: Backend) -> None:
+    """A pvc:// Job's pod ends with the summarize step's termination message: job_state reads the summary
+    from it once the Job is Complete (rendering/benchmark_summary_step.py)."""
+    ref = backend.add("pvcsum", {**SPEC, "outputLocation": {"storageUri": "pvc://results/runs"}})
+    assert start(backend, ref).results == "pvc://results/runs/pvcsum-g1"
+    backend.complete("pvcsum-g1", '{"benchSummary":1,"total":1,"rows":[["D(10,10)",1,17,0,24.881,29.9,232.756]]}')
+    seen = state(backend, "pvcsum-g1")
+    assert seen.phase == JobPhase.SUCCEEDED and seen.summary_problem == "", seen
+    assert seen.summary is not None and [(s.scenario, s.requests, s.ttft_p99_ms) for s in seen.summary] == [
+        ("D(10,10)", 17, 29.9)]
 
 
 def test_status_writes_tell_each_transition_once_as_an_event(backend: Backend) -> None:

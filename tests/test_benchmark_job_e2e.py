@@ -12,6 +12,7 @@ per iteration at most.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import time
@@ -273,6 +274,11 @@ def test_a_pod_killed_mid_run_ends_failed_honestly_with_no_second_job(bench_worl
     status = wait_until("Failed", lambda: _terminal(world, name), timeout=DEADLINE)
     print(status)
     assert status["state"] == "Failed" and f"Job {name}-g1 failed" in status["failureMessage"], status
+    # The container's end, not only the Job's reason: the podFailurePolicy held the pod until the runner (the
+    # kubelet here) reported genai-bench stopped, so the Job's condition and the pod both name its exit.
+    exited = re.search(r"container genai-bench exited (\d+) \(([^)]*)\)", status["failureMessage"])
+    assert exited is not None, status["failureMessage"]
+    assert int(exited[1]) in (143, 137) and ("SIGTERM" in exited[2] or "SIGKILL" in exited[2]), exited[0]
     assert len(_jobs(world, name)) == 1
     # backoffLimit 0: no second pod ran the benchmark again.
     time.sleep(5)
@@ -295,9 +301,13 @@ def test_a_worker_killed_mid_run_and_restarted_completes_with_one_job(bench_worl
 
 def test_a_pvc_output_lands_in_the_claims_volume(bench_world: BenchWorld, tmp_path: Path, started: float) -> None:
     """pvc://<claim>/<sub-path>: genai-bench writes into the claim (here bound to a hostPath PersistentVolume,
-    whose directory the devstack runner mounts). The run Completes; its summary is not read (said in details)."""
+    whose directory the devstack runner mounts), the redact step takes the API key out of the files there, and
+    the summarize step's termination message becomes details.summary. The run Completes."""
     world, ns, name = bench_world, bench_world.namespace, "pvc-bench"
     core = client.CoreV1Api(world.api)
+    key = "sk-devstack-pvc-bench"
+    core.create_namespaced_secret(ns, client.V1Secret(metadata=client.V1ObjectMeta(name="pvc-creds"),
+                                                      string_data={"api-key": key}))
     volume_dir = tmp_path / "volume"
     volume_dir.mkdir()
     pv_name = f"bench-results-{uuid.uuid4().hex[:6]}"
@@ -314,16 +324,41 @@ def test_a_pvc_output_lands_in_the_claims_volume(bench_world: BenchWorld, tmp_pa
                                                     resources=client.V1VolumeResourceRequirements(
                                                         requests={"storage": "1Gi"}))))
         _bench(world, name, {"inferenceService": {"name": world.isvc, "namespace": ns}},
-               outputLocation={"storageUri": "pvc://bench-results/runs"})
+               outputLocation={"storageUri": "pvc://bench-results/runs"},
+               podOverride={"env": [{"name": "MODEL_API_KEY",
+                                     "valueFrom": {"secretKeyRef": {"name": "pvc-creds", "key": "api-key"}}}]})
         status = wait_until("terminal", lambda: _terminal(world, name), timeout=DEADLINE,
                             detail=lambda: [p.status for p in _pods(world, name)])
         assert status["state"] == "Completed", status
         details = json.loads(status["details"])
+        print(name, json.dumps(details, indent=1))
         assert details["results"] == f"pvc://bench-results/runs/{name}-g1"
-        assert "summaryProblem" in details and "summary" not in details
-        written = sorted(p.name for p in (volume_dir / "runs" / f"{name}-g1").iterdir())
+        assert "summaryProblem" not in details, details
+        summary = details["summary"]
+        assert [(s["scenario"], s["concurrency"]) for s in summary] == [("D(100,100)", 1), ("D(100,100)", 2)]
+        for row in summary:
+            assert row["requests"] >= MAX_REQUESTS and row["errors"] <= row["requests"] // 4, row
+            assert 20 <= row["ttftP50Ms"] <= row["ttftP99Ms"] and row["outputTokensPerSecond"] > 0, row
+        [pod] = _pods(world, name)
+        assert pod.status is not None
+        [summarized] = pod.status.container_statuses or []
+        assert summarized.name == "summarize" and summarized.state.terminated.exit_code == 0
+        print("termination message", len(summarized.state.terminated.message), "bytes:",
+              summarized.state.terminated.message)
+        folder = volume_dir / "runs" / f"{name}-g1"
+        written = sorted(p.name for p in folder.iterdir())
         assert "experiment_metadata.json" in written, written
         assert any(n.startswith("D100_100_text-to-text_num_concurrency_1_") for n in written), written
+        # genai-bench wrote the key (its --model-api-key option) into its results; the redact step took it out
+        # of every file in the claim (the workbook is a zip: read inside).
+        for path in folder.rglob("*"):
+            if path.suffix == ".xlsx":
+                with zipfile.ZipFile(path) as book:
+                    assert not any(key.encode() in book.read(i) for i in book.namelist()), path
+            elif path.is_file():
+                assert key.encode() not in path.read_bytes(), path
+        assert "--model-api-key REDACTED" in (folder / "experiment_metadata.json").read_text()
+        assert key not in json.dumps(status)
     finally:
         core.delete_persistent_volume(pv_name)
 

@@ -64,7 +64,7 @@ def flags(args: list[str]) -> dict[str, list[str]]:
 
 def test_the_command_line_carries_every_field_of_the_spec() -> None:
     job = render(spec())
-    container = job["spec"]["template"]["spec"]["containers"][0]
+    container = job["spec"]["template"]["spec"]["initContainers"][0]
     assert container["command"] == ["genai-bench"] and container["args"][0] == "benchmark"
     f = flags(container["args"])
     assert f["--api-base"] == ["http://tiny-llama.default.example.com:8000"]
@@ -89,7 +89,7 @@ def test_the_command_line_carries_every_field_of_the_spec() -> None:
 def test_unset_lists_are_left_to_genai_bench_and_a_result_folder_is_used() -> None:
     job = render(spec(trafficScenarios=None, numConcurrency=None, additionalRequestParams=None,
                       serviceMetadata=None, resultFolderName="mine"))
-    f = flags(job["spec"]["template"]["spec"]["containers"][0]["args"])
+    f = flags(job["spec"]["template"]["spec"]["initContainers"][0]["args"])
     for absent in ("--traffic-scenario", "--num-concurrency", "--additional-request-params", "--server-engine"):
         assert absent not in f
     assert f["--experiment-folder-name"] == ["mine"]
@@ -100,11 +100,11 @@ def test_image_to_text_is_genai_bench_s_image_text_task_and_datasets_reach_it() 
     s = spec(task="image-to-text", trafficScenarios=["I(512,512)"],
              dataset={"storageUri": "hf://org/pictures@main", "parameters": {"promptColumn": "q",
                                                                               "imageColumn": "img"}})
-    f = flags(render(s)["spec"]["template"]["spec"]["containers"][0]["args"])
+    f = flags(render(s)["spec"]["template"]["spec"]["initContainers"][0]["args"])
     assert f["--task"] == ["image-text-to-text"] and f["--dataset-path"] == ["org/pictures"]
     assert f["--dataset-prompt-column"] == ["q"] and f["--dataset-image-column"] == ["img"]
     pod = render(spec(dataset={"storageUri": "pvc://data/sets/prompts.csv"}))["spec"]["template"]["spec"]
-    assert flags(pod["containers"][0]["args"])["--dataset-path"] == ["/dataset/sets/prompts.csv"]
+    assert flags(pod["initContainers"][0]["args"])["--dataset-path"] == ["/dataset/sets/prompts.csv"]
     assert {"name": "dataset", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}} in pod["volumes"]
     with pytest.raises(BenchmarkRenderError, match="dataset scheme s3://"):
         render(spec(dataset={"storageUri": "s3://b/o"}))
@@ -113,7 +113,7 @@ def test_image_to_text_is_genai_bench_s_image_text_task_and_datasets_reach_it() 
 def test_credentials_are_secret_references_never_values_or_arguments() -> None:
     override = {"env": [{"name": "MODEL_API_KEY", "valueFrom": {"secretKeyRef": {"name": "api", "key": "k"}}}]}
     job = render(spec(podOverride=override))
-    container = job["spec"]["template"]["spec"]["containers"][0]
+    container = job["spec"]["template"]["spec"]["initContainers"][0]
     env = {e["name"]: e for e in container["env"]}
     assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf-token", "key": "HUGGINGFACE_API_KEY"}
     assert env["MODEL_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "api", "key": "k"}
@@ -130,7 +130,7 @@ def test_pod_override_merges_into_the_default_pod() -> None:
                 "resources": {"limits": {"cpu": "1"}}, "tolerations": [{"key": "k", "operator": "Exists"}],
                 "nodeSelector": {"pool": "cpu"}, "affinity": {"nodeAffinity": {}}}
     pod = render(spec(podOverride=override))["spec"]["template"]["spec"]
-    container = pod["containers"][0]
+    container = pod["initContainers"][0]
     assert container["image"] == "other:1"
     env = [(e["name"], e.get("value")) for e in container["env"] if "value" in e]
     assert ("ENABLE_UI", "true") in env and ("X", "1") in env and ("ENABLE_UI", "false") not in env
@@ -147,7 +147,20 @@ def test_pod_override_merges_into_the_default_pod() -> None:
 def test_pvc_output_mounts_the_claim_and_oci_output_pushes_after_the_benchmark() -> None:
     pod = render(spec())["spec"]["template"]["spec"]
     assert {"name": "results", "persistentVolumeClaim": {"claimName": "results-claim"}} in pod["volumes"]
-    assert {"name": "results", "mountPath": "/results", "subPath": "bench"} in pod["containers"][0]["volumeMounts"]
+    # pvc://: the benchmark, then the redact step, as init containers (each only after the one before
+    # succeeded); the summarize step last, its summary the termination message the worker reads.
+    bench, redact = pod["initContainers"]
+    [summarize] = pod["containers"]
+    assert (bench["name"], redact["name"], summarize["name"]) == ("genai-bench", "redact", "summarize")
+    claim_mount = {"name": "results", "mountPath": "/results", "subPath": "bench"}
+    for container in (bench, redact, summarize):
+        assert claim_mount in container["volumeMounts"], container["name"]
+    assert redact["args"][2] == "/results/bench-a-g3" and "MODEL_API_KEY" in redact["args"][3].split(",")
+    assert redact["env"] == bench["env"]
+    assert summarize["command"] == ["python"] and summarize["args"][0] == "-c"
+    assert summarize["args"][2:] == ["/results/bench-a-g3", "/dev/termination-log", "4096"]
+    assert summarize["terminationMessagePath"] == "/dev/termination-log" and "env" not in summarize
+    assert summarize["image"] == bench["image"] == "genai-bench:0.0.5"
     rendered = render_job(name="bench-a", namespace="ns", uid="u-1", generation=3, defaults=DEFAULTS,
                           spec=spec(outputLocation={"storageUri": "oci://127.0.0.1:5000/bench/results",
                                                     "key": "push-creds"}), endpoint=ENDPOINT)
@@ -187,7 +200,7 @@ def test_a_model_on_a_claim_is_mounted_for_its_tokenizer() -> None:
     pod = render(spec(), endpoint=endpoint)["spec"]["template"]["spec"]
     assert {"name": "model", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}} in pod["volumes"]
     assert {"name": "model", "mountPath": "/model", "readOnly": True, "subPath": "tiny"} in \
-        pod["containers"][0]["volumeMounts"]
+        pod["initContainers"][0]["volumeMounts"]
 
 
 def test_request_params_keep_strings_that_are_not_json_scalars() -> None:
@@ -220,3 +233,14 @@ def test_the_tokenizer_comes_from_the_served_model_s_source() -> None:
     assert tokenizer_from_source("pvc://models/tiny") == ("/model", "models", "tiny")
     with pytest.raises(BenchmarkRenderError, match="gives no tokenizer"):
         tokenizer_from_source("s3://b/x")
+
+
+def test_a_failing_container_fails_the_job_through_a_policy_naming_its_exit() -> None:
+    """backoffLimit 0 with a FailJob rule for any non-zero exit: the Job controller waits for a deleted pod's
+    containers to end and names the container and its exit code in the Job's Failed condition."""
+    for output in ("pvc://results-claim/bench", "oci://127.0.0.1:5000/bench/results"):
+        job = render(spec(outputLocation={"storageUri": output}))
+        assert job["spec"]["backoffLimit"] == 0
+        assert job["spec"]["podFailurePolicy"] == {
+            "rules": [{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}]}
+        assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # the policy's precondition

@@ -243,6 +243,39 @@ async def test_a_completed_run_carries_the_summary_of_its_results(env: WorkflowE
         assert summary[1]["ttftP50Ms"] <= summary[1]["ttftP99Ms"] and summary[1]["outputTokensPerSecond"] > 0
 
 
+async def test_a_completed_pvc_run_carries_the_summary_its_pod_reported(env: WorkflowEnvironment) -> None:
+    """pvc://: the pod's summarize step's termination message, read by job_state, is details.summary (no
+    registry read); a pod that reported none is a summaryProblem, the run still Completed."""
+    world = FakeBenchWorld()
+    pvc = {**URL_SPEC, "outputLocation": {"storageUri": "pvc://results/runs"}}
+    stored = world.add("pvcsum", pvc)
+    queue = f"bj-{uuid.uuid4().hex[:8]}"
+    message = ('{"benchSummary":1,"total":2,"rows":[["D(10,10)",1,17,0,24.881,29.9,232.756],'
+               '["D(10,10)",2,32,1,25.281,33.838,510.608]]}')
+    async with worker(env, world, queue):
+        handle = await start(env, stored, queue)
+        await until(env, lambda: world.created == ["pvcsum-g1"], what="created")
+        world.run("pvcsum-g1")
+        world.succeed("pvcsum-g1", termination_message=message)
+        await until(env, lambda: state(stored) == "Completed", step=2, what="Completed")
+        details = json.loads((stored.status or {})["details"])
+        assert details["results"] == "pvc://results/runs/pvcsum-g1" and "summaryProblem" not in details, details
+        assert details["summary"] == [
+            {"scenario": "D(10,10)", "concurrency": 1, "requests": 17, "errors": 0, "ttftP50Ms": 24.881,
+             "ttftP99Ms": 29.9, "outputTokensPerSecond": 232.756},
+            {"scenario": "D(10,10)", "concurrency": 2, "requests": 32, "errors": 1, "ttftP50Ms": 25.281,
+             "ttftP99Ms": 33.838, "outputTokensPerSecond": 510.608}]
+        stored.generation = 2
+        await changed(handle, stored)
+        await until(env, lambda: world.created[-1] == "pvcsum-g2", what="g2 created")
+        world.run("pvcsum-g2")
+        world.succeed("pvcsum-g2")
+        await until(env, lambda: json.loads((stored.status or {}).get("details") or "{}").get("generation") == 2
+                    and state(stored) == "Completed", step=2, what="g2 Completed")
+        details = json.loads((stored.status or {})["details"])
+        assert "summary" not in details and "did not report its summarize step" in details["summaryProblem"]
+
+
 async def test_a_run_tells_its_start_and_end_as_events(env: WorkflowEnvironment) -> None:
     """Normal BenchmarkStarted when the pod runs, Normal BenchmarkCompleted at the end; a failed run's Warning
     BenchmarkFailed carries the failureMessage; a Pending status rewritten (the wait's message) tells nothing."""

@@ -9,9 +9,16 @@ import copy
 from typing import Any
 
 import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
+from servingops.activities.placement.member import MemberClient
+from servingops.activities.reference_reader import KubeReader
+from servingops.activities.replica.activities import ReplicaActivities
+from servingops.activities.replica.from_refs import render_runners
 from servingops.api_models.ome.enums import ComponentType
 from servingops.api_models.ome.inference_service import InferenceServiceSpec
+from servingops.api_models.ome.replica import InferenceReplicaSpec
 from servingops.rendering import render
 from servingops.rendering.model_claim import ModelClaim, claim_namespace, model_claim
 from servingops.rendering.resolution import Unresolvable, UnresolvableReason, resolve_service
@@ -118,3 +125,87 @@ def test_the_namespace_refusal_comes_before_readiness() -> None:
     with pytest.raises(Unresolvable) as held:
         resolve_service(Cluster(model, sglang_runtime()), sample_service())
     assert held.value.reason is UnresolvableReason.MODEL_CLAIM_ELSEWHERE
+
+
+class _Custom:
+    """CustomObjectsApi's reads over a Cluster's objects (what KubeReader and MemberReader call)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def _find(self, plural: str, namespace: str | None) -> list[dict[str, Any]]:
+        return [obj for (_, kind, ns, _), obj in self.cluster.objects.items()
+                if kind.lower() + "s" == plural and ns == namespace]
+
+    def get_cluster_custom_object(self, group: str, version: str, plural: str, name: str,
+                                  **_: Any) -> dict[str, Any]:
+        return self._one(plural, None, name)
+
+    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str,
+                                     **_: Any) -> dict[str, Any]:
+        return self._one(plural, namespace, name)
+
+    def _one(self, plural: str, namespace: str | None, name: str) -> dict[str, Any]:
+        found = [o for o in self._find(plural, namespace) if o["metadata"]["name"] == name]
+        if not found:
+            raise ApiException(status=404, reason="Not Found")
+        return found[0]
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, **_: Any) -> dict[str, Any]:
+        return {"items": self._find(plural, None)}
+
+    def list_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
+                                      **_: Any) -> dict[str, Any]:
+        return {"items": self._find(plural, namespace)}
+
+
+def _readers(cluster: Cluster, controller_namespace: str) -> dict[str, Any]:
+    """The reader of each path that resolves a served model, as the worker builds it: the direct
+    InferenceService path (ServingActivities' KubeReader), the OMENative replica path (ReplicaActivities'
+    KubeReader) and a member cluster's (PlacementActivities' MemberReader)."""
+    custom: Any = _Custom(cluster)
+    replica = ReplicaActivities(client.ApiClient(), controller_namespace=controller_namespace)
+    replica._reader.custom = custom  # its reader, over the fake apiserver
+    member = MemberClient(client.ApiClient())
+    member.custom = custom
+    return {"direct": KubeReader(custom, controller_namespace=controller_namespace), "replica": replica._reader,
+            "member": member.reader(controller_namespace)}
+
+
+@pytest.mark.parametrize("path", ["direct", "replica", "member"])
+def test_every_path_judges_a_cluster_model_s_claim_by_the_controller_namespace(path: str) -> None:
+    """A ClusterBaseModel on a claim without storage.parameters.namespace: its claim is in the controller
+    namespace on the direct path, the OMENative replica path and a member's alike (before, the replica and
+    member readers knew no controller namespace and refused it everywhere)."""
+    cluster = Cluster(claim_model("pvc://weights/llama"), sglang_runtime())
+    reader = _readers(cluster, SERVICE_NS)[path]
+    assert reader.controller_namespace == SERVICE_NS
+    engine = InferenceServiceSpec.model_validate(resolve_service(reader, sample_service()).spec).engine
+    assert engine is not None
+    pod = render.render_revision("svc", ComponentType.ENGINE, engine).template["spec"]
+    assert {"name": "llama-3-2-1b-instruct",
+            "persistentVolumeClaim": {"claimName": "weights", "readOnly": True}} in pod["volumes"]
+    elsewhere = sample_service()
+    elsewhere["metadata"]["namespace"] = "team-b"
+    with pytest.raises(Unresolvable) as held:
+        resolve_service(reader, elsewhere)
+    assert held.value.reason is UnresolvableReason.MODEL_CLAIM_ELSEWHERE
+    assert f"in namespace {SERVICE_NS};" in held.value.message and "team-b" in held.value.message
+
+
+def test_an_omenative_replica_renders_a_cluster_model_s_claim_in_the_controller_namespace() -> None:
+    """The replica path's own entry (activities/replica/from_refs.py render_runners, as ReplicaActivities calls it
+    with its reader): a modelRef to the ClusterBaseModel mounts the claim in a replica of the controller
+    namespace."""
+    runtime = sglang_runtime()
+    cluster = Cluster(claim_model("pvc://weights/llama"), runtime)
+    reader = _readers(cluster, SERVICE_NS)["replica"]
+    spec = InferenceReplicaSpec.model_validate({
+        "component": "engine", "runtimeRef": {"name": runtime["metadata"]["name"]},
+        "modelRef": {"name": "llama-3-2-1b-instruct"}})
+    runners = render_runners(reader, spec, name="r1", namespace=SERVICE_NS, artifacts=None)
+    for runner in runners:
+        assert {"name": "llama-3-2-1b-instruct", "persistentVolumeClaim": {
+            "claimName": "weights", "readOnly": True}} in runner.template["spec"]["volumes"], runner.name
+    with pytest.raises(Unresolvable, match=r"PersistentVolumeClaim weights in namespace"):
+        render_runners(reader, spec, name="r1", namespace="team-b", artifacts=None)

@@ -228,3 +228,17 @@ async def test_the_quota_deregistration_history_needs_its_patch(monkeypatch: pyt
     history = load(HISTORIES / "AcceleratorQuotaWorkflow" / "accelerator-quota-deregistration.json")
     with pytest.raises((NondeterminismError, AssertionError, RuntimeError)):
         await replay_comparing_activities(history)
+
+
+async def test_the_benchmark_histories_need_the_summary_patch_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`benchmark-job` was recorded before `benchmark-summary` (a Completed oci:// run wrote Completed at once):
+    with the patch forced on, the replay schedules `benchmark.summarize` where the history wrote the status.
+    `benchmark-summaries` holds the new branch (and a pvc:// run's summary from its pod, which `job_state`
+    carries with no command of its own): with the patch forced off, its `benchmark.summarize` is missing."""
+    real = workflow.patched
+    monkeypatch.setattr(workflow, "patched", lambda asked: True if asked == "benchmark-summary" else real(asked))
+    with pytest.raises((NondeterminismError, AssertionError, RuntimeError)):
+        await replay_comparing_activities(load(HISTORIES / "BenchmarkJobWorkflow" / "benchmark-job.json"))
+    monkeypatch.setattr(workflow, "patched", lambda asked: False if asked == "benchmark-summary" else real(asked))
+    with pytest.raises((NondeterminismError, AssertionError, RuntimeError)):
+        await replay_comparing_activities(load(HISTORIES / "BenchmarkJobWorkflow" / "benchmark-summaries.json"))

@@ -2,11 +2,19 @@
 defaults (pure: no I/O). docs/benchmarks.md says what each part becomes.
 
 The pod: genai-bench (`genai-bench benchmark ...`, image from the operator ConfigMap's `benchmark.image`)
-writes its results under /results/<resultFolderName>. For a pvc:// outputLocation /results is the claim's
-sub-path; for oci:// it is an emptyDir and a second step, `oras push` (image `benchmark.uploaderImage`), pushes
-the folder as one OCI artifact (ARTIFACT_TYPE, its layer LAYER_MEDIA_TYPE): genai-bench then runs as the
-pod's init container, the push as its container, so the push starts only after a benchmark that succeeded.
-Any other scheme has no writer here and is refused (BenchmarkRenderError names it).
+writes its results under /results/<resultFolderName>, as the pod's first init container; the second, `redact`
+(REDACT_SCRIPT), takes the credentials genai-bench wrote there out. Then, by scheme: for pvc:// /results is the
+claim's sub-path and the container is `summarize` (rendering/benchmark_summary_step.py: the run's summary as
+its termination message, which the worker reads from the pod's status); for oci:// /results is an emptyDir
+and the container is `oras push` (image `benchmark.uploaderImage`), which pushes the folder as one OCI
+artifact (ARTIFACT_TYPE, its layer LAYER_MEDIA_TYPE). Init containers run one after the other and only after
+the one before succeeded, so neither step runs after a failed benchmark. Any other scheme has no writer here
+and is refused (BenchmarkRenderError names it).
+
+The Job fails at its pod's first failure (backoffLimit 0) through a podFailurePolicy rule (FailJob on any
+non-zero exit): the Job controller then waits for a deleted pod's containers to end before it judges it, and
+its Failed condition names the container and its exit code (`Container genai-bench for pod ... failed with
+exit code 143`), which outlives the pod.
 
 Credentials are Secret references only: the Hugging Face token (spec.huggingFaceSecretReference, key
 HUGGINGFACE_API_KEY) reaches the pod as env HF_TOKEN and HUGGINGFACE_API_KEY through secretKeyRef, an API key
@@ -28,6 +36,7 @@ body, where "0.2" as a string is not a temperature); the Job has a deadline from
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -38,6 +47,7 @@ from pydantic import BaseModel
 from servingops.api_models.ome.benchmark_job import BenchmarkJobSpec, PodOverride
 from servingops.api_models.ome.enums import BenchmarkTask
 from servingops.api_models.operator_config import BenchmarkDefaults
+from servingops.rendering.benchmark_summary_step import MESSAGE_LIMIT, SUMMARIZE_SCRIPT, TERMINATION_LOG
 
 ARTIFACT_TYPE = "application/vnd.servingops.benchmark.results.v1"
 """The artifactType of an oci:// result's manifest."""
@@ -54,6 +64,7 @@ CREDENTIAL_ENV = frozenset({"HF_TOKEN", "HUGGINGFACE_API_KEY", "HUGGING_FACE_HUB
 CONTAINER = "genai-bench"
 REDACTOR = "redact"
 UPLOADER = "upload"
+SUMMARIZER = "summarize"
 RESULTS_DIR = "/results"
 DATASET_DIR = "/dataset"
 MODEL_DIR = "/model"
@@ -97,6 +108,9 @@ for path in pathlib.Path(sys.argv[1]).rglob("*"):
 """
 """The redact step (python of the benchmark image): the credentials of its env, wherever genai-bench wrote them
 into the result folder (argv: the folder, the credential env names)."""
+POD_FAILURE_POLICY: dict[str, Any] = {"rules": [{"action": "FailJob",
+                                                 "onExitCodes": {"operator": "NotIn", "values": [0]}}]}
+"""Any container's non-zero exit fails the Job, named in its Failed condition (module doc)."""
 
 TASK_FLAG = {BenchmarkTask.TEXT_TO_TEXT: "text-to-text", BenchmarkTask.IMAGE_TO_TEXT: "image-text-to-text",
              BenchmarkTask.TEXT_TO_EMBEDDINGS: "text-to-embeddings",
@@ -332,17 +346,16 @@ def render_job(*, name: str, namespace: str, uid: str, generation: int, spec: Be
     output = parse_output(spec.output_location.storage_uri, default_tag=jname)
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
+    results_mount: dict[str, Any] = {"name": "results", "mountPath": RESULTS_DIR}
     if output.scheme == "pvc":
         volumes.append({"name": "results", "persistentVolumeClaim": {"claimName": output.claim}})
-        mount: dict[str, Any] = {"name": "results", "mountPath": RESULTS_DIR}
         if output.sub_path:
-            mount["subPath"] = output.sub_path
-        mounts.append(mount)
+            results_mount["subPath"] = output.sub_path
         results = f"pvc://{output.claim}/{output.sub_path + '/' if output.sub_path else ''}{folder}"
     else:
         volumes.append({"name": "results", "emptyDir": {}})
-        mounts.append({"name": "results", "mountPath": RESULTS_DIR})
         results = output.reference
+    mounts.append(dict(results_mount))
     if endpoint.tokenizer_claim:
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": endpoint.tokenizer_claim,
                                                                    "readOnly": True}})
@@ -377,17 +390,17 @@ def render_job(*, name: str, namespace: str, uid: str, generation: int, spec: Be
         pod["nodeSelector"] = dict(override.node_selector)
     if override.affinity:
         pod["affinity"] = dict(override.affinity)
+    # Before the results leave the pod (oci://) or are left in the claim (pvc://): the credentials genai-bench
+    # wrote into them go (REDACT_SCRIPT), with the same env (so the same Secret references) as the benchmark.
+    redact: dict[str, Any] = {
+        "name": REDACTOR, "image": bench["image"], "command": ["python"],
+        "args": ["-c", REDACT_SCRIPT, f"{RESULTS_DIR}/{folder}", ",".join(sorted(CREDENTIAL_ENV))],
+        "env": bench["env"], "volumeMounts": [dict(results_mount)],
+        "terminationMessagePolicy": "FallbackToLogsOnError"}
+    if "envFrom" in bench:
+        redact["envFrom"] = bench["envFrom"]
+    pod["initContainers"] = [bench, redact]
     if output.scheme == "oci":
-        # Before the push: the credentials genai-bench wrote into its results go (REDACT_SCRIPT), with the same
-        # env (so the same Secret references) as the benchmark.
-        redact: dict[str, Any] = {
-            "name": REDACTOR, "image": bench["image"], "command": ["python"],
-            "args": ["-c", REDACT_SCRIPT, f"{RESULTS_DIR}/{folder}", ",".join(sorted(CREDENTIAL_ENV))],
-            "env": bench["env"], "volumeMounts": [{"name": "results", "mountPath": RESULTS_DIR}],
-            "terminationMessagePolicy": "FallbackToLogsOnError"}
-        if "envFrom" in bench:
-            redact["envFrom"] = bench["envFrom"]
-        pod["initContainers"] = [bench, redact]
         push = ["push", "--artifact-type", ARTIFACT_TYPE]
         if output.registry in defaults.insecure_registries:
             push.append("--plain-http")
@@ -405,7 +418,12 @@ def render_job(*, name: str, namespace: str, uid: str, generation: int, spec: Be
             upload["env"] = [{"name": "DOCKER_CONFIG", "value": "/registry-auth"}]
         pod["containers"] = [upload]
     else:
-        pod["containers"] = [bench]
+        # No env: the summary needs no credential. A failure of the step itself (its log's end) is its message.
+        pod["containers"] = [{
+            "name": SUMMARIZER, "image": bench["image"], "command": ["python"],
+            "args": ["-c", SUMMARIZE_SCRIPT, f"{RESULTS_DIR}/{folder}", TERMINATION_LOG, str(MESSAGE_LIMIT)],
+            "volumeMounts": [dict(results_mount)], "terminationMessagePath": TERMINATION_LOG,
+            "terminationMessagePolicy": "FallbackToLogsOnError"}]
     labels = {LABEL_JOB: label_value(name), LABEL_UID: uid, LABEL_GENERATION: str(generation)}
     deadline = deadline_seconds(spec)
     job = {
@@ -415,11 +433,13 @@ def render_job(*, name: str, namespace: str, uid: str, generation: int, spec: Be
                      "ownerReferences": [{"apiVersion": "ome.io/v1beta1", "kind": "BenchmarkJob", "name": name,
                                           "uid": uid, "controller": True, "blockOwnerDeletion": True}]},
         "spec": {"backoffLimit": 0, "activeDeadlineSeconds": deadline,
+                 "podFailurePolicy": copy.deepcopy(POD_FAILURE_POLICY),
                  "template": {"metadata": {"labels": dict(labels)}, "spec": pod}}}
     return RenderedJob(name=jname, job=job, results=results, result_folder=folder, deadline_seconds=deadline)
 
 
 __all__ = ["ANNOTATION_RESULTS", "API_KEY_PLACEHOLDER", "ARTIFACT_TYPE", "CREDENTIAL_ENV", "LABEL_GENERATION",
-           "LABEL_JOB", "LABEL_UID", "LAYER_MEDIA_TYPE", "BenchmarkRenderError", "RenderedJob", "ResolvedEndpoint",
+           "LABEL_JOB", "LABEL_UID", "LAYER_MEDIA_TYPE", "POD_FAILURE_POLICY", "SUMMARIZER", "BenchmarkRenderError",
+           "RenderedJob", "ResolvedEndpoint",
            "benchmark_args", "deadline_seconds", "job_name", "parse_output", "render_job", "request_params",
            "tokenizer_from_source"]

@@ -87,6 +87,10 @@ class Unresolvable(Exception):
 
 
 class Reader(Protocol):
+    controller_namespace: str | None
+    """Where the controller runs (the chart's release namespace): where a ClusterBaseModel's claim is when
+    its storage.parameters names no namespace (rendering/model_claim.py); None when the reader cannot know."""
+
     def get(self, group: str, kind: str, name: str, namespace: str | None) -> dict[str, Any] | None: ...
 
     def list(self, group: str, kind: str, namespace: str | None) -> list[dict[str, Any]]: ...
@@ -158,9 +162,9 @@ def _model(reader: Reader, namespace: str, ref: dict[str, Any], artifacts: str |
     claim = model_claim(spec.storage.storage_uri)
     if claim is not None:
         # pvc://: the pods mount the claim itself (no node copy, no node label), so it must be in their
-        # namespace; said before readiness, since the model becoming Ready would not change it. Only a
-        # Reader over the controller's own apiserver (KubeReader) knows the controller namespace.
-        claim_ns = claim_namespace(scoped, spec.storage.parameters, getattr(reader, "controller_namespace", None))
+        # namespace; said before readiness, since the model becoming Ready would not change it. Every reader
+        # says the controller namespace (the direct, OMENative replica and member paths alike).
+        claim_ns = claim_namespace(scoped, spec.storage.parameters, reader.controller_namespace)
         refusal = claim_refusal(where, claim, claim_ns, namespace)
         if refusal is not None:
             raise Unresolvable(UnresolvableReason.MODEL_CLAIM_ELSEWHERE, refusal)

@@ -12,7 +12,9 @@ generation's, so a worker killed after the create and restarted finds the Job an
 while the InferenceService is not Ready the run stays Pending and tries again every `wait_seconds` (a durable
 timer). Then `benchmark.job_state` every `poll_seconds` (a durable timer; a newer generation or the deletion
 ends the wait at once): Running with startTime once the pod runs, then Completed or Failed with completionTime;
-Failed carries the Job's reason and the pod's exit in failureMessage. A Job that disappears (deleted by hand)
+Failed carries the Job's reason and the pod's exit in failureMessage. A Completed run's summary goes into
+details: a pvc:// run's from its pod's summarize step (in the same job_state answer), an oci:// run's read from
+the registry (`benchmark.summarize`). A Job that disappears (deleted by hand)
 is a Failed run saying so; a pod killed mid-run fails its Job (backoffLimit 0): Failed, honestly. Deleting the
 BenchmarkJob stops its Job (`benchmark.stop`, foreground: the pod goes too) before the workflow ends.
 Every status write sets lastReconcileTime.
@@ -222,7 +224,7 @@ class BenchmarkJobWorkflow(EntityWorkflow[BenchState]):
                 **options.KUBE)
             if seen.phase == JobPhase.SUCCEEDED:
                 if workflow.patched(SUMMARY_PATCH):
-                    await self._summarize(run)
+                    await self._summarize(run, seen)
                 return await self._end(run, BenchmarkJobState.COMPLETED, seen, "")
             if seen.phase in (JobPhase.FAILED, JobPhase.MISSING):
                 return await self._end(run, BenchmarkJobState.FAILED, seen, seen.message)
@@ -250,11 +252,15 @@ class BenchmarkJobWorkflow(EntityWorkflow[BenchState]):
         self._publish(state.value)
         return await self._write(run) if write else True
 
-    async def _summarize(self, run: BenchRun) -> None:
-        """The results' summary into details: read from the registry for oci://; a claim is not readable from the
-        worker, said so."""
+    async def _summarize(self, run: BenchRun, seen: BenchJobOutput) -> None:
+        """The results' summary into details: for pvc:// what the Job's pod reported (its summarize step's
+        termination message, read by the same job_state call: no command of its own, so no patch); for oci://
+        read from the registry."""
         if not run.results or run.results.startswith("pvc://"):
-            run.summary_problem = "a pvc:// result is not read by the controller: see the claim"
+            # A job_state answer recorded before the step existed carries neither (a pod without the step).
+            run.summary = seen.summary
+            run.summary_problem = seen.summary_problem or (
+                "" if seen.summary is not None else "the Job's pod reported no summary: see the claim")
             return
         try:
             read: BenchSummarizeOutput = await workflow.execute_activity_method(

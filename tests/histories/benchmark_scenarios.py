@@ -3,7 +3,10 @@ of testkit/benchmark_fakes.py (the activities' wire names and payloads)."""
 
 from __future__ import annotations
 
+import io
+import tarfile
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from temporalio.worker import Worker
@@ -73,4 +76,59 @@ async def benchmark_job(rec: Recording) -> None:
         await rec.save()
 
 
-SCENARIOS = {"benchmark-job": benchmark_job}
+def _fixture_archive(folder: str) -> bytes:
+    """genai-bench 0.0.5's iteration files (tests/fixtures/genai_bench) packed as oras packs a folder."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted((Path(__file__).parent.parent / "fixtures" / "genai_bench").glob("*.json")):
+            archive.add(path, arcname=f"{folder}/{path.name}")
+    return buffer.getvalue()
+
+
+PVC_SUMMARY = ('{"benchSummary":1,"total":2,"rows":[["D(10,10)",1,17,0,24.881,29.9,232.756],'
+               '["D(10,10)",2,32,0,25.281,33.838,510.608]]}')
+"""What a pvc:// Job's summarize step reports as its termination message (rendering/benchmark_summary_step.py)."""
+
+
+async def benchmark_summaries(rec: Recording) -> None:
+    """The two summaries of a Completed run: an oci:// run's read from the registry (`benchmark.summarize`,
+    patch `benchmark-summary`), then, its outputLocation edited to pvc:// (g2), a pvc:// run's from its pod's
+    summarize step, carried by `benchmark.job_state` (no command of its own); then deleted."""
+    env = rec.env
+    world = FakeBenchWorld(artifacts={"127.0.0.1:5000/bench/results:sums-g1": _fixture_archive("sums-g1")})
+    world.services[("ns", "tiny")] = (True, "http://tiny.ns.example.com")
+    stored = world.add("sums", SPEC)
+    queue = f"bj-{uuid.uuid4().hex[:8]}"
+
+    def state() -> str | None:
+        return (stored.status or {}).get("state")
+
+    async with Worker(env.client, task_queue=queue, workflows=list(registry_workflows()),
+                      activities=world.activities(env.get_current_time), workflow_runner=workflow_runner()):
+        handle = await env.client.start_workflow(
+            "BenchmarkJobWorkflow", {"ref": stored.ref().model_dump(),
+                                     "settings": {"poll_seconds": 10, "wait_seconds": 30}},
+            id=f"benchmarkjob/ns/{stored.name}/{stored.uid}", task_queue=queue)
+        await rec.root(handle)
+        await until(env, lambda: world.created == ["sums-g1"], step=5, what="g1 created")
+        world.run("sums-g1")
+        world.succeed("sums-g1")
+        await until(env, lambda: state() == "Completed" and '"summary"' in stored.status["details"], step=2,
+                    what="g1 Completed with its summary")
+        stored.spec = {**SPEC, "outputLocation": {"storageUri": "pvc://results/runs"}}
+        stored.generation = 2
+        await handle.signal("object-changed", {"uid": stored.uid, "generation": 2, "resource_version": "2",
+                                               "deleting": False})
+        await until(env, lambda: world.created[-1:] == ["sums-g2"], what="g2 created")
+        world.run("sums-g2")
+        world.succeed("sums-g2", termination_message=PVC_SUMMARY)
+        await until(env, lambda: state() == "Completed" and '"generation": 2' in stored.status["details"]
+                    and '"summary"' in stored.status["details"], step=2, what="g2 Completed with its summary")
+        stored.deleting = True
+        await handle.signal("object-changed", {"uid": stored.uid, "generation": 2, "resource_version": "3",
+                                               "deleting": True})
+        await handle.result()
+        await rec.save()
+
+
+SCENARIOS = {"benchmark-job": benchmark_job, "benchmark-summaries": benchmark_summaries}

@@ -24,6 +24,9 @@ def load(relative: str) -> list[dict[str, Any]]:
 class Cluster:
     """The objects the resolver may read, by (group, kind, namespace, name)."""
 
+    controller_namespace: str | None = None
+    """Where a ClusterBaseModel's claim is without storage.parameters.namespace (None: not known)."""
+
     def __init__(self, *objects: dict[str, Any]) -> None:
         self.objects: dict[tuple[str, str, str | None, str], dict[str, Any]] = {}
         for obj in objects:

@@ -49,15 +49,18 @@ from servingops.clients.kube.custom_objects import CustomObjects, update_optimis
 from servingops.clients.kube.events import record_event
 from servingops.clients.oci.registry_client import ModelRegistry, RegistryError
 from servingops.rendering.benchmark_events import transition_event
+from servingops.rendering.benchmark_failure import ContainerExit, failure_message
 from servingops.rendering.benchmark_job import (
     LAYER_MEDIA_TYPE,
+    SUMMARIZER,
     BenchmarkRenderError,
     ResolvedEndpoint,
     job_name,
     render_job,
     tokenizer_from_source,
 )
-from servingops.rendering.benchmark_results import ResultsError, summarize_archive
+from servingops.rendering.benchmark_results import IterationSummary, ResultsError, summarize_archive
+from servingops.rendering.benchmark_summary_step import read_summary_message
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "benchmarkjobs"
 MAX_RESULTS = 256 * 1024 * 1024
@@ -81,25 +84,48 @@ def _time(value: Any) -> datetime | None:
     return value if isinstance(value, datetime) else None
 
 
+def _terminations(pods: list[client.V1Pod]) -> list[tuple[str, client.V1ContainerStateTerminated]]:
+    """Every ended container of the pods (init containers first), by name."""
+    out = []
+    for pod in pods:
+        statuses = [*(pod.status.init_container_statuses or []), *(pod.status.container_statuses or [])] \
+            if pod.status else []
+        out += [(cs.name, cs.state.terminated) for cs in statuses if cs.state and cs.state.terminated]
+    return out
+
+
+def _summary(job: client.V1Job, pods: list[client.V1Pod]) -> tuple[list[IterationSummary] | None, str]:
+    """A completed Job's summary from its pod's summarize container: (None, "") when its pod has no such step."""
+    template = ((job.spec.template.spec if job.spec and job.spec.template else None) or client.V1PodSpec(
+        containers=[]))
+    if not any(c.name == SUMMARIZER for c in template.containers or []):
+        return None, ""
+    ended = [term for pod in pods if pod.status and pod.status.phase == "Succeeded"
+             for name, term in _terminations([pod]) if name == SUMMARIZER]
+    if not ended:
+        return None, "the Job's pod is gone or did not report its summarize step"
+    reading = read_summary_message(ended[0].message)
+    return reading.summary, reading.problem
+
+
 def job_phase(job: client.V1Job, pods: list[client.V1Pod]) -> BenchJobOutput:
-    """A Job's phase and, when it failed, why (its Failed condition and its pod's termination)."""
+    """A Job's phase and, when it failed, why (its Failed condition and its pod's termination:
+    rendering/benchmark_failure.py); when it completed with a summarize step, the summary its pod reported."""
     status = job.status or client.V1JobStatus()
     for cond in status.conditions or []:
         if cond.type == "Failed" and cond.status == "True":
-            name = (job.metadata or client.V1ObjectMeta()).name
-            why = [f"Job {name} failed: {cond.reason or ''} {cond.message or ''}".strip()]
-            for pod in pods:
-                for cs in [*(pod.status.init_container_statuses or []), *(pod.status.container_statuses or [])] \
-                        if pod.status else []:
-                    term = cs.state.terminated if cs.state else None
-                    if term is not None and (term.exit_code or 0) != 0:
-                        why.append(f"container {cs.name} exited {term.exit_code} ({term.reason or 'Error'})")
+            name = str((job.metadata or client.V1ObjectMeta()).name)
+            exits = [ContainerExit(cname, int(term.exit_code or 0), term.reason or "", term.message or "")
+                     for cname, term in _terminations(pods)]
             return BenchJobOutput(phase=JobPhase.FAILED, start_time=_time(status.start_time),
-                                  completion_time=_time(cond.last_transition_time), message="; ".join(why))
+                                  completion_time=_time(cond.last_transition_time),
+                                  message=failure_message(name, cond.reason or "", cond.message or "", exits))
     for cond in status.conditions or []:
         if cond.type == "Complete" and cond.status == "True":
+            summary, problem = _summary(job, pods)
             return BenchJobOutput(phase=JobPhase.SUCCEEDED, start_time=_time(status.start_time),
-                                  completion_time=_time(status.completion_time or cond.last_transition_time))
+                                  completion_time=_time(status.completion_time or cond.last_transition_time),
+                                  summary=summary, summary_problem=problem)
     # A pod whose init container runs is Pending (PodInitializing) to Kubernetes, but for an oci:// output that
     # init container is genai-bench itself: the benchmark runs.
     running = any(p.status and (p.status.phase == "Running" or any(

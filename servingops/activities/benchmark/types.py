@@ -73,6 +73,11 @@ class BenchJobOutput(BaseModel):
     completion_time: datetime | None = None
     message: str = ""
     """Why it failed: the Job's Failed condition and the pod's termination, in words."""
+    summary: list[IterationSummary] | None = None
+    """A Succeeded pvc:// Job's summary, from its pod's summarize container (rendering/benchmark_summary_step.py);
+    None for a Job without that step (oci://: the workflow reads the registry) or before it ended."""
+    summary_problem: str = ""
+    """Why a Job with that step gave no (whole) summary."""
 
 
 class BenchStopOutput(BaseModel):

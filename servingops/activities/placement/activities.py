@@ -521,7 +521,7 @@ class PlacementActivities:
         body = derived_service(source, target, {}, inp.queue)
         try:
             with self._session(target.cluster) as member:
-                resolved = resolve_service(member.reader(), body)
+                resolved = resolve_service(member.reader(self.controller_namespace), body)
                 root = capacity.root_quota(member.accelerator_quotas())
             spec = InferenceServiceSpec.model_validate(resolved.spec)
             shapes = [component_shape(c.value, multinode.runner_templates(target.name, c, cspec))

@@ -111,8 +111,8 @@ class MemberClient:
         call(self.custom.delete_cluster_custom_object, GROUP, VERSION, "acceleratorquotas", name,
              body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid)), timeout=MEMBER_REQUEST_TIMEOUT)
 
-    def reader(self) -> MemberReader:
-        return MemberReader(self.custom)
+    def reader(self, controller_namespace: str | None) -> MemberReader:
+        return MemberReader(self.custom, controller_namespace)
 
 
 class MemberReader:
@@ -120,10 +120,15 @@ class MemberReader:
     read-only: SplitByCapacity resolves a source the way the member will render it (its runtimes, its
     models) to learn what one replica demands. Runtime snapshots are neither read nor taken: demand
     follows the live runtime, and a placement identity never writes ControllerRevisions. Each kind's
-    plural is spelled out so tests/rbac_calls.py holds these reads to the placementMember role."""
+    plural is spelled out so tests/rbac_calls.py holds these reads to the placementMember role.
 
-    def __init__(self, custom: client.CustomObjectsApi) -> None:
+    `controller_namespace` is the plane's: a member runs servingops from the same chart, in the namespace of
+    the same name (nothing in a WorkloadCluster names the member's), so a ClusterBaseModel on a claim without
+    storage.parameters.namespace is judged as the member's own servingops will judge it."""
+
+    def __init__(self, custom: client.CustomObjectsApi, controller_namespace: str | None = None) -> None:
         self.custom = custom
+        self.controller_namespace = controller_namespace
 
     def get_snapshot(self, name: str) -> dict[str, Any] | None:
         return None

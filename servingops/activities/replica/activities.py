@@ -150,11 +150,14 @@ def _pod_order(view: PodView) -> tuple[int, int, int, int]:
 
 
 class ReplicaActivities:
-    def __init__(self, api_client: client.ApiClient, artifacts: str | None = None) -> None:
+    def __init__(self, api_client: client.ApiClient, artifacts: str | None = None,
+                 controller_namespace: str | None = None) -> None:
         self._api_client = api_client
         self._artifacts = artifacts
         """`<registry>/<repository>` where a Deckhouse model's artifact is (rendering from a modelRef)."""
-        self._reader = KubeReader(client.CustomObjectsApi(api_client))
+        # The controller namespace: where a ClusterBaseModel's claim is without storage.parameters.namespace,
+        # the same rule as the direct path's (rendering/model_claim.py).
+        self._reader = KubeReader(client.CustomObjectsApi(api_client), controller_namespace=controller_namespace)
         self._fan_out = ThreadPoolExecutor(max_workers=FAN_OUT, thread_name_prefix="replica-pods")
         self._revision_cache: dict[tuple[str, str, str], pods.RevisionData] = {}
         self._cache_lock = threading.Lock()
