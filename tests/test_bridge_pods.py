@@ -47,7 +47,7 @@ from servingops.crd_bridge.pod_events import (
     pod_change,
     replica_workflow_of,
 )
-from servingops.crd_bridge.pod_signals import PodSignaller
+from servingops.crd_bridge.pod_signals import WakeSignaller
 from servingops.runtime.temporal import TemporalSettings, connect
 from testkit.waiting import wait_until
 from tests import rbac_calls
@@ -321,7 +321,7 @@ async def test_the_lane_sends_drops_when_no_workflow_and_retries_failures() -> N
             raise answer
         return answer
 
-    lane = PodSignaller(send, metrics, asyncio.get_running_loop(), clock=clock)
+    lane = WakeSignaller(send, metrics, asyncio.get_running_loop(), clock=clock)
     for workflow_id in ("running", "gone", "flaky", "running"):
         lane.mark(workflow_id)
     await asyncio.sleep(0)  # the marks arrive through call_soon_threadsafe
@@ -351,7 +351,7 @@ async def test_a_slow_send_holds_its_own_replica_only() -> None:
             await release.wait()
         return True
 
-    lane = PodSignaller(send, BridgeMetrics(), asyncio.get_running_loop(), clock=clock)
+    lane = WakeSignaller(send, BridgeMetrics(), asyncio.get_running_loop(), clock=clock)
     running = asyncio.ensure_future(lane.run())
     try:
         lane.mark("slow")

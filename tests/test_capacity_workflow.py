@@ -7,7 +7,9 @@ observedAt is 120 s old (then it is rewritten, so readers can tell a live report
 written at the next sample; the high-water mark follows the hysteresis; a newer generation samples at
 once; a node that is not the root writes nothing and waits without a timer, a demoted root removes
 its report; deletion and a gone object end it; continue-as-new carries the marks and what was written;
-a new run adopts the marks already in status."""
+a new run adopts the marks already in status; a 403 on the WorkloadCluster list (observe's or the member
+reading's) is said on the root (CapacityReported False AccessRefused, one Warning) while sampling goes on,
+and turns True once mended."""
 
 from __future__ import annotations
 
@@ -55,6 +57,13 @@ class FakeCluster:
     """A management plane's registered members' reports (`placement.read_member_capacity`); None: no
     WorkloadCluster is registered (a workload cluster)."""
     member_reads: int = 0
+    refused: str | None = None
+    """capacity.observe's answer when the worker may not list WorkloadClusters (a 403)."""
+    member_refused: str | None = None
+    """placement.read_member_capacity's, likewise."""
+    conditions: list[dict[str, Any] | None] = field(default_factory=list)
+    """The condition each write_status was asked to set (None: none)."""
+    events: list[dict[str, Any]] = field(default_factory=list)
 
     def activities(self) -> list[Any]:
         @activity.defn(name="capacity.observe")
@@ -75,19 +84,24 @@ class FakeCluster:
                               "attribution": {"flavorUID": "uid-a100", "nodeLabels": {"gpu": "a100"},
                                               "flavorSetHash": "h" * 64, "complete": self.complete}}],
                 "reported": self.reported,
-                "workload_clusters": len(self.members or []),
+                "workload_clusters": 0 if self.refused else len(self.members or []),
+                "refused": self.refused,
             }
 
         @activity.defn(name="placement.read_member_capacity")
         async def read_member_capacity(request: dict[str, Any]) -> dict[str, Any]:
             self.member_reads += 1
             assert request["root"] == "root"
+            if self.member_refused:
+                return {"members": [], "refused": self.member_refused}
             return {"members": self.members or []}
 
         @activity.defn(name="capacity.write_status")
         async def write_status(request: dict[str, Any]) -> dict[str, Any]:
             assert self.env is not None
             self.writes.append(((await self.env.get_current_time()).timestamp(), request["capacity"]))
+            self.conditions.append(request.get("condition"))
+            self.events.extend(request.get("events") or [])
             return {"present": self.present, "resource_version": str(len(self.writes) + 5)}
 
         return [observe, read_member_capacity, write_status]
@@ -217,6 +231,72 @@ async def test_a_management_plane_writes_each_members_report_per_cluster(env: Wo
         await handle.signal(Signal.DELETE, {"uid": uid, "generation": 1, "resource_version": "99", "deleting": True})
         await handle.result()
     assert cluster.member_reads >= 2
+
+
+REFUSED = ('the worker may not list WorkloadClusters: 403 Forbidden: workloadclusters.ome.io is forbidden: User '
+           '"system:serviceaccount:servingops:servingops-worker" cannot list resource "workloadclusters"')
+
+
+async def test_a_refused_member_listing_is_said_on_the_root_and_heals(env: WorkflowEnvironment) -> None:
+    """read_member_capacity answers a 403 on the WorkloadCluster list: the sample still writes this plane's own
+    capacity, keeps each member's last row marked reportAvailable false, and sets CapacityReported False
+    AccessRefused with the apiserver's answer and one Warning (not again while the answer stays the same); the
+    workflow goes on sampling, and once the role is mended the rows are read again and the condition turns True."""
+    cluster = FakeCluster(env=env, members=[_member("east", "a100", 8, 8)])
+    queue = f"cap-{uuid.uuid4().hex[:8]}"
+    async with _worker(env, cluster, queue):
+        handle, uid = await _start(env, cluster, queue)
+        await until(env, lambda: len(cluster.writes) == 1, what="the first sample written")
+        assert cluster.conditions == [None] and cluster.events == [], "nothing refused: no condition written"
+        cluster.member_refused = REFUSED
+        await until(env, lambda: len(cluster.writes) >= 2, step=1, what="the refusal written")
+        refused = cluster.conditions[-1]
+        assert refused is not None
+        assert (refused["type"], refused["status"], refused["reason"]) == ("CapacityReported", "False",
+                                                                           "AccessRefused")
+        assert REFUSED in refused["message"]
+        assert [(e["type"], e["reason"]) for e in cluster.events] == [("Warning", "AccessRefused")]
+        own = cluster.last()
+        assert (own["allocatable"], own["highWaterMark"]) == (16, 16), "this plane's own capacity still reported"
+        [east] = own["perCluster"]
+        assert (east["cluster"], east["reportAvailable"], east["allocatable"]) == ("east", False, 8)
+        samples = len(cluster.samples)
+        await running_for(env, cluster, samples + 3)
+        assert len(cluster.events) == 1, "the same answer is said once"
+        cluster.member_refused = None
+        await until(env, lambda: cluster.conditions[-1] is not None and cluster.conditions[-1]["status"] == "True",
+                    step=1, what="the mended role said")
+        healed = cluster.conditions[-1]
+        assert healed is not None and (healed["type"], healed["reason"]) == ("CapacityReported", "Reported")
+        assert [(e["type"], e["reason"]) for e in cluster.events] == [("Warning", "AccessRefused"),
+                                                                       ("Normal", "Reported")]
+        [east] = cluster.last()["perCluster"]
+        assert east["reportAvailable"] is True
+        state = await handle.query(Query.STATE)
+        assert state["phase"] == "Reporting" and state["refused"] is None
+        await handle.signal(Signal.DELETE, {"uid": uid, "generation": 1, "resource_version": "99", "deleting": True})
+        await handle.result()
+
+
+async def test_a_refused_observe_listing_is_said_on_the_root(running: Running) -> None:
+    """capacity.observe answers a 403 on the WorkloadCluster list: the capacity is written, CapacityReported False
+    AccessRefused says why, and the samples go on (before: the activity failed and was retried forever)."""
+    cluster = running.cluster
+    cluster.refused = REFUSED
+    await until(running.env, lambda: cluster.conditions[-1] is not None, step=1, what="the refusal written")
+    refused = cluster.conditions[-1]
+    assert refused is not None and (refused["status"], refused["reason"]) == ("False", "AccessRefused")
+    assert REFUSED in refused["message"]
+    samples = len(cluster.samples)
+    await running.sampled(samples + 2, "sampling goes on")
+    assert cluster.member_reads == 0
+    assert [(e["type"], e["reason"]) for e in cluster.events] == [("Warning", "AccessRefused")]
+    state = await running.handle.query(Query.STATE)
+    assert state["refused"] == REFUSED
+
+
+async def running_for(env: WorkflowEnvironment, cluster: FakeCluster, samples: int) -> None:
+    await until(env, lambda: len(cluster.samples) >= samples, step=1, what=f"{samples} samples")
 
 
 async def test_a_workload_cluster_reads_no_members(running: Running) -> None:

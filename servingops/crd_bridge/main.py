@@ -21,10 +21,11 @@ from temporalio.client import Client
 from servingops.crd_bridge.dispatcher import Dispatcher
 from servingops.crd_bridge.leader import start_election
 from servingops.crd_bridge.metrics import BridgeMetrics
-from servingops.crd_bridge.pod_signals import PodSignaller, temporal_sender
+from servingops.crd_bridge.pod_signals import PODS, SCALERS, WakeSignaller, temporal_sender
 from servingops.crd_bridge.pod_watch import PodWatcher
 from servingops.crd_bridge.queue import CoalescingQueue
 from servingops.crd_bridge.routes import DEFAULT_KINDS, ROUTES
+from servingops.crd_bridge.scaler_watch import ScalerWatcher
 from servingops.crd_bridge.watcher import KindWatcher, Observed
 from servingops.runtime.kube import load_api_client
 from servingops.runtime.process import Flags, Process, run_async, temporal_settings
@@ -39,7 +40,8 @@ class BridgeSettings:
     temporal: TemporalSettings
     kubeconfig: str | None
     kinds: list[str]
-    """The kinds followed; InferenceReplica brings the pods of replicas with it."""
+    """The kinds followed; InferenceReplica brings the pods of replicas with it, InferenceService the
+    HorizontalPodAutoscalers of its components."""
     leader_elect: bool
     lease_name: str
     lease_namespace: str
@@ -120,23 +122,35 @@ async def run(settings: BridgeSettings, stop: asyncio.Event) -> None:
                             settings.concurrency)
     dispatching = asyncio.ensure_future(dispatcher.run())
     # Owns(&Pod{}): the replica engine learns of its pods' changes at once, in a lane of its own.
-    signalling = asyncio.ensure_future(_follow_pods(api_client, temporal, metrics, stopping)) \
-        if "InferenceReplica" in kinds else None
+    lanes = []
+    if "InferenceReplica" in kinds:
+        lanes.append(asyncio.ensure_future(_follow_pods(api_client, temporal, metrics, stopping)))
+    if "InferenceService" in kinds:
+        # Owns(&HorizontalPodAutoscaler{}): the service mirrors its scalers' counts as the HPA controller
+        # moves them, which no event of the InferenceService says (docs/autoscaling.md).
+        lanes.append(asyncio.ensure_future(_follow_scalers(api_client, temporal, metrics, stopping)))
     log.info("bridge %s following %s", settings.identity, ", ".join(kinds))
     await stop.wait()
     stopping.set()
     dispatching.cancel()
-    if signalling is not None:
-        signalling.cancel()
+    for lane in lanes:
+        lane.cancel()
     server.shutdown()
     log.info("bridge stopped")
 
 
 async def _follow_pods(api_client: ApiClient, temporal: Client, metrics: BridgeMetrics,
                        stopping: threading.Event) -> None:
-    pods = PodSignaller(temporal_sender(temporal), metrics, asyncio.get_running_loop())
+    pods = WakeSignaller(temporal_sender(temporal, PODS), metrics, asyncio.get_running_loop(), lane=PODS)
     PodWatcher(api_client, pods.mark, stopping, on_event=_counter(metrics, "Pod")).start()
     await pods.run()
+
+
+async def _follow_scalers(api_client: ApiClient, temporal: Client, metrics: BridgeMetrics,
+                          stopping: threading.Event) -> None:
+    scalers = WakeSignaller(temporal_sender(temporal, SCALERS), metrics, asyncio.get_running_loop(), lane=SCALERS)
+    ScalerWatcher(api_client, scalers.mark, stopping, on_event=_counter(metrics, "HorizontalPodAutoscaler")).start()
+    await scalers.run()
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None:

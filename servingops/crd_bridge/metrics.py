@@ -21,8 +21,9 @@ class BridgeMetrics:
         self.workflows_started: Counter[str] = Counter()
         self.dispatch_errors: Counter[str] = Counter()
         self.warnings: Counter[str] = Counter()
-        self.pod_signals_coalesced = 0
-        self.pod_signals_dropped = 0
+        self.wakes_coalesced: Counter[str] = Counter()
+        self.wakes_dropped: Counter[str] = Counter()
+        """By lane (crd_bridge/pod_signals.py): pods, scalers."""
         self.lag_counts = [0] * (len(LAG_BUCKETS) + 1)
         self.lag_sum = 0.0
         self.queue_depth = 0
@@ -51,15 +52,15 @@ class BridgeMetrics:
         with self._lock:
             self.warnings[reason] += 1
 
-    def pod_signal_coalesced(self) -> None:
-        """A pod change that joined a pods-changed signal already pending for its replica."""
+    def wake_coalesced(self, lane: str) -> None:
+        """A change that joined a wake-up signal already pending for its workflow."""
         with self._lock:
-            self.pod_signals_coalesced += 1
+            self.wakes_coalesced[lane] += 1
 
-    def pod_signal_dropped(self) -> None:
-        """A pods-changed signal not sent: the replica has no running workflow."""
+    def wake_dropped(self, lane: str) -> None:
+        """A wake-up signal not sent: the workflow is not running."""
         with self._lock:
-            self.pod_signals_dropped += 1
+            self.wakes_dropped[lane] += 1
 
     def render(self) -> str:
         """The text exposition format; label values are escaped (kinds and reasons are ours, but
@@ -89,10 +90,18 @@ class BridgeMetrics:
             lines += family("servingops_bridge_pod_signals_coalesced_total", "counter",
                             "Pod changes merged into a pods-changed signal already pending for their replica "
                             "(the signals sent are in servingops_bridge_signals_sent_total).",
-                            [sample("servingops_bridge_pod_signals_coalesced_total", self.pod_signals_coalesced)])
+                            [sample("servingops_bridge_pod_signals_coalesced_total", self.wakes_coalesced["pods"])])
             lines += family("servingops_bridge_pod_signals_dropped_total", "counter",
                             "Pods-changed signals dropped because the replica has no running workflow.",
-                            [sample("servingops_bridge_pod_signals_dropped_total", self.pod_signals_dropped)])
+                            [sample("servingops_bridge_pod_signals_dropped_total", self.wakes_dropped["pods"])])
+            lines += family("servingops_bridge_scaler_signals_coalesced_total", "counter",
+                            "HPA changes merged into a replica-changed signal already pending for their service.",
+                            [sample("servingops_bridge_scaler_signals_coalesced_total",
+                                    self.wakes_coalesced["scalers"])])
+            lines += family("servingops_bridge_scaler_signals_dropped_total", "counter",
+                            "Replica-changed signals for an HPA's change dropped because the service has no "
+                            "running workflow.",
+                            [sample("servingops_bridge_scaler_signals_dropped_total", self.wakes_dropped["scalers"])])
             buckets = []
             cumulative = 0
             for bound, count in zip((*LAG_BUCKETS, float("inf")), self.lag_counts, strict=True):

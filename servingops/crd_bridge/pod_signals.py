@@ -1,9 +1,11 @@
-"""The pod lane of the bridge: sends pods-changed to running InferenceReplica workflows.
+"""The wake-up lanes of the bridge: payload-less signals to running workflows, coalesced and paced per
+workflow (pod_coalescer.py). The pod lane sends pods-changed to InferenceReplica workflows; the scaler lane
+sends replica-changed ("observe again") to InferenceService workflows when an HPA of theirs moved.
 
-Separate from the CR dispatcher (its own state and tasks), so a storm of pod events never delays
-a custom resource's dispatch. A plain signal, never signal-with-start: a pod must not start a
-workflow. A workflow that does not exist (not started yet, or already finished) is not an error:
-the signal is dropped and counted, since a replica workflow reads all its pods when it starts.
+Separate from the CR dispatcher (each lane its own state and tasks), so a storm of pod or scaler events
+never delays a custom resource's dispatch. A plain signal, never signal-with-start: a pod or an HPA must
+not start a workflow. A workflow that does not exist (not started yet, or already finished) is not an
+error: the signal is dropped and counted, since the workflow reads what it needs when it starts.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from opentelemetry import trace
 from temporalio.client import Client
@@ -28,11 +31,26 @@ Send = Callable[[str], Awaitable[bool]]
 """Signal one workflow; False when there is no such running workflow."""
 
 
-def temporal_sender(temporal: Client) -> Send:
+@dataclass(frozen=True)
+class Lane:
+    """Which signal a lane sends to which workflow type, and the name its counters carry."""
+
+    name: str
+    workflow_type: WorkflowType
+    signal: Signal
+
+
+PODS = Lane("pods", WorkflowType.INFERENCE_REPLICA, Signal.PODS_CHANGED)
+SCALERS = Lane("scalers", WorkflowType.INFERENCE_SERVICE, Signal.REPLICA_CHANGED)
+
+
+def temporal_sender(temporal: Client, lane: Lane = PODS) -> Send:
+    span = f"bridge.{lane.signal.value.replace('-', '_')}"
+
     async def send(workflow_id: str) -> bool:
-        with tracer.start_as_current_span("bridge.pods_changed", attributes={"workflow.id": workflow_id}):
+        with tracer.start_as_current_span(span, attributes={"workflow.id": workflow_id}):
             try:
-                await temporal.get_workflow_handle(workflow_id).signal(Signal.PODS_CHANGED.value)
+                await temporal.get_workflow_handle(workflow_id).signal(lane.signal.value)
             except RPCError as exc:
                 if exc.status == RPCStatusCode.NOT_FOUND:  # never started, or already closed
                     return False
@@ -42,10 +60,11 @@ def temporal_sender(temporal: Client) -> Send:
     return send
 
 
-class PodSignaller:
+class WakeSignaller:
     def __init__(self, send: Send, metrics: BridgeMetrics, loop: asyncio.AbstractEventLoop, *,
                  coalescer: Coalescer | None = None, concurrency: int = 16,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, lane: Lane = PODS) -> None:
+        self.lane = lane
         self.send = send
         self.metrics = metrics
         self.loop = loop
@@ -56,12 +75,12 @@ class PodSignaller:
         self._sending: set[asyncio.Task[None]] = set()
 
     def mark(self, workflow_id: str) -> None:
-        """From any thread (the pod watch's): `workflow_id` should re-read its pods."""
+        """From any thread (the watch's): `workflow_id` should look again (its pods, its scaler)."""
         self.loop.call_soon_threadsafe(self._mark, workflow_id)
 
     def _mark(self, workflow_id: str) -> None:
         if not self.coalescer.mark(workflow_id, self.clock()):
-            self.metrics.pod_signal_coalesced()
+            self.metrics.wake_coalesced(self.lane.name)
         self._wakeup.set()
 
     async def run(self) -> None:
@@ -85,15 +104,16 @@ class PodSignaller:
         failed = False
         try:
             if await self.send(due.workflow_id):
-                self.metrics.signal(WorkflowType.INFERENCE_REPLICA.value, Signal.PODS_CHANGED.value,
+                self.metrics.signal(self.lane.workflow_type.value, self.lane.signal.value,
                                     self.clock() - due.pending_since)
             else:
-                log.debug("%s: no running workflow; pods-changed dropped", due.workflow_id)
-                self.metrics.pod_signal_dropped()
+                log.debug("%s: no running workflow; %s dropped", due.workflow_id, self.lane.signal.value)
+                self.metrics.wake_dropped(self.lane.name)
         except Exception as exc:
             failed = True
             self.metrics.error(type(exc).__name__)
-            log.warning("pods-changed to %s failed (%s: %s); retrying", due.workflow_id, type(exc).__name__, exc)
+            log.warning("%s to %s failed (%s: %s); retrying", self.lane.signal.value, due.workflow_id,
+                        type(exc).__name__, exc)
         finally:
             self._slots.release()
             self.coalescer.finish(due, self.clock(), failed=failed)

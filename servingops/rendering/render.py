@@ -29,6 +29,9 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_REVISION = "serving.ome.io/revision"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "servingops"
+LABEL_ISVC_UID = "ome.io/inferenceservice-uid"
+"""On a component's scaler (HPA, ScaledObject): the uid of the service it belongs to. KEDA copies a ScaledObject's
+labels onto the HPA it keeps, whose owner is the ScaledObject: the bridge finds the service's workflow by this."""
 
 MAIN_CONTAINER = "ome-container"
 """Name given to the runner when it has none (OME's name for the main serving container)."""

@@ -36,6 +36,9 @@ class FakeWorkloadCluster:
     generation: int = 1
     samples: int = 0
     writes: list[list[dict[str, Any]] | None] = field(default_factory=list)
+    refused: str | None = None
+    """observe's answer to a 403 on the WorkloadCluster list (None: not refused; older code ignores it)."""
+    conditions: list[dict[str, Any] | None] = field(default_factory=list)
 
     def ref(self) -> dict[str, Any]:
         return {"group": "ome.io", "version": "v1beta1", "plural": "acceleratorquotas", "kind": "AcceleratorQuota",
@@ -56,11 +59,12 @@ class FakeWorkloadCluster:
                     "capacity": [{"resource_name": GPU, "resource_flavor": "a100", "allocatable": self.allocatable,
                                   "attribution": {"flavorUID": "uid-a100", "nodeLabels": {"gpu": "a100"},
                                                   "flavorSetHash": "0" * 64, "complete": True}}],
-                    "reported": []}
+                    "reported": [], **({"refused": self.refused} if self.refused else {})}
 
         @activity.defn(name="capacity.write_status")
         async def write_status(request: dict[str, Any]) -> dict[str, Any]:
             self.writes.append(request["capacity"])
+            self.conditions.append(request.get("condition"))
             return {"present": True, "resource_version": str(100 + len(self.writes))}
 
         return [observe, write_status]
@@ -124,5 +128,23 @@ async def accelerator_capacity_continue_as_new(rec: Recording) -> None:
         await rec.save()
 
 
+async def accelerator_capacity_access_refused(rec: Recording) -> None:
+    """observe answers a 403 on the WorkloadCluster list: the report is written with CapacityReported False
+    AccessRefused (and its Warning); sampling goes on; the role mended, the condition turns True; delete."""
+    env = rec.env
+    cluster = FakeWorkloadCluster(env=env, refused="the worker may not list WorkloadClusters: 403 Forbidden")
+    async with served(rec, cluster) as handle:
+        assert (cluster.conditions[0] or {}).get("reason") == "AccessRefused", cluster.conditions
+        samples = cluster.samples
+        await until(env, lambda: cluster.samples >= samples + 2, step=10, what="sampling on while refused")
+        cluster.refused = None
+        await until(env, lambda: (cluster.conditions[-1] or {}).get("status") == "True", step=10,
+                    what="the mended role said")
+        await handle.signal("delete", cluster.event(deleting=True))
+        await handle.result()
+        await rec.save()
+
+
 SCENARIOS = {"accelerator-capacity": accelerator_capacity,
+             "accelerator-capacity-access-refused": accelerator_capacity_access_refused,
              "accelerator-capacity-continue-as-new": accelerator_capacity_continue_as_new}

@@ -12,9 +12,9 @@ then server-side applies each rendered object as field manager `servingops-quota
 without the node's labels is never applied over: the workflow checked, and apply checks again by reading
 first) and deletes the removals that carry the node's labels. write_status merge-patches the fields of
 status this controller owns (observedGeneration, parent, budgets, materialization, conditions; the root's
-status.capacity belongs to the capacity report and is left alone) under the resourceVersion of a read
-that checked the uid, then records the given Events. reap deletes every Kueue object carrying the node's
-label and removes the finalizer.
+status.capacity and its CapacityReported condition belong to the capacity report and are left alone) under
+the resourceVersion of a read that checked the uid, then records the given Events. reap deletes every
+Kueue object carrying the node's label and removes the finalizer.
 
 Retries: an apiserver failure raises (KUBE policy); a 422 from Kueue's schema or webhook is an answer
 (`refused`), since retrying the same object cannot help.
@@ -41,6 +41,7 @@ from servingops.activities.capacity.quota_types import (
     QuotaWriteInput,
     QuotaWriteOutput,
 )
+from servingops.activities.capacity.types import CAPACITY_CONDITION
 from servingops.api_models.ome.accelerator_quota import AcceleratorQuotaStatus
 from servingops.api_models.ome.enums import AcceleratorQuotaDistributionPolicy
 from servingops.api_models.operator_config import OperatorConfigError, QuotaDefaults
@@ -288,7 +289,14 @@ class AcceleratorQuotaActivities:
                                               **body_status["materialization"]}
 
         def patch(obj: dict[str, Any]) -> dict[str, Any]:
-            body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": body_status}
+            # The capacity report's own condition (activities/capacity/types.py CAPACITY_CONDITION) is not this
+            # controller's: carried over from the read this patch is made under, never dropped by a rewrite.
+            theirs = [c for c in (obj.get("status") or {}).get("conditions") or []
+                      if isinstance(c, dict) and c.get("type") == CAPACITY_CONDITION]
+            ours = [c for c in body_status.get("conditions") or [] if c.get("type") != CAPACITY_CONDITION]
+            conditions = ours + theirs or body_status.get("conditions")
+            body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                    "status": {**body_status, "conditions": conditions}}
             return cast(dict[str, Any], call(self._custom.patch_cluster_custom_object_status,
                                              GROUP, VERSION, PLURAL, ref.name, body, _content_type=MERGE_PATCH))
 

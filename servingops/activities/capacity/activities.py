@@ -10,7 +10,11 @@ same-named newer object is never written; the patch replaces the list whole (the
 its only writer).
 
 Retries: a failure of the apiserver raises and is retried (KUBE policy); a cluster without Kueue's
-ResourceFlavor API is an answer (no flavors, `flavors_served` False), not an error.
+ResourceFlavor API is an answer (no flavors, `flavors_served` False), not an error; so is a 403 on the list of
+WorkloadClusters (`refused`: the workflow reports it on the root, CapacityReported False AccessRefused, and a
+Warning, and samples again), where the worker's interceptor would have failed the sample for good.
+write_status sets the CapacityReported condition beside status.capacity when asked (the object's other
+conditions kept: the list is rewritten from the read it is patched under) and records the Events it is given.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ from temporalio import activity
 
 from servingops.activities.capacity.attribution import FlavorView, NodeView, observe_capacity
 from servingops.activities.capacity.types import ObserveInput, ObserveOutput, WriteInput, WriteOutput
+from servingops.api_models.conditions import merge_conditions
 from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus
 from servingops.clients.kube.calls import MERGE_PATCH, call
 from servingops.clients.kube.custom_objects import CONFLICT_RETRIES, CustomObjects
-from servingops.clients.kube.errors import absent, conflict, conflicts_outlasted
+from servingops.clients.kube.errors import absent, conflict, conflicts_outlasted, forbidden
+from servingops.clients.kube.events import record_event
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "acceleratorquotas"
 KUEUE_GROUP, KUEUE_VERSION, FLAVORS = "kueue.x-k8s.io", "v1beta2", "resourceflavors"
@@ -47,6 +53,11 @@ def pages(call: Callable[[str | None], Any]) -> Iterator[Any]:
         token = (meta.get("continue") if isinstance(meta, dict) else meta._continue) or None
         if not token:
             return
+
+
+def refusal(what: str, exc: ApiException) -> str:
+    """A 403 in words: what was refused and the apiserver's own answer (its Status.message)."""
+    return f"the worker may not {what}: {exc.status} {exc.reason}: {str(exc.body)[:400]}"
 
 
 def node_view(node: client.V1Node) -> NodeView:
@@ -116,23 +127,26 @@ class CapacityActivities:
             flavors, served = [], False
         nodes = [node_view(n) for n in pages(lambda token: call(self._core.list_node, limit=PAGE, _continue=token))]
         observed_at = dt.datetime.now(dt.UTC).replace(microsecond=0)
+        registered, refused = self._workload_clusters()
         return known.model_copy(update={
             "root": True, "observed_at": observed_at, "resource_names": names,
             "capacity": observe_capacity(nodes, flavors, names), "flavors_served": served,
-            "workload_clusters": self._workload_clusters()})
+            "workload_clusters": registered, "refused": refused})
 
-    def _workload_clusters(self) -> int:
+    def _workload_clusters(self) -> tuple[int, str | None]:
         """How many WorkloadClusters are registered here (this is a management plane when any are); 0 where
-        the kind is not served."""
+        the kind is not served. A 403 is an answer (0, what the apiserver said)."""
         try:
             listed = cast(dict[str, Any], call(self._custom.list_cluster_custom_object, GROUP, VERSION,
                                                "workloadclusters", limit=PAGE))
         except ApiException as exc:
             if absent(exc):
-                return 0
+                return 0, None
+            if forbidden(exc):
+                return 0, refusal("list WorkloadClusters", exc)
             raise
         items = listed.get("items") or []
-        return len(items) + (1 if (listed.get("metadata") or {}).get("continue") else 0)
+        return len(items) + (1 if (listed.get("metadata") or {}).get("continue") else 0), None
 
     @activity.defn(name="capacity.write_status")
     def write_status(self, request: WriteInput) -> WriteOutput:
@@ -145,8 +159,14 @@ class CapacityActivities:
             obj = self._objects.get(ref)
             if obj is None:
                 return WriteOutput(present=False)
-            body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                    "status": {"capacity": capacity}}
+            status: dict[str, Any] = {"capacity": capacity}
+            if request.condition is not None:
+                # A merge patch replaces the list whole: rewritten from this read, under its resourceVersion.
+                current = (obj.get("status") or {}).get("conditions") or []
+                status["conditions"] = merge_conditions(
+                    current, [request.condition], generation=int(obj["metadata"].get("generation", 0)),
+                    now=dt.datetime.now(dt.UTC))
+            body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]}, "status": status}
             try:
                 written = cast(dict[str, Any], call(self._custom.patch_cluster_custom_object_status,
                                                     GROUP, VERSION, PLURAL, ref.name, body, _content_type=MERGE_PATCH))
@@ -156,6 +176,10 @@ class CapacityActivities:
                 if absent(exc):
                     return WriteOutput(present=False)
                 raise
+            for event in request.events:
+                record_event(self._core, api_version=f"{GROUP}/{VERSION}", kind="AcceleratorQuota", name=ref.name,
+                             namespace=None, uid=ref.uid, event_type=event.type, reason=event.reason,
+                             message=event.message)
             return WriteOutput(present=True, resource_version=str(written["metadata"].get("resourceVersion", "")))
         raise conflicts_outlasted(ref.describe(), CONFLICT_RETRIES)
 
@@ -163,4 +187,4 @@ class CapacityActivities:
         return [self.observe, self.write_status]
 
 
-__all__ = ["CapacityActivities", "budget_resource_names", "flavor_view", "node_view"]
+__all__ = ["CapacityActivities", "budget_resource_names", "flavor_view", "node_view", "refusal"]

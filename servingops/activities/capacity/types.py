@@ -8,7 +8,13 @@ from pydantic import BaseModel
 
 from servingops.activities.capacity.attribution import DEFAULT_RESOURCE_NAMES, FlavorCapacity
 from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus
-from servingops.api_models.refs import ObjectRef
+from servingops.api_models.refs import ConditionUpdate, ObjectRef
+
+CAPACITY_CONDITION = "CapacityReported"
+"""The root AcceleratorQuota's condition the capacity report owns (AcceleratorQuotaWorkflow writes the others and
+keeps this one: activities/capacity/accelerator_quota.py write_status). Set only once a reading was refused:
+False AccessRefused with the apiserver's answer, True Reported once the readings succeed again."""
+ACCESS_REFUSED = "AccessRefused"
 
 
 class ObserveInput(BaseModel):
@@ -39,12 +45,28 @@ class ObserveOutput(BaseModel):
     workload_clusters: int = 0
     """WorkloadClusters registered here (at least this many): a management plane, whose report then carries
     each member's row (perCluster). A history recorded before the field decodes it as 0: no member read."""
+    refused: str | None = None
+    """The apiserver refused (403) the list of WorkloadClusters: its answer. An answer rather than an error (the
+    worker's interceptor would make a 403 a permanent failure, and the workflow retried the sample forever):
+    the report says it (CapacityReported False AccessRefused, a Warning) and the next sample tries again.
+    The capacity itself was observed; `workload_clusters` is then unknown (0). None in older histories."""
+
+
+class CapacityEvent(BaseModel):
+    type: str
+    """Normal or Warning."""
+    reason: str
+    message: str
 
 
 class WriteInput(BaseModel):
     quota: ObjectRef
     capacity: list[AcceleratorCapacityStatus] | None
     """The whole new status.capacity; None removes it (a node that stopped being the root)."""
+    condition: ConditionUpdate | None = None
+    """The CapacityReported condition to set beside it (the other conditions of the object are kept)."""
+    events: list[CapacityEvent] = []
+    """Recorded on the AcceleratorQuota once the write succeeded."""
 
 
 class WriteOutput(BaseModel):
@@ -54,4 +76,5 @@ class WriteOutput(BaseModel):
     """The resourceVersion the write produced."""
 
 
-__all__ = ["ObserveInput", "ObserveOutput", "WriteInput", "WriteOutput"]
+__all__ = ["ACCESS_REFUSED", "CAPACITY_CONDITION", "CapacityEvent", "ObserveInput", "ObserveOutput", "WriteInput",
+           "WriteOutput"]

@@ -429,7 +429,16 @@ class PlacementActivities:
         """Each registered WorkloadCluster's own root report (its root AcceleratorQuota's status.capacity),
         read through the registration, for the management plane's perCluster rows. A member that cannot be
         read, or has no single root, is a row saying why, never an exception: the others are still read."""
-        listed = cast(dict[str, Any], call(self.custom.list_cluster_custom_object, GROUP, VERSION, "workloadclusters"))
+        try:
+            listed = cast(dict[str, Any], call(self.custom.list_cluster_custom_object, GROUP, VERSION,
+                                               "workloadclusters"))
+        except ApiException as exc:
+            if forbidden(exc):
+                # An answer, as for a registration the role may not read: the worker's interceptor would make it a
+                # permanent failure of the capacity report's sample, retried forever with nobody saying why.
+                return MemberCapacityReading(refused=f"the worker may not list WorkloadClusters: {exc.status} "
+                                                     f"{exc.reason}: {str(exc.body)[:400]}")
+            raise
         out = MemberCapacityReading()
         for item in sorted(listed.get("items") or [], key=lambda i: str((i.get("metadata") or {}).get("name"))):
             meta = item.get("metadata") or {}

@@ -47,3 +47,7 @@ class MemberCapacityInput(BaseModel):
 class MemberCapacityReading(BaseModel):
     members: list[MemberCapacityReport] = []
     """One per registered WorkloadCluster (none being deregistered), by name."""
+    refused: str | None = None
+    """The apiserver refused (403) the list of WorkloadClusters: its answer, and no member was read. An answer
+    rather than an error: the capacity report says it on the root (CapacityReported False AccessRefused) and
+    keeps the members' last rows, marked unavailable. None in older histories."""

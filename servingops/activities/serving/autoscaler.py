@@ -17,7 +17,8 @@ What is rendered, where the seed is silent following upstream OME's hpa / keda r
 - minReplicas = the component's minReplicas, at least 1; maxReplicas = maxReplicas, at least min;
 - HPA metrics and behavior verbatim, a single CPU 80% Utilization metric when none is given;
   KEDA triggers, advanced, pollingInterval, cooldownPeriod, idleReplicaCount, fallback verbatim;
-- labels: the component's selector labels and managed-by servingops; a controller ownerReference
+- labels: the component's selector labels, managed-by servingops and the service's uid (KEDA copies them
+  onto its HPA, by which the bridge wakes the service when the counts move); a controller ownerReference
   to the InferenceService, so the objects go with it.
 HPA and KEDA cannot both drive one target: choosing one deletes ours of the other kind. External and
 None render nothing and delete ours; an object of that name that is not ours (no controller
@@ -129,7 +130,8 @@ def scaled_object_name(target: str) -> str:
 
 def _meta(owner: render.Owner, component: ComponentType, name: str) -> dict[str, Any]:
     return {"name": name, "namespace": owner.namespace,
-            "labels": {**render.selector_labels(owner.name, component), render.LABEL_MANAGED_BY: render.MANAGED_BY},
+            "labels": {**render.selector_labels(owner.name, component), render.LABEL_MANAGED_BY: render.MANAGED_BY,
+                       render.LABEL_ISVC_UID: owner.uid},
             "ownerReferences": [{"apiVersion": "ome.io/v1beta1", "kind": "InferenceService", "name": owner.name,
                                  "uid": owner.uid, "controller": True, "blockOwnerDeletion": True}]}
 

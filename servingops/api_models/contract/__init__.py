@@ -114,7 +114,9 @@ class Signal(StrEnum):
     payload). Optional: the workflow also re-reads them on its own timer."""
     REPLICA_CHANGED = "replica-changed"
     """InferenceReplicaWorkflow -> InferenceServiceWorkflow: the status of a replica the service
-    projects moved; observe again (no payload)."""
+    projects moved; observe again (no payload). The bridge sends it too (never a start; coalesced per
+    service) when a HorizontalPodAutoscaler of one of the service's components moved what the service
+    mirrors of it (its counts, its conditions): the service's "look again" wake-up."""
     AUTOSCALER_POLICY_CHANGED = "autoscaler-policy-changed"
     """AutoscalerPolicyWorkflow -> InferenceServiceWorkflow: a policy one of its components references
     has a new spec; observe again, so the component's scaler is rendered from it (no payload). The

@@ -22,6 +22,12 @@ observedAt alone (activities/placement/capacity.py STALE_AFTER, 5 min). A new ru
 adopts the high-water marks the root's status already carries (same flavor identity), so a
 restarted worker does not forget them.
 
+A 403 on the list of WorkloadClusters (capacity.observe's, or read_member_capacity's) is an answer, not a
+failure retried forever: the sample still reports this plane's own capacity, keeps each member's last row
+marked reportAvailable false, and says why on the root (CapacityReported False AccessRefused, with the
+apiserver's answer, and a Warning Event, once per answer); the next sample tries again, and a mended role
+turns the condition True Reported.
+
 A node that is not a root (or stops being one) reports nothing: the workflow removes what it wrote
 and waits, without a timer, for a newer generation (it may become the root again) or deletion. The
 bridge starts it only for roots (crd_bridge/routes.py); deletion ends it. History stays bounded with
@@ -49,12 +55,21 @@ with workflow.unsafe.imports_passed_through():
         advance_high_water_mark,
         flavor_identity,
     )
-    from servingops.activities.capacity.types import ObserveInput, ObserveOutput, WriteInput, WriteOutput
+    from servingops.activities.capacity.types import (
+        ACCESS_REFUSED,
+        CAPACITY_CONDITION,
+        CapacityEvent,
+        ObserveInput,
+        ObserveOutput,
+        WriteInput,
+        WriteOutput,
+    )
     from servingops.activities.placement.activities import PlacementActivities
     from servingops.activities.placement.quota_types import MemberCapacityInput, MemberCapacityReading
     from servingops.api_models.contract import StartObject, WorkflowType
     from servingops.api_models.ome.accelerator_quota import AcceleratorCapacityStatus
-    from servingops.rendering.capacity_per_cluster import with_per_cluster
+    from servingops.api_models.refs import ConditionUpdate
+    from servingops.rendering.capacity_per_cluster import MemberCapacityReport, with_per_cluster
 
 
 class CapacitySettings(BaseModel):
@@ -91,6 +106,9 @@ class CapacityState(ReconcileState):
     """Samples in this run."""
     writes: int = 0
     """Writes in this run."""
+    refused: str | None = None
+    """What the apiserver said when it last refused (403) a reading of WorkloadClusters, as CapacityReported
+    False AccessRefused says it on the root; None while the readings succeed."""
 
 
 class CapacityRun(StartObject):
@@ -146,6 +164,28 @@ def needs_write(state: CapacityState, entries: list[AcceleratorCapacityStatus], 
     if state.written is None or state.written_at is None:
         return True
     return _values(entries) != _values(state.written) or observed_at - state.written_at >= refresh
+
+
+def unreadable_members(written: list[AcceleratorCapacityStatus] | None, refused: str) -> list[MemberCapacityReport]:
+    """Every member the last report has a row of, unread this time because the list of WorkloadClusters was
+    refused: rendering/capacity_per_cluster keeps such a member's row, marked reportAvailable false."""
+    clusters = sorted({row.cluster for entry in written or [] for row in entry.per_cluster or [] if row.cluster})
+    return [MemberCapacityReport(cluster=c, reason=ACCESS_REFUSED, message=refused) for c in clusters]
+
+
+def access_change(before: str | None, now: str | None) -> tuple[ConditionUpdate | None, list[CapacityEvent]]:
+    """CapacityReported and its Event when the refusal of the WorkloadCluster readings starts, changes or ends
+    (None: nothing to say). False AccessRefused with the apiserver's answer and a Warning; back to True Reported
+    once the readings succeed again."""
+    if now == before:
+        return None, []
+    if now is not None:
+        message = f"capacity observed, but no member's report read: {now}"[:1000]
+        return (ConditionUpdate(type=CAPACITY_CONDITION, status="False", reason=ACCESS_REFUSED, message=message),
+                [CapacityEvent(type="Warning", reason=ACCESS_REFUSED, message=message)])
+    message = "the WorkloadClusters and their members' reports are read again"
+    return (ConditionUpdate(type=CAPACITY_CONDITION, status="True", reason="Reported", message=message),
+            [CapacityEvent(type="Normal", reason="Reported", message=message)])
 
 
 @workflow.defn(name=WorkflowType.ACCELERATOR_CAPACITY)
@@ -206,24 +246,37 @@ class AcceleratorCapacityWorkflow(EntityWorkflow[CapacityState]):
         marks = self.state.marks if self.state.marks else adopted_marks(observed.reported)
         entries, marks = report(observed.capacity, observed.observed_at, marks, self.settings)
         self.state.marks = marks
+        refused = observed.refused
         if observed.workload_clusters:
             # A management plane: each member's own root report, per (resource, flavor), in perCluster. No
             # patch guards the new step: it is taken only when the recorded observation counts WorkloadClusters,
             # which no history recorded before the field does.
             members: MemberCapacityReading = await workflow.execute_activity_method(
                 PlacementActivities.read_member_capacity, MemberCapacityInput(root=self.ref.name), **options.MEMBER)
+            refused = members.refused
             entries = with_per_cluster(entries, members.members, self.state.written, observed.observed_at)
-        if needs_write(self.state, entries, observed.observed_at, timedelta(seconds=self.settings.refresh_seconds)):
-            if not await self._write(entries):
+        if refused is not None:
+            # No member could be listed: each one's last row stays, marked unavailable (as for a member that
+            # could not be read), and the root says why. Only an observation carrying a refusal (a field no
+            # history recorded before it has) takes this step or the condition's write below.
+            entries = with_per_cluster(entries, unreadable_members(self.state.written, refused), self.state.written,
+                                       observed.observed_at)
+        condition, events = access_change(self.state.refused, refused)
+        if condition is not None or needs_write(self.state, entries, observed.observed_at,
+                                                timedelta(seconds=self.settings.refresh_seconds)):
+            if not await self._write(entries, condition, events):
                 return None
             self.state.written, self.state.written_at = entries, observed.observed_at
+            self.state.refused = refused
         self._publish("Reporting")
         return True
 
-    async def _write(self, entries: list[AcceleratorCapacityStatus] | None) -> bool:
+    async def _write(self, entries: list[AcceleratorCapacityStatus] | None, condition: ConditionUpdate | None = None,
+                     events: list[CapacityEvent] | None = None) -> bool:
         assert self.ref is not None
         written: WriteOutput = await workflow.execute_activity_method(
-            CapacityActivities.write_status, WriteInput(quota=self.ref, capacity=entries), **options.KUBE)
+            CapacityActivities.write_status, WriteInput(quota=self.ref, capacity=entries, condition=condition,
+                                                        events=events or []), **options.KUBE)
         if not written.present:
             return False
         self.state.writes += 1
@@ -237,5 +290,5 @@ class AcceleratorCapacityWorkflow(EntityWorkflow[CapacityState]):
             self.visibility.publish(phase)
 
 
-__all__ = ["AcceleratorCapacityWorkflow", "CapacityRun", "CapacitySettings", "CapacityState", "adopted_marks",
-           "needs_write", "report"]
+__all__ = ["AcceleratorCapacityWorkflow", "CapacityRun", "CapacitySettings", "CapacityState", "access_change",
+           "adopted_marks", "needs_write", "report", "unreadable_members"]
