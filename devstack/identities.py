@@ -198,6 +198,42 @@ def delete_identities(api: client.ApiClient, docs: Iterable[dict[str, Any]]) -> 
                 raise
 
 
+CATALOG_ENDPOINT = "catalog-endpoint"
+"""The catalog endpoint's identity: only in a release with catalogEndpoint.enabled (a cluster that publishes),
+so it is issued on its own (`issue_catalog_endpoint`), not with PROCESSES."""
+
+
+def catalog_endpoint_values(clients_secret: str) -> dict[str, Any]:
+    """Local values with the catalog endpoint on: its ServiceAccount and roles, its Role naming `clients_secret`.
+    The TLS Secret is only named (the endpoint runs as a process here, with a test CA's files)."""
+    return local_values(catalogEndpoint={"enabled": True, "tls": {"secretName": "unused"},
+                                         "clientsSecretName": clients_secret})
+
+
+def issue_catalog_endpoint(cluster: LocalKubeCluster, directory: Path, *, release: str, namespace: str,
+                           clients_secret: str, seconds: int = TOKEN_SECONDS) -> tuple[Path, list[dict[str, Any]]]:
+    """The chart's catalog endpoint ServiceAccount and RBAC for `release` in `namespace`, applied (only those),
+    and a kubeconfig with its token: what the endpoint's pod would run as. Returns the kubeconfig and the
+    applied objects (for delete_identities)."""
+    docs = [d for d in render(release, namespace, catalog_endpoint_values(clients_secret))
+            if d["kind"] in IDENTITY_KINDS
+            and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == CATALOG_ENDPOINT]
+    [name] = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
+    api = cluster.api_client()
+    try:
+        core = client.CoreV1Api(api)
+        try:
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        apply_objects(api, docs)
+        token = request_token(api, namespace, name, seconds)
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    return write_kubeconfig(directory / f"{name}.kubeconfig", cluster, name, token, namespace), docs
+
+
 def operator_config_name(release: str = RELEASE) -> str:
     """The chart's operator ConfigMap (templates/configmap.yaml, `servingops.config`)."""
     return f"{release}-config"

@@ -227,7 +227,8 @@ def main() -> None:
             base_key = _digest(spec.key(), (HERE / "debian.py").read_bytes(), builder[0])
             deps_epoch = max(_epoch("constraints.txt", "deploy/image/python_layers.py"), _dependencies_epoch())
             constraints = (REPO / "constraints.txt").read_bytes()
-            deps_key = _digest(base_key, constraints, json.dumps(requirements), *builder, str(deps_epoch))
+            deps_key = _digest(base_key, constraints, json.dumps(requirements), *builder, str(deps_epoch),
+                               python_layers.strip_version())
             wheels_key = _digest(constraints, json.dumps(requirements), builder[1])
             files = _product_files()
             app_key = _digest(deps_key, *builder, str(head_epoch),
@@ -274,6 +275,8 @@ def main() -> None:
                 _move_in(stage, root, tops)
             with phase(f"{name}: bytecode"):
                 python_layers.compile_bytecode(root, python_layers.SITE)
+                if name == "dependencies":
+                    python_layers.make_sourceless(root / python_layers.SITE)
             with phase(f"{name}: compress"):
                 return directory_layer(root, tops, epoch, out)
 
