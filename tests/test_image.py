@@ -220,6 +220,14 @@ def test_the_rootfs_holds_no_compiler_package_cache_or_machine_state(pulled: Pul
     # Bytecode that never names a source mtime: the pyc header's flags say "hash-based, not checked".
     pycs = list((root / SITE).rglob("*.pyc"))
     assert pycs
+    # What deploy/image cuts (docs/image.md, Size): the kubernetes client as bytecode only (the worker and the
+    # bridge below import it), no test suites or stubs of the dependencies, no symbol tables in their .so files.
+    assert not list((root / SITE / "kubernetes").rglob("*.py"))
+    assert (root / SITE / "kubernetes/client/__init__.pyc").is_file()
+    assert not [path for path in (root / SITE).glob("*/tests") if path.is_dir()]
+    assert not list((root / SITE).rglob("*.pyi"))
+    symbol_tables = [path.name for path in (root / SITE).rglob("*.so") if b".symtab\0" in path.read_bytes()]
+    assert symbol_tables == []
     assert {int.from_bytes(path.read_bytes()[4:8], "little") for path in pycs} == {0b01}
 
 
