@@ -12,6 +12,7 @@ one source of what the processes may do, and the tests exercise it.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import subprocess
 import tempfile
@@ -27,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from devstack.kube import BIN_DIR_ENV, BUILD_SCRIPT, REPO_ROOT, LocalKubeCluster, apply_objects
-from devstack.process import built_binary
+from devstack.process import built_binary, cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +58,34 @@ def helm(*args: str, kubeconfig: Path | None = None, timeout: float = 300) -> st
     return proc.stdout
 
 
+LOCAL_IMAGE: dict[str, Any] = {"repository": "servingops.local/servingops", "tag": "dev", "digest": "",
+                               "pullPolicy": "Never"}
+"""The image values of a local release: the chart names no default repository (a user names where they pushed
+the image), and no image is ever pulled here (kwok plays the kubelets)."""
+
+
+def built_image_file() -> Path:
+    """Where `./dev image` (deploy/image/build.py --record) writes what it last pushed to the local registry:
+    under the cache, so building the image rewrites nothing tracked (the next build stays clean)."""
+    return cache_dir() / "image" / "pushed.json"
+
+
+def built_image_values() -> dict[str, Any]:
+    """The image values for `./dev up`: the image `./dev image` last pushed (repository, tag, digest), or
+    LOCAL_IMAGE when none was built. kwok still pulls nothing; the release names what a real node would run."""
+    try:
+        pushed = json.loads(built_image_file().read_text())
+    except (OSError, ValueError):
+        return dict(LOCAL_IMAGE)
+    return {"repository": str(pushed["repository"]), "tag": str(pushed["tag"]), "digest": str(pushed["digest"]),
+            "pullPolicy": LOCAL_IMAGE["pullPolicy"]}
+
+
 def local_values(**blocks: Any) -> dict[str, Any]:
     """Values for the local cluster: no image is ever pulled (kwok plays the kubelets), a small
     spool, and no default Prometheus (each test names its own); `blocks` replace top-level keys."""
     values: dict[str, Any] = {
-        "image": {"repository": "servingops.local/servingops", "tag": "dev", "pullPolicy": "Never"},
+        "image": dict(LOCAL_IMAGE),
         "worker": {"spool": {"size": "1Gi"}},
         "operatorConfig": {"canaryAnalysis": {"bundledPrometheusAddress": ""}},
         # Locally the node agents run as processes, one per kwok node (its own directory as the node's
@@ -85,11 +109,11 @@ def _values_file(values: Mapping[str, Any], directory: Path) -> Path:
 
 def render(release: str = RELEASE, namespace: str = NAMESPACE, values: Mapping[str, Any] | None = None,
            *, extra_args: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """`helm template` of the chart: every object it would install (CRDs only with --include-crds)."""
+    """`helm template` of the chart: every object it would install (CRDs only with --include-crds). Values that
+    name no image get LOCAL_IMAGE (the one value the chart has no default for); the rest are the chart's."""
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["template", release, str(CHART), "--namespace", namespace, *extra_args]
-        if values:
-            args += ["--values", str(_values_file(values, Path(tmp)))]
+        args = ["template", release, str(CHART), "--namespace", namespace, *extra_args,
+                "--values", str(_values_file({"image": LOCAL_IMAGE, **(values or {})}, Path(tmp)))]
         out = helm(*args)
     return [doc for doc in yaml.safe_load_all(out) if isinstance(doc, dict) and doc]
 
@@ -196,6 +220,42 @@ def delete_identities(api: client.ApiClient, docs: Iterable[dict[str, Any]]) -> 
         except ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+CATALOG_ENDPOINT = "catalog-endpoint"
+"""The catalog endpoint's identity: only in a release with catalogEndpoint.enabled (a cluster that publishes),
+so it is issued on its own (`issue_catalog_endpoint`), not with PROCESSES."""
+
+
+def catalog_endpoint_values(clients_secret: str) -> dict[str, Any]:
+    """Local values with the catalog endpoint on: its ServiceAccount and roles, its Role naming `clients_secret`.
+    The TLS Secret is only named (the endpoint runs as a process here, with a test CA's files)."""
+    return local_values(catalogEndpoint={"enabled": True, "tls": {"secretName": "unused"},
+                                         "clientsSecretName": clients_secret})
+
+
+def issue_catalog_endpoint(cluster: LocalKubeCluster, directory: Path, *, release: str, namespace: str,
+                           clients_secret: str, seconds: int = TOKEN_SECONDS) -> tuple[Path, list[dict[str, Any]]]:
+    """The chart's catalog endpoint ServiceAccount and RBAC for `release` in `namespace`, applied (only those),
+    and a kubeconfig with its token: what the endpoint's pod would run as. Returns the kubeconfig and the
+    applied objects (for delete_identities)."""
+    docs = [d for d in render(release, namespace, catalog_endpoint_values(clients_secret))
+            if d["kind"] in IDENTITY_KINDS
+            and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == CATALOG_ENDPOINT]
+    [name] = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
+    api = cluster.api_client()
+    try:
+        core = client.CoreV1Api(api)
+        try:
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        apply_objects(api, docs)
+        token = request_token(api, namespace, name, seconds)
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    return write_kubeconfig(directory / f"{name}.kubeconfig", cluster, name, token, namespace), docs
 
 
 def operator_config_name(release: str = RELEASE) -> str:

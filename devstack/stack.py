@@ -86,6 +86,7 @@ def up(state_dir: Path, members: int = 0) -> int:
     # Prometheus started above, and every HTTPRoute attaches to the Gateway Traefik serves on loopback.
     # Helm creates CRDs but never updates them: apply the generated ones.
     identities.install(cluster, identities.local_values(
+        image=identities.built_image_values(),
         operatorConfig={"canaryAnalysis": {"bundledPrometheusAddress": prometheus.url},
                         "ingress": {"omeIngressGateway": f"{GATEWAY_NAMESPACE}/{GATEWAY_NAME}",
                                     "ingressDomain": INGRESS_DOMAIN}}), wait=not staged)

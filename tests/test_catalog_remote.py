@@ -87,6 +87,7 @@ from servingops.ingress.catalog_endpoint import (
 )
 from testkit.waiting import wait_until
 from tests.crd_helpers import create, manifest, new_namespace
+from tests.fixtures.kube import api_as, catalog_endpoint_identity
 from tests.secret_scan import register_token
 from tests.support.catalog_remote import REPOSITORY, Pki, Pushed, catalog_cluster_model, catalog_secret, pki, push_model
 
@@ -586,13 +587,23 @@ def kube_world(kube_api: client.ApiClient, pki: Pki, cluster_a: ClusterA) -> Ite
 
 
 @pytest.fixture(scope="module")
-def kube_endpoint(kube_api: client.ApiClient, kube_world: dict[str, str], pki: Pki,
+def endpoint_kubeconfig(kube_cluster: LocalKubeCluster, kube_world: dict[str, str],
+                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The chart's catalog endpoint identity in the module's controller namespace: the endpoint runs as its pod."""
+    with catalog_endpoint_identity(kube_cluster, kube_world["namespace"],
+                                   tmp_path_factory.mktemp("catalog-endpoint")) as kubeconfig:
+        yield kubeconfig
+
+
+@pytest.fixture(scope="module")
+def kube_endpoint(endpoint_kubeconfig: Path, kube_world: dict[str, str], pki: Pki,
                   registry_a: OciRegistry) -> Iterator[CatalogEndpointServer]:
-    server = serve("127.0.0.1", 0, pki.cert_file, pki.key_file, api_client=kube_api,
-                   namespace=kube_world["namespace"], registry=registry_a.address, repository=REPOSITORY,
-                   label_selector=f"servingops.io/catalog-remote-test={kube_world['label']}")
-    yield server
-    server.stop()
+    with api_as(endpoint_kubeconfig) as api:
+        server = serve("127.0.0.1", 0, pki.cert_file, pki.key_file, api_client=api,
+                       namespace=kube_world["namespace"], registry=registry_a.address, repository=REPOSITORY,
+                       label_selector=f"servingops.io/catalog-remote-test={kube_world['label']}")
+        yield server
+        server.stop()
 
 
 @pytest.mark.integration
@@ -663,7 +674,7 @@ def test_the_endpoint_reads_the_clients_secret(kube_endpoint: CatalogEndpointSer
 
 
 @pytest.mark.integration
-def test_the_endpoint_process_serves_until_stopped(kube_cluster: LocalKubeCluster, kube_world: dict[str, str],
+def test_the_endpoint_process_serves_until_stopped(endpoint_kubeconfig: Path, kube_world: dict[str, str],
                                                    pki: Pki, registry_a: OciRegistry, tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -674,7 +685,7 @@ def test_the_endpoint_process_serves_until_stopped(kube_cluster: LocalKubeCluste
     add_arguments(parser)
     settings = from_arguments(parser.parse_args([
         "--listen", f"127.0.0.1:{port}", "--tls-cert", str(pki.cert_file), "--tls-key", str(pki.key_file),
-        "--kubeconfig", str(kube_cluster.kubeconfig_path), "--controller-namespace", kube_world["namespace"],
+        "--kubeconfig", str(endpoint_kubeconfig), "--controller-namespace", kube_world["namespace"],
         "--registry", registry_a.address, "--signing-key-file", str(key_file), "--grant-ttl-seconds", "60",
         "--label-selector", f"servingops.io/catalog-remote-test={kube_world['label']}"]))
     stop = threading.Event()

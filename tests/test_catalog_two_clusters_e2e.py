@@ -3,8 +3,9 @@
 Cluster A: a second local apiserver (`LocalKubeCluster`, apiserver only) with the project's CRDs, its own
 registry, a Ready ClusterModel whose artifact is in A's registry, and A's catalog endpoint (the product's
 `ingress/catalog_endpoint.serve`, in-process, TLS from a test CA made here) reading A's ClusterModels and
-A's clients Secret. Cluster B: the session's cluster, its registry and Temporal, with servingops' worker and
-bridge as their own processes under the chart's identities (as tests/test_catalog_e2e.py runs them).
+A's clients Secret as the chart's catalog endpoint ServiceAccount of A's release. Cluster B: the session's
+cluster, its registry and Temporal, with servingops' worker and bridge as their own processes under the
+chart's identities (as tests/test_catalog_e2e.py runs them).
 
 Held: B's source (type Catalog, url = A's endpoint, caSecretName, credentialsSecretName in B's controller
 namespace) becomes Ready with A's entry count, and its index is stored in B's registry as the RemoteIndex
@@ -38,7 +39,7 @@ from servingops.clients.catalog_remote import parse_index
 from servingops.clients.oci.registry_client import ModelRegistry
 from servingops.ingress.catalog_endpoint import DEFAULT_CLIENTS_SECRET, CatalogEndpointServer, serve
 from testkit.waiting import wait_until
-from tests.fixtures.kube import own_identities
+from tests.fixtures.kube import api_as, catalog_endpoint_identity, own_identities
 from tests.secret_scan import register_token
 from tests.support.catalog_remote import REPOSITORY, Pki, Pushed, catalog_cluster_model, catalog_secret, pki, push_model
 
@@ -104,7 +105,6 @@ def cluster_a(tmp_path_factory: pytest.TempPathFactory, stack_logs: Path, pki: P
                                install_upstream_crds=False).start()
     registry = OciRegistry(tmp_path_factory.mktemp("registry-a"), stack_logs).start()
     api = cluster.api_client()
-    endpoint: CatalogEndpointServer | None = None
     try:
         cluster.apply_crds([PROJECT_CRDS])
         namespace = "servingops-catalog"
@@ -125,12 +125,16 @@ def cluster_a(tmp_path_factory: pytest.TempPathFactory, stack_logs: Path, pki: P
                     raise
                 time.sleep(0.5)
         custom.patch_cluster_custom_object_status(info.group, info.version, info.plural, name, {"status": status})
-        endpoint = serve("127.0.0.1", 0, pki.cert_file, pki.key_file, api_client=api, namespace=namespace,
-                         registry=registry.address, repository=REPOSITORY)
-        yield ClusterSideA(api=api, registry=registry, endpoint=endpoint, model=name, pushed=pushed)
+        # A's endpoint as its chart ServiceAccount (catalogEndpoint enabled in A's release), as its pod would run.
+        with catalog_endpoint_identity(cluster, namespace, workdir / "identities") as kubeconfig, \
+                api_as(kubeconfig) as endpoint_api:
+            endpoint = serve("127.0.0.1", 0, pki.cert_file, pki.key_file, api_client=endpoint_api,
+                             namespace=namespace, registry=registry.address, repository=REPOSITORY)
+            try:
+                yield ClusterSideA(api=api, registry=registry, endpoint=endpoint, model=name, pushed=pushed)
+            finally:
+                endpoint.stop()
     finally:
-        if endpoint is not None:
-            endpoint.stop()
         api.close()  # type: ignore[no-untyped-call]
         registry.stop()
         cluster.stop()

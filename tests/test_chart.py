@@ -36,7 +36,13 @@ PRODUCT_SOURCES = [REPO_ROOT / "servingops" / d for d in ("workers", "crd_bridge
 LIBRARY_VARIABLES = {"OTEL_EXPORTER_OTLP_INSECURE", "HOME"}
 """Read by opentelemetry's OTLP exporter, and by every library that keeps a cache under $HOME."""
 
+IMAGE = {"repository": "registry.example/servingops/servingops", "tag": "0.1.0-0123456789ab",
+         "digest": "sha256:" + "0" * 64}
+USER_DEFAULTS: dict[str, Any] = {"image": {"repository": IMAGE["repository"]}}
+"""The defaults as a user installs them: the one value without a default, where the image was pushed."""
+
 FULL_VALUES: dict[str, Any] = {
+    "image": IMAGE,
     "namespace": {"create": True},
     "temporal": {"address": "temporal.example:7233", "namespace": "prod", "taskQueue": "q",
                  "tls": {"enabled": True, "secretName": "temporal-client", "serverName": "temporal.example"}},
@@ -55,6 +61,7 @@ FULL_VALUES: dict[str, Any] = {
 """A value for every switch the templates have."""
 
 CATALOG_VALUES: dict[str, Any] = {
+    "image": IMAGE,
     "registry": {"address": "registry.example:5000", "repository": "models"},
     "catalogEndpoint": {"enabled": True, "tls": {"secretName": "catalog-tls"}, "signingKeySecretName": "catalog-key",
                         "labelSelector": "catalog=public", "clientsSecretName": "peers", "grantTTLSeconds": 600},
@@ -84,22 +91,36 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("values", [None, FULL_VALUES, CATALOG_VALUES], ids=["defaults", "every-switch", "catalog"])
-def test_helm_lint_strict(values: dict[str, Any] | None, tmp_path: Path) -> None:
-    args = ["lint", "--strict", str(identities.CHART)]
-    if values:
-        path = tmp_path / "values.yaml"
-        path.write_text(yaml.safe_dump(values))
-        args += ["--values", str(path)]
-    out = identities.helm(*args)
+@pytest.mark.parametrize("values", [USER_DEFAULTS, FULL_VALUES, CATALOG_VALUES],
+                         ids=["defaults", "every-switch", "catalog"])
+def test_helm_lint_strict(values: dict[str, Any], tmp_path: Path) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    out = identities.helm("lint", "--strict", str(identities.CHART), "--values", str(path))
     assert "1 chart(s) linted, 0 chart(s) failed" in out, out
+
+
+@pytest.mark.unit
+def test_the_image_is_where_the_user_pushed_it_and_has_no_default() -> None:
+    """No registry of ours is a default a user's cluster would try to pull from: an install that names no
+    repository is refused with what to set; one that does runs exactly the pushed image (by digest when given)."""
+    with pytest.raises(RuntimeError, match=r"image.repository: the registry and repository you pushed"):
+        identities.helm("template", "servingops", str(identities.CHART))
+    defaults = yaml.safe_load((identities.CHART / "values.yaml").read_text())["image"]
+    assert defaults == {"repository": "", "tag": "", "digest": "", "pullPolicy": "IfNotPresent"}
+    chart = yaml.safe_load((identities.CHART / "Chart.yaml").read_text())
+    worker = _container(_one(identities.render(values=USER_DEFAULTS), "StatefulSet", "servingops-worker"))
+    assert worker["image"] == f"{IMAGE['repository']}:{chart['appVersion']}"
+    for doc in identities.render(values=FULL_VALUES):
+        if doc["kind"] in ("Deployment", "StatefulSet", "DaemonSet"):
+            assert _container(doc)["image"] == f"{IMAGE['repository']}:{IMAGE['tag']}@{IMAGE['digest']}"
 
 
 @pytest.mark.unit
 def test_the_chart_ships_the_generated_crds_and_no_other() -> None:
     """crds/ is deploy/crds (a link): what helm installs is what `servingops crds` generates."""
-    shipped = {doc["metadata"]["name"]: doc for doc in identities.render(extra_args=["--include-crds"])
-               if doc["kind"] == "CustomResourceDefinition"}
+    rendered = identities.render(values=USER_DEFAULTS, extra_args=["--include-crds"])
+    shipped = {doc["metadata"]["name"]: doc for doc in rendered if doc["kind"] == "CustomResourceDefinition"}
     generated = {doc["metadata"]["name"]: doc for doc in (yaml.safe_load(render_crd(kind)) for kind in served_kinds())}
     assert shipped == generated
 
@@ -122,7 +143,7 @@ def test_every_flag_and_variable_the_chart_sets_is_read_by_its_process() -> None
 
 @pytest.mark.unit
 def test_the_catalog_endpoint_is_off_by_default_and_reads_what_the_chart_means() -> None:
-    assert not [d for d in identities.render() if "catalog-endpoint" in d["metadata"]["name"]]
+    assert not [d for d in identities.render(values=USER_DEFAULTS) if "catalog-endpoint" in d["metadata"]["name"]]
     docs = identities.render("servingops", "ops", CATALOG_VALUES)
     deployment = _one(docs, "Deployment", "servingops-catalog-endpoint")
     container = _container(deployment)
@@ -210,7 +231,7 @@ def test_values_reach_every_object() -> None:
 
 @pytest.mark.unit
 def test_defaults_render_no_namespace_and_a_cluster_wide_secret_binding() -> None:
-    docs = identities.render()
+    docs = identities.render(values=USER_DEFAULTS)
     assert not _by_kind(docs, "Namespace")  # helm install --create-namespace makes it
     assert _one(docs, "ClusterRoleBinding", "servingops-worker-secrets")
     # (The model webhook's serving certificate is generated: tests/test_model_webhook.py.)

@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from devstack import identities
 from devstack.identities import Identities
 from devstack.kube import REPO_ROOT, LocalKubeCluster
 from devstack.process import ManagedProcess, free_port
@@ -74,9 +75,63 @@ def _build(registry: OciRegistry, layout: Path, commit: Commit, *extra: str,
     return report
 
 
+@dataclass
+class Recorded:
+    path: Path
+    """What `--record` wrote (the file `./dev image` keeps under the cache for the local stack)."""
+    status_before: str
+    status_after: str
+    """`git status --porcelain` before and after the build: a build rewrites nothing of the checkout."""
+
+
 @pytest.fixture(scope="module")
-def built(oci_registry: OciRegistry, tmp_path_factory: pytest.TempPathFactory, commit: Commit) -> dict[str, Any]:
-    return _build(oci_registry, tmp_path_factory.mktemp("image") / "layout", commit)
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    return Recorded(tmp_path_factory.mktemp("record") / "pushed.json", _git("status", "--porcelain"), "")
+
+
+@pytest.fixture(scope="module")
+def built(oci_registry: OciRegistry, tmp_path_factory: pytest.TempPathFactory, commit: Commit,
+          recorded: Recorded) -> dict[str, Any]:
+    report = _build(oci_registry, tmp_path_factory.mktemp("image") / "layout", commit, "--record", str(recorded.path))
+    recorded.status_after = _git("status", "--porcelain")
+    return report
+
+
+def test_the_build_records_the_pushed_image_for_the_local_stack_and_leaves_the_tree_clean(
+        built: dict[str, Any], recorded: Recorded, oci_registry: OciRegistry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`./dev image` used to write the digest into deploy/chart/values.yaml: the tree went dirty and the next
+    build got another revision label and digest. Now what was pushed is a file outside the checkout, read by
+    `./dev up` (devstack/identities.built_image_values) into its release's values."""
+    assert recorded.status_after == recorded.status_before
+    values = {"repository": f"{oci_registry.address}/{REPOSITORY}", "tag": built["tag"], "digest": built["digest"]}
+    assert json.loads(recorded.path.read_text()) == values == built["values"]
+    monkeypatch.setattr(identities, "built_image_file", lambda: recorded.path)
+    assert identities.built_image_values() == {**values, "pullPolicy": identities.LOCAL_IMAGE["pullPolicy"]}
+    [worker] = [d for d in identities.render(values=identities.local_values(image=identities.built_image_values()))
+                if d["kind"] == "StatefulSet"]
+    [container] = worker["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"{values['repository']}:{values['tag']}@{values['digest']}"
+
+
+def test_push_to_ones_own_registry_prints_the_values_that_run_it(built: dict[str, Any], oci_registry: OciRegistry,
+                                                                 tmp_path: Path, commit: Commit) -> None:
+    """`--push REGISTRY/REPOSITORY` (HTTPS by default; the session's registry is plain HTTP, so --plain-http):
+    the same image (every layer cached), pushed where named, and the chart values that pull it by digest."""
+    target = f"{oci_registry.address}/team/servingops"
+    result = subprocess.run(["bash", str(BUILD), "--push", target, "--plain-http", "--layout", str(tmp_path / "l"),
+                             "--json", "--revision", commit.revision],
+                            env={**os.environ, "SOURCE_DATE_EPOCH": commit.epoch},
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["digest"] == built["digest"]
+    assert report["values"] == {"repository": target, "tag": built["tag"], "digest": built["digest"]}
+    assert f"--set image.repository={target}" in result.stderr
+    assert f"--set image.digest={built['digest']}" in result.stderr
+    with urllib.request.urlopen(urllib.request.Request(
+            f"http://{oci_registry.address}/v2/team/servingops/manifests/{built['digest']}", method="HEAD",
+            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"}), timeout=30) as response:
+        assert response.status == 200
 
 
 @dataclass(frozen=True)
@@ -146,7 +201,8 @@ def test_the_config_names_a_non_root_user_the_entrypoint_and_the_commit(built: d
     assert labels["org.opencontainers.image.source"]
     assert [layer["size"] for layer in pulled.manifest["layers"]] and built["packages"] > 0
     assert built["size"] == sum(layer["size"] for layer in pulled.manifest["layers"])
-    assert built["size"] < 250e6
+    # Issue #33: at most 250 MB unpacked (306.6 MB before the cuts in deploy/image; docs/image.md has the figures).
+    assert built["uncompressed_size"] <= 250e6
 
 
 def test_the_rootfs_holds_no_compiler_package_cache_or_machine_state(pulled: Pulled) -> None:
@@ -164,6 +220,14 @@ def test_the_rootfs_holds_no_compiler_package_cache_or_machine_state(pulled: Pul
     # Bytecode that never names a source mtime: the pyc header's flags say "hash-based, not checked".
     pycs = list((root / SITE).rglob("*.pyc"))
     assert pycs
+    # What deploy/image cuts (docs/image.md, Size): the kubernetes client as bytecode only (the worker and the
+    # bridge below import it), no test suites or stubs of the dependencies, no symbol tables in their .so files.
+    assert not list((root / SITE / "kubernetes").rglob("*.py"))
+    assert (root / SITE / "kubernetes/client/__init__.pyc").is_file()
+    assert not [path for path in (root / SITE).glob("*/tests") if path.is_dir()]
+    assert not list((root / SITE).rglob("*.pyi"))
+    symbol_tables = [path.name for path in (root / SITE).rglob("*.so") if b".symtab\0" in path.read_bytes()]
+    assert symbol_tables == []
     assert {int.from_bytes(path.read_bytes()[4:8], "little") for path in pycs} == {0b01}
 
 

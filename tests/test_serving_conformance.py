@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -46,6 +46,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from devstack.identities import Identities
 from devstack.kube import POD_UNREADY_ANNOTATION
 from servingops.activities.kubernetes import AnnotationRemoval, KubernetesActivities, StatusPatch
 from servingops.activities.serving.activities import ServingActivities
@@ -69,6 +70,7 @@ from servingops.api_models.serving import IngressObservation, RouteStatus, Traff
 from servingops.rendering import render
 from testkit.rollout_fakes import FakeCluster
 from tests.crd_helpers import create, manifest, new_namespace
+from tests.fixtures.kube import api_as
 from tests.support.conformance import FAKE_UNIT_AND_REAL, chosen_backend
 
 ENGINE = ComponentType.ENGINE
@@ -206,13 +208,16 @@ class FakeBackend:
 
 
 class RealBackend:
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+    def __init__(self, api: client.ApiClient, worker: client.ApiClient, namespace: str) -> None:
+        """`api` (the admin) plays the user and the Gateway; the activities call as `worker`, the chart's worker
+        identity, so a call its RBAC does not allow fails here as it would in a cluster."""
         self.api = api
+        self.worker = worker
         self.namespace = namespace
         self.custom = client.CustomObjectsApi(api)
         self.activities: dict[str, Callable[..., Any]] = {
-            **{fn.__name__: fn for fn in ServingActivities(api).all()},
-            **{fn.__name__: fn for fn in KubernetesActivities(api).all()},
+            **{fn.__name__: fn for fn in ServingActivities(worker).all()},
+            **{fn.__name__: fn for fn in KubernetesActivities(worker).all()},
         }
         self.images = 0
 
@@ -278,7 +283,7 @@ class RealBackend:
         return dict(obj.get("status") or {})
 
     def use_ingress(self, config: IngressConfig) -> None:
-        self.activities.update({fn.__name__: fn for fn in ServingActivities(self.api, ingress=config).all()})
+        self.activities.update({fn.__name__: fn for fn in ServingActivities(self.worker, ingress=config).all()})
 
     async def route(self, ref: ObjectRef) -> dict[str, Any] | None:
         try:
@@ -300,9 +305,15 @@ def conformance_ns(kube_api: client.ApiClient) -> str:
     return new_namespace(kube_api, "conformance")
 
 
+@pytest.fixture(scope="module")
+def worker_api(chart_identities: Identities) -> Iterator[client.ApiClient]:
+    with api_as(chart_identities.worker) as api:
+        yield api
+
+
 @pytest.fixture
-def real_backend(kube_api: client.ApiClient, conformance_ns: str) -> Backend:
-    return RealBackend(kube_api, conformance_ns)
+def real_backend(kube_api: client.ApiClient, worker_api: client.ApiClient, conformance_ns: str) -> Backend:
+    return RealBackend(kube_api, worker_api, conformance_ns)
 
 
 @pytest.fixture(params=FAKE_UNIT_AND_REAL)

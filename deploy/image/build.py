@@ -16,7 +16,8 @@ every layer from them, which is how the reproducibility test builds the same com
 while mmdebstrap does, and the layers are compressed side by side; the report's `phases` gives each step's time.
 
 Usage (as root, mmdebstrap and oras on PATH or named; `deploy/image/build.sh` provides both):
-  python deploy/image/build.py [--registry HOST:PORT] [--repository NAME] [--write-values FILE] [--json]
+  python deploy/image/build.py [--registry HOST:PORT] [--repository NAME] [--record FILE] [--json]
+  python deploy/image/build.py --push REGISTRY[/REPOSITORY] [--registry-config FILE] [--json]
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -173,38 +173,56 @@ def _source_label() -> str:
         return os.environ.get("SERVINGOPS_IMAGE_SOURCE", "unknown (a checkout without a git remote)")
 
 
-def write_values(values: Path, repository: str, tag: str, digest: str) -> None:
-    """Point the chart's default image (its `image:` block) at what was built; every other line untouched."""
-    lines = values.read_text().splitlines(keepends=True)
-    start = lines.index("image:\n")
-    wanted = {"repository": repository, "tag": tag, "digest": digest}
-    for index in range(start + 1, len(lines)):
-        line = lines[index]
-        if line.strip() and not line.startswith(" "):
-            break
-        match = re.match(r"^  (repository|tag|digest):", line)
-        if match:
-            lines[index] = f"  {match.group(1)}: {json.dumps(wanted.pop(match.group(1)))}\n"
-    if wanted:
-        raise SystemExit(f"{values}: no {', '.join(wanted)} under image:")
-    values.write_text("".join(lines))
+DEFAULT_REPOSITORY = "servingops/servingops"
+
+
+def split_push(target: str) -> tuple[str, str]:
+    """`--push REGISTRY[/REPOSITORY]` as (registry, repository): the first path element is the registry's host
+    (and port), the rest the repository, DEFAULT_REPOSITORY when none is given."""
+    registry, _, repository = target.strip("/").partition("/")
+    if not registry or ("." not in registry and ":" not in registry and registry != "localhost"):
+        raise SystemExit(f"--push {target}: name the registry's host first (registry.example.com[/team/servingops])")
+    return registry, repository or DEFAULT_REPOSITORY
+
+
+def chart_values(repository: str, tag: str, digest: str) -> dict[str, str]:
+    """The chart's image values (deploy/chart/values.yaml `image:`) that run exactly the pushed image."""
+    return {"repository": repository, "tag": tag, "digest": digest}
+
+
+def record(path: Path, values: dict[str, str]) -> None:
+    """What was pushed, for the local stack (devstack/identities.built_image_values): a file under the cache,
+    written whole or not at all; nothing tracked is touched, so the next build of the same tree is clean."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".{path.name}.{os.getpid()}")
+    part.write_text(json.dumps(values, indent=1) + "\n")
+    os.replace(part, path)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--registry", help="host:port to push to; none: build the layout only")
-    parser.add_argument("--repository", default="servingops/servingops")
-    parser.add_argument("--plain-http", action=argparse.BooleanOptionalAction, default=True,
-                        help="talk HTTP to the registry (the local one); --no-plain-http for HTTPS")
+    parser.add_argument("--repository", default=DEFAULT_REPOSITORY)
+    parser.add_argument("--push", metavar="REGISTRY[/REPOSITORY]",
+                        help="push to your own registry over HTTPS with oras's credentials (oras/docker login, or "
+                             "--registry-config) and print the chart values that run it; instead of --registry")
+    parser.add_argument("--registry-config", type=Path, help="a docker config.json with the registry's credentials")
+    parser.add_argument("--plain-http", action=argparse.BooleanOptionalAction, default=None,
+                        help="talk HTTP to the registry (default with --registry: the local one); HTTPS with --push")
+    parser.add_argument("--record", type=Path, help="write the pushed image's chart values (JSON) to this file")
     parser.add_argument("--oras", default=shutil.which("oras") or "oras")
     parser.add_argument("--layout", type=Path, help="where to write the OCI layout (default: in the cache)")
     parser.add_argument("--no-cache", action="store_true", help="rebuild every layer (downloads stay cached)")
-    parser.add_argument("--write-values", type=Path, help="the chart's values.yaml to point at the pushed image")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("--revision", help="what the revision label and the tag name (default: HEAD, with -dirty "
                                            "when tracked files differ from it); with SOURCE_DATE_EPOCH, pins a "
                                            "build to a commit while HEAD moves on")
     args = parser.parse_args()
+    if args.push:
+        if args.registry:
+            parser.error("--push and --registry: name one place to push to")
+        args.registry, args.repository = split_push(args.push)
+    plain_http = args.plain_http if args.plain_http is not None else not args.push
     started = time.monotonic()
 
     cache = Path(os.environ.get("SERVINGOPS_CACHE", Path.home() / ".cache" / "servingops")) / "image"
@@ -227,7 +245,8 @@ def main() -> None:
             base_key = _digest(spec.key(), (HERE / "debian.py").read_bytes(), builder[0])
             deps_epoch = max(_epoch("constraints.txt", "deploy/image/python_layers.py"), _dependencies_epoch())
             constraints = (REPO / "constraints.txt").read_bytes()
-            deps_key = _digest(base_key, constraints, json.dumps(requirements), *builder, str(deps_epoch))
+            deps_key = _digest(base_key, constraints, json.dumps(requirements), *builder, str(deps_epoch),
+                               python_layers.strip_version())
             wheels_key = _digest(constraints, json.dumps(requirements), builder[1])
             files = _product_files()
             app_key = _digest(deps_key, *builder, str(head_epoch),
@@ -274,6 +293,8 @@ def main() -> None:
                 _move_in(stage, root, tops)
             with phase(f"{name}: bytecode"):
                 python_layers.compile_bytecode(root, python_layers.SITE)
+                if name == "dependencies":
+                    python_layers.make_sourceless(root / python_layers.SITE)
             with phase(f"{name}: compress"):
                 return directory_layer(root, tops, epoch, out)
 
@@ -321,13 +342,14 @@ def main() -> None:
         with phase("layout"):
             digest = oci.write_layout(layout, layers, image, tag)
 
-        reference = None
+        reference, values = None, None
         if args.registry:
             reference = f"{args.registry}/{args.repository}"
             with phase("push"):
-                oci.push(args.oras, layout, tag, f"{reference}:{tag}", args.plain_http)
-            if args.write_values:
-                write_values(args.write_values, reference, tag, digest)
+                oci.push(args.oras, layout, tag, f"{reference}:{tag}", plain_http, args.registry_config)
+            values = chart_values(reference, tag, digest)
+            if args.record:
+                record(args.record, values)
 
         size, unpacked = sum(layer.size for layer in layers), sum(layer.uncompressed_size for layer in layers)
         seconds = round(time.monotonic() - started, 1)
@@ -335,13 +357,16 @@ def main() -> None:
             "digest": digest, "tag": tag, "layout": str(layout),
             "reference": f"{reference}@{digest}" if reference else None, "size": size, "uncompressed_size": unpacked,
             "packages": len(packages), "cached": store.hits, "seconds": seconds, "phases": phase.seconds,
+            "values": values,
         }
         print("phases (s, some side by side): "
               + ", ".join(f"{name} {spent}" for name, spent in phase.seconds.items()), file=sys.stderr)
         print(f"image {digest} ({tag}): {size / 1e6:.1f} MB compressed, {unpacked / 1e6:.1f} MB unpacked, "
               f"{len(packages)} Debian packages; layers cached: {store.hits}; {seconds} s", file=sys.stderr)
-        if reference:
+        if reference and values:
             print(f"pushed {reference}:{tag} = {reference}@{digest}", file=sys.stderr)
+            print("chart values (deploy/chart/values.yaml `image:`) that run it:\n"
+                  + "".join(f"  --set image.{key}={value}" for key, value in values.items()), file=sys.stderr)
         if args.json:
             print(json.dumps(result))
     finally:

@@ -36,9 +36,12 @@ class BaseSpec:
     purge: tuple[str, ...] = ("usrmerge", "libfile-find-rule-perl", "libnumber-compare-perl", "libtext-glob-perl",
                               "perl", "libperl5.36", "perl-modules-5.36", "libgdbm-compat4")
     # Documentation nobody reads in a container; copyright files stay (the licences travel with the image).
+    # glibc's iconv modules (gconv, 8 MB): Python's codecs are its own, nothing in the image calls iconv. (Files
+    # of python3.11's own packages cannot be left out: its postinst compiles every file dpkg lists for them.)
     dpkg_options: tuple[str, ...] = ("path-exclude=/usr/share/man/*", "path-exclude=/usr/share/info/*",
                                      "path-exclude=/usr/share/locale/*", "path-exclude=/usr/share/doc/*",
-                                     "path-include=/usr/share/doc/*/copyright")
+                                     "path-include=/usr/share/doc/*/copyright",
+                                     "path-exclude=/usr/lib/x86_64-linux-gnu/gconv/*")
     epoch: int = 0
     """SOURCE_DATE_EPOCH for mmdebstrap: the commit that last changed this file."""
     mmdebstrap: str = ""

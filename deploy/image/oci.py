@@ -74,11 +74,15 @@ def write_layout(layout: Path, layers: list[Layer], image: ImageConfig, tag: str
     return str(manifest_descriptor["digest"])
 
 
-def push(oras: str, layout: Path, tag: str, reference: str, plain_http: bool) -> None:
-    """Copy the layout's `tag` to `reference` (registry/repository:tag)."""
+def push(oras: str, layout: Path, tag: str, reference: str, plain_http: bool,
+         registry_config: Path | None = None) -> None:
+    """Copy the layout's `tag` to `reference` (registry/repository:tag). Credentials are oras's own: those of
+    `oras login` / `docker login` in ~/.docker/config.json (or $DOCKER_CONFIG), or the file `registry_config`."""
     argv = [oras, "cp", "--no-tty", "--from-oci-layout", f"{layout}:{tag}", reference]
     if plain_http:
         argv.append("--to-plain-http")
+    if registry_config is not None:
+        argv += ["--to-registry-config", str(registry_config)]
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
 
 

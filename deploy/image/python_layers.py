@@ -28,6 +28,14 @@ PLATFORMS = ("manylinux_2_36_x86_64", "manylinux_2_35_x86_64", "manylinux_2_34_x
 PRUNE = ("bin", "kubernetes/aio", "temporalio/bridge/sdk-core")
 """Never imported at run time: scripts pip wrote for the build machine's interpreter, the kubernetes client's
 asyncio twin (41 MB; the product uses the threaded client), and the Rust sources temporalio ships (12 MB)."""
+TEST_DIRECTORIES = ("tests", "test")
+"""A dependency's own test suite (jsonschema, websocket, fsspec, referencing, oras, ...: 1.7 MB), never imported
+by the package itself; removed wherever a directory of these names lies inside a package."""
+SOURCELESS = ("kubernetes",)
+"""Packages shipped as bytecode only (each pyc where its .py was, which CPython imports without the source): the
+kubernetes client is generated OpenAPI code whose 33 MB of source nobody reads in an image; a traceback through
+it still names the file and line. Not for every dependency: some read their own source at run time (anyio's
+lazy imports call inspect.getsource)."""
 
 
 def _pip(*args: str, pip_cache: Path) -> None:
@@ -64,9 +72,54 @@ def install_dependencies(root: Path, requirements: list[str], constraints: Path,
     index), into the image's site-packages under `root`."""
     _pip("install", "--quiet", "--no-compile", "--target", str(root / SITE), "--no-index", "--find-links",
          str(wheels), *_for_the_image(requirements, constraints), pip_cache=pip_cache)
+    site = root / SITE
     for name in PRUNE:
-        shutil.rmtree(root / SITE / name, ignore_errors=True)
-    forget_absent_files(root / SITE)
+        shutil.rmtree(site / name, ignore_errors=True)
+    for directory in sorted(path for name in TEST_DIRECTORIES for path in site.glob(f"*/**/{name}")
+                            if path.is_dir() and (path.parent / "__init__.py").exists()):
+        shutil.rmtree(directory, ignore_errors=True)
+    # Type stubs are for type checkers on a developer's machine; the interpreter never reads them.
+    for stub in sorted(site.rglob("*.pyi")):
+        stub.unlink()
+    strip_shared_objects(site)
+    forget_absent_files(site)
+
+
+def strip_version() -> str:
+    """The build machine's strip (binutils): another version may write other bytes, so it is in the layer's key."""
+    return subprocess.run([_strip(), "--version"], check=True, capture_output=True, text=True).stdout.splitlines()[0]
+
+
+def _strip() -> str:
+    found = shutil.which("strip")
+    if found is None:
+        raise SystemExit("strip (binutils) not found: deploy/image/build.sh installs it")
+    return found
+
+
+def strip_shared_objects(site: Path) -> None:
+    """Symbol tables and debug sections out of every extension module (as Debian's dh_strip does for its own
+    packages): the wheels of temporalio's core, cryptography and hf_xet ship them (23 MB). `--strip-unneeded`
+    keeps every symbol the dynamic loader resolves; the same input and strip give the same bytes."""
+    objects = sorted(str(path) for path in site.rglob("*.so") if path.is_file() and not path.is_symlink())
+    if objects:
+        subprocess.run([_strip(), "--strip-unneeded", *objects], check=True)
+
+
+def make_sourceless(site: Path, packages: tuple[str, ...] = SOURCELESS) -> None:
+    """Each module of `packages` as its compiled pyc at the source's place (`x.py` -> `x.pyc`, what CPython's
+    sourceless loader imports), the source and __pycache__ removed; run after compile_bytecode."""
+    for package in packages:
+        for cache in sorted((site / package).rglob("__pycache__"), reverse=True):
+            for compiled in sorted(cache.glob(f"*.cpython-{PYTHON_VERSION.replace('.', '')}.pyc")):
+                module = compiled.name.split(".")[0]
+                source = cache.parent / f"{module}.py"
+                if source.is_file():
+                    compiled.rename(cache.parent / f"{module}.pyc")
+                    source.unlink()
+            if not any(cache.iterdir()):
+                cache.rmdir()
+    forget_absent_files(site)
 
 
 def forget_absent_files(site: Path) -> None:

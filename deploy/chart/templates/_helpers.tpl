@@ -17,7 +17,7 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 
 {{/* The image by tag, pinned to a digest when one is given (what `./dev image` writes: the image it built). */}}
 {{- define "servingops.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
+{{ required "image.repository: the registry and repository you pushed the servingops image to (./dev image --push REGISTRY/REPOSITORY prints it; docs/image.md)" .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end -}}
 
 {{/* Environment both processes share: where Temporal is, and where traces go. */}}
