@@ -17,10 +17,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
-from kubernetes.client.exceptions import ApiException
-
-from servingops.clients.kube.errors import GONE
 from servingops.clients.kube.timeouts import WATCH_REQUEST_TIMEOUT, WATCH_SECONDS
+from servingops.crd_bridge.list_watch import keep_watching
 
 log = logging.getLogger("servingops.bridge.owned")
 
@@ -65,22 +63,7 @@ class OwnedWatcher(threading.Thread, Generic[S]):
         raise NotImplementedError
 
     def run(self) -> None:
-        backoff = 0.5
-        while not self.stop_event.is_set():
-            try:
-                version = self.relist()
-                self.synced.set()
-                backoff = 0.5
-                self.watch_from(version)
-            except ApiException as exc:
-                if exc.status == GONE:
-                    log.info("%s: resourceVersion expired, relisting", self.kind)
-                    continue
-                log.warning("%s: API error %s, retrying in %.1fs", self.kind, exc.status, backoff)
-            except Exception:
-                log.exception("%s: watch failed, retrying in %.1fs", self.kind, backoff)
-            self.stop_event.wait(backoff)
-            backoff = min(backoff * 2, 30)
+        keep_watching(self.kind, self.stop_event, self.relist, self.watch_from, self.synced, log)
 
     def observe(self, obj: dict[str, Any], *, gone: bool) -> None:
         meta = obj["metadata"]

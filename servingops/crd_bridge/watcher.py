@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
 
 from servingops.clients.kube.calls import call
-from servingops.clients.kube.errors import GONE
 from servingops.clients.kube.timeouts import WATCH_REQUEST_TIMEOUT, WATCH_SECONDS
+from servingops.crd_bridge.list_watch import keep_watching
 from servingops.crd_bridge.routes import Route
 
 log = logging.getLogger("servingops.bridge.watch")
@@ -62,22 +61,7 @@ class KindWatcher(threading.Thread):
         return cast(dict[str, Any], listed)
 
     def run(self) -> None:
-        backoff = 0.5
-        while not self.stop_event.is_set():
-            try:
-                version = self.relist()
-                self.synced.set()
-                backoff = 0.5
-                self.watch_from(version)
-            except ApiException as exc:
-                if exc.status == GONE:
-                    log.info("%s: resourceVersion expired, relisting", self.route.kind)
-                    continue
-                log.warning("%s: API error %s, retrying in %.1fs", self.route.kind, exc.status, backoff)
-            except Exception:
-                log.exception("%s: watch failed, retrying in %.1fs", self.route.kind, backoff)
-            self.stop_event.wait(backoff)
-            backoff = min(backoff * 2, 30)
+        keep_watching(self.route.kind, self.stop_event, self.relist, self.watch_from, self.synced, log)
 
     def relist(self) -> str:
         """Hand every current object to the sink, and every vanished one as gone."""
