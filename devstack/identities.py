@@ -193,17 +193,21 @@ def wait_workloads(cluster: LocalKubeCluster, namespace: str = NAMESPACE, timeou
         api.close()  # type: ignore[no-untyped-call]
 
 
+def ensure_namespace(api: client.ApiClient, namespace: str) -> None:
+    """Create `namespace` unless it exists."""
+    try:
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
 def apply_identities(api: client.ApiClient, release: str, namespace: str,
                      values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """Only the ServiceAccounts and RBAC of the chart, rendered for `release` in `namespace` and
     applied: the identities of a stack whose controller namespace is its own (its cluster-scoped
     roles are named after the release, so they stand beside the installed release's)."""
-    core = client.CoreV1Api(api)
-    try:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
+    ensure_namespace(api, namespace)
     docs = [d for d in render(release, namespace, values or local_values()) if d["kind"] in IDENTITY_KINDS]
     apply_objects(api, docs)
     return docs
@@ -245,12 +249,7 @@ def issue_catalog_endpoint(cluster: LocalKubeCluster, directory: Path, *, releas
     [name] = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
     api = cluster.api_client()
     try:
-        core = client.CoreV1Api(api)
-        try:
-            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+        ensure_namespace(api, namespace)
         apply_objects(api, docs)
         token = request_token(api, namespace, name, seconds)
     finally:
