@@ -344,3 +344,48 @@ def test_status_writes_tell_each_transition_once_as_an_event(backend: Backend) -
     write("Running", startTime="2026-12-07T12:00:00Z")  # a retried write tells nothing again
     write("Failed", failureMessage="Job ev-g1 failed: BackoffLimitExceeded")
     assert backend.events("ev") == [("Normal", "BenchmarkStarted"), ("Warning", "BenchmarkFailed")]
+
+
+@pytest.mark.integration
+def test_a_model_on_a_claim_of_another_namespace_is_refused_before_any_job(real_backend: Real) -> None:
+    """The benchmark pod mounts the served model's claim to read its tokenizer, and a pod mounts only claims of
+    its own namespace: a BenchmarkJob against a service whose model is on a claim elsewhere ends Failed naming
+    the claim (INVALID at start), where a Job would have left its pod waiting on FailedMount. Real side only:
+    the fake resolves no models (the rule is rendering/model_claim.claim_refusal, unit-tested there)."""
+    real, custom = real_backend, real_backend.custom
+    served = f"served-{uuid.uuid4().hex[:6]}"
+    real.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=served)))
+    selection = {"modelFormat": {"name": "safetensors", "version": "1.0.0"},
+                 "modelFramework": {"name": "transformers", "version": "4.45.0"},
+                 "modelArchitecture": "LlamaForCausalLM"}
+    try:
+        for ns in (served, real.namespace):
+            custom.create_namespaced_custom_object("ome.io", "v1beta1", ns, "basemodels", {
+                "apiVersion": "ome.io/v1beta1", "kind": "BaseModel", "metadata": {"name": "tiny"},
+                "spec": {**selection, "storage": {"storageUri": "pvc://weights/tiny/llama"}}})
+            custom.create_namespaced_custom_object("ome.io", "v1beta1", ns, "inferenceservices", {
+                "apiVersion": "ome.io/v1beta1", "kind": "InferenceService", "metadata": {"name": "tiny"},
+                "spec": {"model": {"name": "tiny", "kind": "BaseModel"}, "engine": {"minReplicas": 1}}})
+            custom.patch_namespaced_custom_object_status("ome.io", "v1beta1", ns, "inferenceservices", "tiny", {
+                "status": {"url": f"http://tiny.{ns}.example.com", "conditions": [
+                    {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                     "lastTransitionTime": "2026-12-07T12:00:00Z"}]}})
+
+        def against(ns: str, name: str) -> BenchStartOutput:
+            return start(real, real.add(name, {**SPEC, "endpoint": {"inferenceService": {"name": "tiny",
+                                                                                         "namespace": ns}}}))
+
+        elsewhere = against(served, "elsewhere")
+        assert elsewhere.outcome == StartOutcome.INVALID, elsewhere
+        assert "PersistentVolumeClaim weights" in elsewhere.message and f"namespace {served}" in elsewhere.message
+        assert f"this BenchmarkJob is in {real.namespace}" in elsewhere.message, elsewhere.message
+        assert real.job_names() == []
+        # The same model beside the job mounts: the Job is made, its pod reading the tokenizer from the claim.
+        beside = against(real.namespace, "beside")
+        assert beside.outcome == StartOutcome.STARTED, beside
+        job = real.batch.read_namespaced_job("beside-g1", real.namespace)
+        volumes = [v.persistent_volume_claim.claim_name for v in job.spec.template.spec.volumes or []
+                   if v.persistent_volume_claim is not None]
+        assert "weights" in volumes, volumes
+    finally:
+        real.core.delete_namespace(served, grace_period_seconds=0)

@@ -61,6 +61,7 @@ from servingops.rendering.benchmark_job import (
 )
 from servingops.rendering.benchmark_results import IterationSummary, ResultsError, summarize_archive
 from servingops.rendering.benchmark_summary_step import read_summary_message
+from servingops.rendering.model_claim import ModelClaim, claim_namespace, claim_refusal
 
 GROUP, VERSION, PLURAL = "ome.io", "v1beta1", "benchmarkjobs"
 MAX_RESULTS = 256 * 1024 * 1024
@@ -166,7 +167,7 @@ class BenchmarkActivities:
             return BenchmarkDefaults()
         return parse_configmap_data(configmap.data).benchmark
 
-    def _resolve(self, spec: BenchmarkJobSpec) -> ResolvedEndpoint | BenchStartOutput:
+    def _resolve(self, spec: BenchmarkJobSpec, job_namespace: str) -> ResolvedEndpoint | BenchStartOutput:
         if spec.endpoint.endpoint is not None:
             direct = spec.endpoint.endpoint
             if not direct.model_name:
@@ -191,19 +192,31 @@ class BenchmarkActivities:
                                     message=f"InferenceService {ref.namespace}/{ref.name} is not Ready with a URL")
         model = (isvc.get("spec") or {}).get("model") or {}
         model_name = str(model.get("name") or ref.name)
-        source = self._model_source(model, ref.namespace)
-        if source is None:
+        found = self._model_source(model, ref.namespace)
+        if found is None:
             return BenchStartOutput(outcome=StartOutcome.INVALID,
                                     message=f"the model {model_name} of InferenceService {ref.namespace}/{ref.name} "
                                             "was not found")
+        source, claim_ns = found
         try:
             tokenizer, claim, claim_path = tokenizer_from_source(source)
         except BenchmarkRenderError as exc:
             return BenchStartOutput(outcome=StartOutcome.INVALID, message=str(exc))
+        if claim is not None:
+            # The benchmark pod mounts the model's claim to read its tokenizer: only a claim of the job's own
+            # namespace mounts (elsewhere the pod would wait on FailedMount for ever, and the job read Pending).
+            refusal = claim_refusal(f"the model {model_name} of InferenceService {ref.namespace}/{ref.name}",
+                                    ModelClaim(claim=claim, sub_path=claim_path), claim_ns, job_namespace)
+            if refusal is not None:
+                return BenchStartOutput(outcome=StartOutcome.INVALID,
+                                        message=refusal.replace("this service is in", "this BenchmarkJob is in"))
         return ResolvedEndpoint(api_base=str(url), api_backend="openai", model_name=model_name, tokenizer=tokenizer,
                                 tokenizer_claim=claim, tokenizer_claim_path=claim_path)
 
-    def _model_source(self, model: dict[str, Any], namespace: str) -> str | None:
+    def _model_source(self, model: dict[str, Any], namespace: str) -> tuple[str, str | None] | None:
+        """The served model's source URI and the namespace a claim it names is in (models.md: a namespaced model's
+        own; a cluster-scoped one's storage.parameters.namespace, else the controller namespace); None when the
+        model or its source is missing."""
         name, kind = str(model.get("name") or ""), str(model.get("kind") or "BaseModel")
         group = str(model.get("apiGroup") or "ome.io")
         if group == "ai.deckhouse.io":
@@ -212,13 +225,21 @@ class BenchmarkActivities:
             else:
                 found = get_or_none(self._custom.get_namespaced_custom_object, group, "v1alpha1", namespace,
                                     "models", name)
-            return None if found is None else ((found.get("spec") or {}).get("source") or {}).get("url")
+            url = None if found is None else ((found.get("spec") or {}).get("source") or {}).get("url")
+            owner_ns = namespace if kind != "ClusterModel" else self._config_namespace
+            return None if not url else (str(url), owner_ns)
         if kind == "ClusterBaseModel":
             found = get_or_none(self._custom.get_cluster_custom_object, "ome.io", "v1beta1", "clusterbasemodels", name)
         else:
             found = get_or_none(self._custom.get_namespaced_custom_object, "ome.io", "v1beta1", namespace,
                                 "basemodels", name)
-        return None if found is None else ((found.get("spec") or {}).get("storage") or {}).get("storageUri")
+        storage = {} if found is None else ((found.get("spec") or {}).get("storage") or {})
+        uri = storage.get("storageUri")
+        if not uri:
+            return None
+        claim_ns = claim_namespace(namespace if kind != "ClusterBaseModel" else None, storage.get("parameters"),
+                                   self._config_namespace)
+        return str(uri), claim_ns
 
     @activity.defn(name="benchmark.start")
     def start(self, request: BenchStartInput) -> BenchStartOutput:
@@ -236,7 +257,7 @@ class BenchmarkActivities:
             spec = BenchmarkJobSpec.model_validate(obj.get("spec") or {})
         except ValidationError as exc:
             return BenchStartOutput(outcome=StartOutcome.INVALID, message=_problem(exc))
-        resolved = self._resolve(spec)
+        resolved = self._resolve(spec, namespace)
         if isinstance(resolved, BenchStartOutput):
             return resolved
         try:
