@@ -46,11 +46,13 @@ def claim_namespace(model_namespace: str | None, parameters: dict[str, str] | No
     return (parameters or {}).get("namespace") or controller_namespace
 
 
-def claim_refusal(description: str, claim: ModelClaim, claim_ns: str | None, service_ns: str) -> str | None:
-    """Why a service in `service_ns` cannot mount the model's claim, or None when it can."""
+def claim_refusal(description: str, claim: ModelClaim, claim_ns: str | None, service_ns: str,
+                  consumer: str = "this service") -> str | None:
+    """Why `consumer` (a service, a BenchmarkJob) in `service_ns` cannot mount the model's claim, or None when
+    it can."""
     if claim_ns == service_ns:
         return None
     where = f"namespace {claim_ns}" if claim_ns else "the controller namespace (no storage.parameters.namespace)"
     return (f"{description} is stored on PersistentVolumeClaim {claim.claim} in {where}; a pod mounts only "
-            f"claims of its own namespace, and this service is in {service_ns}: serve it from that namespace, "
+            f"claims of its own namespace, and {consumer} is in {service_ns}: serve it from that namespace, "
             f"or give the model a claim in {service_ns} (a BaseModel there, or storage.parameters.namespace)")

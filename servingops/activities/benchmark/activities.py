@@ -206,10 +206,10 @@ class BenchmarkActivities:
             # The benchmark pod mounts the model's claim to read its tokenizer: only a claim of the job's own
             # namespace mounts (elsewhere the pod would wait on FailedMount for ever, and the job read Pending).
             refusal = claim_refusal(f"the model {model_name} of InferenceService {ref.namespace}/{ref.name}",
-                                    ModelClaim(claim=claim, sub_path=claim_path), claim_ns, job_namespace)
+                                    ModelClaim(claim=claim, sub_path=claim_path), claim_ns, job_namespace,
+                                    consumer="this BenchmarkJob")
             if refusal is not None:
-                return BenchStartOutput(outcome=StartOutcome.INVALID,
-                                        message=refusal.replace("this service is in", "this BenchmarkJob is in"))
+                return BenchStartOutput(outcome=StartOutcome.INVALID, message=refusal)
         return ResolvedEndpoint(api_base=str(url), api_backend="openai", model_name=model_name, tokenizer=tokenizer,
                                 tokenizer_claim=claim, tokenizer_claim_path=claim_path)
 
