@@ -79,24 +79,41 @@ def _condition(api: client.ApiClient, ns: str, name: str, kind: str) -> dict[str
     return next((c for c in conditions if c.get("type") == kind), {})
 
 
+class Counts:
+    """(engine, decoder) counts as `read` gives them, with every change kept and when it was seen (printed)."""
+
+    def __init__(self, read: Any) -> None:
+        self.read = read
+        self.seen: list[tuple[float, int, int]] = []
+        self.start = time.monotonic()
+
+    def __call__(self) -> tuple[int, int]:
+        e, d = self.read()
+        if not self.seen or self.seen[-1][1:] != (e, d):
+            self.seen.append((round(time.monotonic() - self.start, 1), e, d))
+        return int(e), int(d)
+
+
+def _replica_counts(api: client.ApiClient, ns: str, engine: str, decoder: str) -> Counts:
+    """The engine and decoder InferenceReplicas' spec.replicas."""
+    return Counts(lambda: tuple((_get(api, ns, "inferencereplicas", name).get("spec") or {}).get("replicas") or 0
+                                for name in (engine, decoder)))
+
+
+def _feeder(exporter: Exporter, ns: str, name: str) -> Any:
+    """Sets the metric the engine's HPA scales on, for this service's queue."""
+    return lambda value: exporter.set({f'{METRIC}{{namespace="{ns}",queue="{name}"}}': value})
+
+
 def test_the_decoder_follows_the_engine_the_real_hpa_scales(
         kube_api: client.ApiClient, native_stack: tuple[str, ManagedProcess],
         metrics_adapter: MetricsAdapter, exporter: Exporter) -> None:
     ns, worker = native_stack
     name = f"pd-{uuid.uuid4().hex[:5]}"
     engine, decoder = f"{name}-engine", f"{name}-decoder"
-    seen: list[tuple[float, int, int]] = []
-    start = time.monotonic()
-
-    def counts() -> tuple[int, int]:
-        e = (_get(kube_api, ns, "inferencereplicas", engine).get("spec") or {}).get("replicas") or 0
-        d = (_get(kube_api, ns, "inferencereplicas", decoder).get("spec") or {}).get("replicas") or 0
-        if not seen or seen[-1][1:] != (e, d):
-            seen.append((round(time.monotonic() - start, 1), e, d))
-        return e, d
-
-    def feed(value: float) -> None:
-        exporter.set({f'{METRIC}{{namespace="{ns}",queue="{name}"}}': value})
+    counts = _replica_counts(kube_api, ns, engine, decoder)
+    seen = counts.seen
+    feed = _feeder(exporter, ns, name)
 
     feed(1)
     create(kube_api, InferenceService, manifest(InferenceService, _spec(name), name=name), ns)
@@ -167,17 +184,9 @@ def test_a_raw_deployment_decoder_follows_the_engine_the_real_hpa_scales(
     name = f"pdr-{uuid.uuid4().hex[:5]}"
     spec = {**_spec(name), "deploymentMode": "RawDeployment"}
     engine, decoder = f"{name}-engine-rev-", f"{name}-decoder-rev-"
-    seen: list[tuple[float, int, int]] = []
-    start = time.monotonic()
-
-    def counts() -> tuple[int, int]:
-        e, d = _deployment_replicas(kube_api, ns, engine), _deployment_replicas(kube_api, ns, decoder)
-        if not seen or seen[-1][1:] != (e, d):
-            seen.append((round(time.monotonic() - start, 1), e, d))
-        return e, d
-
-    def feed(value: float) -> None:
-        exporter.set({f'{METRIC}{{namespace="{ns}",queue="{name}"}}': value})
+    counts = Counts(lambda: (_deployment_replicas(kube_api, ns, engine), _deployment_replicas(kube_api, ns, decoder)))
+    seen = counts.seen
+    feed = _feeder(exporter, ns, name)
 
     feed(1)
     create(kube_api, InferenceService, manifest(InferenceService, spec, name=name), ns)
@@ -220,18 +229,9 @@ def test_pinned_holds_the_decoder_at_the_engines_count_the_real_hpa_scales(
     name = f"pp-{uuid.uuid4().hex[:5]}"
     spec = {**_spec(name), "scalingPolicy": {"mode": "Pinned"}}
     engine, decoder = f"{name}-engine", f"{name}-decoder"
-    seen: list[tuple[float, int, int]] = []
-    start = time.monotonic()
-
-    def counts() -> tuple[int, int]:
-        e = (_get(kube_api, ns, "inferencereplicas", engine).get("spec") or {}).get("replicas") or 0
-        d = (_get(kube_api, ns, "inferencereplicas", decoder).get("spec") or {}).get("replicas") or 0
-        if not seen or seen[-1][1:] != (e, d):
-            seen.append((round(time.monotonic() - start, 1), e, d))
-        return e, d
-
-    def feed(value: float) -> None:
-        exporter.set({f'{METRIC}{{namespace="{ns}",queue="{name}"}}': value})
+    counts = _replica_counts(kube_api, ns, engine, decoder)
+    seen = counts.seen
+    feed = _feeder(exporter, ns, name)
 
     feed(1)
     create(kube_api, InferenceService, manifest(InferenceService, spec, name=name), ns)
